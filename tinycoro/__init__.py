@@ -1,0 +1,69 @@
+"""tinycoro: a coroutine runtime on io_uring.
+
+A :class:`Scheduler` owns N contexts; each context is one thread with its own engine (a ready
+queue, one io_uring ring, one eventfd). Tasks are native ``async def`` coroutines.
+
+    import tinycoro as tc
+
+    async def main():
+        data = await tc.io.read_file("/etc/hostname")
+        return data
+
+    print(tc.run(main()))
+"""
+
+from . import io, net
+from .core import (
+    Cancelled,
+    ChannelClosed,
+    ContextStats,
+    DeadlockError,
+    Scheduler,
+    SchedulerStats,
+    Task,
+    current_context,
+    current_task,
+    get_default_scheduler,
+    run,
+    set_default_scheduler,
+    sleep,
+    spawn,
+    yield_now,
+)
+from .uring import IoUringUnavailable
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Cancelled",
+    "ChannelClosed",
+    "ContextStats",
+    "DeadlockError",
+    "IoUringUnavailable",
+    "Scheduler",
+    "SchedulerStats",
+    "Task",
+    "current_context",
+    "current_task",
+    "get_default_scheduler",
+    "io",
+    "net",
+    "run",
+    "set_default_scheduler",
+    "sleep",
+    "spawn",
+    "yield_now",
+]
+
+
+def load_ipython_extension(ipython):  # pragma: no cover - exercised by the kernel tests
+    """``%load_ext tinycoro``: the notebook layer lives in kernel_ext, imported only here."""
+    from kernel_ext import load_ipython_extension as _load
+
+    _load(ipython)
+
+
+def unload_ipython_extension(ipython):  # pragma: no cover
+    from kernel_ext import unload_ipython_extension as _unload
+
+    _unload(ipython)

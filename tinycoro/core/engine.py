@@ -1,0 +1,331 @@
+"""Engine: one context's ready queue, io_uring ring and eventfd, and the loop that drives them.
+
+Facts about waking a context, which the loop below is built around:
+
+* The only place a context blocks is ``os.eventfd_read`` on its ring's eventfd (DESIGN rule 3).
+  It releases the GIL; waiting inside the binding would not.
+* Three things write that eventfd: the kernel when a CQE is posted (only while notifications
+  are switched on, i.e. while the context sleeps), a thread that pushes a task or a call onto
+  this engine while ``sleeping`` is set, and stop requests.
+* Wake only a sleeper (rule 4). The sleeper sets ``sleeping``, switches notifications on, then
+  looks at the ready queue, the calls queue and the CQ once more before it blocks. A pusher
+  appends first and reads ``sleeping`` second. Under the GIL each of those steps is atomic, so
+  either the sleeper's second look sees the new item or the pusher sees ``sleeping`` and writes
+  the eventfd. A stale write only costs one extra turn of the loop.
+* One turn runs exactly the tasks that were ready when the turn began (as asyncio's
+  ``_run_once`` does): a task that yields goes behind them, so nobody starves.
+* SQEs prepared during a turn are submitted together at its end: one ``io_uring_enter`` for the
+  whole batch, which is what makes the ring pay off (DESIGN section 7).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable
+
+from .. import uring
+from .errors import Cancelled
+from .local import _local
+from .task import DONE, Task
+from .traps import YIELD, Op, Park
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .scheduler import Scheduler
+
+CANCEL_UD = 1  # user_data of our own async-cancel SQEs; op ids start above it
+_ECANCELED = -errno.ECANCELED
+_perf = time.perf_counter
+
+
+def _is_asyncio_future(obj: object) -> bool:
+    return getattr(obj, "_asyncio_future_blocking", None) is not None
+
+
+class Engine:
+    """Ready queue + ring + eventfd of one context.
+
+    Everything here runs on the owning thread, except :meth:`push` and :meth:`call_soon`, which
+    any thread may call, and the scheduler's reads of the counters for statistics.
+    """
+
+    def __init__(
+        self, id: int | None, scheduler: "Scheduler | None", ring_entries: int, guest: bool = False
+    ) -> None:
+        self.id = id
+        self.scheduler = scheduler  # where tc.spawn from a task on this engine dispatches to
+        self.guest = guest  # a borrowed thread (notebook cell): not part of the stop protocol
+        self.ring = uring.Ring(ring_entries)
+        self.ready: deque[Task] = deque()
+        self.calls: deque[tuple[Callable[..., Any], tuple]] = deque()
+        self.inflight: dict[int, Op] = {}
+        self.parked: dict[Task, Park] = {}
+        self.live: set[Task] = set()  # assigned here, not finished; for stop() and stats
+        self.sleeping = False
+        self.stop_requested = False
+        self.stop_flag = 0  # owned by the scheduler, under its lock (DESIGN section 3)
+        self.unsubmitted = 0
+        self.tasks_run = 0  # tasks finished on this context
+        self.steps = 0  # coroutine resumptions
+        self.wakeups = 0  # returns from the sleep point; the deadlock watchdog's progress clock
+        self.sleep_total = 0.0  # seconds spent blocked in the sleep point
+        self.sleep_since = 0.0  # perf_counter() when the current sleep began, 0 when awake
+        self._ids = itertools.count(CANCEL_UD + 1)
+        self._cqes: list[tuple[int, int, int]] = []
+        self.thread_ident: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<Engine {self.id} ready={len(self.ready)} io={len(self.inflight)} parked={len(self.parked)}>"
+
+    # -- any thread ----------------------------------------------------------------------------
+    def push(self, task: Task) -> None:
+        """Make *task* ready on this engine; wake the engine only if it sleeps (rule 4)."""
+        self.ready.append(task)
+        if self.sleeping:
+            self.wake()
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on this engine's thread at the start of its next turn."""
+        self.calls.append((fn, args))
+        if self.sleeping:
+            self.wake()
+
+    def wake(self) -> None:
+        try:
+            os.eventfd_write(self.ring.efd, 1)
+        except OSError:  # the ring is already closed: the engine has stopped
+            pass
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        self.wake()
+
+    # -- owning thread -------------------------------------------------------------------------
+    def run(self, until: Task | None = None) -> None:
+        """Drive this engine on the calling thread.
+
+        With *until*, return as soon as that task is done (a notebook cell's engine). Without,
+        run until the scheduler requests a stop, then cancel and wait out any I/O still in the
+        kernel, so that no buffer is freed while the kernel may write into it.
+        """
+        _local.engine = self
+        self.thread_ident = threading.get_ident()
+        ready = self.ready
+        calls = self.calls
+        step = self._step
+        try:
+            while True:
+                while calls:
+                    fn, args = calls.popleft()
+                    fn(*args)
+                n = len(ready)
+                if n:
+                    self.steps += n
+                    for _ in range(n):
+                        step(ready.popleft())
+                if self.unsubmitted:
+                    self._submit()
+                if self.inflight:
+                    self._reap()
+                if until is not None and until._state is DONE:
+                    return
+                if ready or calls:
+                    continue
+                if self.stop_requested:
+                    break
+                if not self.guest and not self.inflight and not self.parked:
+                    self.scheduler._context_idle(self)
+                    if ready or calls or self.stop_requested:
+                        continue
+                self._sleep()
+            self._drain()
+        finally:
+            _local.engine = None
+            _local.task = None
+
+    def _sleep(self) -> None:
+        ring = self.ring
+        self.sleeping = True
+        ring.notify_on(True)
+        try:
+            if self.ready or self.calls or self.stop_requested or ring.cq_ready():
+                return
+            self.sleep_since = t0 = _perf()
+            try:
+                os.eventfd_read(ring.efd)
+            finally:
+                self.sleep_since = 0.0
+                self.sleep_total += _perf() - t0
+                self.wakeups += 1
+        finally:
+            ring.notify_on(False)
+            self.sleeping = False
+
+    def _step(self, task: Task) -> None:
+        """Resume *task* once and act on the trap it yields next."""
+        _local.task = task
+        waiting = task._waiting
+        if waiting is not None:
+            task._waiting = None
+            if type(waiting) is Park:
+                del self.parked[task]
+                cancel = task._cancel_exc
+                if cancel is not None and task._exc is None and waiting.undo is not None:
+                    # Woken with something handed over (a lock, a permit) after a cancel was
+                    # requested: give it back and deliver the cancellation instead.
+                    waiting.undo(task._value)
+                    task._cancel_exc = None
+                    task._exc = cancel
+        try:
+            exc = task._exc
+            if exc is None:
+                value = task._value
+                task._value = None
+                y = task._coro.send(value)
+            else:
+                task._exc = None
+                y = task._coro.throw(exc)
+        except StopIteration as e:
+            self._finish(task, e.value, None)
+            return
+        except BaseException as e:  # noqa: BLE001 - the task's outcome, delivered to joiners
+            self._finish(task, None, e)
+            return
+        finally:
+            _local.task = None
+        if type(y) is Op:
+            self._start(task, y)
+        elif y is YIELD:
+            if task._cancel_exc is not None:
+                task._exc, task._cancel_exc = task._cancel_exc, None
+            self.ready.append(task)
+        elif type(y) is Park:
+            self._park(task, y)
+        else:
+            self._bad_yield(task, y)
+
+    def _start(self, task: Task, op: Op) -> None:
+        if task._cancel_exc is not None:  # cancelled before the op reached the ring
+            task._exc, task._cancel_exc = task._cancel_exc, None
+            self.ready.append(task)
+            return
+        sqe = self.ring.get_sqe()
+        op.prep(sqe, *op.args)
+        op.ud = ud = next(self._ids)
+        sqe.user_data = ud
+        op.task = task
+        self.inflight[ud] = op
+        task._waiting = op
+        self.unsubmitted += 1
+
+    def _park(self, task: Task, ticket: Park) -> None:
+        if task._cancel_exc is not None and ticket.abort():
+            task._exc, task._cancel_exc = task._cancel_exc, None
+            self.ready.append(task)
+            return
+        self.parked[task] = ticket
+        task._waiting = ticket
+
+    def _bad_yield(self, task: Task, y: object) -> None:
+        if _is_asyncio_future(y):
+            msg = (
+                f"{task.name} awaited an asyncio object ({type(y).__name__}) inside a tinycoro "
+                "task. tinycoro tasks run on tinycoro contexts, not on an asyncio event loop: "
+                "use tinycoro's awaitables (tc.sleep, tc.io, tc.net, tc.Event, ...) instead"
+            )
+        else:
+            msg = f"{task.name} yielded {y!r}, which is not a tinycoro trap"
+        task._exc = TypeError(msg)
+        self.ready.append(task)
+
+    def _finish(self, task: Task, result: Any, exc: BaseException | None) -> None:
+        self.tasks_run += 1
+        self.live.discard(task)
+        task._finish(result, exc)
+
+    def _submit(self) -> None:
+        try:
+            self.ring.submit()
+        except OSError as e:
+            # EBUSY/EAGAIN: the kernel wants completions reaped first (CQ overflow). Never drop
+            # work (rule 5): reap and try again on the next turn.
+            if e.errno not in (errno.EBUSY, errno.EAGAIN):
+                raise
+            self._reap()
+            return
+        self.unsubmitted = self.ring.sq_ready()
+
+    def _reap(self) -> None:
+        out = self._cqes
+        self.ring.reap(out)
+        if not out:
+            return
+        inflight = self.inflight
+        ready = self.ready
+        for ud, res, _flags in out:
+            op = inflight.pop(ud, None)
+            if op is None:  # our own cancel request, or an op orphaned at shutdown
+                continue
+            task = op.task
+            if task is None:
+                continue
+            if res == _ECANCELED and op.cancelling and task._cancel_exc is not None:
+                task._exc, task._cancel_exc = task._cancel_exc, None
+            else:
+                task._value = res
+            ready.append(task)
+        out.clear()
+
+    def deliver_cancel(self, task: Task) -> None:
+        """Owner-thread half of ``Task.cancel``: abort whatever the task waits on."""
+        if task._state is DONE or task._cancel_exc is None:
+            return
+        waiting = task._waiting
+        if type(waiting) is Op:
+            self._cancel_op(waiting)
+        elif type(waiting) is Park:
+            if waiting.abort():
+                task._exc, task._cancel_exc = task._cancel_exc, None
+                self.ready.append(task)
+        # Otherwise the task is ready or running: the next trap it yields delivers it.
+
+    def _cancel_op(self, op: Op) -> None:
+        if op.cancelling:
+            return
+        op.cancelling = True
+        sqe = self.ring.get_sqe()
+        uring.prep_cancel(sqe, op.ud, 0)
+        sqe.user_data = CANCEL_UD
+        self.unsubmitted += 1
+
+    def _drain(self) -> None:
+        """Cancel every op still in the kernel and wait for all their CQEs (rule 8)."""
+        for op in list(self.inflight.values()):
+            op.task = None
+            self._cancel_op(op)
+        while self.inflight:
+            if self.unsubmitted:
+                self._submit()
+            self._reap()
+            if self.inflight and not self.ring.cq_ready():
+                self.sleeping = True
+                self.ring.notify_on(True)
+                try:
+                    if not self.ring.cq_ready():
+                        os.eventfd_read(self.ring.efd)
+                finally:
+                    self.ring.notify_on(False)
+                    self.sleeping = False
+
+    def close(self) -> None:
+        """Close the ring and eventfd; the engine must have drained (no op in flight)."""
+        self.ring.close()
+
+    # -- statistics (any thread; plain reads of counters) -------------------------------------
+    def load(self) -> int:
+        return len(self.ready) + len(self.inflight) + len(self.parked)
+

@@ -1,0 +1,108 @@
+"""The task-facing runtime functions: run, spawn, sleep, yield_now, current_context."""
+
+from __future__ import annotations
+
+import errno
+import math
+from typing import Any, Coroutine
+
+from .. import uring
+from .errors import oserror
+from .local import _local
+from .scheduler import Scheduler, _check_coro
+from .task import Task
+from .traps import Op, perform_raw, yield_now
+
+__all__ = [
+    "run",
+    "spawn",
+    "sleep",
+    "yield_now",
+    "current_context",
+    "current_task",
+    "set_default_scheduler",
+    "get_default_scheduler",
+]
+
+_ETIME = -errno.ETIME
+_default: Scheduler | None = None
+
+
+def run(
+    coro: Coroutine[Any, Any, Any],
+    *,
+    contexts: int | None = None,
+    dispatch: str = "round_robin",
+    deadlock_timeout: float | None = None,
+) -> Any:
+    """Run *coro* on a new Scheduler until all work is done; return its result.
+
+    Every task it spawns is waited for too (the stop protocol ends the run exactly when the
+    last context runs out of work), and every thread, ring and eventfd is gone on return.
+    """
+    _check_coro(coro, "run")
+    if _local.engine is not None:
+        coro.close()
+        raise RuntimeError("tc.run() cannot be called from inside a tinycoro task; await instead")
+    try:
+        sched = Scheduler(contexts, dispatch=dispatch)
+    except BaseException:
+        coro.close()
+        raise
+    task = sched.submit(coro)
+    sched.loop(deadlock_timeout=deadlock_timeout)
+    return task.result()
+
+
+def spawn(coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
+    """Start *coro* as a new task on the current scheduler (or the default one, in notebooks)."""
+    _check_coro(coro, "spawn")
+    engine = _local.engine
+    sched = engine.scheduler if engine is not None else _default
+    if sched is None:
+        coro.close()
+        raise RuntimeError(
+            "tc.spawn() needs a running scheduler: call it from a tinycoro task, or use "
+            "Scheduler.submit() / tc.run(); in a notebook, %load_ext tinycoro first"
+        )
+    return sched.submit(coro, name=name)
+
+
+async def sleep(seconds: float) -> None:
+    """Suspend for *seconds* on an io_uring timeout; other tasks on the context keep running.
+
+    ``sleep(0)`` is a plain :func:`yield_now`.
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds):
+        raise TypeError(f"sleep() takes a number of seconds, got {seconds!r}")
+    if seconds <= 0:
+        await yield_now()
+        return
+    if math.isinf(seconds):
+        raise ValueError("sleep(inf): wait on an Event instead of sleeping forever")
+    res = await perform_raw(Op(uring.prep_timeout, uring.timespec(seconds), 0, 0))
+    if res < 0 and res != _ETIME:
+        raise oserror(res)
+
+
+def current_context() -> int | None:
+    """Id of the context running the calling task; None outside any context."""
+    engine = _local.engine
+    return engine.id if engine is not None else None
+
+
+def current_task() -> Task | None:
+    """The task being run on this thread right now, if any."""
+    return _local.task
+
+
+def set_default_scheduler(scheduler: Scheduler | None) -> None:
+    """Where ``tc.spawn`` sends work when called outside any task (set by the notebook ext)."""
+    global _default
+    if scheduler is not None and not isinstance(scheduler, Scheduler):
+        raise TypeError(f"expected a Scheduler or None, got {scheduler!r}")
+    _default = scheduler
+
+
+def get_default_scheduler() -> Scheduler | None:
+    return _default

@@ -1,0 +1,406 @@
+"""Scheduler: N contexts (one thread + one engine each), dispatch, and the stop protocol.
+
+The stop protocol (DESIGN section 3, from tinyCoro): each context has a stop flag, 1 while it has
+work and 0 once it reached its terminal state; the scheduler's stop token counts the contexts
+whose flag is 1. Both change only under ``_lock``:
+
+* an idle context (no ready task, nothing in the kernel, nobody parked) clears its flag once
+  and decrements the token;
+* a submit from another thread to a context whose flag is 0 sets it and increments the token
+  *before* the task becomes visible to that context, in the same critical section as the push,
+  so the context cannot go idle between the two;
+* when the token reaches 0 in ``loop()`` mode, nothing anywhere can create work any more: the
+  scheduler stops accepting, asks every context to stop, and ``loop()`` joins them.
+
+A context's own thread spawning onto itself needs no lock: its flag is necessarily 1 while it
+runs a task.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any, Coroutine
+
+from .engine import Engine
+from .errors import Cancelled, DeadlockError
+from .local import _local
+from .stats import ContextStats, SchedulerStats
+from .task import Task
+
+log = logging.getLogger("tinycoro")
+
+DISPATCH = ("round_robin", "least_loaded")
+_sched_ids = itertools.count()
+WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no timeout is given
+
+
+def _check_coro(coro: Any, where: str) -> None:
+    if not inspect.iscoroutine(coro):
+        hint = ""
+        if inspect.iscoroutinefunction(coro):
+            hint = f"; call it first: {where}({getattr(coro, '__name__', 'fn')}())"
+        raise TypeError(f"{where}() takes a coroutine object, got {coro!r}{hint}")
+
+
+def _check_timeout(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
+    return float(value)
+
+
+class Scheduler:
+    """N contexts, each one thread with its own engine (ready queue + io_uring ring + eventfd).
+
+    ``submit`` works from any thread, before or during ``loop()``. ``loop()`` returns when all
+    work is done; ``start()``/``stop()`` run it long-lived instead (notebooks).
+    """
+
+    def __init__(
+        self,
+        contexts: int | None = None,
+        *,
+        dispatch: str = "round_robin",
+        ring_entries: int = 256,
+    ) -> None:
+        if contexts is None:
+            contexts = os.cpu_count() or 1
+        if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
+            raise ValueError(f"contexts must be a positive int or None, got {contexts!r}")
+        if dispatch not in DISPATCH:
+            raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
+        if isinstance(ring_entries, bool) or not isinstance(ring_entries, int) or not (
+            1 <= ring_entries <= 32768
+        ):
+            raise ValueError(f"ring_entries must be an int in 1..32768, got {ring_entries!r}")
+        self.id = next(_sched_ids)
+        self.dispatch = dispatch
+        self.ring_entries = ring_entries
+        self._lock = threading.Lock()
+        self._token = 0
+        self._accepting = True
+        self._mode: str | None = None  # None, "loop" or "long"
+        self._done = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._crash: BaseException | None = None
+        self._closed = False
+        self._rr = itertools.count()
+        self._stats_lock = threading.Lock()
+        self._busy_sample: tuple[float, list[float]] | None = None
+        self._busy: list[float] = [0.0] * contexts
+        self._engines: list[Engine] = []
+        try:
+            for i in range(contexts):
+                self._engines.append(Engine(i, self, ring_entries))
+        except BaseException:
+            for e in self._engines:
+                e.close()
+            raise
+
+    def __repr__(self) -> str:
+        return (
+            f"<Scheduler {self.id} contexts={len(self._engines)} dispatch={self.dispatch} "
+            f"token={self._token} mode={self._mode}>"
+        )
+
+    @property
+    def contexts(self) -> int:
+        return len(self._engines)
+
+    # -- submitting work ----------------------------------------------------------------------
+    def submit(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
+        """Schedule *coro* on one context (chosen by the dispatch policy); any thread."""
+        _check_coro(coro, "submit")
+        engine = self._pick()
+        task = Task(coro, engine, name)
+        if engine.thread_ident == threading.get_ident() and self._accepting:
+            engine.live.add(task)  # own context: its flag is 1 while it runs (see module doc)
+            engine.ready.append(task)
+            return task
+        with self._lock:
+            if not self._accepting:
+                coro.close()
+                raise RuntimeError(
+                    "this Scheduler no longer accepts work: its loop() has finished or it was "
+                    "stopped; create a new Scheduler"
+                )
+            if not engine.stop_flag:
+                engine.stop_flag = 1
+                self._token += 1
+            engine.live.add(task)
+            engine.push(task)
+        return task
+
+    def _pick(self) -> Engine:
+        engines = self._engines
+        if self.dispatch == "round_robin":
+            return engines[next(self._rr) % len(engines)]
+        return min(engines, key=Engine.load)
+
+    def _context_idle(self, engine: Engine) -> None:
+        """Called by a context with nothing ready, in flight or parked (owner thread)."""
+        with self._lock:
+            if engine.ready or engine.calls or not engine.stop_flag:
+                if not engine.stop_flag and self._token == 0 and self._mode == "loop":
+                    self._finish_locked()
+                return
+            engine.stop_flag = 0
+            self._token -= 1
+            if self._token == 0 and self._mode == "loop":
+                self._finish_locked()
+
+    def _finish_locked(self) -> None:
+        self._accepting = False
+        for e in self._engines:
+            e.request_stop()
+        self._done.set()
+
+    # -- running ------------------------------------------------------------------------------
+    def _start_threads(self) -> None:
+        for e in self._engines:
+            t = threading.Thread(
+                target=self._thread_main,
+                args=(e,),
+                name=f"tinycoro-{self.id}-ctx{e.id}",
+                daemon=True,
+            )
+            self._threads.append(t)
+        for t in self._threads:
+            t.start()
+
+    def _thread_main(self, engine: Engine) -> None:
+        try:
+            engine.run()
+        except BaseException as e:  # a runtime bug: stop everything and report it from loop()
+            log.exception("tinycoro context %s crashed", engine.id)
+            with self._lock:
+                self._crash = e
+                self._finish_locked()
+
+    def loop(self, deadlock_timeout: float | None = None) -> None:
+        """Run until the stop token reaches 0 (all work done), then join every context.
+
+        Raises :class:`DeadlockError` if, for *deadlock_timeout* seconds, every context was idle
+        with no I/O or timer pending while tasks stayed parked. Without a timeout, that state
+        is logged as a warning every 10 seconds instead.
+        """
+        deadlock_timeout = _check_timeout("deadlock_timeout", deadlock_timeout)
+        if _local.engine is not None:
+            raise RuntimeError("loop() cannot run inside a tinycoro task; await the work instead")
+        if self._mode is not None:
+            raise RuntimeError(f"loop() needs a fresh Scheduler; this one is in {self._mode!r} mode")
+        if self._closed:
+            raise RuntimeError("this Scheduler is closed")
+        self._mode = "loop"
+        with self._lock:
+            if self._token == 0:
+                self._finish_locked()
+        self._start_threads()
+        deadlock: DeadlockError | None = None
+        try:
+            deadlock = self._watch(deadlock_timeout)
+        except BaseException:  # KeyboardInterrupt in the caller: cancel everything, clean up
+            self._shutdown(cancel_timeout=1.0)
+            raise
+        self._shutdown(cancel_timeout=0.0)
+        if self._crash is not None:
+            raise RuntimeError("a tinycoro context crashed") from self._crash
+        if deadlock is not None:
+            raise deadlock
+
+    def _watch(self, deadlock_timeout: float | None) -> DeadlockError | None:
+        """Wait for the token to reach 0, watching for the all-parked state meanwhile."""
+        poll = 0.05 if deadlock_timeout is None else min(0.05, max(deadlock_timeout / 10, 0.005))
+        since = None
+        marker = None
+        warned_at = 0.0
+        while not self._done.wait(poll):
+            state = self._stalled()
+            now = time.monotonic()
+            if state is None:
+                since = None
+                continue
+            if since is None or state != marker:
+                since, marker, warned_at = now, state, 0.0
+                continue
+            stalled = now - since
+            if deadlock_timeout is not None and stalled >= deadlock_timeout:
+                err = self._deadlock_error(stalled)
+                with self._lock:
+                    self._finish_locked()
+                return err
+            if deadlock_timeout is None and stalled - warned_at >= WARN_EVERY:
+                warned_at = stalled
+                log.warning("%s", self._deadlock_error(stalled))
+        return None
+
+    def _stalled(self) -> tuple[int, ...] | None:
+        """A progress marker if every context sleeps with only parked tasks, else None."""
+        parked = 0
+        for e in self._engines:
+            if not e.sleeping or e.ready or e.calls or e.inflight or e.unsubmitted:
+                return None
+            parked += len(e.parked)
+        if not parked:
+            return None
+        return tuple(e.wakeups for e in self._engines) + tuple(e.steps for e in self._engines)
+
+    def _deadlock_error(self, seconds: float) -> DeadlockError:
+        entries = []
+        for e in self._engines:
+            for _ in range(3):
+                try:
+                    items = list(e.parked.items())
+                    break
+                except RuntimeError:  # changed while copying; the state is no longer stalled
+                    items = []
+            for task, ticket in items:
+                entries.append((repr(task), repr(ticket.what)))
+        lines = "\n".join(f"  {t} waits on {w}" for t, w in entries)
+        msg = (
+            f"deadlock: for {seconds:.1f} s every context was idle with no I/O or timer pending, "
+            f"yet {len(entries)} task(s) stay parked and nothing in the scheduler can wake them:\n"
+            f"{lines}"
+        )
+        return DeadlockError(msg, entries)
+
+    def start(self) -> "Scheduler":
+        """Long-lived mode: start the context threads; idle contexts sleep until stop()."""
+        if self._mode is not None:
+            raise RuntimeError(f"start() needs a fresh Scheduler; this one is in {self._mode!r} mode")
+        if self._closed:
+            raise RuntimeError("this Scheduler is closed")
+        self._mode = "long"
+        self._start_threads()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop accepting work, cancel every task left, wait up to *timeout* s for them to
+        unwind, then stop the contexts, join their threads and close the rings."""
+        timeout = _check_timeout("timeout", timeout)
+        if _local.engine is not None and _local.engine.scheduler is self and not getattr(
+            _local.engine, "guest", False
+        ):
+            raise RuntimeError("stop() cannot be called from one of this scheduler's own tasks")
+        self._shutdown(cancel_timeout=5.0 if timeout is None else timeout)
+
+    def _shutdown(self, cancel_timeout: float) -> None:
+        if self._closed:
+            return
+        with self._lock:
+            self._accepting = False
+        if self._threads and cancel_timeout > 0:
+            deadline = time.monotonic() + cancel_timeout
+            for e in self._engines:
+                for t in list(e.live):
+                    t.cancel()
+            while any(e.live for e in self._engines) and time.monotonic() < deadline:
+                if self._crash is not None:
+                    break
+                time.sleep(0.002)  # shutdown path only: tasks are unwinding their finally blocks
+        with self._lock:
+            self._finish_locked()
+        for t in self._threads:
+            t.join()
+        self._closed = True
+        leftovers = []
+        for e in self._engines:
+            leftovers.extend(e.live)
+            leftovers.extend(e.ready)
+            e.live.clear()
+            e.ready.clear()
+            e.parked.clear()
+            e.close()
+        for task in dict.fromkeys(leftovers):
+            if task.done():
+                continue
+            coro = task._coro
+            try:
+                coro.close()
+            except BaseException:  # noqa: BLE001 - a finally block that awaited; nothing to run it
+                pass
+            task._finish(None, Cancelled())
+
+    def __enter__(self) -> "Scheduler":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def run_sync(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        """From a thread that is not one of this scheduler's contexts: run *coro* on the
+        scheduler and block until it returns (or raise what it raised).
+
+        On *timeout* the task is cancelled and ``TimeoutError`` raised.
+        """
+        timeout = _check_timeout("timeout", timeout)
+        _check_coro(coro, "run_sync")
+        if _local.engine is not None and not getattr(_local.engine, "guest", False):
+            coro.close()
+            raise RuntimeError("run_sync() would block a tinycoro context; await the coroutine")
+        if self._mode != "long":
+            coro.close()
+            raise RuntimeError("run_sync() needs a started Scheduler (start() or `with`)")
+        task = self.submit(coro)
+        done = threading.Event()
+        task._add_done_callback(lambda _t: done.set())
+        if not done.wait(timeout):
+            task.cancel()
+            done.wait(1.0)
+            raise TimeoutError(f"run_sync: {task.name} did not finish within {timeout} s")
+        return task.result()
+
+    # -- statistics ---------------------------------------------------------------------------
+    def stats(self) -> SchedulerStats:
+        """A consistent-enough snapshot for widgets and tests; any thread, no locks held long."""
+        busy = self._sample_busy()
+        ctxs = tuple(
+            ContextStats(
+                id=e.id,
+                queued=len(e.ready),
+                io_pending=e.unsubmitted,
+                io_inflight=len(e.inflight),
+                parked=len(e.parked),
+                tasks_run=e.tasks_run,
+                busy=busy[e.id],
+                stop_flag=e.stop_flag,
+                sleeping=e.sleeping,
+            )
+            for e in self._engines
+        )
+        running = bool(self._threads) and not self._closed
+        return SchedulerStats(
+            stop_token=self._token,
+            accepting=self._accepting,
+            running=running,
+            contexts=ctxs,
+        )
+
+    def _sample_busy(self, min_interval: float = 0.1) -> list[float]:
+        now = time.perf_counter()
+        with self._stats_lock:
+            asleep = []
+            for e in self._engines:
+                since = e.sleep_since
+                asleep.append(e.sleep_total + (now - since if since else 0.0))
+            prev = self._busy_sample
+            if prev is None:
+                self._busy_sample = (now, asleep)
+            elif now - prev[0] >= min_interval:
+                dt = now - prev[0]
+                running = bool(self._threads) and not self._closed
+                self._busy = [
+                    min(1.0, max(0.0, 1.0 - (a - b) / dt)) if running else 0.0
+                    for a, b in zip(asleep, prev[1])
+                ]
+                self._busy_sample = (now, asleep)
+            return list(self._busy)

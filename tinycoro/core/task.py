@@ -1,0 +1,179 @@
+"""Task: a native coroutine bound to one context for life (DESIGN rule 1)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Generator
+
+from .errors import Cancelled
+from .traps import Park, park
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .engine import Engine
+
+log = logging.getLogger("tinycoro")
+
+_ids = itertools.count(1)
+
+# Joining is the one place where a task's completion (on its own context) races with another
+# thread registering interest. One short process-wide lock orders the two; it is never held
+# across an await, and the work under it is a few attribute writes.
+_join_lock = threading.Lock()
+
+PENDING, DONE = "pending", "done"
+
+
+class Task:
+    """A coroutine scheduled on one context. ``await task`` joins it.
+
+    Only the owning context steps the coroutine. Other threads reach the task through
+    ``_wake`` (rescheduling it on its own context) and ``cancel``.
+    """
+
+    __slots__ = (
+        "_coro",
+        "id",
+        "name",
+        "_engine",
+        "_state",
+        "_value",
+        "_exc",
+        "_result",
+        "_exception",
+        "_waiting",
+        "_cancel_exc",
+        "_joiners",
+        "_retrieved",
+        "__weakref__",
+    )
+
+    def __init__(self, coro: Any, engine: "Engine", name: str | None = None) -> None:
+        self._coro = coro
+        self.id: int = next(_ids)
+        self.name: str = name or getattr(coro, "__qualname__", type(coro).__name__)
+        self._engine = engine
+        self._state = PENDING
+        self._value: Any = None  # sent into the coroutine at its next step
+        self._exc: BaseException | None = None  # thrown into it instead, if set
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiting: Any = None  # the Op or Park it is suspended on, for cancel and reports
+        self._cancel_exc: BaseException | None = None  # requested, not yet delivered
+        self._joiners: list | None = []
+        self._retrieved = False
+
+    # -- public API ------------------------------------------------------------------------
+    @property
+    def context(self) -> int | None:
+        """Id of the context this task runs on (None for a notebook cell's own engine)."""
+        return self._engine.id
+
+    def done(self) -> bool:
+        return self._state is DONE
+
+    def result(self) -> Any:
+        """The return value; re-raises the task's exception; RuntimeError if not done yet."""
+        if self._state is not DONE:
+            raise RuntimeError(f"{self!r} has not finished yet")
+        self._retrieved = True
+        if self._exception is not None:
+            raise self._exception
+        return self._result
+
+    def exception(self) -> BaseException | None:
+        if self._state is not DONE:
+            raise RuntimeError(f"{self!r} has not finished yet")
+        self._retrieved = True
+        return self._exception
+
+    def cancelled(self) -> bool:
+        return self._state is DONE and isinstance(self._exception, Cancelled)
+
+    def cancel(self) -> bool:
+        """Ask for ``tc.Cancelled`` to be raised at the task's pending await. Any thread.
+
+        Returns False if the task has already finished. The in-flight operation, if any, is
+        cancelled in the kernel; its buffer stays alive until its completion arrives.
+        """
+        return self._interrupt(Cancelled())
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        if self._state is not DONE:
+            from .local import _local
+
+            me = _local.task
+            if me is None:
+                raise RuntimeError(f"{self!r} awaited outside a tinycoro task")
+            if me is self:
+                raise RuntimeError(f"{self!r} cannot await itself")
+            with _join_lock:
+                registered = self._state is not DONE
+                if registered:
+                    self._joiners.append(me)
+            if registered:
+                yield from park(Park(lambda: self._unjoin(me), self))
+        return self.result()
+
+    def __repr__(self) -> str:
+        where = self._engine.id
+        state = self._state
+        if state is not DONE and self._waiting is not None:
+            w = self._waiting
+            state = f"waiting on {getattr(w, 'what', None) or w!r}"
+        return f"<Task {self.id} {self.name!r} on context {where}: {state}>"
+
+    # -- runtime internals ---------------------------------------------------------------------
+    def _wake(self, value: Any = None) -> None:
+        """Resume this parked task with *value*, on its own context. Any thread."""
+        self._value = value
+        self._engine.push(self)
+
+    def _interrupt(self, exc: BaseException) -> bool:
+        if self._state is DONE:
+            return False
+        if self._cancel_exc is None:
+            self._cancel_exc = exc
+            self._engine.call_soon(self._engine.deliver_cancel, self)
+        return True
+
+    def _unjoin(self, joiner: "Task") -> bool:
+        with _join_lock:
+            if self._joiners is not None and joiner in self._joiners:
+                self._joiners.remove(joiner)
+                return True
+        return False
+
+    def _add_done_callback(self, fn: Callable[["Task"], None]) -> None:
+        """Call ``fn(task)`` when done (on the task's context), or now if already done."""
+        with _join_lock:
+            pending = self._state is not DONE
+            if pending:
+                self._joiners.append(fn)
+        if not pending:
+            fn(self)
+
+    def _finish(self, result: Any, exc: BaseException | None) -> None:
+        """Record the outcome and wake every joiner on its own context (owner thread only)."""
+        self._result = result
+        self._exception = exc
+        self._coro = None
+        self._waiting = None
+        with _join_lock:
+            self._state = DONE
+            joiners, self._joiners = self._joiners, None
+        for j in joiners:
+            if type(j) is Task:
+                j._wake(None)
+            else:
+                j(self)
+
+    def __del__(self) -> None:
+        if self._state is DONE and self._exception is not None and not self._retrieved:
+            if not isinstance(self._exception, Cancelled):
+                log.error(
+                    "exception in %r was never retrieved",
+                    self,
+                    exc_info=(type(self._exception), self._exception, self._exception.__traceback__),
+                )

@@ -1,0 +1,200 @@
+"""The io_uring binding, and the only module of tinycoro that imports ``liburing``.
+
+Everything above this module speaks in terms of :class:`Ring` (one io_uring instance plus the
+eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
+
+Facts about the binding (``liburing`` 2024.5.3, kernel 6.18), measured on the 2-core CI machine.
+They are why the code below looks the way it does:
+
+* The 2026.x wheels of ``liburing`` are built with AVX-512 instructions (``vmovups %zmm0`` in
+  ``Ring.__new__``) and die with SIGILL on CPUs that lack them. 2024.5.3 ships as an sdist and is
+  compiled on the machine that installs it, so it runs everywhere. Its API differs from 2026.x:
+  ``io_uring()`` / ``io_uring_cqe()`` objects, buffers passed as typed memoryviews *with an
+  explicit length* (so a slice of a reused buffer works), and ``cqe.res`` is the raw result: a
+  negative errno is returned, not raised.
+* Every waiting call (``io_uring_wait_cqe`` and friends) holds the GIL for the whole wait: another
+  Python thread is frozen meanwhile. A context therefore never waits in the binding; it registers
+  an eventfd with the ring and blocks in ``os.eventfd_read``, which releases the GIL.
+* ``io_uring_prep_openat`` stores a ``char*`` into the path object. If that object dies before
+  the SQE is submitted, the kernel reads freed memory (seen: ENOENT for a path that exists). The
+  caller must keep the path bytes alive; an :class:`~tinycoro.core.ops.Op` keeps its arguments.
+* ``io_uring_peek_batch_cqe(ring, cqes, n)`` with ``n > 1`` writes ``n`` pointers into a field
+  that holds one: memory corruption. ``io_uring_for_each_cqe`` is a macro loop with an empty body.
+  The only safe way to reap is ``io_uring_peek_cqe`` + ``io_uring_cqe_seen``, one CQE at a time.
+  ``io_uring_peek_cqe`` also flushes the kernel's CQ overflow list when it has to, so completions
+  beyond the CQ's 2 x entries are not lost.
+* ``io_uring_get_sqe`` returns a *falsy* SQE object (NULL inside) when the SQ is full.
+* ``user_data`` 0 is rejected by the SQE setter, and ``cqe[i]`` treats 0 as "no entry".
+* Buffer arguments are typed memoryviews (``unsigned char[:]``), so an empty buffer raises
+  IndexError at ``&buf[0]``: zero-length reads and writes never reach this module.
+* ``io_uring_cq_eventfd_toggle`` flips a flag in the shared CQ ring (no system call): a context
+  turns eventfd notifications off while it is awake and on just before it sleeps.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import liburing as _L
+
+__all__ = [
+    "Ring",
+    "IoUringUnavailable",
+    "sockaddr_in",
+    "prep_nop",
+    "prep_read",
+    "prep_write",
+    "prep_openat",
+    "prep_close",
+    "prep_fsync",
+    "prep_timeout",
+    "prep_cancel",
+    "prep_accept",
+    "prep_connect",
+    "prep_recv",
+    "prep_send",
+    "prep_shutdown",
+    "timespec",
+]
+
+# -- SQE preparation. Each takes the SQE first; the engine sets user_data afterwards. -----------
+prep_nop = _L.io_uring_prep_nop
+prep_read = _L.io_uring_prep_read  # (sqe, fd, buf, nbytes, offset)
+prep_write = _L.io_uring_prep_write  # (sqe, fd, buf, nbytes, offset)
+prep_openat = _L.io_uring_prep_openat  # (sqe, path: bytes, flags, mode, dfd)
+prep_close = _L.io_uring_prep_close  # (sqe, fd)
+prep_fsync = _L.io_uring_prep_fsync  # (sqe, fd, flags)
+prep_timeout = _L.io_uring_prep_timeout  # (sqe, timespec, count, flags)
+prep_cancel = _L.io_uring_prep_cancel64  # (sqe, user_data, flags)
+prep_accept = _L.io_uring_prep_accept  # (sqe, fd, sockaddr|None, flags)
+prep_connect = _L.io_uring_prep_connect  # (sqe, fd, sockaddr)
+prep_recv = _L.io_uring_prep_recv  # (sqe, fd, buf, nbytes, flags)
+prep_send = _L.io_uring_prep_send  # (sqe, fd, buf, nbytes, flags)
+prep_shutdown = _L.io_uring_prep_shutdown  # (sqe, fd, how)
+timespec = _L.timespec  # timespec(seconds: float); keep it alive until the CQE arrives
+
+
+def sockaddr_in(family: int, host: str, port: int):
+    """A kernel socket address for ``connect``; keep it alive until the CQE arrives."""
+    return _L.sockaddr(family, host.encode(), port)
+
+
+class IoUringUnavailable(RuntimeError):
+    """io_uring cannot be used in this process (disabled by sysctl, seccomp, or an old kernel)."""
+
+
+def _unavailable(exc: OSError) -> IoUringUnavailable:
+    try:
+        with open("/proc/sys/kernel/io_uring_disabled") as f:
+            disabled = f.read().strip()
+    except OSError:
+        disabled = "?"
+    hint = (
+        "io_uring is disabled on this machine (sysctl kernel.io_uring_disabled={}); enable it "
+        "with `sysctl -w kernel.io_uring_disabled=0` (or 1 and add this user to the "
+        "kernel.io_uring_group), and allow the io_uring_setup/io_uring_enter/io_uring_register "
+        "system calls in the container's seccomp profile".format(disabled)
+    )
+    return IoUringUnavailable(f"cannot create an io_uring instance: {exc}. {hint}")
+
+
+class Ring:
+    """One io_uring instance and the eventfd that its completions signal.
+
+    Created on any thread, then used only by the one thread that owns it (DESIGN rule 2).
+    """
+
+    __slots__ = ("_ring", "_cqe", "efd", "entries", "_open")
+
+    def __init__(self, entries: int) -> None:
+        if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
+            raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
+        ring = _L.io_uring()
+        try:
+            _L.io_uring_queue_init(entries, ring, 0)
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                raise _unavailable(exc) from None
+            raise
+        try:
+            efd = os.eventfd(0, os.EFD_CLOEXEC)
+        except BaseException:
+            _L.io_uring_queue_exit(ring)
+            raise
+        try:
+            _L.io_uring_register_eventfd(ring, efd)
+        except BaseException:
+            os.close(efd)
+            _L.io_uring_queue_exit(ring)
+            raise
+        self._ring = ring
+        self._cqe = _L.io_uring_cqe()
+        self.efd = efd
+        self.entries = entries
+        self._open = True
+        # Completions post to the eventfd only while the owner sleeps (see notify_on).
+        _L.io_uring_cq_eventfd_toggle(ring, False)
+
+    # -- submission ---------------------------------------------------------------------------
+    def get_sqe(self):
+        """A free SQE; when the SQ is full, submit what is queued and take one again."""
+        sqe = _L.io_uring_get_sqe(self._ring)
+        if not sqe:
+            self.submit()
+            sqe = _L.io_uring_get_sqe(self._ring)
+            if not sqe:  # pragma: no cover - the kernel consumed nothing; cannot happen
+                raise RuntimeError("io_uring SQ still full after submit")
+        return sqe
+
+    def submit(self) -> int:
+        """Hand every prepared SQE to the kernel. Retries while the kernel says EINTR."""
+        while True:
+            try:
+                return _L.io_uring_submit(self._ring)
+            except InterruptedError:
+                continue
+
+    def sq_ready(self) -> int:
+        return _L.io_uring_sq_ready(self._ring)
+
+    # -- completion ---------------------------------------------------------------------------
+    def reap(self, out: list, limit: int = 1 << 30) -> int:
+        """Append ``(user_data, res, flags)`` for each ready CQE to *out*; return how many."""
+        ring = self._ring
+        cqe = self._cqe
+        peek = _L.io_uring_peek_cqe
+        seen = _L.io_uring_cqe_seen
+        n = 0
+        while n < limit and peek(ring, cqe) == 0:
+            out.append((cqe.user_data, cqe.res, cqe.flags))
+            seen(ring, cqe)
+            n += 1
+        return n
+
+    def cq_ready(self) -> int:
+        return _L.io_uring_cq_ready(self._ring)
+
+    def has_overflow(self) -> bool:
+        return _L.io_uring_cq_has_overflow(self._ring)
+
+    def notify_on(self, enabled: bool) -> None:
+        """Let completions write the eventfd (before sleeping) or not (while awake)."""
+        _L.io_uring_cq_eventfd_toggle(self._ring, enabled)
+
+    # -- teardown -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Unregister and close. The caller first waits for every in-flight CQE (rule 8)."""
+        if not self._open:
+            return
+        self._open = False
+        try:
+            _L.io_uring_unregister_eventfd(self._ring)
+        except OSError:
+            pass
+        _L.io_uring_queue_exit(self._ring)
+        os.close(self.efd)
+
+    @property
+    def closed(self) -> bool:
+        return not self._open
