@@ -22,3 +22,18 @@ def open_fds() -> set[int]:
 
 def tinycoro_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("tinycoro-")]
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
+    """Block the calling (non-context) thread until *predicate()* holds.
+
+    Used to wait for a runtime *state* (a context asleep in its eventfd, a task parked), which
+    has no event of its own; fails loudly instead of hanging.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.0005)

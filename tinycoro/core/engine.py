@@ -169,7 +169,11 @@ class Engine:
         """Resume *task* once and act on the trap it yields next."""
         _local.task = task
         waiting = task._waiting
-        if waiting is not None:
+        if waiting is None:
+            if task._cancel_exc is not None and task._exc is None:
+                # Not started yet, or resumed after yield_now: that is its pending await.
+                task._exc, task._cancel_exc = task._cancel_exc, None
+        else:
             task._waiting = None
             if type(waiting) is Park:
                 del self.parked[task]

@@ -264,7 +264,8 @@ class Scheduler:
                 except RuntimeError:  # changed while copying; the state is no longer stalled
                     items = []
             for task, ticket in items:
-                entries.append((repr(task), repr(ticket.what)))
+                what = ticket.what
+                entries.append((repr(task), what._short() if type(what) is Task else repr(what)))
         lines = "\n".join(f"  {t} waits on {w}" for t, w in entries)
         msg = (
             f"deadlock: for {seconds:.1f} s every context was idle with no I/O or timer pending, "

@@ -117,12 +117,16 @@ class Task:
         return self.result()
 
     def __repr__(self) -> str:
-        where = self._engine.id
         state = self._state
         if state is not DONE and self._waiting is not None:
             w = self._waiting
-            state = f"waiting on {getattr(w, 'what', None) or w!r}"
-        return f"<Task {self.id} {self.name!r} on context {where}: {state}>"
+            what = getattr(w, "what", None) or w
+            # A task waiting on a task is named briefly: a join cycle must not recurse.
+            state = f"waiting on {what._short() if type(what) is Task else repr(what)}"
+        return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
+
+    def _short(self) -> str:
+        return f"<Task {self.id} {self.name!r}>"
 
     # -- runtime internals ---------------------------------------------------------------------
     def _wake(self, value: Any = None) -> None:

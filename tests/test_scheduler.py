@@ -1,0 +1,337 @@
+"""Scheduler: dispatch, foreign submits, the stop protocol, deadlocks, long-lived mode, leaks."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+import tinycoro as tc
+from conftest import open_fds, tinycoro_threads, wait_until
+
+
+def test_relay_of_10000_tasks_across_contexts(contexts):
+    # Each task submits the next one (round robin: onto the next context) and ends. loop() may
+    # return only after the last hop: the token must not reach 0 while a hop is in transit.
+    n = 10_000
+    sched = tc.Scheduler(contexts)
+    hops = []
+
+    async def hop(i):
+        hops.append((i, tc.current_context()))
+        if i < n:
+            tc.spawn(hop(i + 1))
+
+    sched.submit(hop(0))
+    sched.loop()
+    assert len(hops) == n + 1
+    assert sorted(i for i, _ in hops) == list(range(n + 1))
+    assert {c for _, c in hops} == set(range(contexts))
+    assert sched.stats().stop_token == 0
+
+
+def test_submits_from_100_foreign_threads_before_and_during_loop(contexts):
+    sched = tc.Scheduler(contexts)
+    results = []
+    lock = threading.Lock()
+
+    async def job(i):
+        await tc.yield_now()
+        with lock:
+            results.append(i)
+
+    def submitter(i):
+        sched.submit(job(i))
+
+    before = [threading.Thread(target=submitter, args=(i,)) for i in range(50)]
+    for t in before:
+        t.start()
+    for t in before:
+        t.join()
+
+    # The "during" threads submit while a keeper task holds the run open; the keeper ends once
+    # all of them have submitted, so every submit happens while loop() runs.
+    submitted = threading.Semaphore(0)
+    started = threading.Event()
+
+    async def keeper():
+        started.set()
+        for _ in range(50):
+            while not submitted.acquire(blocking=False):
+                await tc.sleep(0.001)
+
+    def during(i):
+        started.wait()
+        sched.submit(job(i))
+        submitted.release()
+
+    sched.submit(keeper())
+    threads = [threading.Thread(target=during, args=(50 + i,)) for i in range(50)]
+    for t in threads:
+        t.start()
+    sched.loop()
+    for t in threads:
+        t.join()
+    assert sorted(results) == list(range(100))
+
+
+def test_stop_token_before_during_and_after(contexts):
+    sched = tc.Scheduler(contexts)
+    assert sched.stats().stop_token == 0
+    assert sched.stats().accepting and not sched.stats().running
+    seen = []
+
+    async def work():
+        st = sched.stats()
+        seen.append((st.stop_token, st.running, st.contexts[tc.current_context()].stop_flag))
+        await tc.sleep(0.01)
+
+    n = min(contexts, 2)
+    for _ in range(n):  # round robin: one task on each of the first n contexts
+        sched.submit(work())
+    before = sched.stats()
+    assert before.stop_token == n
+    assert [c.stop_flag for c in before.contexts] == [1] * n + [0] * (contexts - n)
+    sched.loop()
+    assert len(seen) == n
+    for token, running, flag in seen:
+        assert 1 <= token <= n and running and flag == 1
+    after = sched.stats()
+    assert after.stop_token == 0 and not after.accepting and not after.running
+    assert all(c.stop_flag == 0 for c in after.contexts)
+
+
+def test_loop_with_no_work_returns_and_refuses_later_submits():
+    sched = tc.Scheduler(2)
+    sched.loop()
+
+    async def late():
+        pass
+
+    with pytest.raises(RuntimeError, match="no longer accepts work"):
+        sched.submit(late())
+    with pytest.raises(RuntimeError, match="fresh Scheduler"):
+        sched.loop()
+
+
+def test_submit_after_loop_finished_is_refused(contexts):
+    sched = tc.Scheduler(contexts)
+
+    async def work():
+        await tc.sleep(0.001)
+
+    sched.submit(work())
+    sched.loop()
+
+    async def late():
+        pass
+
+    with pytest.raises(RuntimeError, match="no longer accepts work"):
+        sched.submit(late())
+
+
+def test_deadlock_error_names_parked_tasks(contexts):
+    # main joins a child that joins main: both are parked and nothing can ever wake them.
+    async def child(parent):
+        await parent
+
+    async def main():
+        await tc.spawn(child(tc.current_task()), name="the-child")
+
+    with pytest.raises(tc.DeadlockError) as info:
+        tc.run(main(), contexts=contexts, deadlock_timeout=1)
+    msg = str(info.value)
+    assert "the-child" in msg and "main" in msg
+    assert len(info.value.parked) == 2
+    assert not tinycoro_threads()
+
+
+def test_deadlock_without_timeout_logs_a_warning(monkeypatch, caplog):
+    from tinycoro.core import scheduler as sched_mod
+
+    monkeypatch.setattr(sched_mod, "WARN_EVERY", 0.2)
+    sched = tc.Scheduler(1)
+    release = threading.Event()
+    warned = threading.Event()
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            if "deadlock" in record.getMessage():
+                warned.set()
+                release.set()
+
+    handler = Catch()
+    logging.getLogger("tinycoro").addHandler(handler)
+    try:
+
+        async def parked_joiner():
+            # joins a task that is itself parked on a join of... us: only the watchdog sees it
+            await tc.spawn(partner(tc.current_task()))
+
+        async def partner(p):
+            await p
+
+        task = sched.submit(parked_joiner())
+        runner = threading.Thread(target=sched.loop)
+        runner.start()
+        assert release.wait(10), "no deadlock warning was logged"
+        task.cancel()  # a thread outside the scheduler can still end it
+        runner.join(10)
+        assert not runner.is_alive()
+        assert warned.is_set()
+    finally:
+        logging.getLogger("tinycoro").removeHandler(handler)
+
+
+def test_least_loaded_dispatch_spreads_work():
+    sched = tc.Scheduler(2, dispatch="least_loaded")
+    where = []
+
+    async def job():
+        where.append(tc.current_context())
+        await tc.sleep(0.05)
+
+    for _ in range(10):
+        sched.submit(job())
+    sched.loop()
+    assert sorted(where).count(0) == 5 and sorted(where).count(1) == 5
+
+
+def test_long_lived_mode_run_sync_and_stop():
+    with tc.Scheduler(2) as sched:
+        assert sched.stats().running
+
+        async def add(a, b):
+            await tc.sleep(0.001)
+            return a + b
+
+        assert sched.run_sync(add(2, 3)) == 5
+        # idle contexts sleep instead of stopping
+        wait_until(lambda: all(c.sleeping for c in sched.stats().contexts), what="idle contexts")
+        assert sched.run_sync(add(1, 1)) == 2
+
+        async def boom():
+            raise ValueError("bad")
+
+        with pytest.raises(ValueError, match="bad"):
+            sched.run_sync(boom())
+
+        async def forever():
+            await tc.sleep(60)
+
+        with pytest.raises(TimeoutError):
+            sched.run_sync(forever(), timeout=0.05)
+    assert not sched.stats().running
+    assert not tinycoro_threads()
+
+
+def test_stop_cancels_what_is_left_and_runs_finally_blocks():
+    sched = tc.Scheduler(2).start()
+    entered = threading.Event()
+    cleaned = []
+
+    async def long_job(i):
+        try:
+            entered.set()
+            await tc.sleep(60)
+        finally:
+            cleaned.append(i)
+
+    tasks = [sched.submit(long_job(i)) for i in range(6)]
+    assert entered.wait(5)
+    wait_until(lambda: sum(c.io_inflight for c in sched.stats().contexts) == 6, what="6 timers")
+    sched.stop()
+    assert sorted(cleaned) == list(range(6))
+    assert all(t.cancelled() for t in tasks)
+    assert not tinycoro_threads()
+
+
+def test_run_sync_from_a_context_is_refused():
+    with tc.Scheduler(1) as sched:
+
+        async def inner():
+            return 1
+
+        async def outer():
+            coro = inner()
+            with pytest.raises(RuntimeError, match="would block"):
+                sched.run_sync(coro)
+            return "ok"
+
+        assert sched.run_sync(outer()) == "ok"
+
+
+def test_context_sleep_releases_the_gil():
+    # A context blocked in its sleep point must not hold the GIL: this thread keeps running
+    # Python code (and would hang here, failing by timeout, if it did not).
+    with tc.Scheduler(1) as sched:
+
+        async def nap():
+            await tc.sleep(30)
+
+        task = sched.submit(nap())
+        wait_until(lambda: sched.stats().contexts[0].sleeping, what="context asleep")
+        total = 0
+        for i in range(2_000_000):
+            total += i
+        assert sched.stats().contexts[0].sleeping and not task.done()
+        task.cancel()
+    assert total == 1999999000000
+
+
+def test_no_fd_or_thread_left_behind(contexts, tmp_path):
+    fds_before = open_fds()
+    threads_before = set(threading.enumerate())
+
+    async def main():
+        await tc.io.write_file(tmp_path / "f", b"data")
+        assert await tc.io.read_file(tmp_path / "f") == b"data"
+        lst = await tc.net.listen()
+
+        async def serve():
+            conn = await lst.accept()
+            await conn.sendall(await conn.recv())
+            await conn.close()
+
+        server = tc.spawn(serve())
+        conn = await tc.net.connect("127.0.0.1", lst.port)
+        await conn.sendall(b"ping")
+        assert await conn.recv() == b"ping"
+        await conn.close()
+        await server
+        await lst.close()
+
+    tc.run(main(), contexts=contexts)
+    with tc.Scheduler(contexts) as sched:
+        sched.run_sync(main())
+    assert open_fds() == fds_before
+    assert set(threading.enumerate()) == threads_before
+
+
+def test_stats_shape(contexts):
+    sched = tc.Scheduler(contexts)
+    st = sched.stats()
+    assert len(st.contexts) == contexts
+    assert [c.id for c in st.contexts] == list(range(contexts))
+    for c in st.contexts:
+        assert 0.0 <= c.busy <= 1.0
+        assert c.queued == c.io_inflight == c.parked == c.tasks_run == 0
+    sched.loop()
+
+
+def test_stats_count_tasks_and_busy():
+    with tc.Scheduler(1) as sched:
+
+        async def spin(until):
+            while time.monotonic() < until:  # CPU work, no await: the context stays awake
+                pass
+
+        sched.stats()  # opens a sampling interval (busy is measured over >= 0.1 s)
+        end = time.monotonic() + 0.15
+        for _ in range(5):
+            sched.run_sync(spin(end))
+        st = sched.stats()
+        assert st.contexts[0].tasks_run == 5
+        assert 0.0 < st.contexts[0].busy <= 1.0
