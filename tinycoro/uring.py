@@ -193,7 +193,10 @@ class Ring:
         except OSError:
             pass
         _L.io_uring_queue_exit(self._ring)
-        os.close(self.efd)
+        # Forget the number before closing it: a late wake() from another thread must not
+        # write into whatever file reuses this descriptor number next.
+        efd, self.efd = self.efd, -1
+        os.close(efd)
 
     @property
     def closed(self) -> bool:

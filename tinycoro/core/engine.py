@@ -95,9 +95,12 @@ class Engine:
             self.wake()
 
     def wake(self) -> None:
+        efd = self.ring.efd
+        if efd < 0:  # the ring is closed: the engine has stopped for good
+            return
         try:
-            os.eventfd_write(self.ring.efd, 1)
-        except OSError:  # the ring is already closed: the engine has stopped
+            os.eventfd_write(efd, 1)
+        except OSError:
             pass
 
     def request_stop(self) -> None:
@@ -112,6 +115,10 @@ class Engine:
         run until the scheduler requests a stop, then cancel and wait out any I/O still in the
         kernel, so that no buffer is freed while the kernel may write into it.
         """
+        if _local.engine is not None:
+            raise RuntimeError(f"{_local.engine!r} already runs on this thread")
+        if self.ring.closed:
+            raise RuntimeError(f"{self!r} is closed")
         _local.engine = self
         self.thread_ident = threading.get_ident()
         ready = self.ready
