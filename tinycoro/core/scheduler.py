@@ -331,6 +331,15 @@ class Scheduler:
                 pass
             task._finish(None, Cancelled())
 
+    def __del__(self) -> None:
+        # A Scheduler that never ran still holds N rings and eventfds. (A running one cannot
+        # be collected: its context threads reference it.)
+        try:
+            if not self._closed and not self._threads:
+                self._shutdown(cancel_timeout=0.0)
+        except Exception:  # noqa: BLE001 - interpreter shutdown; nothing left to report to
+            pass
+
     def __enter__(self) -> "Scheduler":
         return self.start()
 
