@@ -31,18 +31,30 @@ from .core import (
     yield_now,
 )
 from .uring import IoUringUnavailable
+from . import sync
+from .channel import Channel
+from .combinators import TaskGroup, timeout, when_all, when_any
+from .sync import Condition, Event, Latch, Mutex, Semaphore, WaitGroup
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Cancelled",
+    "Channel",
     "ChannelClosed",
+    "Condition",
     "ContextStats",
     "DeadlockError",
+    "Event",
     "IoUringUnavailable",
+    "Latch",
+    "Mutex",
     "Scheduler",
     "SchedulerStats",
+    "Semaphore",
     "Task",
+    "TaskGroup",
+    "WaitGroup",
     "current_context",
     "current_task",
     "get_default_scheduler",
@@ -52,6 +64,10 @@ __all__ = [
     "set_default_scheduler",
     "sleep",
     "spawn",
+    "sync",
+    "timeout",
+    "when_all",
+    "when_any",
     "yield_now",
 ]
 

@@ -1,0 +1,399 @@
+"""Combinators: ``when_all``, ``when_any``, ``timeout`` and ``TaskGroup``.
+
+All of them are structured: they return or raise only after every task they started has
+finished, so no child outlives the call (a child that ignores cancellation delays them).
+
+``timeout`` and ``TaskGroup`` are *scopes*: a region of one task's code that another thread may
+interrupt. The interrupt is ``task._interrupt(signal)`` with the scope's own
+:class:`~tinycoro.sync._interrupts.ScopeSignal` (a ``tc.Cancelled`` subclass, so cleanup written
+for cancellation runs); the engine delivers it at the task's pending await, cancelling an
+in-flight io_uring op in the kernel or aborting a parked wait. The scope's ``__aexit__`` turns
+its own signal (recognised by identity) back into what it means: ``TimeoutError``, or the
+child's failure.
+
+The race that matters: the interrupt may be fired *just as the body finishes*. The firing thread
+and ``__aexit__`` decide under the scope's lock: either the scope is still armed, and the firing
+thread sets the task's pending interrupt inside that critical section; or ``__aexit__`` got there
+first and the scope will never fire. So when ``__aexit__`` finds the scope fired, the signal is
+already either delivered (it is the exception passing through) or still pending on the task, and
+a pending one is withdrawn (``task._cancel_exc`` is only ever written by other threads while it
+is None, so the owner thread can take its own signal back). Nothing can leak past the block.
+
+A task holds one pending interrupt at a time: a second one is dropped by the core. A scope whose
+signal was dropped (or lost in a merge, see ``keep_one``) marks itself; whenever a scope exits it
+re-delivers the outermost dropped signal of the scopes enclosing it, so e.g. an outer timeout
+that fired while an inner one was pending still takes effect.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import threading
+from types import TracebackType
+from typing import Any, Awaitable, Coroutine
+
+from .core.errors import Cancelled
+from .core.local import _local
+from .core.runtime import sleep, spawn
+from .core.task import Task
+from .sync._interrupts import ScopeSignal, keep_one
+from .sync.event import Event
+
+__all__ = ["TaskGroup", "timeout", "when_all", "when_any"]
+
+log = logging.getLogger("tinycoro")
+
+_IDLE, _ARMED, _FIRED, _EXITED = "idle", "armed", "fired", "exited"
+
+# The innermost active scope of each task. Only a task's own thread reads or writes its entry
+# (scopes are entered and exited by the task itself), so plain dict operations suffice.
+_innermost: dict[Task, "_Scope"] = {}
+
+
+class _Scope:
+    """Base of the scopes: enter/fire/exit bookkeeping, described in the module docstring."""
+
+    __slots__ = ("_lock", "_state", "_task", "_signal", "_outer", "_dropped", "_fired")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state = _IDLE
+        self._task: Task | None = None
+        self._signal: ScopeSignal | None = None
+        self._outer: _Scope | None = None
+        self._dropped = False
+        self._fired = False
+
+    def _enter(self) -> Task:
+        task = _local.task
+        if task is None:
+            raise RuntimeError(f"async with {type(self).__name__}: only inside a tinycoro task")
+        if self._state is not _IDLE:
+            raise RuntimeError(f"{self!r} cannot be entered twice; make a new one")
+        self._task = task
+        self._signal = ScopeSignal(self)
+        self._outer = _innermost.get(task)
+        _innermost[task] = self
+        self._state = _ARMED
+        return task
+
+    def _fire(self) -> None:
+        """Interrupt the body if it is still running; any thread."""
+        with self._lock:
+            if self._state is not _ARMED:
+                return
+            self._state = _FIRED
+            self._fired = True
+            task = self._task
+            task._interrupt(self._signal)
+            # Another interrupt was already pending: the core dropped ours; re-deliver later.
+            self._dropped = task._cancel_exc is not self._signal
+
+    def _signal_dropped(self) -> None:
+        """Our delivered signal was swallowed by a merge (``keep_one``); re-deliver later."""
+        with self._lock:
+            if self._state is _FIRED:
+                self._dropped = True
+
+    def _exit(self, exc: BaseException | None) -> bool:
+        """Close the scope (owner thread); True if *exc* is this scope's own signal."""
+        with self._lock:
+            fired = self._state is _FIRED
+            self._state = _EXITED
+        task = self._task
+        outer = self._outer
+        if outer is None:
+            _innermost.pop(task, None)
+        else:
+            _innermost[task] = outer
+        if fired and task._cancel_exc is self._signal:
+            task._cancel_exc = None  # fired as the body finished: withdraw, never leak it
+        # Re-deliver the outermost enclosing signal that was dropped, if any.
+        target = None
+        s = outer
+        while s is not None:
+            if s._dropped and s._state is _FIRED:
+                target = s
+            s = s._outer
+        if target is not None:
+            with target._lock:
+                if target._state is _FIRED:
+                    task._interrupt(target._signal)
+                    target._dropped = task._cancel_exc is not target._signal
+        return exc is not None and exc is self._signal
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._state}>"
+
+
+class timeout(_Scope):
+    """``async with tc.timeout(seconds): ...`` raises ``TimeoutError`` if the block runs longer.
+
+    The pending operation is cancelled (an io_uring op in the kernel, a primitive wait by
+    aborting it) and unwinding code sees ``tc.Cancelled``; the block's exit turns that into
+    ``TimeoutError``. ``seconds`` of ``None`` or ``inf`` means no limit; ``<= 0`` expires at the
+    first await. If the deadline passes just as the block finishes, the block completes
+    normally and nothing is delivered later (``expired()`` then tells it fired).
+
+    The deadline is kept by a small timer task (a ``tc.sleep`` on some context), cancelled as
+    soon as the block exits.
+    """
+
+    __slots__ = ("_seconds", "_timer")
+
+    def __init__(self, seconds: float | None) -> None:
+        super().__init__()
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds)
+        ):
+            raise TypeError(f"timeout() takes a number of seconds or None, got {seconds!r}")
+        self._seconds = seconds
+        self._timer: Task | None = None
+
+    async def __aenter__(self) -> "timeout":
+        self._enter()
+        s = self._seconds
+        if s is not None and not math.isinf(s):
+            try:
+                self._timer = spawn(self._run_timer(max(0.0, float(s))), name=f"timeout({s})")
+            except BaseException:
+                self._exit(None)
+                raise
+        return self
+
+    async def _run_timer(self, seconds: float) -> None:
+        await sleep(seconds)
+        self._fire()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        ours = self._exit(exc)
+        timer = self._timer
+        if timer is not None and not timer.done():
+            timer.cancel()
+        if ours:
+            raise TimeoutError(f"timed out after {self._seconds} s") from exc
+
+    def expired(self) -> bool:
+        """True if the deadline fired while the block ran (whether or not it interrupted it)."""
+        return self._fired
+
+    def __repr__(self) -> str:
+        return f"<timeout {self._seconds} s {self._state}>"
+
+
+class TaskGroup(_Scope):
+    """``async with tc.TaskGroup() as g: g.spawn(coro)``: the block exits once every child has
+    finished. The first child failure (an exception other than ``tc.Cancelled``) cancels the
+    other children and the body (if it is still running) and is raised from the block; further
+    failures are attached to it as notes. An exception in the body cancels every child too.
+    A cancellation (or an enclosing timeout) of the task waiting in the block cancels the
+    children, waits for them, and propagates. Children may spawn more children into the group
+    until it has closed; spawning into a group that is cancelling starts the child cancelled.
+    """
+
+    __slots__ = ("_children", "_failures", "_cancelling", "_exiting", "_closed", "_all_done")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._children: set[Task] = set()
+        self._failures: list[BaseException] = []
+        self._cancelling = False
+        self._exiting = False
+        self._closed = False
+        self._all_done = Event()
+
+    async def __aenter__(self) -> "TaskGroup":
+        self._enter()
+        return self
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
+        """Start *coro* as a child task (on the scheduler's next context); any thread."""
+        with self._lock:
+            if self._state is _IDLE or self._closed:
+                coro.close()
+                state = "has not been entered" if self._state is _IDLE else "has finished"
+                raise RuntimeError(f"TaskGroup.spawn(): the group {state}")
+            task = spawn(coro, name=name)
+            self._children.add(task)
+            cancelling = self._cancelling
+        if cancelling:
+            task.cancel()
+        # Outside the lock: the callback runs at once if the child has already finished.
+        task._add_done_callback(self._on_done)
+        return task
+
+    def _on_done(self, task: Task) -> None:
+        exc = task.exception()  # marks it retrieved: it is raised or noted by the group
+        failed = exc is not None and not isinstance(exc, Cancelled)
+        with self._lock:
+            self._children.discard(task)
+            to_cancel = ()
+            if failed:
+                self._failures.append(exc)
+                if not self._cancelling:
+                    self._cancelling = True
+                    to_cancel = tuple(self._children)
+            finished = self._exiting and not self._children
+            if finished:
+                self._closed = True
+        for t in to_cancel:
+            t.cancel()
+        if failed:
+            self._fire()  # interrupt the body, if it is still running
+        if finished:
+            self._all_done.set()
+
+    def _cancel_children(self, keep: Task | None = None) -> None:
+        with self._lock:
+            self._cancelling = True
+            children = tuple(self._children)
+        for t in children:
+            if t is not keep:
+                t.cancel()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        ours = self._exit(exc)  # from now on a failing child no longer interrupts us
+        body_exc = None if ours else exc
+        with self._lock:
+            self._exiting = True
+            wait = bool(self._children)
+            if not wait:
+                self._closed = True
+        if body_exc is not None:
+            self._cancel_children()
+        pending: BaseException | None = None
+        while wait:
+            try:
+                await self._all_done.wait()
+                break
+            except GeneratorExit:
+                raise
+            except BaseException as e:  # noqa: BLE001 - we are cancelled: children first
+                pending = keep_one(pending, e)
+                self._cancel_children()
+        outside = pending if pending is not None else body_exc
+        if outside is not None and isinstance(outside, Cancelled):
+            raise _noted(outside, self._failures)  # cancellation or a timeout wins
+        if self._failures:
+            first = self._failures[0]
+            extra = self._failures[1:] + ([body_exc] if body_exc is not None else [])
+            raise _noted(first, extra)
+        if outside is not None and outside is not exc:
+            raise outside
+        return False  # no child failed: a body exception propagates unchanged
+
+    def __repr__(self) -> str:
+        return f"<TaskGroup {self._state} children={len(self._children)}>"
+
+
+def _noted(exc: BaseException, others: list[BaseException]) -> BaseException:
+    """Attach a note per other failure (Python 3.11+), so none is silently lost."""
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        for o in others:
+            if o is not exc:
+                add_note(f"tinycoro: another task of the group also failed: {o!r}")
+    return exc
+
+
+def _as_coro(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
+    if inspect.iscoroutine(aw):
+        return aw
+    if isinstance(aw, Task):
+        return _adopt(aw)
+    if inspect.isawaitable(aw):
+        return _await(aw)
+    raise TypeError(f"expected a coroutine, a tc.Task or an awaitable, got {aw!r}")
+
+
+async def _await(aw: Awaitable[Any]) -> Any:
+    return await aw
+
+
+async def _adopt(task: Task) -> Any:
+    """Join an existing task as a child: cancelling the child cancels that task too."""
+    try:
+        return await task
+    except Cancelled as e:
+        if task.done():
+            raise  # the task itself was cancelled
+        pending: BaseException = e
+    task.cancel()
+    while not task.done():
+        try:
+            await task
+        except GeneratorExit:
+            raise
+        except BaseException as e:  # noqa: BLE001 - its own outcome, or another interrupt
+            if not task.done():
+                pending = keep_one(pending, e)
+    raise pending
+
+
+async def when_all(*aws: Awaitable[Any]) -> list[Any]:
+    """Run every awaitable concurrently (each as its own task, round robin over the contexts);
+    return their results in argument order. On the first failure, cancel the rest, wait for
+    them, then raise it. Cancelling the caller cancels them all."""
+    coros = [_as_coro(a) for a in aws]
+    if not coros:
+        return []
+    async with TaskGroup() as g:
+        tasks = [g.spawn(c) for c in coros]
+    return [t.result() for t in tasks]
+
+
+class _Race:
+    __slots__ = ("lock", "winner", "group")
+
+    def __init__(self, group: TaskGroup) -> None:
+        self.lock = threading.Lock()
+        self.winner: tuple[int, Any] | None = None
+        self.group = group
+
+    def claim(self, index: int, value: Any) -> bool:
+        with self.lock:
+            if self.winner is not None:
+                return False
+            self.winner = (index, value)
+        self.group._cancel_children(keep=_local.task)
+        return True
+
+
+async def _contestant(race: _Race, index: int, coro: Coroutine[Any, Any, Any]) -> None:
+    try:
+        value = await coro
+    except Cancelled:
+        raise
+    except BaseException as e:  # noqa: BLE001 - re-raised if first, else reported
+        if race.claim(index, None):
+            raise
+        log.error("when_any: a losing awaitable (#%d) failed after the winner", index, exc_info=e)
+        return
+    race.claim(index, value)
+
+
+async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
+    """Run every awaitable concurrently; the first to finish wins: return ``(index, value)``,
+    or raise its exception. The others are cancelled and waited for before returning."""
+    coros = [_as_coro(a) for a in aws]
+    if not coros:
+        raise ValueError("when_any() needs at least one awaitable")
+    async with TaskGroup() as g:
+        race = _Race(g)
+        for i, c in enumerate(coros):
+            g.spawn(_contestant(race, i, c))
+    if race.winner is None:
+        raise Cancelled("every awaitable given to when_any() was cancelled")
+    return race.winner

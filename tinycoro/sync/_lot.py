@@ -1,0 +1,144 @@
+"""The parking lot: the one FIFO waiter queue every primitive shares (the single source of fairness).
+
+A primitive owns a short ``threading.Lock`` and one or more :class:`ParkingLot` objects guarded by
+it. Waiting is always the same three steps:
+
+1. under the primitive's lock, decide that the task must wait and ``enqueue()`` it;
+2. release the lock;
+3. ``await lot.park(waiter)``.
+
+Between steps 2 and 3 another thread may already have popped the waiter and called
+``task._wake(value)``: the engine copes with a wake that arrives before the park (the task is
+simply made ready again and the park returns at once), so no wakeup is lost in that gap.
+
+Waking is: under the lock, ``pop()`` the first live waiter and hand it whatever it waited for
+(ownership, a permit, an item: baton passing, DESIGN rule 6); release the lock; then call
+``waiter.task._wake(value)``, which reschedules the task on its own context.
+
+Cancellation uses lazy deletion. When a parked task is cancelled the engine calls ``abort()`` on
+the task's own context; under the lock, a waiter still queued is only *marked* dead (O(1)) and
+``abort`` returns True, so the engine throws ``Cancelled`` into the task. A waiter already popped
+returns False: its wake (and what it hands over) is on the way, and the primitive's ``undo`` hook,
+if it has one, gives the handed-over thing back. Dead waiters are skipped when popped and the
+queue is compacted when they outnumber the live ones, so cancel storms cannot grow it unbounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Callable, Iterator
+
+from ..core.local import _local
+from ..core.task import Task
+from ..core.traps import Park, park
+
+_COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
+
+
+class Waiter:
+    """One queued task, plus an optional ``item`` (a channel sender's value, for example)."""
+
+    __slots__ = ("lot", "task", "item", "queued")
+
+    def __init__(self, lot: "ParkingLot", task: Task, item: Any) -> None:
+        self.lot = lot
+        self.task = task
+        self.item = item
+        self.queued = True
+
+    def abort(self) -> bool:
+        """Engine hook (the waiter's own context): leave the queue if still in it."""
+        lot = self.lot
+        with lot._lock:
+            if not self.queued:
+                return False  # already popped: a wake is on its way
+            self.queued = False
+            lot._live -= 1
+            lot._dead += 1
+            if lot._dead > _COMPACT_MIN and lot._dead > lot._live:
+                lot._queue = deque(w for w in lot._queue if w.queued)
+                lot._dead = 0
+            return True
+
+    def __repr__(self) -> str:
+        return f"<Waiter {_describe(self.task)} queued={self.queued}>"
+
+
+class ParkingLot:
+    """FIFO queue of parked tasks; every method except :meth:`park` needs ``lock`` held.
+
+    ``what`` is the primitive the tasks wait on: it names the wait in ``repr(task)`` and in
+    :class:`~tinycoro.DeadlockError` messages.
+    """
+
+    __slots__ = ("_lock", "_queue", "_live", "_dead", "what")
+
+    def __init__(self, lock: threading.Lock, what: object) -> None:
+        self._lock = lock
+        self._queue: deque[Waiter] = deque()
+        self._live = 0
+        self._dead = 0
+        self.what = what
+
+    def __len__(self) -> int:
+        return self._live
+
+    def __bool__(self) -> bool:
+        return self._live > 0
+
+    def __iter__(self) -> Iterator[Waiter]:
+        return (w for w in self._queue if w.queued)
+
+    def enqueue(self, item: Any = None) -> Waiter:
+        """Queue the calling task at the back; lock held. Call :meth:`park` once unlocked."""
+        task = _local.task
+        if task is None:
+            raise RuntimeError(
+                f"waiting on {self.what!r} outside a tinycoro task: run it with tc.run(...), "
+                "Scheduler.submit(...) or tc.spawn(...)"
+            )
+        w = Waiter(self, task, item)
+        self._queue.append(w)
+        self._live += 1
+        return w
+
+    def pop(self) -> Waiter | None:
+        """Take the first live waiter off the queue (skipping cancelled ones); lock held."""
+        q = self._queue
+        while q:
+            w = q.popleft()
+            if w.queued:
+                w.queued = False
+                self._live -= 1
+                return w
+            self._dead -= 1
+        return None
+
+    def pop_all(self) -> list[Waiter]:
+        """Take every live waiter off the queue, in FIFO order; lock held."""
+        out = [w for w in self._queue if w.queued]
+        for w in out:
+            w.queued = False
+        self._queue.clear()
+        self._live = 0
+        self._dead = 0
+        return out
+
+    def park(self, waiter: Waiter, undo: Callable[[Any], None] | None = None):
+        """Suspend the task until it is woken; lock NOT held. Returns the wake's value."""
+        return park(Park(waiter.abort, self.what, undo))
+
+
+def wake_all(waiters: list[Waiter], value: Any) -> None:
+    """Reschedule every popped waiter with *value*; call with the primitive's lock released."""
+    for w in waiters:
+        w.task._wake(value)
+
+
+def _describe(task: Task | None) -> str:
+    """A short, non-recursive name for a task (``repr(task)`` names what it waits on, which may be
+    a primitive whose repr names its owner task: a lock-order deadlock would recurse)."""
+    if task is None:
+        return "None"
+    return f"Task {task.id} {task.name!r}"

@@ -1,0 +1,109 @@
+"""Latch and WaitGroup: counters whose waiters are released when the count reaches zero.
+
+Both decide under one lock whether the count is zero and, if not, queue the waiter in the same
+critical section; the call that brings the count to zero pops every waiter in that same lock. So
+a ``count_down()``/``done()`` racing with ``wait()`` on another thread cannot lose the wakeup (the
+C++ original's wait group could: it checked the count and queued the waiter in two steps).
+Every decrement therefore happens before any waiter it releases proceeds.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from ._lot import ParkingLot, Waiter, wake_all
+
+
+def _check_int(name: str, n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int, got {n!r}")
+    return n
+
+
+@dataclass(frozen=True)
+class CounterStatistics:
+    count: int
+    waiters: int
+
+
+class _Counter:
+    __slots__ = ("_mu", "_count", "_lot")
+
+    def __init__(self, count: int) -> None:
+        self._mu = threading.Lock()
+        self._count = count
+        self._lot = ParkingLot(self._mu, self)
+
+    async def wait(self) -> None:
+        """Wait until the count is zero (return at once if it already is)."""
+        with self._mu:
+            if self._count == 0:
+                return
+            waiter = self._lot.enqueue()
+        await self._lot.park(waiter)
+
+    def _set_count_locked(self, count: int) -> list[Waiter]:
+        self._count = count
+        return self._lot.pop_all() if count == 0 else []
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    def statistics(self) -> CounterStatistics:
+        with self._mu:
+            return CounterStatistics(self._count, len(self._lot))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} count={self._count} waiters={len(self._lot)}>"
+
+
+class Latch(_Counter):
+    """A one-shot countdown: ``count_down(n)``; ``await wait()`` until it reaches zero.
+
+    ``Latch(0)`` starts open. Counting down an open latch is harmless (the count stays 0).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, count: int) -> None:
+        if _check_int("Latch count", count) < 0:
+            raise ValueError(f"Latch count must be >= 0, got {count}")
+        super().__init__(count)
+
+    def count_down(self, n: int = 1) -> None:
+        """Decrease the count by *n* (clamped at zero); at zero, release every waiter."""
+        if _check_int("count_down(n)", n) < 0:
+            raise ValueError(f"count_down(n) needs n >= 0, got {n}")
+        with self._mu:
+            if self._count == 0 or n == 0:
+                return
+            waiters = self._set_count_locked(max(0, self._count - n))
+        wake_all(waiters, None)
+
+
+class WaitGroup(_Counter):
+    """Go's sync.WaitGroup: ``add(n)`` before starting work, ``done()`` after each piece,
+    ``await wait()`` until the count is back to zero. Reusable once it reaches zero."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+    def add(self, n: int = 1) -> None:
+        """Add *n* (may be negative) to the count; below zero raises ``ValueError``."""
+        _check_int("add(n)", n)
+        with self._mu:
+            count = self._count + n
+            if count < 0:
+                raise ValueError(
+                    f"{self!r}: add({n}) would make the count negative (more done() than add())"
+                )
+            waiters = self._set_count_locked(count)
+        wake_all(waiters, None)
+
+    def done(self) -> None:
+        """One piece of work finished: ``add(-1)``."""
+        self.add(-1)

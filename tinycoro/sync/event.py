@@ -1,0 +1,71 @@
+"""Event: a manual-reset event that carries a value (seed 004's async manual-reset event).
+
+``set(value)`` opens the event and wakes every waiter with *value*; while it is open, ``wait()``
+returns the value without suspending; ``clear()`` closes it again. ``set`` and ``wait`` decide
+under one lock, so a ``set()`` racing with a ``wait()`` on another thread is seen by it either as
+"already set" (no suspend) or as a wake of the queued waiter: there is no lost wakeup.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ._lot import ParkingLot, wake_all
+
+
+@dataclass(frozen=True)
+class EventStatistics:
+    is_set: bool
+    waiters: int
+
+
+class Event:
+    """``await e.wait() -> value``; ``e.set(value=None)``; ``e.is_set()``; ``e.clear()``."""
+
+    __slots__ = ("_mu", "_set", "_value", "_lot")
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._set = False
+        self._value: Any = None
+        self._lot = ParkingLot(self._mu, self)
+
+    async def wait(self) -> Any:
+        """Return the value the event was set with, waiting until it is set."""
+        with self._mu:
+            if self._set:
+                return self._value
+            waiter = self._lot.enqueue()
+        # No undo: once set() has handed us the value we return it; a cancel requested in the
+        # meantime is raised at this task's next await instead.
+        return await self._lot.park(waiter)
+
+    def set(self, value: Any = None) -> None:
+        """Open the event with *value* (replacing any earlier one) and wake every waiter.
+
+        Any thread, inside or outside a task.
+        """
+        with self._mu:
+            self._set = True
+            self._value = value
+            waiters = self._lot.pop_all()
+        wake_all(waiters, value)
+
+    def clear(self) -> None:
+        """Close the event again; later ``wait()`` calls suspend until the next ``set()``."""
+        with self._mu:
+            self._set = False
+            self._value = None
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def statistics(self) -> EventStatistics:
+        with self._mu:
+            return EventStatistics(self._set, len(self._lot))
+
+    def __repr__(self) -> str:
+        state = "set" if self._set else "unset"
+        return f"<Event {state} waiters={len(self._lot)}>"
