@@ -1,0 +1,6 @@
+"""Side-by-side benchmarks of tinycoro against asyncio, uvloop and aiofiles.
+
+``python -m benchmarks [--quick] [--only NAME ...] [--out docs/benchmarks.md]``; see
+:mod:`benchmarks.runner`. One module per workload (``w_*.py``), one shared harness
+(:mod:`benchmarks.harness`) for repetitions, medians, ratios and tables.
+"""

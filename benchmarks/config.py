@@ -1,0 +1,106 @@
+"""Sizes for a full run, ``--quick`` and the hidden ``--tiny`` (smoke test) mode."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BUILD_DIR = REPO / "build" / "benchmarks"  # git-ignored (build/)
+ECHO_LOAD_SRC = REPO.parent / "shared" / "tools" / "echo_load.c"
+
+
+@dataclass(frozen=True)
+class Config:
+    mode: str  # "full", "quick" or "tiny"
+    reps: int  # measured repetitions per series
+    warmup: int  # discarded repetitions per series before them
+    # 1. task switch: 2-task ping-pong and many tasks x few yields
+    pingpong_yields: int  # per task
+    many_tasks: int
+    many_yields: int
+    # 2. spawn + join
+    spawn_tasks: int
+    # 3. mutex
+    mutex_uncontended: int  # lock/unlock pairs by one task
+    mutex_tasks: int  # contending tasks
+    mutex_iters: int  # lock/unlock pairs per contending task
+    # 4. file
+    file_mib: int
+    file_ops: int  # random 4 KiB operations per repetition (io_uring, executor, sync)
+    aiofiles_ops: int  # aiofiles is slow: fewer ops keep one repetition short
+    inflight: int
+    # 5. echo
+    echo_conns: int
+    echo_seconds: float
+    # 6. scaling
+    scale_contexts: tuple[int, ...] = (1, 2, 4)
+    contexts: int = 1  # contexts for workloads 1-5 (asyncio is one thread too)
+    profile: bool = False
+
+    def with_(self, **kw: object) -> "Config":
+        return replace(self, **kw)  # type: ignore[arg-type]
+
+
+FULL = Config(
+    mode="full",
+    reps=5,
+    warmup=1,
+    pingpong_yields=200_000,
+    many_tasks=1000,
+    many_yields=200,
+    spawn_tasks=100_000,
+    mutex_uncontended=300_000,
+    mutex_tasks=100,
+    mutex_iters=2_000,
+    file_mib=64,
+    file_ops=100_000,
+    aiofiles_ops=20_000,
+    inflight=64,
+    echo_conns=50,
+    echo_seconds=3.0,
+    profile=True,
+)
+
+QUICK = FULL.with_(
+    mode="quick",
+    reps=3,
+    warmup=0,
+    pingpong_yields=50_000,
+    many_tasks=1000,
+    many_yields=50,
+    spawn_tasks=100_000,
+    mutex_uncontended=100_000,
+    mutex_iters=500,
+    file_ops=40_000,
+    aiofiles_ops=6_000,
+    echo_seconds=1.0,
+    profile=False,
+)
+
+# Smoke-test sizes: exercise every code path in seconds; the numbers mean nothing.
+TINY = FULL.with_(
+    mode="tiny",
+    reps=1,
+    warmup=0,
+    pingpong_yields=500,
+    many_tasks=20,
+    many_yields=5,
+    spawn_tasks=500,
+    mutex_uncontended=500,
+    mutex_tasks=10,
+    mutex_iters=5,
+    file_mib=1,
+    file_ops=512,
+    aiofiles_ops=128,
+    echo_seconds=0.2,
+    profile=False,
+)
+
+
+def pick(quick: bool, tiny: bool) -> Config:
+    """``--tiny`` or ``TINYCORO_BENCH_TINY=1`` wins over ``--quick``."""
+    if tiny or os.environ.get("TINYCORO_BENCH_TINY") == "1":
+        return TINY
+    return QUICK if quick else FULL

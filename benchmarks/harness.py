@@ -1,0 +1,248 @@
+"""The shared harness: series, repetitions in alternating order, medians, ratios, targets, tables.
+
+A workload module builds :class:`Case` objects. A case measures one thing (say "TCP echo, 64 B")
+on several *series* (tinycoro and each peer). Every series is a zero-argument callable returning
+one :class:`Sample`; the harness calls them in a rotating order, rep after rep, so slow drift of
+a noisy machine hits every series alike. The result of a case is the median of each series and
+the ratios the case declares (``tinycoro / peer``), each checked against its target.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+__all__ = [
+    "Sample",
+    "Series",
+    "Ratio",
+    "Case",
+    "SeriesResult",
+    "RatioResult",
+    "CaseResult",
+    "run_case",
+    "skipped_case",
+    "format_tables",
+    "medians_rows",
+    "ratio_rows",
+]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement: a rate (higher is better) and, for request/response loads, latency."""
+
+    value: float
+    p99_us: float | None = None
+    p50_us: float | None = None
+
+
+@dataclass
+class Series:
+    """One runtime's side of a case. ``fn`` runs one repetition; ``skip`` says why it cannot."""
+
+    label: str
+    fn: Callable[[], Sample] | None = None
+    skip: str | None = None
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """``median(num) / median(den)``; ``target`` is the minimum wanted, None for information."""
+
+    num: str
+    den: str
+    target: float | None = None
+
+
+@dataclass
+class Case:
+    workload: str  # e.g. "TCP echo"
+    case: str  # e.g. "64 B, 50 conns"
+    unit: str  # e.g. "req/s"
+    series: list[Series]
+    ratios: list[Ratio] = field(default_factory=list)
+    skip: str | None = None  # the whole case cannot run (e.g. no load generator)
+
+
+@dataclass
+class SeriesResult:
+    label: str
+    samples: list[Sample] = field(default_factory=list)
+    skip: str | None = None
+
+    @property
+    def median(self) -> float | None:
+        if self.skip or not self.samples:
+            return None
+        return statistics.median(s.value for s in self.samples)
+
+    @property
+    def p99_us(self) -> float | None:
+        vals = [s.p99_us for s in self.samples if s.p99_us is not None]
+        return statistics.median(vals) if vals and not self.skip else None
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        if self.skip or not self.samples:
+            return None
+        vals = [s.value for s in self.samples]
+        return min(vals), max(vals)
+
+
+@dataclass
+class RatioResult:
+    ratio: Ratio
+    value: float | None
+    skip: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.skip is not None or self.value is None:
+            return "skipped"
+        if self.ratio.target is None:
+            return "info"
+        return "met" if self.value >= self.ratio.target else "missed"
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    series: list[SeriesResult]
+    ratios: list[RatioResult]
+    seconds: float
+
+    def get(self, label: str) -> SeriesResult:
+        for s in self.series:
+            if s.label == label:
+                return s
+        raise KeyError(label)
+
+
+def _measure(series: Series) -> Sample:
+    gc.collect()
+    return series.fn()  # type: ignore[misc]
+
+
+def run_case(case: Case, reps: int, warmup: int = 0, log: Callable[[str], None] = print) -> CaseResult:
+    """Run every series of *case* ``warmup + reps`` times, rotating the order each rep."""
+    t0 = time.perf_counter()
+    results = {s.label: SeriesResult(s.label, skip=case.skip or s.skip) for s in case.series}
+    live = [s for s in case.series if results[s.label].skip is None]
+    for rep in range(warmup + reps):
+        k = rep % len(live) if live else 0
+        order = live[k:] + live[:k]
+        for s in order:
+            if results[s.label].skip is not None:
+                continue
+            try:
+                sample = _measure(s)
+            except Exception as e:  # noqa: BLE001 - a failed series is reported, not fatal
+                results[s.label].skip = f"failed: {type(e).__name__}: {e}"
+                log(f"    {s.label}: FAILED {type(e).__name__}: {e}")
+                continue
+            if rep >= warmup:
+                results[s.label].samples.append(sample)
+            extra = f" p99={sample.p99_us:.0f}us" if sample.p99_us is not None else ""
+            tag = "warmup " if rep < warmup else ""
+            log(f"    {tag}{s.label}: {_fmt_value(sample.value)} {case.unit}{extra}")
+    ratios = []
+    for r in case.ratios:
+        a, b = results[r.num], results[r.den]
+        reason = a.skip or b.skip
+        if reason is None and (not a.median or not b.median):
+            reason = "no samples"
+        if reason is not None:
+            ratios.append(RatioResult(r, None, skip=reason))
+        else:
+            ratios.append(RatioResult(r, a.median / b.median))  # type: ignore[operator]
+    return CaseResult(case, list(results.values()), ratios, time.perf_counter() - t0)
+
+
+def skipped_case(case: Case, reason: str) -> CaseResult:
+    """A result for a case that cannot run at all, with the reason on every row."""
+    case.skip = reason
+    return run_case(case, reps=0, log=lambda _m: None)
+
+
+# -- tables ------------------------------------------------------------------------------------
+def _fmt_value(v: float) -> str:
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} M"
+    if v >= 1e3:
+        return f"{v / 1e3:.1f} k"
+    return f"{v:.1f}"
+
+
+def _fmt_target(t: float | None) -> str:
+    return "-" if t is None else f">= {t:g}x"
+
+
+def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
+    """Rows: workload, case, runtime, median, unit, p99, min-max over reps, reps."""
+    rows = []
+    for cr in results:
+        for s in cr.series:
+            if s.skip:
+                rows.append([cr.case.workload, cr.case.case, s.label, f"skipped: {s.skip}", "", "", "", ""])
+                continue
+            lo, hi = s.spread  # type: ignore[misc]
+            p99 = s.p99_us
+            rows.append(
+                [
+                    cr.case.workload,
+                    cr.case.case,
+                    s.label,
+                    _fmt_value(s.median),  # type: ignore[arg-type]
+                    cr.case.unit,
+                    "-" if p99 is None else f"{p99:.0f}",
+                    f"{_fmt_value(lo)} - {_fmt_value(hi)}",
+                    str(len(s.samples)),
+                ]
+            )
+    return rows
+
+
+MEDIAN_HEADER = ["workload", "case", "runtime", "median", "unit", "p99 us", "min - max", "reps"]
+RATIO_HEADER = ["workload", "case", "ratio", "value", "target", "status"]
+
+
+def ratio_rows(results: Sequence[CaseResult]) -> list[list[str]]:
+    """Rows: workload, case, ``num / den``, value, target, met / missed / info / skipped."""
+    rows = []
+    for cr in results:
+        for r in cr.ratios:
+            name = f"{r.ratio.num} / {r.ratio.den}"
+            if r.value is None:
+                value = f"skipped: {r.skip}"
+            else:
+                value = f"{r.value:.2f}x"
+            rows.append([cr.case.workload, cr.case.case, name, value, _fmt_target(r.ratio.target), r.status])
+    return rows
+
+
+def _text_table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = "  ".join(h.ljust(w) for h, w in zip(header, widths))
+    out = [line, "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(out)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def format_tables(results: Sequence[CaseResult]) -> str:
+    """Both tables as plain text for the terminal."""
+    return (
+        "Medians\n"
+        + _text_table(MEDIAN_HEADER, medians_rows(results))
+        + "\n\nRatios (higher is better for tinycoro) and targets\n"
+        + _text_table(RATIO_HEADER, ratio_rows(results))
+    )

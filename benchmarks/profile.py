@@ -1,0 +1,224 @@
+"""Profiles of tinycoro's side of the hot workloads: task switch, spawn + join, file reads, echo.
+
+``python -m benchmarks.profile [--only switch spawn file echo] [--tool auto|py-spy|cprofile]
+[--seconds S] [--top N]`` prints, per workload, the functions where the context thread spends
+its time. With py-spy installed (``pip install py-spy``; it is not a project dependency) the
+workload runs in a child process sampled by py-spy: self and total percentages of all samples,
+the engine loop included, with little distortion. Otherwise cProfile is enabled on the context
+thread from inside the workload (the loop body of ``Engine.run`` itself is then not attributed,
+and cProfile's per-call overhead inflates small functions).
+
+The runner includes these excerpts in docs/benchmarks.md on full runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import io
+import os
+import pstats
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import tinycoro as tc
+
+from . import config, w_echo, w_file, w_spawn, w_switch
+from .config import REPO, Config
+
+TARGETS = ("switch", "spawn", "file", "echo")
+TITLES = {
+    "switch": "task switch, 2-task yield_now ping-pong",
+    "spawn": "spawn + join of trivial tasks",
+    "file": "file 4 KiB random reads, 64 in flight",
+    "echo": "TCP echo server, 64 B, 50 connections (echo_load as the client)",
+}
+
+
+def find_pyspy() -> str | None:
+    here = Path(sys.executable).parent / "py-spy"
+    return str(here) if here.exists() else shutil.which("py-spy")
+
+
+# -- the tinycoro side of each in-process workload, repeated for a while ------------------------
+def _repeat(seconds: float, once: Callable[[], Awaitable[Any]]) -> Callable[[], Awaitable[int]]:
+    async def loop() -> int:
+        n = 0
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            await once()
+            n += 1
+        return n
+
+    return loop
+
+
+def _workload(name: str, cfg: Config, stack: ExitStack) -> Callable[[], Awaitable[Any]]:
+    if name == "switch":
+        return lambda: w_switch._tc_main(2, cfg.pingpong_yields // 4 or 1)
+    if name == "spawn":
+        return lambda: w_spawn._tc_main(cfg.spawn_tasks)
+    if name == "file":
+        path = w_file.test_file(cfg, stack)
+        offs = w_file.offsets(cfg, cfg.file_ops // 4 or 64)
+        return lambda: w_file.tc_random_io(path, offs, cfg.inflight, write=False)
+    raise ValueError(name)
+
+
+def run_target(name: str, cfg: Config, seconds: float, prof: cProfile.Profile | None = None) -> None:
+    """Run the tinycoro side of *name* for *seconds* on one context (optionally cProfiled)."""
+    with ExitStack() as stack:
+        body = _repeat(seconds, _workload(name, cfg, stack))
+
+        async def main() -> int:
+            if prof is not None:
+                prof.enable()  # the context thread: cProfile hooks are per thread
+            try:
+                return await body()
+            finally:
+                if prof is not None:
+                    prof.disable()
+
+        tc.run(main(), contexts=1)
+
+
+# -- py-spy ------------------------------------------------------------------------------------
+_LINE = re.compile(r"^(.*) (\d+)$")
+_FRAME = re.compile(r"^(.*) \((.*?)(?::\d+)?\)$")
+
+
+def summarize_raw(raw: str, top: int) -> str:
+    """Self and total percentages per function from py-spy's ``--format raw`` output,
+    counting only samples of context threads (stacks that pass through ``Engine.run``)."""
+    self_c: collections.Counter[str] = collections.Counter()
+    total_c: collections.Counter[str] = collections.Counter()
+    n = 0
+    for line in raw.splitlines():
+        m = _LINE.match(line.strip())
+        if not m:
+            continue
+        count = int(m[2])
+        if "Engine.run (" not in m[1]:
+            continue  # not a context thread (the main thread waiting in loop(), imports)
+        frames = []
+        for fr in m[1].split(";"):
+            fm = _FRAME.match(fr)
+            frames.append(f"{fm[1]} ({fm[2]})" if fm else fr)
+        n += count
+        self_c[frames[-1]] += count
+        for fr in set(frames):
+            total_c[fr] += count
+    if not n:
+        return "(no samples)"
+    out = [f"{n} samples of the context thread", f"{'self%':>6} {'total%':>7}  function (file)"]
+    for fn, c in self_c.most_common(top):
+        out.append(f"{100 * c / n:6.1f} {100 * total_c[fn] / n:7.1f}  {fn}")
+    return "\n".join(out)
+
+
+def _pyspy(name: str, cfg: Config, seconds: float, top: int, pyspy: str) -> str:
+    with tempfile.TemporaryDirectory() as d:
+        raw = os.path.join(d, "raw.txt")
+        base = [pyspy, "record", "--nonblocking", "-r", "1000", "-f", "raw", "-o", raw]
+        if name == "echo":
+            exe = w_echo.build_echo_load()
+            srv = w_echo.EchoServer("tinycoro", 1)
+            try:
+                rec = subprocess.Popen(
+                    base + ["-d", f"{seconds:g}", "--pid", str(srv.proc.pid)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                time.sleep(0.3)  # let py-spy attach before the load starts
+                sample = w_echo.run_load(exe, srv.port, cfg.echo_conns, 64, seconds)
+                _, err = rec.communicate(timeout=seconds + 30)
+            finally:
+                srv.close()
+            head = f"echo_load during profiling: {sample.value:,.0f} req/s (py-spy slows the server)"
+        else:
+            env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            cmd = [sys.executable, "-m", "benchmarks.profile", "--target", name, "--seconds", f"{seconds:g}"]
+            if cfg.mode == "tiny":
+                cmd.append("--tiny")
+            res = subprocess.run(base + ["--"] + cmd, cwd=str(REPO), env=env, capture_output=True, text=True)
+            err = res.stderr
+            head = ""
+        try:
+            with open(raw) as f:
+                text = f.read()
+        except OSError:
+            return f"(py-spy produced no profile: {err.strip()[-300:]})"
+    body = summarize_raw(text, top)
+    return f"{head}\n{body}".strip()
+
+
+# -- cProfile ----------------------------------------------------------------------------------
+def _pstats_text(stats: pstats.Stats, top: int) -> str:
+    buf = io.StringIO()
+    stats.stream = buf  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(top)
+    lines = buf.getvalue().splitlines()
+    # Keep the header and rows; shorten absolute paths to package-relative ones.
+    keep = [ln for ln in lines if ln.strip() and not ln.startswith("   Ordered by") and "List reduced" not in ln]
+    text = "\n".join(keep)
+    return re.sub(r"/\S*?/(tinycoro|benchmarks|asyncio|liburing)/", r"\1/", text)
+
+
+def _cprofile(name: str, cfg: Config, seconds: float, top: int) -> str:
+    if name == "echo":
+        exe = w_echo.build_echo_load()
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "echo.prof")
+            env = {"TINYCORO_BENCH_PROFILE": out, "TINYCORO_BENCH_PROFILE_SECS": f"{seconds:g}"}
+            srv = w_echo.EchoServer("tinycoro", 1, env=env)
+            try:
+                w_echo.run_load(exe, srv.port, cfg.echo_conns, 64, seconds)
+                srv.proc.wait(timeout=30)
+            finally:
+                srv.close()
+            return _pstats_text(pstats.Stats(out), top)
+    prof = cProfile.Profile()
+    run_target(name, cfg, seconds, prof)
+    return _pstats_text(pstats.Stats(prof), top)
+
+
+def profile(name: str, cfg: Config, tool: str = "auto", seconds: float = 4.0, top: int = 14) -> tuple[str, str]:
+    """(tool used, text excerpt) for workload *name*."""
+    pyspy = find_pyspy() if tool in ("auto", "py-spy") else None
+    if tool == "py-spy" and pyspy is None:
+        raise SystemExit("py-spy not found: pip install py-spy")
+    if pyspy is not None:
+        return "py-spy", _pyspy(name, cfg, seconds, top, pyspy)
+    return "cProfile", _cprofile(name, cfg, seconds, top)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", nargs="+", choices=TARGETS, default=list(TARGETS))
+    ap.add_argument("--tool", choices=("auto", "py-spy", "cprofile"), default="auto")
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--target", choices=TARGETS, help=argparse.SUPPRESS)  # child of py-spy
+    args = ap.parse_args(argv)
+    cfg = config.pick(quick=False, tiny=args.tiny)
+    if args.target:
+        run_target(args.target, cfg, args.seconds)
+        return 0
+    for name in args.only:
+        used, text = profile(name, cfg, args.tool, args.seconds, args.top)
+        print(f"== {TITLES[name]} ({used}) ==\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

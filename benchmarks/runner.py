@@ -1,0 +1,108 @@
+"""``python -m benchmarks``: run every workload on tinycoro and its peers, print and write results."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import shlex
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from types import ModuleType
+
+from . import config, machine, report, w_echo, w_file, w_mutex, w_scaling, w_spawn, w_switch
+from .harness import CaseResult, format_tables, run_case
+
+WORKLOADS: dict[str, ModuleType] = {
+    m.NAME: m for m in (w_switch, w_spawn, w_mutex, w_file, w_echo, w_scaling)
+}
+PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="tinycoro vs asyncio, uvloop and aiofiles: medians, ratios and targets.",
+    )
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions and smaller sizes (< 3 min)")
+    ap.add_argument("--only", nargs="+", choices=list(WORKLOADS), metavar="NAME",
+                    help=f"run only these workloads: {', '.join(WORKLOADS)}")
+    ap.add_argument("--out", type=Path, default=config.REPO / "docs" / "benchmarks.md",
+                    help="markdown file to write (its plot goes next to it as <name>.png)")
+    ap.add_argument("--reps", type=int, help="measured repetitions per series (default: by mode)")
+    prof = ap.add_mutually_exclusive_group()
+    prof.add_argument("--profile", dest="profile", action="store_true", default=None,
+                      help="profile the tinycoro side afterwards (default on full runs)")
+    prof.add_argument("--no-profile", dest="profile", action="store_false")
+    ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # smoke-test sizes
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = config.pick(args.quick, args.tiny)
+    if args.reps is not None:
+        cfg = cfg.with_(reps=max(1, args.reps))
+    if args.profile is not None:
+        cfg = cfg.with_(profile=args.profile)
+    names = args.only or list(WORKLOADS)
+    command = "python -m benchmarks" + ("".join(" " + shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])))
+    t_start = time.perf_counter()
+    load_start = machine.loadavg()
+    print(f"tinycoro benchmarks, {cfg.mode} mode: {cfg.reps} reps (+{cfg.warmup} warmup) per series, "
+          f"order rotated every rep", flush=True)
+
+    results: list[CaseResult] = []
+    for name in names:
+        mod = WORKLOADS[name]
+        with ExitStack() as stack:
+            cases = mod.build(cfg, stack)
+            for case in cases:
+                print(f"[{case.workload}: {case.case}]", flush=True)
+                results.append(run_case(case, cfg.reps, cfg.warmup, log=lambda m: print(m, flush=True)))
+
+    profiles: dict[str, tuple[str, str]] = {}
+    if cfg.profile:
+        from . import profile as prof
+
+        for name in (n for n in PROFILED if n in names):
+            print(f"[profiling the tinycoro side: {prof.TITLES[name]}]", flush=True)
+            try:
+                profiles[prof.TITLES[name]] = prof.profile(name, cfg, seconds=4.0)
+            except Exception as e:  # noqa: BLE001 - a profile is extra; report why it is missing
+                profiles[prof.TITLES[name]] = ("failed", f"{type(e).__name__}: {e}")
+
+    wall = time.perf_counter() - t_start
+    print()
+    print(format_tables(results))
+    print(f"\nwall time: {wall:.0f} s")
+
+    out: Path = args.out
+    image = out.with_suffix(".png")
+    date = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode")
+    notes = [
+        f"tinycoro runs workloads 1-5 on {cfg.contexts} context (asyncio and uvloop are "
+        "single-threaded too); workload 6 varies the number of contexts.",
+        f"{cfg.reps} measured repetitions per series after {cfg.warmup} warmup; the order of "
+        "the series rotates every repetition; each rate is timed inside its event loop.",
+        "Echo servers run one per process (uvloop with its event loop policy); the client is "
+        f"echo_load (C, epoll), {cfg.echo_conns} connections, {cfg.echo_seconds:g} s per run; "
+        "p99 is echo_load's 99th percentile round trip.",
+    ]
+    section = report.generated_section(
+        results,
+        command=command,
+        date=date,
+        wall_seconds=wall,
+        machine=machine.describe()
+        + [("load average (1/5/15 min) at start / end", f"{load_start} / {machine.loadavg()}")],
+        image=None if image_skip else image,
+        image_skip=image_skip,
+        profiles=profiles,
+        notes=notes,
+    )
+    report.write(out, section)
+    print(f"wrote {out}" + ("" if image_skip else f" and {image}"))
+    return 0

@@ -1,0 +1,160 @@
+"""5. TCP echo: 50 connections, 64 B and 4 KiB messages, closed loop, driven by echo_load.
+
+The C load generator (``../shared/tools/echo_load.c``) is compiled once with ``gcc -O2`` into
+the git-ignored ``build/benchmarks/``. Each server runs in its own process (see
+:mod:`benchmarks.echo_server`), started once per run and kept warm; the repetitions alternate
+between servers. Without gcc or the source, the echo cases are reported as skipped with the
+reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from .config import BUILD_DIR, ECHO_LOAD_SRC, REPO, Config
+from .harness import Case, Ratio, Sample, Series
+from .peers import missing
+
+NAME = "echo"
+WORKLOAD = "TCP echo"
+SIZES = (64, 4096)
+PEERS = ("asyncio streams", "asyncio protocol", "uvloop protocol")
+_KIND = {
+    "tinycoro": "tinycoro",
+    "asyncio streams": "asyncio-streams",
+    "asyncio protocol": "asyncio-protocol",
+    "uvloop protocol": "uvloop-protocol",
+}
+_OUT = re.compile(r"rps=(\S+) p50_us=(\S+) p99_us=(\S+) errors=(\d+)")
+
+
+class EchoLoadMissing(RuntimeError):
+    pass
+
+
+def build_echo_load(src: Path = ECHO_LOAD_SRC) -> Path:
+    """Compile echo_load if needed; return its path. Raises EchoLoadMissing with the reason."""
+    if not src.is_file():
+        raise EchoLoadMissing(f"load generator source not found at {src}")
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise EchoLoadMissing("no C compiler (gcc) to build echo_load")
+    for out_dir in (BUILD_DIR, Path(tempfile.gettempdir()) / "tinycoro-bench-build"):
+        exe = out_dir / "echo_load"
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if exe.exists() and exe.stat().st_mtime >= src.stat().st_mtime:
+                return exe
+            subprocess.run([gcc, "-O2", "-o", str(exe), str(src)], check=True, capture_output=True, text=True)
+            return exe
+        except PermissionError:
+            continue  # a read-only checkout: build in the temp dir instead
+        except subprocess.CalledProcessError as e:
+            raise EchoLoadMissing(f"building echo_load failed: {e.stderr.strip()[:200]}") from None
+    raise EchoLoadMissing("no writable directory to build echo_load in")
+
+
+class EchoServer:
+    """One echo server process of a given kind; ``port`` once it printed READY."""
+
+    def __init__(self, kind: str, contexts: int = 1, env: dict[str, str] | None = None) -> None:
+        self.kind = kind
+        cmd = [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
+        penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        penv.update(env or {})
+        self.proc = subprocess.Popen(
+            cmd, cwd=str(REPO), env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.port = self._wait_ready(timeout=20.0)
+
+    def _wait_ready(self, timeout: float) -> int:
+        assert self.proc.stdout is not None
+        r, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if r else ""
+        if not line.startswith("READY "):
+            self.close()
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"{self.kind} echo server did not start: {line!r} {err.strip()[-300:]}")
+        return int(line.split()[1])
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+
+
+def run_load(exe: Path, port: int, conns: int, size: int, seconds: float) -> Sample:
+    """One closed-loop run of echo_load; raises if it reports errors or no requests."""
+    out = subprocess.run(
+        [str(exe), "127.0.0.1", str(port), str(conns), str(size), f"{seconds:g}"],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 30,
+    )
+    m = _OUT.search(out.stdout)
+    if out.returncode != 0 or m is None:
+        raise RuntimeError(f"echo_load failed ({out.returncode}): {out.stdout.strip()} {out.stderr.strip()[:200]}")
+    rps, p50, p99, errors = float(m[1]), float(m[2]), float(m[3]), int(m[4])
+    if errors or rps <= 0:
+        raise RuntimeError(f"echo_load saw errors={errors} rps={rps}")
+    return Sample(rps, p99_us=p99, p50_us=p50)
+
+
+def servers(stack: ExitStack, kinds: dict[str, tuple[str, int]]) -> dict[str, EchoServer | str]:
+    """Start one server per label: ``{label: (kind, contexts)}``. A server that cannot start
+    maps to its skip reason instead."""
+    out: dict[str, EchoServer | str] = {}
+    for label, (kind, contexts) in kinds.items():
+        if kind == "uvloop-protocol" and missing("uvloop"):
+            out[label] = missing("uvloop")  # type: ignore[assignment]
+            continue
+        try:
+            srv = EchoServer(kind, contexts)
+        except RuntimeError as e:
+            out[label] = str(e)
+            continue
+        stack.callback(srv.close)
+        out[label] = srv
+    return out
+
+
+def series_for(exe: Path | None, srv: EchoServer | str, cfg: Config, size: int, label: str) -> Series:
+    if isinstance(srv, str):
+        return Series(label, skip=srv)
+    port = srv.port
+    return Series(label, lambda: run_load(exe, port, cfg.echo_conns, size, cfg.echo_seconds))  # type: ignore[arg-type]
+
+
+def build(cfg: Config, stack: ExitStack) -> list[Case]:
+    labels = ("tinycoro",) + PEERS
+    targets = {"asyncio streams": 2.5, "uvloop protocol": 0.7}
+    try:
+        exe: Path | None = build_echo_load()
+        skip = None
+    except EchoLoadMissing as e:
+        exe, skip = None, str(e)
+    running = servers(stack, {lb: (_KIND[lb], cfg.contexts) for lb in labels}) if exe else {}
+    cases = []
+    for size in SIZES:
+        name = f"{size} B" if size < 1024 else f"{size // 1024} KiB"
+        series = [series_for(exe, running[lb], cfg, size, lb) if exe else Series(lb) for lb in labels]
+        ratios = [Ratio("tinycoro", p, targets.get(p) if size == 64 else None) for p in PEERS]
+        cases.append(Case(WORKLOAD, f"{name}, {cfg.echo_conns} conns", "req/s", series, ratios, skip=skip))
+    return cases

@@ -1,0 +1,56 @@
+"""6. Contexts scaling: the tinycoro echo (64 B) and random-read workloads on 1, 2 and 4 contexts.
+
+The machine has 2 cores and Python has a GIL, so more contexts cannot make Python code run
+faster; what this checks is that they do not make it slower (no GIL convoy between context
+threads): the target is 2 contexts >= 0.9x of 1 context on echo.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import Callable
+
+from . import w_echo, w_file
+from .config import Config
+from .harness import Case, Ratio, Sample, Series
+from .peers import run_tc
+
+NAME = "scaling"
+WORKLOAD = "contexts scaling"
+
+
+def _label(n: int) -> str:
+    return f"tinycoro {n} ctx"
+
+
+def _echo_case(cfg: Config, stack: ExitStack) -> Case:
+    labels = {_label(n): ("tinycoro", n) for n in cfg.scale_contexts}
+    base = _label(cfg.scale_contexts[0])
+    ratios = [Ratio(lb, base, 0.9 if n == 2 else None) for lb, (_, n) in list(labels.items())[1:]]
+    case = f"echo 64 B, {cfg.echo_conns} conns"
+    try:
+        exe = w_echo.build_echo_load()
+    except w_echo.EchoLoadMissing as e:
+        return Case(WORKLOAD, case, "req/s", [Series(lb) for lb in labels], ratios, skip=str(e))
+    running = w_echo.servers(stack, labels)
+    series = [w_echo.series_for(exe, running[lb], cfg, 64, lb) for lb in labels]
+    return Case(WORKLOAD, case, "req/s", series, ratios)
+
+
+def _file_case(cfg: Config, stack: ExitStack) -> Case:
+    path = w_file.test_file(cfg, stack)
+    offs = w_file.offsets(cfg, cfg.file_ops)
+    k = cfg.inflight
+
+    def fn(n: int) -> Callable[[], Sample]:
+        return lambda: run_tc(w_file.tc_random_io(path, offs, k, write=False), n)
+
+    series = [Series(_label(n), fn(n)) for n in cfg.scale_contexts]
+    base = series[0].label
+    ratios = [Ratio(s.label, base) for s in series[1:]]
+    return Case(WORKLOAD, f"file 4 KiB random reads, {k} in flight", "ops/s", series, ratios)
+
+
+def build(cfg: Config, stack: ExitStack) -> list[Case]:
+    return [_echo_case(cfg, stack), _file_case(cfg, stack)]
+

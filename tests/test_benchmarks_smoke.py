@@ -1,0 +1,88 @@
+"""The benchmark runner end to end on tiny sizes: it must produce a complete table.
+
+This checks structure only (every workload row is there, with a number or an explicit
+"skipped: reason"); it never asserts on timings, which belong to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# (workload, runtime) rows the medians table must contain.
+EXPECTED_SERIES = {
+    "task switch": {"tinycoro", "asyncio", "uvloop"},
+    "spawn + join": {"tinycoro", "asyncio", "uvloop"},
+    "mutex": {"tinycoro", "asyncio.Lock"},
+    "file 4 KiB random": {"tinycoro", "asyncio executor", "aiofiles", "sync os.pread", "sync os.pwrite"},
+    "TCP echo": {"tinycoro", "asyncio streams", "asyncio protocol", "uvloop protocol"},
+    "contexts scaling": {"tinycoro 1 ctx", "tinycoro 2 ctx", "tinycoro 4 ctx"},
+}
+# (workload, ratio) rows the ratio table must contain, with their targets.
+EXPECTED_TARGETS = {
+    ("task switch", "tinycoro / asyncio", ">= 1x"),
+    ("spawn + join", "tinycoro / asyncio", ">= 1x"),
+    ("file 4 KiB random", "tinycoro / asyncio executor", ">= 5x"),
+    ("file 4 KiB random", "tinycoro / aiofiles", ">= 10x"),
+    ("TCP echo", "tinycoro / asyncio streams", ">= 2.5x"),
+    ("TCP echo", "tinycoro / uvloop protocol", ">= 0.7x"),
+    ("contexts scaling", "tinycoro 2 ctx / tinycoro 1 ctx", ">= 0.9x"),
+}
+NUMBER = re.compile(r"^\d+(\.\d+)? ?[kM]?$")
+RATIO = re.compile(r"^\d+(\.\d+)?x$")
+SKIPPED = re.compile(r"^skipped: \S.*")
+
+
+def _table(md: str, heading: str) -> list[list[str]]:
+    """Rows (without header and separator) of the first markdown table after *heading*."""
+    block: list[list[str]] = []
+    for line in md.split(heading, 1)[1].splitlines():
+        if line.startswith("|"):
+            block.append([c.strip() for c in line.strip().strip("|").split(" | ")])
+        elif block:
+            break
+    return block[2:]
+
+
+@pytest.mark.timeout(60)
+def test_quick_tiny_run_produces_a_complete_table(tmp_path: Path) -> None:
+    out = tmp_path / "bench.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--tiny", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=55,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Ratios" in proc.stdout and "Medians" in proc.stdout
+    md = out.read_text()
+
+    medians = _table(md, "### Medians")
+    seen: dict[str, set[str]] = {}
+    for workload, _case, runtime, median, *_rest in medians:
+        seen.setdefault(workload, set()).add(runtime)
+        assert NUMBER.match(median) or SKIPPED.match(median), (workload, runtime, median)
+    for workload, runtimes in EXPECTED_SERIES.items():
+        assert runtimes <= seen.get(workload, set()), (workload, seen.get(workload))
+
+    ratios = _table(md, "### Ratios and targets")
+    got = set()
+    for workload, _case, name, value, target, status in ratios:
+        assert RATIO.match(value) or SKIPPED.match(value), (workload, name, value)
+        assert status in {"met", "missed", "info", "skipped"}, status
+        if target != "-" and status != "skipped":
+            assert status in {"met", "missed"}
+        got.add((workload, name, target))
+    assert EXPECTED_TARGETS <= got, EXPECTED_TARGETS - got
+
+    assert "Measured " in md and "python -m benchmarks --quick --tiny" in md
+    assert "| CPU |" in md and "| Python |" in md
+    if "(plot not drawn" not in md:
+        assert (tmp_path / "bench.png").stat().st_size > 0
