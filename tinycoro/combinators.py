@@ -39,6 +39,7 @@ from .core.local import _local
 from .core.runtime import sleep, spawn
 from .core.task import Task
 from .sync._interrupts import ScopeSignal, keep_one
+from .sync._lot import _describe
 from .sync.event import Event
 
 __all__ = ["TaskGroup", "timeout", "when_all", "when_any"]
@@ -207,7 +208,7 @@ class TaskGroup(_Scope):
         self._cancelling = False
         self._exiting = False
         self._closed = False
-        self._all_done = Event()
+        self._all_done = _AllDone(self)
 
     async def __aenter__(self) -> "TaskGroup":
         self._enter()
@@ -295,7 +296,23 @@ class TaskGroup(_Scope):
         return False  # no child failed: a body exception propagates unchanged
 
     def __repr__(self) -> str:
-        return f"<TaskGroup {self._state} children={len(self._children)}>"
+        children = list(self._children)  # one C-level copy under the GIL: safe from any thread
+        names = ", ".join(sorted(_describe(t) for t in children)[:4])
+        more = ", ..." if len(children) > 4 else ""
+        return f"<TaskGroup {self._state} children=[{names}{more}]>"
+
+
+class _AllDone(Event):
+    """The event a TaskGroup's exit waits on; named after the group in deadlock reports."""
+
+    __slots__ = ("_group",)
+
+    def __init__(self, group: TaskGroup) -> None:
+        super().__init__()
+        self._group = group
+
+    def __repr__(self) -> str:
+        return repr(self._group)
 
 
 def _noted(exc: BaseException, others: list[BaseException]) -> BaseException:

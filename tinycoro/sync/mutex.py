@@ -6,10 +6,10 @@ context. So a newcomer can never barge past a waiter (``lock()`` and ``try_lock(
 when the mutex is free, which by the invariant means "no waiters"), and waiters get the lock in
 exactly the order they queued.
 
-Ownership is per task: ``unlock()`` by a task that does not own the mutex raises
+Ownership is per task: ``unlock()`` by a *task* that does not own the mutex raises
 ``RuntimeError``, as does re-locking a mutex the calling task already holds (it would deadlock).
-A mutex taken outside any task (``try_lock()`` from a plain thread) has no owner task and may be
-unlocked from anywhere.
+Code outside any task (a plain thread, a coroutine being closed at shutdown) has no task identity
+to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ class Mutex:
             if not self._locked:
                 raise RuntimeError(f"unlock() of an unlocked {self!r}")
             owner = self._owner
-            if owner is not None and owner is not me:
+            if me is not None and owner is not None and owner is not me:
                 raise RuntimeError(
                     f"unlock() of {self!r} by {_describe(me)}, which does not hold it"
                 )

@@ -1,0 +1,249 @@
+"""Mutex: mutual exclusion, FIFO baton passing, misuse errors, cancellation, deadlock reports."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import tinycoro as tc
+from sync_helpers import Cancelled, run, spawn_here, until, wait_blocked
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("n_tasks,m_rounds", [(200, 50), (100_000, 1)], ids=["200x50", "100000x1"])
+def test_counter_is_exact_and_values_form_a_permutation(contexts, n_tasks, m_rounds):
+    async def main():
+        m = tc.Mutex()
+        state = {"counter": 0, "inside": 0}
+        seen: list[list[int]] = []
+
+        async def worker():
+            mine = []
+            for _ in range(m_rounds):
+                async with m:
+                    assert state["inside"] == 0
+                    state["inside"] = 1
+                    v = state["counter"]
+                    mine.append(v)
+                    await tc.yield_now()  # hold the lock across a switch: real contention
+                    state["counter"] = v + 1
+                    state["inside"] = 0
+            seen.append(mine)
+
+        await tc.when_all(*(worker() for _ in range(n_tasks)))
+        return state["counter"], seen, m.statistics()
+
+    counter, seen, stats = run(main(), contexts)
+    assert counter == n_tasks * m_rounds
+    flat = sorted(v for mine in seen for v in mine)
+    assert flat == list(range(n_tasks * m_rounds))
+    assert all(mine == sorted(mine) for mine in seen)  # each task saw increasing values
+    assert stats == tc.sync.MutexStatistics(locked=False, owner=None, waiters=0)
+
+
+@pytest.mark.timeout(30)
+def test_fifo_order_for_waiters_queued_in_a_known_order(contexts):
+    k = 50
+
+    async def main():
+        m = tc.Mutex()
+        order: list[int] = []
+
+        async def waiter(i):
+            async with m:
+                order.append(i)
+                await tc.yield_now()
+
+        await m.lock()
+        tasks = []
+        for i in range(k):
+            tasks.append(tc.spawn(waiter(i)))
+            await until(lambda: m.statistics().waiters == i + 1)  # queued before the next one
+        m.unlock()
+        for t in tasks:
+            await t
+        return order
+
+    assert run(main(), contexts) == list(range(k))
+
+
+def test_unlock_hands_over_so_newcomers_cannot_barge(contexts):
+    async def main():
+        m = tc.Mutex()
+        got = []
+
+        async def waiter():
+            async with m:
+                got.append("waiter")
+
+        await m.lock()
+        t = spawn_here(waiter())  # same thread: it cannot run before our checks below
+        await until(lambda: m.statistics().waiters == 1)
+        m.unlock()
+        # Ownership went straight to the waiter: the mutex never became free.
+        assert m.locked()
+        assert m.statistics().owner is t
+        assert not m.try_lock()
+        await t
+        assert not m.locked()
+        assert m.try_lock()
+        m.unlock()
+        return got
+
+    assert run(main(), contexts) == ["waiter"]
+
+
+def test_try_lock_and_misuse_errors():
+    async def main():
+        m = tc.Mutex()
+        assert repr(m) == "<Mutex unlocked>"
+        with pytest.raises(RuntimeError, match="unlock\\(\\) of an unlocked"):
+            m.unlock()
+        assert m.try_lock()
+        assert m.locked()
+        assert not m.try_lock()
+        me = tc.current_task()
+        assert m.statistics() == tc.sync.MutexStatistics(True, me, 0)
+        assert repr(m) == f"<Mutex locked by Task {me.id} {me.name!r} waiters=0>"
+        with pytest.raises(RuntimeError, match="not reentrant"):
+            await m.lock()
+
+        async def other():
+            m.unlock()
+
+        with pytest.raises(RuntimeError, match="does not hold it"):
+            await tc.spawn(other())
+        m.unlock()
+        assert not m.locked()
+        with pytest.raises(RuntimeError, match="unlocked"):
+            m.unlock()
+
+    run(main(), 1)
+
+
+def test_outside_a_task_try_lock_and_unlock_work_from_a_plain_thread():
+    m = tc.Mutex()
+    assert m.try_lock()
+    assert m.statistics().owner is None
+    done = []
+    th = threading.Thread(target=lambda: (m.unlock(), done.append(1)))
+    th.start()
+    th.join()
+    assert done == [1] and not m.locked()
+
+
+def test_async_with_releases_on_exception_and_on_cancellation(contexts):
+    async def main():
+        m = tc.Mutex()
+        with pytest.raises(ValueError):
+            async with m:
+                raise ValueError("boom")
+        assert not m.locked()
+
+        parked = tc.Event()
+
+        async def holder():
+            async with m:
+                await parked.wait()  # never set: cancelled while holding
+
+        t = tc.spawn(holder())
+        await wait_blocked(t)
+        assert m.statistics().owner is t
+        t.cancel()
+        with pytest.raises(Cancelled):
+            await t
+        assert not m.locked()
+
+    run(main(), contexts)
+
+
+def test_waiter_cancelled_while_queued_leaves_the_queue(contexts):
+    async def main():
+        m = tc.Mutex()
+        order = []
+
+        async def waiter(i):
+            try:
+                async with m:
+                    order.append(i)
+            except Cancelled:
+                order.append(f"cancelled {i}")
+                raise
+
+        await m.lock()
+        ts = []
+        for i in range(3):
+            ts.append(tc.spawn(waiter(i)))
+            await until(lambda: m.statistics().waiters == i + 1)
+        ts[1].cancel()
+        with pytest.raises(Cancelled):
+            await ts[1]
+        assert m.statistics().waiters == 2
+        m.unlock()
+        await ts[0]
+        await ts[2]
+        return order, m.statistics()
+
+    order, stats = run(main(), contexts)
+    assert order == ["cancelled 1", 0, 2]
+    assert stats.waiters == 0 and not stats.locked
+
+
+def test_waiter_cancelled_after_handoff_passes_the_lock_on(contexts):
+    async def main():
+        m = tc.Mutex()
+        got = []
+
+        async def waiter(i):
+            async with m:
+                got.append(i)
+
+        await m.lock()
+        # w1 runs on our context, so nothing can run it between the two calls below.
+        w1 = spawn_here(waiter(1))
+        await until(lambda: m.statistics().waiters == 1)
+        w2 = tc.spawn(waiter(2))
+        await until(lambda: m.statistics().waiters == 2)
+        w1.cancel()  # requested first ...
+        m.unlock()  # ... then ownership is handed to w1 anyway: its undo must pass it on
+        assert m.statistics().owner is w1
+        with pytest.raises(Cancelled):
+            await w1
+        await w2
+        return got, m.statistics()
+
+    got, stats = run(main(), contexts)
+    assert got == [2]
+    assert not stats.locked and stats.waiters == 0
+
+
+@pytest.mark.timeout(30)
+def test_lock_order_deadlock_is_reported_naming_both_tasks(contexts):
+    async def main():
+        a, b = tc.Mutex(), tc.Mutex()
+        both = tc.Latch(2)
+
+        async def first():
+            async with a:
+                both.count_down()
+                await both.wait()
+                async with b:
+                    pass
+
+        async def second():
+            async with b:
+                both.count_down()
+                await both.wait()
+                async with a:
+                    pass
+
+        await tc.when_all(first(), second())
+
+    with pytest.raises(tc.DeadlockError) as ei:
+        run(main(), contexts, deadlock_timeout=0.3)
+    msg = str(ei.value)
+    assert ".first'" in msg and ".second'" in msg
+    whats = sorted(w for _t, w in ei.value.parked if w.startswith("<Mutex"))
+    assert len(whats) == 2
+    assert all("waiters=1" in w for w in whats)
