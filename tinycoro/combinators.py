@@ -410,7 +410,10 @@ async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
     async with TaskGroup() as g:
         race = _Race(g)
         for i, c in enumerate(coros):
-            g.spawn(_contestant(race, i, c))
+            t = g.spawn(_contestant(race, i, c))
+            # A contestant cancelled before its first step never awaited *c*: close it then
+            # (a no-op once it has run), or Python warns that it was never awaited.
+            t._add_done_callback(lambda _t, c=c: c.close())
     if race.winner is None:
         raise Cancelled("every awaitable given to when_any() was cancelled")
     return race.winner
