@@ -191,3 +191,31 @@ def test_waiting_for_a_notify_that_never_comes_is_a_deadlock(contexts):
     with pytest.raises(tc.DeadlockError) as ei:
         run(main(), contexts, deadlock_timeout=0.2)
     assert any(w.startswith("<Condition waiters=1") for _t, w in ei.value.parked)
+
+
+def test_a_notified_waiter_cancelled_while_reacquiring_the_mutex_passes_the_notify_on(contexts):
+    async def main():
+        m = tc.Mutex()
+        cv = tc.Condition(m)
+        woke = []
+
+        async def waiter(i):
+            async with m:
+                await cv.wait()
+                woke.append(i)
+
+        w1 = tc.spawn(waiter(1))
+        await until(lambda: cv.statistics().waiters == 1)
+        w2 = tc.spawn(waiter(2))
+        await until(lambda: cv.statistics().waiters == 2)
+        await m.lock()
+        cv.notify_one()  # w1 consumes the notify, then queues for the mutex we hold
+        await until(lambda: m.statistics().waiters == 1)
+        w1.cancel()  # ... and is cancelled there: it raises instead of returning
+        m.unlock()
+        with pytest.raises(Cancelled):
+            await w1
+        await w2  # the notify reached w2 (without the hand-on this is a DeadlockError)
+        return woke
+
+    assert run(main(), contexts, deadlock_timeout=2) == [2]

@@ -7,9 +7,10 @@ the mutex's other waiters) and returns holding it.
 
 Interrupts: if the task is cancelled while parked, it still re-acquires the mutex before the
 ``Cancelled`` propagates (so ``async with m:`` around the wait unlocks a mutex the task holds);
-interrupts arriving during that re-acquire are merged and raised afterwards. A waiter cancelled
-after a ``notify_one()`` was handed to it passes that notification on to the next waiter, so a
-notify is never swallowed by a task that is going away.
+interrupts arriving during that re-acquire are merged and raised afterwards. A waiter that was
+notified but then raises instead of returning (cancelled after the notify was handed to it, or
+while re-acquiring the mutex) passes the notification on to the next waiter, so a
+``notify_one()`` is never swallowed by a task that is going away.
 
 ``notify_one``/``notify_all`` do not require the mutex (any thread may call them), but the state
 the predicate reads must be changed under the mutex, or a waiter can test it, find it false, and
@@ -77,8 +78,10 @@ class Condition:
             waiter = self._lot.enqueue()
         self._mutex.unlock()
         pending: BaseException | None = None
+        notified = False
         try:
             await self._lot.park(waiter, self._undo)
+            notified = True
         except GeneratorExit:  # the coroutine is being closed: it must not await again
             raise
         except BaseException as e:  # noqa: BLE001 - raised below, once the mutex is ours again
@@ -92,6 +95,11 @@ class Condition:
             except BaseException as e:  # noqa: BLE001 - merged, raised with the mutex held
                 pending = keep_one(pending, e)
         if pending is not None:
+            if notified:
+                # Notified, then interrupted while re-acquiring the mutex: we raise instead of
+                # returning, so the notify we consumed must reach another waiter (found by the
+                # one-slot-buffer stress test: a notify_one could otherwise be lost).
+                self.notify_one()
             raise pending
 
     def _undo(self, _value: Any) -> None:
