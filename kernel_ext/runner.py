@@ -29,6 +29,15 @@ landed:
 
 Either way the cell's ``finally`` blocks run (and may still await), IPython shows
 ``KeyboardInterrupt``, and the runner returns only once the cell coroutine has finished.
+
+One gap remains in any Python program that blocks in a system call: if the signal arrives in
+the few instructions after the engine's last look at its queues and before the ``read`` system
+call starts, there is no EINTR, and Python runs the handler only when the thread next executes
+bytecode, i.e. at the next wake-up. For a cell parked on a primitive that could be never. So
+while a cell runs, a tiny *tick* task on the same guest engine sleeps in
+:data:`TICK` second steps; its timer completion wakes the thread, and a late handler runs
+then. The worst-case interrupt latency is one tick; the cost is a few wake-ups a second, and
+only while a cell is running.
 """
 
 from __future__ import annotations
@@ -40,10 +49,14 @@ from types import FrameType
 from typing import Any, Callable, Coroutine
 
 from tinycoro.core.engine import Engine
+from tinycoro.core.errors import Cancelled
 from tinycoro.core.local import _local
+from tinycoro.core.runtime import sleep
 from tinycoro.core.task import Task
 
-__all__ = ["CellRunner", "GuestEngine"]
+__all__ = ["CellRunner", "GuestEngine", "TICK"]
+
+TICK = 0.25  # seconds: the worst-case delay of an interrupt that missed the eventfd read
 
 _STEP_CODE = Engine._step.__code__
 _OWN_PACKAGES = ("tinycoro", "kernel_ext")
@@ -64,6 +77,12 @@ def _in_cell_code(frame: FrameType | None) -> bool:
             return False
         frame = frame.f_back
     return False
+
+
+async def _tick() -> None:
+    """Wake the cell's thread every TICK s, so a signal handler Python deferred gets to run."""
+    while True:
+        await sleep(TICK)
 
 
 class GuestEngine(Engine):
@@ -123,20 +142,28 @@ class CellRunner:
         if engine.ring.closed:
             coro.close()
             raise RuntimeError("the tinycoro extension was unloaded; %load_ext tinycoro again")
-        task = Task(coro, engine, name="<cell>")
-        self.running = task
-        engine.push(task)
-        restore = self._install_sigint()
         try:
+            restore = self._install_sigint()
+        except BaseException:  # e.g. the kernel's KeyboardInterrupt, just before we took over
+            coro.close()
+            raise
+        try:
+            task = Task(coro, engine, name="<cell>")
+            tick = Task(_tick(), engine, name="<cell interrupt tick>")
+            self.running = task
+            engine.push(task)
+            engine.push(tick)
             try:
                 engine.run(until=task)
+                self.running = None  # from here on, a SIGINT is too late for this cell
+                tick.cancel()
+                engine.run(until=tick)
             except BaseException as exc:  # noqa: BLE001 - the engine itself failed mid-turn
-                if not task.done():
-                    self._abandon(task, exc)
+                self._abandon(task, tick, exc)
                 raise
         finally:
-            restore()
             self.running = None
+            restore()
             if self._close_after:
                 self._close_after = False
                 self.close()
@@ -168,12 +195,12 @@ class CellRunner:
 
         return restore
 
-    def _abandon(self, task: Task, exc: BaseException) -> None:
+    def _abandon(self, cell: Task, tick: Task, exc: BaseException) -> None:
         """Last resort when ``engine.run`` itself raised: never leave the cell suspended.
 
         Cancel and wait out what the cell has in the kernel (its buffers must outlive the
-        operations), then close the coroutine, which runs its ``finally`` blocks (an ``await``
-        inside one of them fails, since nothing can drive it any more).
+        operations), then close the coroutines, which runs their ``finally`` blocks (an
+        ``await`` inside one of them fails, since nothing can drive it any more).
         """
         engine = self.engine
         try:
@@ -183,14 +210,15 @@ class CellRunner:
             engine.calls.clear()
             engine.parked.clear()
             engine.stop_requested = False
-            coro = task._coro
-            if coro is not None:
+            for task, outcome in ((cell, exc), (tick, Cancelled())):
+                if task.done():
+                    continue
+                coro = task._coro
                 try:
                     coro.close()
                 except BaseException as e:  # noqa: BLE001 - a finally block that awaited
-                    print(f"tinycoro: cell coroutine did not close cleanly: {e!r}", file=sys.stderr)
-            if not task.done():
-                task._finish(None, exc)
+                    print(f"tinycoro: {task.name} did not close cleanly: {e!r}", file=sys.stderr)
+                task._finish(None, outcome)
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:

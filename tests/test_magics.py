@@ -1,0 +1,231 @@
+"""In-process IPython shell tests: load/unload/reload of the extension and the %tinycoro magics.
+
+These drive ``InteractiveShell.run_line_magic`` / ``run_cell`` directly (no kernel process);
+tests/test_kernel_protocol.py covers the same ground through a real kernel.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+pytest.importorskip("IPython")
+
+from IPython.core.error import UsageError  # noqa: E402
+from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+
+import kernel_ext  # noqa: E402
+import tinycoro as tc  # noqa: E402
+from conftest import tinycoro_threads, wait_until  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _no_tinycoro_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("tinycoro")]
+
+
+@pytest.fixture
+def shell(monkeypatch):
+    """The process's InteractiveShell, with tinycoro unloaded again afterwards."""
+    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
+    monkeypatch.delenv("TINYCORO_DISPATCH", raising=False)
+    sh = InteractiveShell.instance()
+    saved = (sh.loop_runner, sh.autoawait)
+    yield sh
+    if "tinycoro" in sh.extension_manager.loaded:
+        sh.run_line_magic("unload_ext", "tinycoro")
+    sh.loop_runner, sh.autoawait = saved
+    assert _no_tinycoro_threads() == []
+
+
+@pytest.fixture
+def loaded(shell):
+    shell.run_line_magic("load_ext", "tinycoro")
+    return shell
+
+
+def run_ok(sh: InteractiveShell, code: str):
+    res = sh.run_cell(code)
+    if not res.success:
+        raise AssertionError(f"cell failed: {res.error_before_exec or res.error_in_exec!r}")
+    return res.result
+
+
+# -- load / unload / reload ------------------------------------------------------------------
+def test_load_installs_runner_scheduler_and_magic(loaded):
+    ext = kernel_ext.get_extension(loaded)
+    assert ext is not None
+    assert loaded.loop_runner is ext.runner and loaded.autoawait is True
+    assert "tinycoro" in loaded.magics_manager.magics["line"]
+    assert tc.get_default_scheduler() is ext.scheduler
+    assert ext.scheduler.contexts == 2 and ext.scheduler.stats().running
+    assert len(tinycoro_threads()) == 2
+    assert run_ok(loaded, "import tinycoro as tc\nawait tc.sleep(0.01)\n'awaited'") == "awaited"
+
+
+def test_loading_twice_is_harmless(loaded):
+    ext = kernel_ext.get_extension(loaded)
+    loaded.run_line_magic("load_ext", "tinycoro")  # IPython: already loaded
+    kernel_ext.load_ipython_extension(loaded)  # and straight into the hook, as --ext would
+    tc.load_ipython_extension(loaded)
+    assert kernel_ext.get_extension(loaded) is ext
+    assert len(tinycoro_threads()) == 2
+    assert run_ok(loaded, "await tc.sleep(0); 1") == 1
+
+
+def test_unload_restores_previous_state_and_leaves_no_threads(shell):
+    shell.loop_runner = "sync"  # a non-default runner, with autoawait off, to be restored
+    before_runner, before_autoawait = shell.loop_runner, shell.autoawait
+    assert before_autoawait is False
+    shell.run_line_magic("load_ext", "tinycoro")
+    assert shell.autoawait is True and shell.loop_runner is not before_runner
+    shell.run_line_magic("unload_ext", "tinycoro")
+    assert shell.loop_runner is before_runner and shell.autoawait is before_autoawait
+    assert kernel_ext.get_extension(shell) is None
+    assert "tinycoro" not in shell.magics_manager.magics["line"]
+    with pytest.raises(UsageError):
+        shell.run_line_magic("tinycoro", "status")
+    assert tc.get_default_scheduler() is None
+    assert _no_tinycoro_threads() == []
+
+
+def test_reload_ext_replaces_scheduler_cleanly(loaded):
+    old = kernel_ext.get_extension(loaded)
+    old_sched = old.scheduler
+    loaded.run_line_magic("reload_ext", "tinycoro")
+    new = kernel_ext.get_extension(loaded)
+    assert new is not old and new.scheduler is not old_sched
+    assert not old_sched.stats().running and old.engine.ring.closed
+    assert loaded.loop_runner is new.runner
+    assert len(tinycoro_threads()) == 2
+    assert run_ok(loaded, "await tc.spawn(tc.sleep(0.01)); 'reloaded'") == "reloaded"
+    loaded.run_line_magic("unload_ext", "tinycoro")
+    # the runner saved by the reloaded extension is the one from before the first load
+    assert loaded.loop_runner is not new.runner and loaded.loop_runner is not old.runner
+
+
+def test_unload_from_an_awaiting_cell_closes_the_engine_after_the_cell(loaded):
+    ext = kernel_ext.get_extension(loaded)
+    run_ok(loaded, "await tc.sleep(0.01)\n%unload_ext tinycoro\nawait tc.sleep(0.01)")
+    assert ext.engine.ring.closed
+    assert _no_tinycoro_threads() == []
+
+
+def test_contexts_from_environment(shell, monkeypatch):
+    monkeypatch.setenv("TINYCORO_CONTEXTS", "1")
+    monkeypatch.setenv("TINYCORO_DISPATCH", "least_loaded")
+    shell.run_line_magic("load_ext", "tinycoro")
+    sched = kernel_ext.get_extension(shell).scheduler
+    assert (sched.contexts, sched.dispatch) == (1, "least_loaded")
+
+
+def test_bad_environment_fails_the_load_with_a_clear_error(shell, monkeypatch):
+    monkeypatch.setenv("TINYCORO_CONTEXTS", "many")
+    with pytest.raises(ValueError, match="TINYCORO_CONTEXTS"):
+        kernel_ext.load_ipython_extension(shell)
+    assert kernel_ext.get_extension(shell) is None and _no_tinycoro_threads() == []
+
+
+# -- %tinycoro status / restart / stop --------------------------------------------------------
+def test_status_prints_a_table(loaded, capsys):
+    loaded.run_line_magic("tinycoro", "status")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("tinycoro scheduler: 2 contexts, round_robin, running, accepting work")
+    assert out[1].split() == [
+        "ctx", "busy", "queued", "io_pending", "io_inflight", "parked", "tasks_run", "flag", "state",
+    ]
+    assert [line.split()[0] for line in out[2:]] == ["0", "1"]
+    loaded.run_line_magic("tinycoro", "")  # no subcommand means status
+    assert capsys.readouterr().out.startswith("tinycoro scheduler:")
+
+
+def test_status_counts_tasks_run(loaded, capsys):
+    run_ok(loaded, "_ = await tc.when_all(*(tc.spawn(tc.sleep(0)) for _ in range(10)))")
+    loaded.run_line_magic("tinycoro", "status")
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert sum(int(r.split()[6]) for r in rows) >= 10
+
+
+def test_restart_with_contexts_and_dispatch(loaded, capsys):
+    ext = kernel_ext.get_extension(loaded)
+    old = ext.scheduler
+    run_ok(loaded, "async def forever():\n    await tc.Event().wait()\nt = tc.spawn(forever())")
+    loaded.run_line_magic("tinycoro", "restart -n 1 --dispatch least_loaded")
+    assert "restarted with 1 contexts (least_loaded)" in capsys.readouterr().out
+    assert not old.stats().running
+    assert run_ok(loaded, "t.cancelled()") is True  # the old scheduler's tasks were cancelled
+    new = ext.scheduler
+    assert (new.contexts, new.dispatch) == (1, "least_loaded")
+    assert tc.get_default_scheduler() is new and ext.engine.scheduler is new
+    assert len(tinycoro_threads()) == 1
+    assert run_ok(loaded, "(await tc.spawn(tc.sleep(0.01)), tc.spawn(tc.sleep(0)).context)") == (None, 0)
+    loaded.run_line_magic("tinycoro", "restart")  # same settings again
+    assert (ext.scheduler.contexts, ext.scheduler.dispatch) == (1, "least_loaded")
+
+
+@pytest.mark.parametrize(
+    "line", ["restart -n 0", "restart --dispatch random", "restart -n x", "bogus", "status 'unbalanced"]
+)
+def test_bad_arguments_are_usage_errors(loaded, line):
+    sched = kernel_ext.get_extension(loaded).scheduler
+    with pytest.raises(UsageError):
+        loaded.run_line_magic("tinycoro", line)
+    assert sched.stats().running  # nothing was stopped
+
+
+def test_stop_then_restart(loaded, capsys):
+    ext = kernel_ext.get_extension(loaded)
+    loaded.run_line_magic("tinycoro", "stop")
+    assert "scheduler stopped" in capsys.readouterr().out
+    assert _no_tinycoro_threads() == []
+    loaded.run_line_magic("tinycoro", "status")
+    out = capsys.readouterr().out
+    assert "stopped, not accepting work" in out and "%tinycoro restart" in out
+    loaded.run_line_magic("tinycoro", "stop")
+    assert "was not running" in capsys.readouterr().out
+    # awaiting still works (the cell has its own engine); spawning says why it cannot
+    assert run_ok(loaded, "await tc.sleep(0.01); 'still awaits'") == "still awaits"
+    res = loaded.run_cell("tc.spawn(tc.sleep(0))")
+    assert isinstance(res.error_in_exec, RuntimeError) and "stopped" in str(res.error_in_exec)
+    loaded.run_line_magic("tinycoro", "restart -n 2")
+    assert ext.scheduler.stats().running
+    assert run_ok(loaded, "await tc.spawn(tc.sleep(0.01)); 'back'") == "back"
+
+
+# -- %tinycoro dashboard ---------------------------------------------------------------------
+def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
+    pytest.importorskip("ipywidgets")
+    from kernel_ext.dashboard import Dashboard
+
+    ext = kernel_ext.get_extension(loaded)
+    board = loaded.run_line_magic("tinycoro", "dashboard")
+    assert isinstance(board, Dashboard)
+    assert repr(board) == "<tinycoro dashboard: 2 contexts>"
+    assert board._repr_mimebundle_()["text/plain"] == "<tinycoro dashboard: 2 contexts>"
+    refresher = ext.refresher
+    assert [t.name for t in threading.enumerate() if t.name == "tinycoro-dashboard"] == [
+        "tinycoro-dashboard"
+    ]
+    run_ok(loaded, "await tc.when_all(*(tc.spawn(tc.sleep(0)) for _ in range(20)))")
+    tasks_run = lambda: sum(int(labels["tasks_run"].value) for _, _, labels in board._rows)  # noqa: E731
+    wait_until(lambda: tasks_run() >= 20, what="the dashboard to show the tasks run")
+    assert "stop token" in board._summary.value and "running" in board._summary.value
+    second = loaded.run_line_magic("tinycoro", "dashboard")
+    assert ext.refresher is refresher  # one refresher thread serves every dashboard
+    loaded.run_line_magic("tinycoro", "stop")
+    assert not refresher.alive
+    for b in (board, second):
+        assert "stopped" in b._summary.value and "not accepting" in b._summary.value
+    with pytest.raises(UsageError, match="stopped"):
+        loaded.run_line_magic("tinycoro", "dashboard")
+
+
+def test_dashboard_without_ipywidgets_is_a_usage_error(loaded, monkeypatch):
+    import kernel_ext.dashboard as dash
+
+    monkeypatch.setattr(dash, "_w", None)
+    with pytest.raises(UsageError, match="needs ipywidgets"):
+        loaded.run_line_magic("tinycoro", "dashboard")
+    assert not [t for t in threading.enumerate() if t.name == "tinycoro-dashboard"]
