@@ -436,3 +436,26 @@ def test_a_stuck_task_group_is_reported_as_a_deadlock(contexts):
         run(main(), contexts, deadlock_timeout=0.2)
     whats = [w for _t, w in ei.value.parked]
     assert any(w.startswith("<TaskGroup exited children=[Task ") and ".stuck'" in w for w in whats)
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_misuse_is_reported_at_the_call_and_leaves_no_unawaited_coroutine():
+    async def scoped():
+        async with tc.timeout(1):
+            pass
+
+    with pytest.raises(RuntimeError, match="only inside a tinycoro task"):
+        scoped().send(None)
+    with pytest.raises(RuntimeError, match="outside a tinycoro task"):
+        tc.when_all(value_after(1), value_after(2)).send(None)
+
+    async def main():
+        with pytest.raises(TypeError, match="awaitable"):
+            await tc.when_all(value_after(1), "not awaitable")
+        with pytest.raises(TypeError):
+            await tc.when_any(value_after(1), 3)
+
+    run(main(), 1)
+    import gc
+
+    gc.collect()  # a coroutine left unawaited would warn here (an error in this test)

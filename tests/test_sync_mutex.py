@@ -247,3 +247,39 @@ def test_lock_order_deadlock_is_reported_naming_both_tasks(contexts):
     whats = sorted(w for _t, w in ei.value.parked if w.startswith("<Mutex"))
     assert len(whats) == 2
     assert all("waiters=1" in w for w in whats)
+
+
+@pytest.mark.timeout(30)
+def test_cancel_storm_keeps_fifo_order_of_the_survivors(contexts):
+    """Most queued waiters cancelled: the parking lot compacts its dead entries and the
+    survivors still get the lock in the order they queued."""
+    n = 300
+
+    async def main():
+        m = tc.Mutex()
+        order = []
+
+        async def waiter(i):
+            async with m:
+                order.append(i)
+
+        await m.lock()
+        ts = []
+        for i in range(n):
+            ts.append(tc.spawn(waiter(i)))
+            await until(lambda: m.statistics().waiters == i + 1)
+        doomed = [i for i in range(n) if i % 5]
+        for i in doomed:
+            ts[i].cancel()
+        for i in doomed:
+            with pytest.raises(Cancelled):
+                await ts[i]
+        assert m.statistics().waiters == n - len(doomed)
+        assert len(m._lot._queue) < n  # compacted, not just marked
+        m.unlock()
+        for t in ts:
+            if not t.cancelled():
+                await t
+        return order
+
+    assert run(main(), contexts) == [i for i in range(n) if i % 5 == 0]

@@ -266,6 +266,9 @@ class TaskGroup(_Scope):
         tb: TracebackType | None,
     ) -> bool:
         ours = self._exit(exc)  # from now on a failing child no longer interrupts us
+        if isinstance(exc, GeneratorExit):  # being closed at shutdown: must not await
+            self._cancel_children()
+            return False
         body_exc = None if ours else exc
         with self._lock:
             self._exiting = True
@@ -335,6 +338,37 @@ def _as_coro(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
     raise TypeError(f"expected a coroutine, a tc.Task or an awaitable, got {aw!r}")
 
 
+def _as_coros(aws: tuple[Awaitable[Any], ...]) -> list[Coroutine[Any, Any, Any]]:
+    """Coroutines for *aws*; on a bad argument, or outside a task, close every coroutine (given
+    or made) before raising, so none is left "never awaited"."""
+    coros: list[Coroutine[Any, Any, Any]] = []
+    try:
+        for a in aws:
+            coros.append(_as_coro(a))
+        if coros and _local.task is None:
+            raise RuntimeError("when_all()/when_any() awaited outside a tinycoro task")
+    except BaseException:
+        _close(coros + [a for a in aws if inspect.iscoroutine(a)])
+        raise
+    return coros
+
+
+def _close(coros: list[Coroutine[Any, Any, Any]]) -> None:
+    for c in coros:
+        c.close()
+
+
+def _spawn_each(g: TaskGroup, coros: list[Coroutine[Any, Any, Any]], wrap: Any = None) -> list[Task]:
+    tasks: list[Task] = []
+    try:
+        for i, c in enumerate(coros):
+            tasks.append(g.spawn(wrap(i, c) if wrap is not None else c))
+    except BaseException:
+        _close(coros[len(tasks) :])  # not started; the scheduler refused work (shutting down)
+        raise
+    return tasks
+
+
 async def _await(aw: Awaitable[Any]) -> Any:
     return await aw
 
@@ -363,11 +397,11 @@ async def when_all(*aws: Awaitable[Any]) -> list[Any]:
     """Run every awaitable concurrently (each as its own task, round robin over the contexts);
     return their results in argument order. On the first failure, cancel the rest, wait for
     them, then raise it. Cancelling the caller cancels them all."""
-    coros = [_as_coro(a) for a in aws]
+    coros = _as_coros(aws)
     if not coros:
         return []
     async with TaskGroup() as g:
-        tasks = [g.spawn(c) for c in coros]
+        tasks = _spawn_each(g, coros)
     return [t.result() for t in tasks]
 
 
@@ -404,13 +438,13 @@ async def _contestant(race: _Race, index: int, coro: Coroutine[Any, Any, Any]) -
 async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
     """Run every awaitable concurrently; the first to finish wins: return ``(index, value)``,
     or raise its exception. The others are cancelled and waited for before returning."""
-    coros = [_as_coro(a) for a in aws]
+    coros = _as_coros(aws)
     if not coros:
         raise ValueError("when_any() needs at least one awaitable")
     async with TaskGroup() as g:
         race = _Race(g)
-        for i, c in enumerate(coros):
-            t = g.spawn(_contestant(race, i, c))
+        tasks = _spawn_each(g, coros, lambda i, c: _contestant(race, i, c))
+        for t, c in zip(tasks, coros):
             # A contestant cancelled before its first step never awaited *c*: close it then
             # (a no-op once it has run), or Python warns that it was never awaited.
             t._add_done_callback(lambda _t, c=c: c.close())

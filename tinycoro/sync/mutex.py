@@ -46,17 +46,25 @@ class Mutex:
         self._owner: Task | None = None
         self._lot = ParkingLot(self._mu, self)
 
+    # The hot paths below use acquire()/release() rather than ``with``: measurably cheaper per
+    # call, and nothing between the two can raise.
+
     async def lock(self) -> None:
         """Acquire the mutex, waiting in FIFO order behind earlier waiters if it is held."""
         task = _local.task
-        with self._mu:
-            if not self._locked:  # free implies no waiters (the invariant above)
-                self._locked = True
-                self._owner = task
-                return
+        mu = self._mu
+        mu.acquire()
+        if not self._locked:  # free implies no waiters (the invariant above)
+            self._locked = True
+            self._owner = task
+            mu.release()
+            return
+        try:
             if task is not None and self._owner is task:
                 raise RuntimeError(f"{self!r}: this task already holds it (Mutex is not reentrant)")
             waiter = self._lot.enqueue()
+        finally:
+            mu.release()
         # unlock() made us the owner before waking us. If we were cancelled while that wake was
         # on its way, the engine calls _undo to pass the lock on before throwing Cancelled.
         await self._lot.park(waiter, self._undo)
@@ -73,17 +81,24 @@ class Mutex:
     def unlock(self) -> None:
         """Release the mutex, handing it straight to the first waiter if there is one."""
         me = _local.task
-        with self._mu:
-            if not self._locked:
-                raise RuntimeError(f"unlock() of an unlocked {self!r}")
-            owner = self._owner
-            if me is not None and owner is not None and owner is not me:
-                raise RuntimeError(
-                    f"unlock() of {self!r} by {_describe(me)}, which does not hold it"
-                )
+        mu = self._mu
+        mu.acquire()
+        owner = self._owner
+        if self._locked and (me is None or owner is None or owner is me):
+            if not self._lot._live:  # nobody waits: set it free
+                self._locked = False
+                self._owner = None
+                mu.release()
+                return
             waiter = self._handoff_locked()
-        if waiter is not None:
+            mu.release()
             waiter.task._wake(None)
+            return
+        locked = self._locked
+        mu.release()
+        if not locked:
+            raise RuntimeError(f"unlock() of an unlocked {self!r}")
+        raise RuntimeError(f"unlock() of {self!r} by {_describe(me)}, which does not hold it")
 
     def locked(self) -> bool:
         return self._locked
@@ -112,7 +127,17 @@ class Mutex:
             waiter.task._wake(None)
 
     async def __aenter__(self) -> "Mutex":
-        await self.lock()
+        # The uncontended path of lock(), inlined: one coroutine frame less per acquisition.
+        task = _local.task
+        mu = self._mu
+        mu.acquire()
+        if not self._locked:
+            self._locked = True
+            self._owner = task
+            mu.release()
+            return self
+        mu.release()
+        await self.lock()  # contended: lock() decides again under the lock
         return self
 
     async def __aexit__(
