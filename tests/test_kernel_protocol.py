@@ -1,0 +1,439 @@
+"""A real ipykernel process driven through jupyter_client: what a notebook frontend sees.
+
+Each test starts a fresh kernel from this interpreter (a throwaway kernelspec, plus the
+"Python 3 (tinycoro)" one written by ``python -m kernel_ext install --prefix``) and talks the
+Jupyter messaging protocol to it. Tests synchronise on messages (a stream line, a reply, an
+idle status), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pytest
+
+jupyter_client = pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
+from jupyter_client.manager import KernelManager  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture(scope="module")
+def kernel_dirs(tmp_path_factory) -> list[str]:
+    """A kernels directory with "plain" (this interpreter's ipykernel) and "tinycoro" (written
+    by the installer CLI, as a user would)."""
+    root = tmp_path_factory.mktemp("jupyter")
+    plain = root / "share" / "jupyter" / "kernels" / "plain"
+    plain.mkdir(parents=True)
+    (plain / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "plain",
+                "language": "python",
+            }
+        )
+    )
+    subprocess.run(
+        [sys.executable, "-m", "kernel_ext", "install", "--prefix", str(root), "--contexts", "2"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return [str(root / "share" / "jupyter" / "kernels")]
+
+
+@dataclass
+class Reply:
+    content: dict[str, Any]
+    msgs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.content["status"]
+
+    def stdout(self) -> str:
+        return "".join(
+            m["content"]["text"]
+            for m in self.msgs
+            if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
+        )
+
+    def result(self) -> str | None:
+        for m in self.msgs:
+            if m["msg_type"] == "execute_result":
+                return m["content"]["data"]["text/plain"]
+        return None
+
+    def error(self) -> dict[str, Any] | None:
+        for m in self.msgs:
+            if m["msg_type"] == "error":
+                return m["content"]
+        return None
+
+    def of_type(self, *types: str) -> list[dict[str, Any]]:
+        return [m for m in self.msgs if m["msg_type"] in types]
+
+
+class Kernel:
+    """A started kernel and its client, with helpers that collect a cell's IOPub messages."""
+
+    def __init__(self, km: KernelManager) -> None:
+        self.km = km
+        self.kc = km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=30)
+
+    def run(self, code: str, timeout: float = 20) -> Reply:
+        """Execute *code*; return its reply and every IOPub message parented to it."""
+        msgs: list[dict[str, Any]] = []
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=msgs.append)
+        return Reply(reply["content"], msgs)
+
+    def ok(self, code: str, timeout: float = 20) -> Reply:
+        r = self.run(code, timeout)
+        if r.status != "ok":
+            err = r.error() or {}
+            tb = _ANSI.sub("", "\n".join(err.get("traceback", [])))
+            raise AssertionError(f"cell failed: {err.get('ename')}: {err.get('evalue')}\n{tb}")
+        return r
+
+    def submit(self, code: str) -> str:
+        return self.kc.execute(code)
+
+    def iopub_until(
+        self, parent: str, stop: Callable[[dict[str, Any]], bool], timeout: float = 20
+    ) -> list[dict[str, Any]]:
+        """Collect IOPub messages of request *parent* until *stop(msg)* is true."""
+        deadline = time.monotonic() + timeout
+        out: list[dict[str, Any]] = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no matching IOPub message within {timeout} s: {out!r}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != parent:
+                continue
+            out.append(msg)
+            if stop(msg):
+                return out
+
+    def comm_updates(
+        self, done: Callable[[], bool], seen: dict[str, list[Any]], timeout: float = 20
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Read widget ``update`` comm messages (any parent) into ``seen[comm_id][key]``-style
+        lists (``seen[comm_id]`` collects each update's ``value``) until *done()*."""
+        deadline = time.monotonic() + timeout
+        out: list[tuple[str, dict[str, Any]]] = []
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"widgets did not change as expected within {timeout} s: {seen}")
+            try:
+                msg = self.kc.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                continue
+            data = msg["content"].get("data", {}) if msg["msg_type"] == "comm_msg" else {}
+            if data.get("method") != "update":
+                continue
+            cid, state = msg["content"]["comm_id"], data.get("state", {})
+            out.append((cid, state))
+            if "value" in state:
+                seen.setdefault(cid, []).append(state["value"])
+        return out
+
+    def reply_to(self, parent: str, timeout: float = 20) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self.kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+            if msg["parent_header"].get("msg_id") == parent:
+                return msg
+
+    def idle(self, parent: str, timeout: float = 20) -> list[dict[str, Any]]:
+        return self.iopub_until(
+            parent,
+            lambda m: m["msg_type"] == "status" and m["content"]["execution_state"] == "idle",
+            timeout,
+        )
+
+    def shutdown(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def _start(kernel_dirs: list[str], name: str) -> Kernel:
+    ksm = KernelSpecManager(kernel_dirs=kernel_dirs, ensure_native_kernel=False)
+    km = KernelManager(kernel_name=name, kernel_spec_manager=ksm)
+    km.start_kernel(env={**_env(), "TINYCORO_CONTEXTS": "2"})
+    return Kernel(km)
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+
+
+@pytest.fixture
+def kernel(kernel_dirs):
+    k = _start(kernel_dirs, "plain")
+    yield k
+    k.shutdown()
+
+
+@pytest.fixture
+def tc_kernel(kernel):
+    kernel.ok("%load_ext tinycoro\nimport tinycoro as tc")
+    return kernel
+
+
+THREADS = "import threading; sorted(t.name for t in threading.enumerate() if t.name.startswith('tinycoro'))"
+
+
+# -- loading and awaiting ----------------------------------------------------------------------
+def test_load_ext_and_await_a_sleep_returning_a_value(kernel):
+    r = kernel.ok("%load_ext tinycoro")
+    assert r.stdout() == "" and r.error() is None
+    r = kernel.ok(
+        "import time, tinycoro as tc\n"
+        "t0 = time.monotonic()\n"
+        "await tc.sleep(0.2)\n"
+        "print('printed from the cell')\n"
+        "display('displayed from the cell')\n"
+        "('slept', round(time.monotonic() - t0, 1))"
+    )
+    assert r.result() == "('slept', 0.2)"
+    assert r.stdout() == "printed from the cell\n"  # lands in its own cell
+    assert [m["content"]["data"]["text/plain"] for m in r.of_type("display_data")] == [
+        "'displayed from the cell'"
+    ]
+    assert kernel.ok(THREADS).result() == "['tinycoro-0-ctx0', 'tinycoro-0-ctx1']"
+    assert kernel.ok("%load_ext tinycoro").error() is None  # twice: harmless
+    assert kernel.ok(THREADS).result() == "['tinycoro-0-ctx0', 'tinycoro-0-ctx1']"
+
+
+def test_background_task_keeps_printing_while_the_next_cell_runs(tc_kernel):
+    tc_kernel.ok(
+        "stop = tc.Event()\n"
+        "async def ticker():\n"
+        "    i = 0\n"
+        "    while not stop.is_set():\n"
+        "        print(f'tick {i}', flush=True)\n"
+        "        i += 1\n"
+        "        await tc.sleep(0.02)\n"
+        "    return i\n"
+        "t = tc.spawn(ticker())"
+    )
+    # the next cell waits until the background task has printed three more ticks, then stops it
+    r = tc_kernel.ok(
+        "await tc.sleep(0.3)\n"
+        "stop.set()\n"
+        "n = await t\n"
+        "n > 3"
+    )
+    assert r.result() == "True"
+    ticks = re.findall(r"tick (\d+)", r.stdout())
+    assert len(ticks) >= 3, r.stdout()  # printed by a context thread, shown in the running cell
+    assert tc_kernel.ok("t.context").result() in ("0", "1")
+
+
+def test_exception_in_an_awaiting_cell_shows_a_normal_traceback(tc_kernel):
+    r = tc_kernel.run("await tc.sleep(0.01)\n{}['missing']")
+    assert r.status == "error" and r.content["ename"] == "KeyError"
+    tb = _ANSI.sub("", "\n".join(r.error()["traceback"]))
+    assert "{}['missing']" in tb and "KeyError" in tb
+    assert tc_kernel.ok("await tc.sleep(0); 1").result() == "1"
+
+
+def test_awaiting_asyncio_gives_a_clear_type_error_and_the_kernel_survives(tc_kernel):
+    r = tc_kernel.run("import asyncio\nawait asyncio.sleep(1)")
+    assert r.status == "error" and r.content["ename"] == "TypeError"
+    assert "asyncio" in r.content["evalue"] and "tinycoro" in r.content["evalue"]
+    assert tc_kernel.ok("await tc.sleep(0.01); 'alive'").result() == "'alive'"
+
+
+# -- interrupts --------------------------------------------------------------------------------
+def _interrupt_after_started(k: Kernel, code: str) -> tuple[dict[str, Any], list, float]:
+    """Run *code* (which prints 'started' before it blocks), interrupt it once that line has
+    arrived, and return (reply content, IOPub messages, seconds from interrupt to reply)."""
+    msg_id = k.submit(code)
+    msgs = k.iopub_until(
+        msg_id, lambda m: m["msg_type"] == "stream" and "started" in m["content"]["text"]
+    )
+    t0 = time.monotonic()
+    k.km.interrupt_kernel()
+    reply = k.reply_to(msg_id, timeout=10)
+    elapsed = time.monotonic() - t0
+    msgs += k.idle(msg_id)
+    return reply["content"], msgs, elapsed
+
+
+def test_interrupt_during_a_long_sleep(tc_kernel):
+    content, msgs, elapsed = _interrupt_after_started(
+        tc_kernel,
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    await tc.sleep(30)\n"
+        "finally:\n"
+        "    print('finally ran')\n",
+    )
+    assert elapsed < 2.0
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
+    out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    assert "finally ran" in out
+    assert [m["content"]["ename"] for m in msgs if m["msg_type"] == "error"] == ["KeyboardInterrupt"]
+    assert tc_kernel.ok("await tc.sleep(0.05); 'next cell works'").result() == "'next cell works'"
+    r = tc_kernel.ok("await tc.when_all(*(tc.spawn(tc.sleep(0.01)) for _ in range(4)))")
+    assert r.result() == "[None, None, None, None]"
+
+
+def test_interrupt_while_parked_leaves_spawned_tasks_alone(tc_kernel):
+    content, _, elapsed = _interrupt_after_started(
+        tc_kernel,
+        "ev = tc.Event()\n"
+        "async def child():\n"
+        "    return await ev.wait()\n"
+        "t = tc.spawn(child())\n"
+        "print('started', flush=True)\n"
+        "await t\n",
+    )
+    assert elapsed < 2.0 and content["ename"] == "KeyboardInterrupt"
+    assert tc_kernel.ok("ev.set('woken')\nawait t").result() == "'woken'"
+
+
+def test_interrupt_of_a_cell_computing_between_awaits(tc_kernel):
+    content, _, elapsed = _interrupt_after_started(
+        tc_kernel, "await tc.sleep(0.01)\nprint('started', flush=True)\nwhile True:\n    pass\n"
+    )
+    assert elapsed < 2.0 and content["ename"] == "KeyboardInterrupt"
+    assert tc_kernel.ok("await tc.sleep(0); 'ok'").result() == "'ok'"
+
+
+# -- dashboard -----------------------------------------------------------------------------------
+def _widget_states(msgs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """comm_id -> state, from the comm_open messages of jupyter widgets."""
+    return {
+        m["content"]["comm_id"]: m["content"]["data"]["state"]
+        for m in msgs
+        if m["msg_type"] == "comm_open" and m["content"].get("target_name") == "jupyter.widget"
+    }
+
+
+def _updates(msgs: list[dict[str, Any]], comm_id: str, key: str) -> list[Any]:
+    return [
+        m["content"]["data"]["state"][key]
+        for m in msgs
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["comm_id"] == comm_id
+        and m["content"]["data"].get("method") == "update"
+        and key in m["content"]["data"].get("state", {})
+    ]
+
+
+def test_dashboard_comm_messages_change_while_a_load_runs(tc_kernel):
+    r = tc_kernel.ok("%tinycoro dashboard")
+    [result] = r.of_type("execute_result")
+    assert result["content"]["data"]["text/plain"] == "<tinycoro dashboard: 2 contexts>"
+    assert "application/vnd.jupyter.widget-view+json" in result["content"]["data"]
+    states = _widget_states(r.msgs)
+    by_class = {tuple(s.get("_dom_classes", ())): cid for cid, s in states.items()}
+    tasks_run = {c: by_class[(f"tc-ctx-{c}", "tc-tasks_run")] for c in (0, 1)}
+    busy = {c: by_class[(f"tc-ctx-{c}", "tc-busy")] for c in (0, 1)}
+    summary = by_class[("tc-summary",)]
+
+    # A real load on both contexts, running in the background after its cell returned. The
+    # refresher's messages keep arriving; read them until every context's counter has moved.
+    tc_kernel.ok(
+        "stop = tc.Event()\n"
+        "async def work():\n"
+        "    x = 0\n"
+        "    for i in range(3000):\n"
+        "        x += i * i\n"
+        "    await tc.sleep(0.001)\n"
+        "async def driver():\n"
+        "    while not stop.is_set():\n"
+        "        await tc.when_all(*(tc.spawn(work()) for _ in range(20)))\n"
+        "drivers = [tc.spawn(driver()) for _ in range(2)]\n"
+    )
+    seen: dict[str, list[Any]] = {}
+
+    def moved() -> bool:
+        counts = [{int(v) for v in seen.get(tasks_run[c], [])} for c in (0, 1)]
+        busy_seen = [max(seen.get(busy[c], [0.0])) for c in (0, 1)]
+        return all(len(v) >= 3 for v in counts) and all(b > 0.05 for b in busy_seen)
+
+    updates = tc_kernel.comm_updates(moved, seen, timeout=30)
+    for c in (0, 1):
+        values = [int(v) for v in seen[tasks_run[c]]]
+        assert values == sorted(values), values  # a counter, shown in order
+    tokens = [u["value"] for cid, u in updates if cid == summary and "value" in u]
+    assert any("stop token <b>2</b>" in v for v in tokens), tokens  # both contexts had work
+    tc_kernel.ok("stop.set()\n_ = await tc.when_all(*drivers)")
+
+    r = tc_kernel.ok("%tinycoro stop")
+    final = _updates(r.msgs, summary, "value")
+    assert final and "stopped" in final[-1] and "not accepting" in final[-1]
+    assert tc_kernel.ok(THREADS).result() == "[]"  # the refresher ended with the scheduler
+
+
+def test_dashboard_updates_while_the_main_thread_is_blocked(tc_kernel):
+    r = tc_kernel.ok("%tinycoro dashboard")
+    states = _widget_states(r.msgs)
+    by_class = {tuple(s.get("_dom_classes", ())): cid for cid, s in states.items()}
+    counters = [by_class[(f"tc-ctx-{c}", "tc-tasks_run")] for c in (0, 1)]
+    # no await in this cell: it runs synchronously and blocks the main thread throughout,
+    # while tasks submitted to the scheduler finish on the contexts
+    r = tc_kernel.ok(
+        "import time\n"
+        "sched = tc.get_default_scheduler()\n"
+        "for i in range(8):\n"
+        "    for _ in range(20):\n"
+        "        sched.submit(tc.sleep(0))\n"
+        "    time.sleep(0.15)\n"
+    )
+    values = [int(v) for cid in counters for v in _updates(r.msgs, cid, "value")]
+    assert len(set(values)) >= 3, values
+
+
+# -- unload and the installed kernelspec ---------------------------------------------------------
+def test_unload_ext_leaves_no_tinycoro_threads(tc_kernel):
+    tc_kernel.ok("%tinycoro dashboard")
+    tc_kernel.ok("async def forever():\n    await tc.Event().wait()\nt = tc.spawn(forever())")
+    assert len(eval(tc_kernel.ok(THREADS).result())) == 3  # two contexts + the refresher
+    tc_kernel.ok("%unload_ext tinycoro")
+    assert tc_kernel.ok(THREADS).result() == "[]"
+    assert tc_kernel.ok("t.cancelled()").result() == "True"
+    assert "asyncio" in tc_kernel.ok("str(get_ipython().loop_runner)").result()
+    r = tc_kernel.run("%tinycoro status")
+    assert r.status == "error" and r.content["ename"] == "UsageError"
+    tc_kernel.ok("%load_ext tinycoro")  # and back
+    assert tc_kernel.ok("await tc.sleep(0.01); len(tc.get_default_scheduler()._engines)").result() == "2"
+
+
+def test_installed_kernelspec_preloads_the_extension(kernel_dirs):
+    ksm = KernelSpecManager(kernel_dirs=kernel_dirs, ensure_native_kernel=False)
+    spec = ksm.get_kernel_spec("tinycoro")
+    assert spec.display_name == "Python 3 (tinycoro)"
+    assert spec.env == {"TINYCORO_CONTEXTS": "2"} and "--ext=tinycoro" in spec.argv
+    k = _start(kernel_dirs, "tinycoro")
+    try:
+        r = k.ok("import tinycoro as tc\nawait tc.sleep(0.01)\n'tinycoro' in get_ipython().extension_manager.loaded")
+        assert r.result() == "True"
+        assert k.ok("str(get_ipython().loop_runner)").result() == "'tinycoro'"
+    finally:
+        k.shutdown()
