@@ -139,6 +139,24 @@ def test_when_any_first_to_finish_wins_and_the_rest_are_cancelled(contexts):
     assert run(main(), contexts) == ["a", "b", "c"]
 
 
+def test_when_any_and_when_all_adopt_tasks(contexts):
+    async def main():
+        ended, forever = tracker()
+        ready = tc.Latch(1)
+        loser = tc.spawn(forever("loser", ready))
+        winner = tc.spawn(value_after("w", 2, ready))
+        assert await tc.when_any(loser, winner) == (1, "w")
+        assert loser.cancelled()  # a child of the race: cancelled and finished
+        failing = tc.spawn(fail_after(KeyError("t"), 1))
+        other = tc.spawn(forever("other"))
+        with pytest.raises(KeyError):
+            await tc.when_all(other, failing)
+        assert other.done()
+        return ended
+
+    assert "loser" in run(main(), contexts)
+
+
 def test_when_any_with_a_sleep_race(contexts):
     async def main():
         return await tc.when_any(tc.sleep(5), value_after("now", 10), tc.sleep(3))

@@ -216,23 +216,38 @@ class TaskGroup(_Scope):
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
         """Start *coro* as a child task (on the scheduler's next context); any thread."""
+        return self._add(coro, None, name, True)
+
+    def _adopt(self, task: Task, report: bool = True) -> Task:
+        """Make an existing task a child: waited for and cancelled with the group. With
+        *report* False its failure is left to whoever awaits it (``when_any``)."""
+        return self._add(None, task, None, report)
+
+    def _add(self, coro: Any, task: Task | None, name: str | None, report: bool) -> Task:
         with self._lock:
             if self._state is _IDLE or self._closed:
-                coro.close()
+                if coro is not None:
+                    coro.close()
                 state = "has not been entered" if self._state is _IDLE else "has finished"
                 raise RuntimeError(f"TaskGroup.spawn(): the group {state}")
-            task = spawn(coro, name=name)
+            if task is None:
+                task = spawn(coro, name=name)
             self._children.add(task)
             cancelling = self._cancelling
         if cancelling:
             task.cancel()
         # Outside the lock: the callback runs at once if the child has already finished.
-        task._add_done_callback(self._on_done)
+        task._add_done_callback(self._on_done if report else self._on_done_quietly)
         return task
 
-    def _on_done(self, task: Task) -> None:
-        exc = task.exception()  # marks it retrieved: it is raised or noted by the group
-        failed = exc is not None and not isinstance(exc, Cancelled)
+    def _on_done_quietly(self, task: Task) -> None:
+        self._on_done(task, report=False)
+
+    def _on_done(self, task: Task, report: bool = True) -> None:
+        failed = False
+        if report:
+            exc = task.exception()  # marks it retrieved: it is raised or noted by the group
+            failed = exc is not None and not isinstance(exc, Cancelled)
         with self._lock:
             self._children.discard(task)
             to_cancel = ()
@@ -328,80 +343,64 @@ def _noted(exc: BaseException, others: list[BaseException]) -> BaseException:
     return exc
 
 
-def _as_coro(aw: Awaitable[Any]) -> Coroutine[Any, Any, Any]:
-    if inspect.iscoroutine(aw):
-        return aw
-    if isinstance(aw, Task):
-        return _adopt(aw)
-    if inspect.isawaitable(aw):
-        return _await(aw)
-    raise TypeError(f"expected a coroutine, a tc.Task or an awaitable, got {aw!r}")
-
-
-def _as_coros(aws: tuple[Awaitable[Any], ...]) -> list[Coroutine[Any, Any, Any]]:
-    """Coroutines for *aws*; on a bad argument, or outside a task, close every coroutine (given
-    or made) before raising, so none is left "never awaited"."""
-    coros: list[Coroutine[Any, Any, Any]] = []
+def _prepare(aws: tuple[Awaitable[Any], ...]) -> list[Any]:
+    """Each awaitable as a Task (to adopt) or a coroutine (to spawn). On a bad argument, or
+    outside a task, close every coroutine (given or made) before raising, so that none is left
+    "never awaited"."""
+    items: list[Any] = []
     try:
-        for a in aws:
-            coros.append(_as_coro(a))
-        if coros and _local.task is None:
+        for aw in aws:
+            if inspect.iscoroutine(aw) or isinstance(aw, Task):
+                items.append(aw)
+            elif inspect.isawaitable(aw):
+                items.append(_await(aw))
+            else:
+                raise TypeError(f"expected a coroutine, a tc.Task or an awaitable, got {aw!r}")
+        if items and _local.task is None:
             raise RuntimeError("when_all()/when_any() awaited outside a tinycoro task")
     except BaseException:
-        _close(coros + [a for a in aws if inspect.iscoroutine(a)])
+        _close(items + [a for a in aws if inspect.iscoroutine(a)])
         raise
-    return coros
+    return items
 
 
-def _close(coros: list[Coroutine[Any, Any, Any]]) -> None:
-    for c in coros:
-        c.close()
-
-
-def _spawn_each(g: TaskGroup, coros: list[Coroutine[Any, Any, Any]], wrap: Any = None) -> list[Task]:
-    tasks: list[Task] = []
-    try:
-        for i, c in enumerate(coros):
-            tasks.append(g.spawn(wrap(i, c) if wrap is not None else c))
-    except BaseException:
-        _close(coros[len(tasks) :])  # not started; the scheduler refused work (shutting down)
-        raise
-    return tasks
+def _close(items: list[Any]) -> None:
+    for c in items:
+        if inspect.iscoroutine(c):
+            c.close()
 
 
 async def _await(aw: Awaitable[Any]) -> Any:
     return await aw
 
 
-async def _adopt(task: Task) -> Any:
-    """Join an existing task as a child: cancelling the child cancels that task too."""
+def _start_each(g: TaskGroup, items: list[Any], wrap: Any = None) -> list[Task]:
+    """Spawn the coroutines and adopt the tasks of *items* into *g* (through *wrap*, if given,
+    which returns the coroutine to spawn for item i)."""
+    tasks: list[Task] = []
     try:
-        return await task
-    except Cancelled as e:
-        if task.done():
-            raise  # the task itself was cancelled
-        pending: BaseException = e
-    task.cancel()
-    while not task.done():
-        try:
-            await task
-        except GeneratorExit:
-            raise
-        except BaseException as e:  # noqa: BLE001 - its own outcome, or another interrupt
-            if not task.done():
-                pending = keep_one(pending, e)
-    raise pending
+        for i, item in enumerate(items):
+            if wrap is not None:
+                tasks.append(g.spawn(wrap(i, item)))
+            elif isinstance(item, Task):
+                tasks.append(g._adopt(item))
+            else:
+                tasks.append(g.spawn(item))
+    except BaseException:
+        _close(items[len(tasks) :])  # never started: the scheduler refused work (shutting down)
+        raise
+    return tasks
 
 
 async def when_all(*aws: Awaitable[Any]) -> list[Any]:
     """Run every awaitable concurrently (each as its own task, round robin over the contexts);
     return their results in argument order. On the first failure, cancel the rest, wait for
     them, then raise it. Cancelling the caller cancels them all."""
-    coros = _as_coros(aws)
-    if not coros:
+    items = _prepare(aws)
+    if not items:
         return []
     async with TaskGroup() as g:
-        tasks = _spawn_each(g, coros)
+        tasks = _start_each(g, items)
     return [t.result() for t in tasks]
 
 
@@ -422,9 +421,9 @@ class _Race:
         return True
 
 
-async def _contestant(race: _Race, index: int, coro: Coroutine[Any, Any, Any]) -> None:
+async def _contestant(race: _Race, index: int, aw: Awaitable[Any]) -> None:
     try:
-        value = await coro
+        value = await aw
     except Cancelled:
         raise
     except BaseException as e:  # noqa: BLE001 - re-raised if first, else reported
@@ -438,16 +437,25 @@ async def _contestant(race: _Race, index: int, coro: Coroutine[Any, Any, Any]) -
 async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
     """Run every awaitable concurrently; the first to finish wins: return ``(index, value)``,
     or raise its exception. The others are cancelled and waited for before returning."""
-    coros = _as_coros(aws)
-    if not coros:
+    items = _prepare(aws)
+    if not items:
         raise ValueError("when_any() needs at least one awaitable")
     async with TaskGroup() as g:
         race = _Race(g)
-        tasks = _spawn_each(g, coros, lambda i, c: _contestant(race, i, c))
-        for t, c in zip(tasks, coros):
-            # A contestant cancelled before its first step never awaited *c*: close it then
-            # (a no-op once it has run), or Python warns that it was never awaited.
-            t._add_done_callback(lambda _t, c=c: c.close())
+
+        def contestant(i: int, item: Any) -> Coroutine[Any, Any, None]:
+            if isinstance(item, Task):
+                # A child of the group (cancelled and waited for with it) whose failure counts
+                # only through its contestant: a loser failing late must not beat the winner.
+                g._adopt(item, report=False)
+            return _contestant(race, i, item)
+
+        tasks = _start_each(g, items, contestant)
+        for t, item in zip(tasks, items):
+            if not isinstance(item, Task):
+                # A contestant cancelled before its first step never awaited *item*: close it
+                # (a no-op once it has run), or Python warns that it was never awaited.
+                t._add_done_callback(lambda _t, c=item: c.close())
     if race.winner is None:
         raise Cancelled("every awaitable given to when_any() was cancelled")
     return race.winner
