@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import threading
 
 import pytest
@@ -37,3 +38,25 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.0005)
+
+
+_SYS_READ = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "s390x": 3, "ppc64le": 3}.get(
+    platform.machine()
+)
+
+
+def in_eventfd_read(engine, thread: threading.Thread | None = None) -> bool:
+    """*thread* (default: the main thread) is blocked in the read(2) of *engine*'s eventfd
+    right now, so a signal interrupts that system call (EINTR) instead of landing just before
+    it, where it would not interrupt anything."""
+    if not engine.sleeping:
+        return False
+    if _SYS_READ is None:  # unknown syscall numbering: the sleeping flag is the best we have
+        return True
+    tid = (thread or threading.main_thread()).native_id
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return True
+    return len(fields) > 1 and fields[0] == str(_SYS_READ) and int(fields[1], 16) == engine.ring.efd

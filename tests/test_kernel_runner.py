@@ -23,7 +23,7 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 
 import kernel_ext  # noqa: E402
 import tinycoro as tc  # noqa: E402
-from conftest import tinycoro_threads, wait_until  # noqa: E402
+from conftest import in_eventfd_read, tinycoro_threads, wait_until  # noqa: E402
 from kernel_ext.runner import TICK, GuestEngine  # noqa: E402
 from tinycoro.core.engine import Engine  # noqa: E402
 from tinycoro.core.task import Task  # noqa: E402
@@ -60,28 +60,6 @@ def interrupt_when(predicate, what: str) -> threading.Thread:
     t = threading.Thread(target=send, name="test-interrupter", daemon=True)
     t.start()
     return t
-
-
-_SYS_READ = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "s390x": 3, "ppc64le": 3}.get(
-    platform.machine()
-)
-
-
-def in_eventfd_read(engine, thread: threading.Thread | None = None) -> bool:
-    """*thread* (default: the main thread) is blocked in the read(2) of *engine*'s eventfd
-    right now, so a signal interrupts that system call (EINTR) instead of landing just before
-    it, where it would not interrupt anything."""
-    if not engine.sleeping:
-        return False
-    if _SYS_READ is None:  # unknown syscall numbering: the sleeping flag is the best we have
-        return True
-    tid = (thread or threading.main_thread()).native_id
-    try:
-        with open(f"/proc/self/task/{tid}/syscall") as f:
-            fields = f.read().split()
-    except OSError:
-        return True
-    return len(fields) > 1 and fields[0] == str(_SYS_READ) and int(fields[1], 16) == engine.ring.efd
 
 
 def cell_waits(sh) -> bool:
@@ -257,59 +235,6 @@ def test_engine_failure_never_leaves_the_cell_suspended(sh):
     assert sh.user_ns["ran"] is True
     assert not ext.engine.inflight and ext.runner.running is None
     assert sh.run_cell("await tc.sleep(0.01); 'recovered'").result == "recovered"
-
-
-# -- core bugs the runner works around (strict xfail: flip once the core is fixed) -----------
-@pytest.mark.xfail(
-    strict=True,
-    raises=InterruptedError,
-    reason="core bug: Engine._sleep calls os.eventfd_read, which (unlike os.read) does not "
-    "retry after EINTR, so a signal whose handler returns normally raises InterruptedError "
-    "out of Engine.run; kernel_ext.runner.GuestEngine works around it",
-)
-def test_core_engine_sleep_retries_after_eintr():
-    engine = Engine(None, None, 8, guest=True)
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
-
-        async def cell():
-            await tc.sleep(0.3)
-            return "slept"
-
-        task = Task(cell(), engine)
-        engine.push(task)
-        interrupt_when(lambda: in_eventfd_read(engine), "the engine to sleep")
-        engine.run(until=task)
-        assert task.result() == "slept"
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        engine._drain()
-        engine.close()
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="core bug: a signal delivered to a context thread interrupts its os.eventfd_read "
-    "with EINTR, which Engine._sleep does not retry: the context crashes and the scheduler "
-    "stops accepting work; kernel_ext starts contexts with signals blocked to avoid it",
-)
-def test_core_context_survives_a_signal():
-    previous = signal.signal(signal.SIGUSR1, lambda *_: None)
-    sched = tc.Scheduler(1).start()
-    try:
-        thread = next(t for t in tinycoro_threads() if t.name.startswith(f"tinycoro-{sched.id}-"))
-        wait_until(lambda: in_eventfd_read(sched._engines[0], thread), what="the context to sleep")
-        signal.pthread_kill(thread.ident, signal.SIGUSR1)
-        thread.join(timeout=2)  # returns at once when the context crashed (the bug)
-
-        async def ping():
-            return "pong"
-
-        assert sched.run_sync(ping(), timeout=5) == "pong"
-    finally:
-        sched.stop()
-        signal.signal(signal.SIGUSR1, previous)
 
 
 def test_extension_contexts_do_not_receive_signals(sh):

@@ -2,8 +2,9 @@
 
 Facts about waking a context, which the loop below is built around:
 
-* The only place a context blocks is ``os.eventfd_read`` on its ring's eventfd (DESIGN rule 3).
-  It releases the GIL; waiting inside the binding would not.
+* The only place a context blocks is ``os.eventfd_read`` on its ring's eventfd (DESIGN rule 3,
+  :func:`_block`). It releases the GIL; waiting inside the binding would not. A signal makes
+  it fail with EINTR, which counts as a wake-up.
 * Three things write that eventfd: the kernel when a CQE is posted (only while notifications
   are switched on, i.e. while the context sleeps), a thread that pushes a task or a call onto
   this engine while ``sleeping`` is set, and stop requests.
@@ -40,6 +41,19 @@ if TYPE_CHECKING:  # pragma: no cover
 CANCEL_UD = 1  # user_data of our own async-cancel SQEs; op ids start above it
 _ECANCELED = -errno.ECANCELED
 _perf = time.perf_counter
+
+
+def _block(efd: int) -> None:
+    """The one sleep point: block on the eventfd, releasing the GIL.
+
+    Unlike ``os.read``, ``os.eventfd_read`` does not retry after EINTR: when a signal handler
+    runs and returns, it raises InterruptedError. That is just an early wake-up here (the loop
+    looks at its queues again). A handler that raises (KeyboardInterrupt) still propagates.
+    """
+    try:
+        os.eventfd_read(efd)
+    except InterruptedError:
+        pass
 
 
 def _is_asyncio_future(obj: object) -> bool:
@@ -163,7 +177,7 @@ class Engine:
                 return
             self.sleep_since = t0 = _perf()
             try:
-                os.eventfd_read(ring.efd)
+                _block(ring.efd)
             finally:
                 self.sleep_since = 0.0
                 self.sleep_total += _perf() - t0
@@ -327,7 +341,7 @@ class Engine:
                 self.ring.notify_on(True)
                 try:
                     if not self.ring.cq_ready():
-                        os.eventfd_read(self.ring.efd)
+                        _block(self.ring.efd)
                 finally:
                     self.ring.notify_on(False)
                     self.sleeping = False
