@@ -194,6 +194,10 @@ def test_timeout_interrupts_a_parked_wait_and_an_io_op(contexts):
         assert m.statistics().waiters == 0
         m.unlock()
         assert not m.locked()
+        for already_past in (0, -1, float("-inf")):  # expires at the first await that waits
+            with pytest.raises(TimeoutError):
+                async with tc.timeout(already_past):
+                    await e.wait()
 
     run(main(), contexts)
 

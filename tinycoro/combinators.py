@@ -156,7 +156,7 @@ class timeout(_Scope):
     async def __aenter__(self) -> "timeout":
         self._enter()
         s = self._seconds
-        if s is not None and not math.isinf(s):
+        if s is not None and s != math.inf:
             try:
                 self._timer = spawn(self._run_timer(max(0.0, float(s))), name=f"timeout({s})")
             except BaseException:

@@ -24,8 +24,11 @@ class ScopeSignal(Cancelled):
     cancellation runs); the scope's ``__aexit__`` recognises it by identity."""
 
     def __init__(self, scope: object) -> None:
-        super().__init__(f"interrupted by {scope!r}")
+        super().__init__()
         self.scope = scope
+
+    def __str__(self) -> str:
+        return f"interrupted by {self.scope!r}"
 
 
 def keep_one(kept: BaseException | None, new: BaseException) -> BaseException:
