@@ -8,7 +8,7 @@ import time
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, run, until, wait_blocked
+from sync_helpers import Cancelled, run, wait_blocked
 
 
 async def value_after(v, yields=0, ready=None):
@@ -402,7 +402,7 @@ def test_task_group_body_exception_cancels_children_and_propagates(contexts):
                 for i in range(5):
                     g.spawn(forever(f"c{i}", ready))
                 await ready.wait()
-                1 / 0
+                raise ZeroDivisionError("the body fails")
         return sorted(ended)
 
     assert run(main(), contexts) == [f"c{i}" for i in range(5)]

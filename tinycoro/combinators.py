@@ -146,9 +146,8 @@ class timeout(_Scope):
 
     def __init__(self, seconds: float | None) -> None:
         super().__init__()
-        if seconds is not None and (
-            isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds)
-        ):
+        number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+        if seconds is not None and (not number or math.isnan(seconds)):
             raise TypeError(f"timeout() takes a number of seconds or None, got {seconds!r}")
         self._seconds = seconds
         self._timer: Task | None = None

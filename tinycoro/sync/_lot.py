@@ -1,4 +1,4 @@
-"""The parking lot: the one FIFO waiter queue every primitive shares (the single source of fairness).
+"""The parking lot: the one FIFO waiter queue every primitive shares (the source of fairness).
 
 A primitive owns a short ``threading.Lock`` and one or more :class:`ParkingLot` objects guarded by
 it. Waiting is always the same three steps:
