@@ -118,11 +118,19 @@ def _label(page, classes: str) -> str:
     return page.locator(f".tinycoro-dashboard .{classes}").first.inner_text()
 
 
-def test_dashboard_renders_live_in_jupyterlab(lab, tmp_path):
-    chromium = _chromium()
-    if chromium is None:
+@pytest.fixture
+def chromium() -> str:
+    """The system chromium (skips without it, or without the playwright package)."""
+    path = _chromium()
+    if path is None:
         pytest.skip("no chromium installed (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
+    return path
+
+
+def test_dashboard_renders_live_in_jupyterlab(chromium, lab, tmp_path):
+    from playwright import sync_api
+
     base, token, root = lab
     out = Path(os.environ.get("TINYCORO_DASHBOARD_PNG") or tmp_path / "dashboard.png")
 

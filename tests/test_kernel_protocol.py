@@ -25,7 +25,7 @@ pytest.importorskip("ipykernel")
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.kernel, pytest.mark.timeout(60)]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
