@@ -16,13 +16,14 @@ and ``__aexit__`` decide under the scope's lock: either the scope is still armed
 thread sets the task's pending interrupt inside that critical section; or ``__aexit__`` got there
 first and the scope will never fire. So when ``__aexit__`` finds the scope fired, the signal is
 already either delivered (it is the exception passing through) or still pending on the task, and
-a pending one is withdrawn (``task._cancel_exc`` is only ever written by other threads while it
-is None, so the owner thread can take its own signal back). Nothing can leak past the block.
+a pending one is withdrawn (``task._withdraw``). Nothing can leak past the block.
 
-A task holds one pending interrupt at a time: a second one is dropped by the core. A scope whose
-signal was dropped (or lost in a merge, see ``keep_one``) marks itself; whenever a scope exits it
+The core queues interrupts (one is delivered per await), so none is ever dropped there. Code that
+must keep awaiting after an interrupt (``Condition.wait`` re-taking its mutex, ``when_all``
+waiting for the children it cancelled) merges the ones that arrive meanwhile with ``keep_one``; a
+scope whose signal lost such a merge marks itself dropped, and whenever a scope exits it
 re-delivers the outermost dropped signal of the scopes enclosing it, so e.g. an outer timeout
-that fired while an inner one was pending still takes effect.
+that fired while an inner one was being handled still takes effect.
 """
 
 from __future__ import annotations
@@ -87,10 +88,7 @@ class _Scope:
                 return
             self._state = _FIRED
             self._fired = True
-            task = self._task
-            task._interrupt(self._signal)
-            # Another interrupt was already pending: the core dropped ours; re-deliver later.
-            self._dropped = task._cancel_exc is not self._signal
+            self._task._interrupt(self._signal)
 
     def _signal_dropped(self) -> None:
         """Our delivered signal was swallowed by a merge (``keep_one``); re-deliver later."""
@@ -109,8 +107,8 @@ class _Scope:
             _innermost.pop(task, None)
         else:
             _innermost[task] = outer
-        if fired and task._cancel_exc is self._signal:
-            task._cancel_exc = None  # fired as the body finished: withdraw, never leak it
+        if fired:
+            task._withdraw(self._signal)  # fired as the body finished: never leak it
         # Re-deliver the outermost enclosing signal that was dropped, if any.
         target = None
         s = outer
@@ -121,8 +119,8 @@ class _Scope:
         if target is not None:
             with target._lock:
                 if target._state is _FIRED:
+                    target._dropped = False
                     task._interrupt(target._signal)
-                    target._dropped = task._cancel_exc is not target._signal
         return exc is not None and exc is self._signal
 
     def __repr__(self) -> str:

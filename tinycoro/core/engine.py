@@ -56,6 +56,12 @@ def _block(efd: int) -> None:
         pass
 
 
+def _wake_no_value() -> BaseException:
+    # An interrupt aborted a park but was withdrawn in the same instant: the wait is over all
+    # the same (abort took the waiter off its list), so the task must see *something*.
+    return Cancelled()
+
+
 def _is_asyncio_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
@@ -191,20 +197,20 @@ class Engine:
         _local.task = task
         waiting = task._waiting
         if waiting is None:
-            if task._cancel_exc is not None and task._exc is None:
+            if task._interrupts is not None and task._exc is None:
                 # Not started yet, or resumed after yield_now: that is its pending await.
-                task._exc, task._cancel_exc = task._cancel_exc, None
+                task._exc = task._take_interrupt()
         else:
             task._waiting = None
             if type(waiting) is Park:
                 del self.parked[task]
-                cancel = task._cancel_exc
-                if cancel is not None and task._exc is None and waiting.undo is not None:
+                if task._interrupts is not None and task._exc is None and waiting.undo is not None:
                     # Woken with something handed over (a lock, a permit) after a cancel was
                     # requested: give it back and deliver the cancellation instead.
-                    waiting.undo(task._value)
-                    task._cancel_exc = None
-                    task._exc = cancel
+                    exc = task._take_interrupt()
+                    if exc is not None:
+                        waiting.undo(task._value)
+                        task._exc = exc
         try:
             exc = task._exc
             if exc is None:
@@ -225,8 +231,8 @@ class Engine:
         if type(y) is Op:
             self._start(task, y)
         elif y is YIELD:
-            if task._cancel_exc is not None:
-                task._exc, task._cancel_exc = task._cancel_exc, None
+            if task._interrupts is not None:
+                task._exc = task._take_interrupt()
             self.ready.append(task)
         elif type(y) is Park:
             self._park(task, y)
@@ -234,10 +240,12 @@ class Engine:
             self._bad_yield(task, y)
 
     def _start(self, task: Task, op: Op) -> None:
-        if task._cancel_exc is not None:  # cancelled before the op reached the ring
-            task._exc, task._cancel_exc = task._cancel_exc, None
-            self.ready.append(task)
-            return
+        if task._interrupts is not None:  # interrupted before the op reached the ring
+            exc = task._take_interrupt()
+            if exc is not None:
+                task._exc = exc
+                self.ready.append(task)
+                return
         sqe = self.ring.get_sqe()
         op.prep(sqe, *op.args)
         op.ud = ud = next(self._ids)
@@ -248,8 +256,8 @@ class Engine:
         self.unsubmitted += 1
 
     def _park(self, task: Task, ticket: Park) -> None:
-        if task._cancel_exc is not None and ticket.abort():
-            task._exc, task._cancel_exc = task._cancel_exc, None
+        if task._interrupts is not None and ticket.abort():
+            task._exc = task._take_interrupt() or _wake_no_value()
             self.ready.append(task)
             return
         self.parked[task] = ticket
@@ -298,8 +306,11 @@ class Engine:
             task = op.task
             if task is None:
                 continue
-            if res == _ECANCELED and op.cancelling and task._cancel_exc is not None:
-                task._exc, task._cancel_exc = task._cancel_exc, None
+            exc = None
+            if res == _ECANCELED and op.cancelling:
+                exc = task._take_interrupt()
+            if exc is not None:
+                task._exc = exc
             else:
                 task._value = res
             ready.append(task)
@@ -307,14 +318,14 @@ class Engine:
 
     def deliver_cancel(self, task: Task) -> None:
         """Owner-thread half of ``Task.cancel``: abort whatever the task waits on."""
-        if task._state is DONE or task._cancel_exc is None:
+        if task._state is DONE or task._interrupts is None:
             return
         waiting = task._waiting
         if type(waiting) is Op:
             self._cancel_op(waiting)
-        elif type(waiting) is Park:
+        elif type(waiting) is Park and task._exc is None:
             if waiting.abort():
-                task._exc, task._cancel_exc = task._cancel_exc, None
+                task._exc = task._take_interrupt() or _wake_no_value()
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.
 

@@ -43,7 +43,7 @@ class Task:
         "_result",
         "_exception",
         "_waiting",
-        "_cancel_exc",
+        "_interrupts",
         "_joiners",
         "_retrieved",
         "__weakref__",
@@ -60,7 +60,10 @@ class Task:
         self._result: Any = None
         self._exception: BaseException | None = None
         self._waiting: Any = None  # the Op or Park it is suspended on, for cancel and reports
-        self._cancel_exc: BaseException | None = None  # requested, not yet delivered
+        # Interrupts requested and not yet delivered (cancel, a timeout's signal, a notebook's
+        # KeyboardInterrupt), oldest first; None when there are none (the common case, and the
+        # one the engine tests on every trap). One is delivered per await.
+        self._interrupts: list[BaseException] | None = None
         self._joiners: list | None = []
         self._retrieved = False
 
@@ -135,12 +138,49 @@ class Task:
         self._engine.push(self)
 
     def _interrupt(self, exc: BaseException) -> bool:
-        if self._state is DONE:
-            return False
-        if self._cancel_exc is None:
-            self._cancel_exc = exc
-            self._engine.call_soon(self._engine.deliver_cancel, self)
+        """Queue *exc* for delivery at the task's pending await; any thread.
+
+        Interrupts queue up instead of replacing each other: a ``cancel()`` that arrives while
+        a timeout's signal is pending is delivered at the next await after it. A second plain
+        cancel while one is pending is a no-op.
+        """
+        with _join_lock:
+            if self._state is DONE:
+                return False
+            pending = self._interrupts
+            if pending is None:
+                self._interrupts = [exc]
+            elif type(exc) is Cancelled and any(type(e) is Cancelled for e in pending):
+                return True
+            else:
+                pending.append(exc)
+                return True
+        self._engine.call_soon(self._engine.deliver_cancel, self)
         return True
+
+    def _withdraw(self, exc: BaseException) -> bool:
+        """Take back *exc* if it is still pending (identity); True if it was."""
+        with _join_lock:
+            pending = self._interrupts
+            if pending:
+                for i, e in enumerate(pending):
+                    if e is exc:
+                        del pending[i]
+                        if not pending:
+                            self._interrupts = None
+                        return True
+        return False
+
+    def _take_interrupt(self) -> BaseException | None:
+        """The oldest pending interrupt, removed from the queue (owner thread)."""
+        with _join_lock:
+            pending = self._interrupts
+            if not pending:
+                return None
+            exc = pending.pop(0)
+            if not pending:
+                self._interrupts = None
+            return exc
 
     def _unjoin(self, joiner: "Task") -> bool:
         with _join_lock:

@@ -1,6 +1,7 @@
 """What a primitive does when a second interrupt reaches a task that must not stop yet.
 
-A task can have one pending interrupt at a time (``Task._interrupt``). Two kinds exist:
+A task's pending interrupts queue up (``Task._interrupt``; one is delivered per await). Two
+kinds exist:
 
 * a real cancellation (``tc.Cancelled`` from ``task.cancel()``, or anything else thrown in);
 * a :class:`ScopeSignal`: a private ``Cancelled`` subclass that a scope (``tc.timeout``,
