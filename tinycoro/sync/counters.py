@@ -62,15 +62,14 @@ class _Counter:
 class Latch(_Counter):
     """A one-shot countdown: ``count_down(n)``; ``await wait()`` until it reaches zero.
 
-    ``Latch(0)`` starts open. Counting down an open latch is harmless (the count stays 0).
+    A count <= 0 starts open (issue 3's contract; DESIGN.md's "negative latch count" error is
+    the negative *argument* of ``count_down``). Counting down an open latch is harmless.
     """
 
     __slots__ = ()
 
     def __init__(self, count: int) -> None:
-        if _check_int("Latch count", count) < 0:
-            raise ValueError(f"Latch count must be >= 0, got {count}")
-        super().__init__(count)
+        super().__init__(max(0, _check_int("Latch count", count)))
 
     def count_down(self, n: int = 1) -> None:
         """Decrease the count by *n* (clamped at zero); at zero, release every waiter."""
