@@ -14,9 +14,10 @@ import threading
 from typing import TYPE_CHECKING, Any, Iterator
 
 import tinycoro as tc
+from tinycoro.core.engine import Engine
 from tinycoro.core.scheduler import DISPATCH
 
-from .runner import CellRunner, GuestEngine
+from .runner import CellRunner
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dashboard import Refresher
@@ -63,13 +64,12 @@ _THREAD_BLOCKED = frozenset(
 def signals_blocked() -> Iterator[None]:
     """Block asynchronous signals in the calling thread while threads are started here.
 
-    Work-around for a core bug (``tests/test_kernel_runner.py::test_core_context_survives_
-    a_signal``): a signal the kernel delivers to a context thread interrupts its
-    ``os.eventfd_read`` with EINTR, which the engine does not retry, and the context crashes.
-    Linux delivers a process-directed signal to any thread that does not block it (e.g. a
-    second SIGINT while the main thread still has one pending), so the kernel's interrupt
-    could kill a context. Threads inherit their creator's mask, so contexts started inside this
-    block never receive those signals; Python runs handlers on the main thread anyway.
+    Threads inherit their creator's signal mask, so the context threads (and the dashboard's
+    refresher) started inside this block never receive these signals; the kernel then always
+    delivers them to the main thread, whose blocking read they interrupt at once. Otherwise
+    Linux may pick any thread that does not block the signal (e.g. for a second SIGINT while
+    the main thread still has one pending), and the cell would see the interrupt only at its
+    engine's next wake-up. (Python runs signal handlers on the main thread in any case.)
     """
     if threading.current_thread() is not threading.main_thread() or not hasattr(
         signal, "pthread_sigmask"
@@ -100,7 +100,7 @@ class Extension:
         self.refresher: "Refresher | None" = None
         self.scheduler = start_scheduler(contexts, dispatch)
         try:
-            engine = GuestEngine(None, self.scheduler, GUEST_RING_ENTRIES, guest=True)
+            engine = Engine(None, self.scheduler, GUEST_RING_ENTRIES, guest=True)
         except BaseException:
             self.scheduler.stop()
             raise
@@ -113,7 +113,7 @@ class Extension:
 
     # -- scheduler lifetime (used by the %tinycoro magics) -------------------------------------
     @property
-    def engine(self) -> GuestEngine:
+    def engine(self) -> Engine:
         return self.runner.engine
 
     def stop_scheduler(self, timeout: float = STOP_TIMEOUT) -> bool:

@@ -20,12 +20,13 @@ landed:
   ``KeyboardInterrupt`` there, exactly as a plain cell would be interrupted. The exception
   unwinds only frames that are not tinycoro's; the engine sees an ordinary task failure.
 * Otherwise (the thread is asleep in ``os.eventfd_read``, or inside tinycoro code) it does not
-  raise: it asks for ``KeyboardInterrupt`` to be delivered at the cell's pending await
-  (``task._interrupt``, the mechanism behind ``Task.cancel``) and writes the engine's eventfd.
-  ``os.eventfd_read`` retries after EINTR (PEP 475), sees the write and returns; the engine
-  then cancels the pending io_uring operation in the kernel (or takes the task off the waiter
-  list it is parked on) and throws ``KeyboardInterrupt`` into the cell only once the
-  operation's completion has arrived, so no buffer is released while the kernel owns it.
+  raise. It queues a call on the engine (a lock-free deque append; the handler must not take
+  a lock the interrupted code may hold) and writes the engine's eventfd; the interrupted read
+  returns (EINTR counts as a wake-up), and on its next turn the engine asks for
+  ``KeyboardInterrupt`` at the cell's pending await (``task._interrupt``, the mechanism behind
+  ``Task.cancel``). It cancels the pending io_uring operation in the kernel (or takes the task
+  off the waiter list it is parked on) and throws ``KeyboardInterrupt`` into the cell only once
+  the operation's completion has arrived, so no buffer is released while the kernel owns it.
 
 Either way the cell's ``finally`` blocks run (and may still await), IPython shows
 ``KeyboardInterrupt``, and the runner returns only once the cell coroutine has finished.
@@ -54,7 +55,7 @@ from tinycoro.core.local import _local
 from tinycoro.core.runtime import sleep
 from tinycoro.core.task import Task
 
-__all__ = ["CellRunner", "GuestEngine", "TICK"]
+__all__ = ["CellRunner", "TICK"]
 
 TICK = 0.25  # seconds: the worst-case delay of an interrupt that missed the eventfd read
 
@@ -85,37 +86,11 @@ async def _tick() -> None:
         await sleep(TICK)
 
 
-class GuestEngine(Engine):
-    """The engine a cell runs on: a plain guest :class:`Engine` whose sleep survives signals.
-
-    Work-around for a core bug (see ``tests/test_kernel_runner.py::test_core_engine_sleep_
-    retries_after_eintr``): ``os.eventfd_read`` does not retry after EINTR (CPython applies
-    PEP 475 to ``os.read`` but not to ``os.eventfd_read``), so a signal whose Python handler
-    returns normally, which is exactly what the runner's SIGINT handler does, makes
-    ``Engine._sleep`` raise ``InterruptedError`` out of ``Engine.run``. An interrupted sleep is
-    a spurious wake-up: the engine loop simply looks at its queues again.
-    """
-
-    def _sleep(self) -> None:
-        try:
-            super()._sleep()
-        except InterruptedError:
-            pass
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                super()._drain()
-                return
-            except InterruptedError:
-                continue
-
-
 class CellRunner:
     """Callable installed as ``shell.loop_runner``; drives one cell coroutine at a time.
 
-    ``engine`` is the guest engine (``GuestEngine(None, scheduler, entries, guest=True)``) owned
-    by the extension; the runner never creates threads.
+    ``engine`` is the guest engine (``Engine(None, scheduler, entries, guest=True)``) owned by
+    the extension; the runner never creates threads.
     """
 
     def __init__(self, engine: Engine) -> None:
@@ -123,6 +98,7 @@ class CellRunner:
         self.running: Task | None = None  # the cell task being driven, if any
         self.interrupts = 0  # SIGINTs received while a cell ran (for tests and %tinycoro status)
         self._close_after = False
+        self._busy = threading.Lock()  # one cell at a time: the guest engine has one owner
 
     def __repr__(self) -> str:  # shown by IPython's %autoawait
         return "tinycoro"
@@ -142,9 +118,16 @@ class CellRunner:
         if engine.ring.closed:
             coro.close()
             raise RuntimeError("the tinycoro extension was unloaded; %load_ext tinycoro again")
+        if not self._busy.acquire(blocking=False):
+            coro.close()
+            raise RuntimeError(
+                "another awaiting cell is running on the tinycoro runner in another thread (an "
+                "ipykernel subshell?); the cell engine serves one cell at a time"
+            )
         try:
             restore = self._install_sigint()
         except BaseException:  # e.g. the kernel's KeyboardInterrupt, just before we took over
+            self._busy.release()
             coro.close()
             raise
         try:
@@ -164,6 +147,7 @@ class CellRunner:
         finally:
             self.running = None
             restore()
+            self._busy.release()
             if self._close_after:
                 self._close_after = False
                 self.close()
@@ -178,8 +162,16 @@ class CellRunner:
             return  # the cell is returning; the interrupt arrived too late to matter
         if _local.task is task and _in_cell_code(frame):
             raise KeyboardInterrupt  # the cell computes between awaits: interrupt it right here
-        task._interrupt(KeyboardInterrupt())  # delivered at the cell's pending await
+        # Nothing here may take a lock: the handler may have interrupted this very thread
+        # while it held one (Task._interrupt takes the task module's lock). A deque append
+        # and an eventfd write are safe; the engine does the rest on its next turn.
+        self.engine.call_soon(self._interrupt_cell, task)
         self.engine.wake()
+
+    @staticmethod
+    def _interrupt_cell(task: Task) -> None:
+        """On the engine's own turn: deliver KeyboardInterrupt at the cell's pending await."""
+        task._interrupt(KeyboardInterrupt())
 
     def _install_sigint(self) -> Callable[[], None]:
         if threading.current_thread() is not threading.main_thread():
@@ -219,6 +211,7 @@ class CellRunner:
                 except BaseException as e:  # noqa: BLE001 - a finally block that awaited
                     print(f"tinycoro: {task.name} did not close cleanly: {e!r}", file=sys.stderr)
                 task._finish(None, outcome)
+                task._retrieved = True  # the runner re-raises it; nothing to log at collection
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:

@@ -2,15 +2,14 @@
 
 Interrupts are real SIGINTs sent to this process while a cell runs on the main thread; the
 sender waits for the runtime state it needs (the cell asleep in its eventfd, parked, spinning)
-instead of sleeping. Also holds the regression tests for the two core bugs the runner works
-around (strict xfails: they start failing, i.e. passing, once the core is fixed).
+instead of sleeping. (The core's own EINTR regressions, first found here, are in
+tests/test_signals.py.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import platform
 import re
 import signal
 import threading
@@ -24,9 +23,7 @@ from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
 import kernel_ext  # noqa: E402
 import tinycoro as tc  # noqa: E402
 from conftest import in_eventfd_read, tinycoro_threads, wait_until  # noqa: E402
-from kernel_ext.runner import TICK, GuestEngine  # noqa: E402
-from tinycoro.core.engine import Engine  # noqa: E402
-from tinycoro.core.task import Task  # noqa: E402
+from kernel_ext.runner import TICK  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -43,7 +40,7 @@ def sh(monkeypatch):
     shell = InteractiveShell.instance()
     saved = (shell.loop_runner, shell.autoawait)
     shell.run_line_magic("load_ext", "tinycoro")
-    shell.run_cell("import tinycoro as tc")
+    shell.run_cell("import signal, tinycoro as tc")
     yield shell
     shell.run_line_magic("unload_ext", "tinycoro")
     shell.loop_runner, shell.autoawait = saved
@@ -126,6 +123,34 @@ def test_runner_refuses_to_nest(sh):
     res = sh.run_cell("await tc.sleep(0)\nget_ipython().run_cell('await tc.sleep(0)').error_in_exec")
     assert res.success
     assert isinstance(res.result, RuntimeError) and "inside a tinycoro task" in str(res.result)
+
+
+def test_runner_serves_one_cell_at_a_time(sh):
+    """A second thread (an ipykernel subshell, say) cannot drive the cell engine concurrently."""
+    ext = kernel_ext.get_extension(sh)
+    errors: list[str] = []
+
+    def other_thread() -> None:
+        async def cell():
+            return 1
+
+        try:
+            ext.runner(cell())
+        except RuntimeError as e:
+            errors.append(str(e))
+
+    sh.user_ns["other_thread"] = other_thread
+    res = sh.run_cell(
+        "import threading\n"
+        "await tc.sleep(0)\n"
+        "th = threading.Thread(target=other_thread)\n"
+        "th.start()\n"
+        "th.join()\n"
+        "await tc.sleep(0)\n"
+        "'main cell done'"
+    )
+    assert res.result == "main cell done"
+    assert len(errors) == 1 and "one cell at a time" in errors[0]
 
 
 # -- interrupts ----------------------------------------------------------------------------
@@ -215,6 +240,24 @@ def test_interrupt_during_many_short_awaits(sh):
     assert sh.run_cell("await tc.spawn(tc.sleep(0.01)); 'ok'").result == "ok"
 
 
+def test_sigint_handler_takes_no_lock(sh):
+    """The handler may run while the main thread holds the task lock (Task._finish, a join):
+    it must only queue work for the engine, never take a lock itself."""
+    sh.user_ns["runner"] = kernel_ext.get_extension(sh).runner
+    res = sh.run_cell(
+        "from tinycoro.core.task import _join_lock\n"
+        "await tc.sleep(0)\n"
+        "with _join_lock:\n"
+        "    runner._on_sigint(signal.SIGINT, None)  # as if the signal landed right here\n"
+        "try:\n"
+        "    await tc.sleep(30)\n"
+        "except KeyboardInterrupt:\n"
+        "    got = 'interrupted at the next await'\n",
+    )
+    assert res.success, res.error_in_exec
+    assert sh.user_ns["got"] == "interrupted at the next await"
+
+
 def test_sigint_between_cells_is_the_kernels_business(sh):
     assert signal.getsignal(signal.SIGINT) is not kernel_ext.get_extension(sh).runner._on_sigint
 
@@ -238,7 +281,8 @@ def test_engine_failure_never_leaves_the_cell_suspended(sh):
 
 
 def test_extension_contexts_do_not_receive_signals(sh):
-    """The work-around for the bug above: contexts run with asynchronous signals blocked."""
+    """Contexts run with asynchronous signals blocked, so the kernel routes them to the main
+    thread (whose blocking read they interrupt at once); one sent to a context stays pending."""
     previous = signal.signal(signal.SIGUSR1, lambda *_: None)
     try:
         sched = kernel_ext.get_extension(sh).scheduler
@@ -249,23 +293,3 @@ def test_extension_contexts_do_not_receive_signals(sh):
         assert all(t.is_alive() for t in tinycoro_threads())
     finally:
         signal.signal(signal.SIGUSR1, previous)
-
-
-def test_guest_engine_retries_after_eintr():
-    """The work-around for the first bug: the runner's engine treats EINTR as a wake-up."""
-    engine = GuestEngine(None, None, 8, guest=True)
-    previous = signal.signal(signal.SIGINT, lambda *_: None)
-    try:
-
-        async def cell():
-            await tc.sleep(0.3)
-            return "slept"
-
-        task = Task(cell(), engine)
-        engine.push(task)
-        interrupt_when(lambda: in_eventfd_read(engine), "the engine to sleep")
-        engine.run(until=task)
-        assert task.result() == "slept"
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        engine.close()
