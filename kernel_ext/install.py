@@ -125,11 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(f"Installed kernelspec {args.name!r} ({args.display_name}) in {path}")
         return 0
-    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    from jupyter_client.kernelspec import KernelSpecManager
 
     try:
         KernelSpecManager().remove_kernel_spec(args.name)
-    except NoSuchKernel:
+    except KeyError:  # NoSuchKernel is a KeyError too
         print(f"No kernelspec named {args.name!r}", file=sys.stderr)
         return 1
     print(f"Removed kernelspec {args.name!r}")

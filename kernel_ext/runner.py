@@ -96,7 +96,7 @@ class CellRunner:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.running: Task | None = None  # the cell task being driven, if any
-        self.interrupts = 0  # SIGINTs received while a cell ran (for tests and %tinycoro status)
+        self.interrupts = 0  # SIGINTs received while a cell ran
         self._close_after = False
         self._busy = threading.Lock()  # one cell at a time: the guest engine has one owner
 
