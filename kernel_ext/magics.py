@@ -26,8 +26,10 @@ def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
     accepting = "accepting work" if stats.accepting else "not accepting work"
     how = f", {dispatch}" if dispatch else ""
     lines = [
-        f"tinycoro scheduler: {len(stats.contexts)} contexts{how}, {state}, {accepting}, "
-        f"stop token {stats.stop_token}"
+        (
+            f"tinycoro scheduler: {len(stats.contexts)} contexts{how}, {state}, {accepting}, "
+            f"stop token {stats.stop_token}"
+        )
     ]
     rows = [_HEAD]
     for c in stats.contexts:

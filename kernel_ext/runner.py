@@ -141,7 +141,7 @@ class CellRunner:
                 self.running = None  # from here on, a SIGINT is too late for this cell
                 tick.cancel()
                 engine.run(until=tick)
-            except BaseException as exc:  # noqa: BLE001 - the engine itself failed mid-turn
+            except BaseException as exc:  # the engine itself failed mid-turn
                 self._abandon(task, tick, exc)
                 raise
         finally:

@@ -81,37 +81,39 @@ def lab(tmp_path):
         "TINYCORO_CONTEXTS": "2",
     }
     port, token = _free_port(), "tinycoro-browser-test"
-    log = open(tmp_path / "lab.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
-            f"--port={port}", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-            *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        ],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # wait for the server's readiness endpoint
-            if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited: {(tmp_path / 'lab.log').read_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("jupyter lab did not come up within 60 s")
-                time.sleep(0.2)
-        yield base, token, root
-    finally:
-        proc.terminate()
+    with open(tmp_path / "lab.log", "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+                f"--port={port}", f"--IdentityProvider.token={token}",
+                f"--ServerApp.root_dir={root}",
+                *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
+            ],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            deadline = time.monotonic() + 60
+            while True:  # wait for the server's readiness endpoint
+                if proc.poll() is not None:
+                    tail = (tmp_path / "lab.log").read_text()[-2000:]
+                    pytest.fail(f"jupyter lab exited: {tail}")
+                try:
+                    url = f"{base}/api/status?token={token}"
+                    with urllib.request.urlopen(url, timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        pytest.fail("jupyter lab did not come up within 60 s")
+                    time.sleep(0.2)
+            yield base, token, root
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def _label(page, classes: str) -> str:
@@ -131,7 +133,7 @@ def chromium() -> str:
 def test_dashboard_renders_live_in_jupyterlab(chromium, lab, tmp_path):
     from playwright import sync_api
 
-    base, token, root = lab
+    base, token, _root = lab
     out = Path(os.environ.get("TINYCORO_DASHBOARD_PNG") or tmp_path / "dashboard.png")
 
     with sync_api.sync_playwright() as p:

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from kernel_ext.install import DISPLAY_NAME, kernel_json, main  # noqa: E402
+from kernel_ext.install import DISPLAY_NAME, kernel_json, main
 
 pytestmark = pytest.mark.timeout(60)
 

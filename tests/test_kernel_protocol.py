@@ -22,8 +22,8 @@ import pytest
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
-from jupyter_client.manager import KernelManager  # noqa: E402
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(60)]
 

@@ -18,12 +18,11 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from conftest import in_eventfd_read, tinycoro_threads, wait_until
+from IPython.core.interactiveshell import InteractiveShell
 
-import kernel_ext  # noqa: E402
-import tinycoro as tc  # noqa: E402
-from conftest import in_eventfd_read, tinycoro_threads, wait_until  # noqa: E402
-from kernel_ext.runner import TICK  # noqa: E402
+import kernel_ext
+from kernel_ext.runner import TICK
 
 pytestmark = pytest.mark.timeout(60)
 

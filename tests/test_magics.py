@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from IPython.core.error import UsageError  # noqa: E402
-from IPython.core.interactiveshell import InteractiveShell  # noqa: E402
+from conftest import tinycoro_threads, wait_until
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
 
-import kernel_ext  # noqa: E402
-import tinycoro as tc  # noqa: E402
-from conftest import tinycoro_threads, wait_until  # noqa: E402
+import kernel_ext
+import tinycoro as tc
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -209,7 +209,10 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
         "tinycoro-dashboard"
     ]
     run_ok(loaded, "await tc.when_all(*(tc.spawn(tc.sleep(0)) for _ in range(20)))")
-    tasks_run = lambda: sum(int(labels["tasks_run"].value) for _, _, labels in board._rows)  # noqa: E731
+
+    def tasks_run() -> int:
+        return sum(int(labels["tasks_run"].value) for _, _, labels in board._rows)
+
     wait_until(lambda: tasks_run() >= 20, what="the dashboard to show the tasks run")
     assert "stop token" in board._summary.value and "running" in board._summary.value
     second = loaded.run_line_magic("tinycoro", "dashboard")
