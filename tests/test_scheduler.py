@@ -361,3 +361,57 @@ def test_io_uring_unavailable_says_how_to_enable_it(monkeypatch):
     with pytest.raises(tc.IoUringUnavailable, match="io_uring_disabled") as info:
         tc.Scheduler(1)
     assert "seccomp" in str(info.value)
+
+
+def test_a_crashed_context_releases_every_waiter(monkeypatch):
+    # A runtime bug that kills a context must not leave run_sync callers or joiners hanging:
+    # the dying context finishes its own leftover tasks with the crash as their error.
+    import types
+
+    from tinycoro.core.engine import Engine
+
+    def broken(self, task, y):
+        raise SystemError("simulated engine bug")
+
+    monkeypatch.setattr(Engine, "_bad_yield", broken)
+
+    @types.coroutine
+    def bad_trap():
+        yield "not a trap"
+
+    sched = tc.Scheduler(1).start()
+    try:
+        victim = sched.submit(tc.sleep(60))
+        wait_until(lambda: sched.stats().contexts[0].io_inflight == 1, what="victim's timer")
+        released = threading.Event()
+        victim._add_done_callback(lambda _t: released.set())
+
+        async def crasher():
+            await bad_trap()
+
+        sched.submit(crasher())
+        assert released.wait(10)
+        assert isinstance(victim.exception(), RuntimeError)
+        assert "crashed" in str(victim.exception())
+        with pytest.raises(RuntimeError, match="no longer accepts work"):
+            sched.run_sync(tc.sleep(0))
+    finally:
+        sched.stop()
+    assert not tinycoro_threads()
+
+
+def test_unretrieved_exception_is_logged_with_its_location(caplog):
+    import gc
+
+    async def fail():
+        raise ValueError("nobody looked")
+
+    async def main():
+        tc.spawn(fail())  # never joined
+
+    with caplog.at_level(logging.ERROR, logger="tinycoro"):
+        tc.run(main(), contexts=1)
+        gc.collect()
+    msg = "\n".join(r.getMessage() for r in caplog.records)
+    assert "never retrieved" in msg and "nobody looked" in msg
+    assert "test_scheduler.py" in msg

@@ -170,6 +170,7 @@ class Engine:
                         continue
                 self._sleep()
             self._drain()
+            self._abandon(None)
         finally:
             _local.engine = None
             _local.task = None
@@ -356,6 +357,28 @@ class Engine:
                 finally:
                     self.ring.notify_on(False)
                     self.sleeping = False
+
+    def _abandon(self, error: BaseException | None) -> None:
+        """Finish every task still assigned here, on this thread, when the engine stops.
+
+        Their coroutines are closed (``finally`` blocks run; one that awaits cannot complete)
+        and they finish as cancelled, or with *error* when the context crashed, so every joiner
+        and every ``run_sync`` caller is released at once.
+        """
+        self.ready.clear()
+        self.parked.clear()
+        for task in list(self.live):
+            if task._state is DONE:
+                continue
+            _local.task = task
+            try:
+                task._coro.close()
+            except BaseException:  # noqa: BLE001 - a finally block that awaited; nobody runs it
+                pass
+            finally:
+                _local.task = None
+            self._finish(task, None, error if error is not None else Cancelled())
+        self.live.clear()
 
     def close(self) -> None:
         """Close the ring and eventfd; the engine must have drained (no op in flight)."""

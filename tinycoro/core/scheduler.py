@@ -28,7 +28,7 @@ import time
 from typing import Any, Coroutine
 
 from .engine import Engine
-from .errors import Cancelled, DeadlockError
+from .errors import DeadlockError
 from .local import _local
 from .stats import ContextStats, SchedulerStats
 from .task import Task
@@ -185,6 +185,12 @@ class Scheduler:
             with self._lock:
                 self._crash = e
                 self._finish_locked()
+            err = RuntimeError(f"tinycoro context {engine.id} crashed: {e!r}")
+            err.__cause__ = e
+            try:
+                engine._abandon(err)
+            except BaseException:  # noqa: BLE001 - already reporting the crash
+                log.exception("while abandoning the tasks of crashed context %s", engine.id)
 
     def loop(self, deadlock_timeout: float | None = None) -> None:
         """Run until the stop token reaches 0 (all work done), then join every context.
@@ -313,23 +319,10 @@ class Scheduler:
         for t in self._threads:
             t.join()
         self._closed = True
-        leftovers = []
         for e in self._engines:
-            leftovers.extend(e.live)
-            leftovers.extend(e.ready)
-            e.live.clear()
-            e.ready.clear()
-            e.parked.clear()
+            if not self._threads:  # never ran: tasks submitted before are closed here
+                e._abandon(None)
             e.close()
-        for task in dict.fromkeys(leftovers):
-            if task.done():
-                continue
-            coro = task._coro
-            try:
-                coro.close()
-            except BaseException:  # noqa: BLE001 - a finally block that awaited; nothing to run it
-                pass
-            task._finish(None, Cancelled())
 
     def __del__(self) -> None:
         # A Scheduler that never ran still holds N rings and eventfds. (A running one cannot

@@ -214,10 +214,19 @@ class Task:
                 j(self)
 
     def __del__(self) -> None:
-        if self._state is DONE and self._exception is not None and not self._retrieved:
-            if not isinstance(self._exception, Cancelled):
-                log.error(
-                    "exception in %r was never retrieved",
-                    self,
-                    exc_info=(type(self._exception), self._exception, self._exception.__traceback__),
+        exc = self._exception
+        if self._state is DONE and exc is not None and not self._retrieved:
+            if not isinstance(exc, Cancelled):
+                # No traceback formatting here: __del__ may run inside another ast.parse (GC
+                # during pytest's assertion rewriting, say), and CPython 3.11's traceback
+                # module parses source, which then fails with "AST constructor recursion depth
+                # mismatch". The innermost frame still says where it failed.
+                tb = exc.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                where = (
+                    f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno} in {tb.tb_frame.f_code.co_name}"
+                    if tb is not None
+                    else ""
                 )
+                log.error("exception in %r was never retrieved: %r%s", self, exc, where)
