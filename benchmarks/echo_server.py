@@ -11,8 +11,8 @@ recommends:
   its event loop policy.
 
 With ``TINYCORO_BENCH_PROFILE=<path>`` the tinycoro server profiles its context thread with
-cProfile for ``TINYCORO_BENCH_PROFILE_SECS`` seconds (default 5), writes the stats to *path*
-and exits.
+cProfile for ``TINYCORO_BENCH_PROFILE_SECS`` seconds (default 5), then writes the stats to
+*path* and keeps serving.
 """
 
 from __future__ import annotations
@@ -48,22 +48,22 @@ def serve_tinycoro(contexts: int) -> None:
         finally:
             await conn.close()
 
-    async def profile_then_exit(path: str, seconds: float) -> None:
+    async def profile_for(path: str, seconds: float) -> None:
         import cProfile
 
         prof = cProfile.Profile()
         prof.enable()  # this context's thread: with 1 context, every handler runs here
         await tc.sleep(seconds)
         prof.disable()
-        prof.dump_stats(path)
-        os._exit(0)
+        prof.dump_stats(path + ".tmp")
+        os.rename(path + ".tmp", path)  # the parent waits for this name; serving goes on
 
     async def main() -> None:
         listener = await tc.net.listen(HOST, 0, backlog=BACKLOG)
         profile = os.environ.get("TINYCORO_BENCH_PROFILE")
         if profile:
             secs = float(os.environ.get("TINYCORO_BENCH_PROFILE_SECS", "5"))
-            tc.spawn(profile_then_exit(profile, secs))
+            tc.spawn(profile_for(profile, secs))
         _ready(listener.port)
         while True:
             conn = await listener.accept()

@@ -181,8 +181,10 @@ def _cprofile(name: str, cfg: Config, seconds: float, top: int) -> str:
             env = {"TINYCORO_BENCH_PROFILE": out, "TINYCORO_BENCH_PROFILE_SECS": f"{seconds:g}"}
             srv = w_echo.EchoServer("tinycoro", 1, env=env)
             try:
-                w_echo.run_load(exe, srv.port, cfg.echo_conns, 64, seconds)
-                srv.proc.wait(timeout=30)
+                w_echo.run_load(exe, srv.port, cfg.echo_conns, 64, seconds + 0.5)
+                deadline = time.monotonic() + 30
+                while not os.path.exists(out) and time.monotonic() < deadline:
+                    time.sleep(0.05)
             finally:
                 srv.close()
             return _pstats_text(pstats.Stats(out), top)
