@@ -38,6 +38,7 @@ class Sample:
     value: float
     p99_us: float | None = None
     p50_us: float | None = None
+    cpu_us: tuple[float, float] | None = None  # a server's (user, system) CPU per request
 
 
 @dataclass
@@ -84,6 +85,13 @@ class SeriesResult:
     def p99_us(self) -> float | None:
         vals = [s.p99_us for s in self.samples if s.p99_us is not None]
         return statistics.median(vals) if vals and not self.skip else None
+
+    @property
+    def cpu_us(self) -> tuple[float, float] | None:
+        vals = [s.cpu_us for s in self.samples if s.cpu_us is not None]
+        if not vals or self.skip:
+            return None
+        return statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals)
 
     @property
     def spread(self) -> tuple[float, float] | None:
@@ -182,15 +190,15 @@ def _fmt_target(t: float | None) -> str:
 
 
 def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
-    """Rows: workload, case, runtime, median, unit, p99, min-max over reps, reps."""
+    """Rows: workload, case, runtime, median, unit, p99, server CPU, min-max over reps, reps."""
     rows = []
     for cr in results:
         for s in cr.series:
             if s.skip:
-                rows.append([cr.case.workload, cr.case.case, s.label, f"skipped: {s.skip}", "", "", "", ""])
+                rows.append([cr.case.workload, cr.case.case, s.label, f"skipped: {s.skip}", "", "", "", "", ""])
                 continue
             lo, hi = s.spread  # type: ignore[misc]
-            p99 = s.p99_us
+            p99, cpu = s.p99_us, s.cpu_us
             rows.append(
                 [
                     cr.case.workload,
@@ -199,6 +207,7 @@ def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
                     _fmt_value(s.median),  # type: ignore[arg-type]
                     cr.case.unit,
                     "-" if p99 is None else f"{p99:.0f}",
+                    "-" if cpu is None else f"{cpu[0]:.1f} + {cpu[1]:.1f}",
                     f"{_fmt_value(lo)} - {_fmt_value(hi)}",
                     str(len(s.samples)),
                 ]
@@ -206,7 +215,10 @@ def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
     return rows
 
 
-MEDIAN_HEADER = ["workload", "case", "runtime", "median", "unit", "p99 us", "min - max", "reps"]
+MEDIAN_HEADER = [
+    "workload", "case", "runtime", "median", "unit", "p99 us",
+    "server CPU us/req (user + sys)", "min - max", "reps",
+]
 RATIO_HEADER = ["workload", "case", "ratio", "value", "target", "status"]
 
 

@@ -100,8 +100,24 @@ class EchoServer:
                 f.close()
 
 
-def run_load(exe: Path, port: int, conns: int, size: int, seconds: float) -> Sample:
-    """One closed-loop run of echo_load; raises if it reports errors or no requests."""
+def _cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of every thread of process *pid* so far (Linux /proc)."""
+    user = system = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a thread that just ended
+            continue
+        user += int(fields[11])
+        system += int(fields[12])
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, system / tick
+
+
+def run_load(exe: Path, port: int, conns: int, size: int, seconds: float, server_pid: int | None = None) -> Sample:
+    """One closed-loop run of echo_load; raises if it reports errors or no requests. With
+    *server_pid*, also the server's user and system CPU time per request."""
+    before = _cpu_seconds(server_pid) if server_pid else None
     out = subprocess.run(
         [str(exe), "127.0.0.1", str(port), str(conns), str(size), f"{seconds:g}"],
         capture_output=True,
@@ -114,7 +130,12 @@ def run_load(exe: Path, port: int, conns: int, size: int, seconds: float) -> Sam
     rps, p50, p99, errors = float(m[1]), float(m[2]), float(m[3]), int(m[4])
     if errors or rps <= 0:
         raise RuntimeError(f"echo_load saw errors={errors} rps={rps}")
-    return Sample(rps, p99_us=p99, p50_us=p50)
+    cpu = None
+    if before is not None:
+        after = _cpu_seconds(server_pid)  # type: ignore[arg-type]
+        requests = rps * seconds
+        cpu = ((after[0] - before[0]) / requests * 1e6, (after[1] - before[1]) / requests * 1e6)
+    return Sample(rps, p99_us=p99, p50_us=p50, cpu_us=cpu)
 
 
 def servers(stack: ExitStack, kinds: dict[str, tuple[str, int]]) -> dict[str, EchoServer | str]:
@@ -138,8 +159,8 @@ def servers(stack: ExitStack, kinds: dict[str, tuple[str, int]]) -> dict[str, Ec
 def series_for(exe: Path | None, srv: EchoServer | str, cfg: Config, size: int, label: str) -> Series:
     if isinstance(srv, str):
         return Series(label, skip=srv)
-    port = srv.port
-    return Series(label, lambda: run_load(exe, port, cfg.echo_conns, size, cfg.echo_seconds))  # type: ignore[arg-type]
+    port, pid = srv.port, srv.proc.pid
+    return Series(label, lambda: run_load(exe, port, cfg.echo_conns, size, cfg.echo_seconds, pid))  # type: ignore[arg-type]
 
 
 def build(cfg: Config, stack: ExitStack) -> list[Case]:
