@@ -170,7 +170,8 @@ def _pstats_text(stats: pstats.Stats, top: int) -> str:
     # Keep the header and rows; shorten absolute paths to package-relative ones.
     keep = [ln for ln in lines if ln.strip() and not ln.startswith("   Ordered by") and "List reduced" not in ln]
     text = "\n".join(keep)
-    return re.sub(r"/\S*?/(tinycoro|benchmarks|asyncio|liburing)/", r"\1/", text)
+    text = re.sub(r"/\S*?/(tinycoro|benchmarks|asyncio|liburing)/", r"\1/", text)
+    return re.sub(r"/\S*/lib/python3\.\d+/", "", text)  # the standard library
 
 
 def _cprofile(name: str, cfg: Config, seconds: float, top: int) -> str:

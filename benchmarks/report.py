@@ -40,7 +40,7 @@ def plot(results: Sequence[CaseResult], path: Path, title: str) -> str | None:
     ys = range(len(bars))
     ax.barh(list(ys), [b[1] for b in bars], color=[_COLORS[b[3]] for b in bars], height=0.7)
     for y, (_, v, t, _s) in zip(ys, bars):
-        ax.text(v * 1.04, y, f"{v:.2f}x", va="center", fontsize=7)
+        ax.text(max(v, t or 0.0) * 1.04, y, f"{v:.2f}x", va="center", fontsize=7)
         if t is not None:
             ax.plot([t, t], [y - 0.42, y + 0.42], color="black", linewidth=2)
     ax.set_yticks(list(ys))
@@ -116,10 +116,14 @@ def generated_section(
         lines += [
             "### Profiles of the tinycoro side (this run)",
             "",
-            "Where the context thread spends its time, per workload. py-spy percentages are of the "
-            "context thread's samples; time inside a C call (e.g. `io_uring_submit`, which performs "
-            "socket sends and page-cache copies inline) counts as self time of the Python function "
-            "that made it.",
+            "Where the context thread spends its time, per workload (`python -m benchmarks.profile`). "
+            "cProfile: `tottime` is a function's own time, `cumtime` includes its callees; a "
+            "coroutine counts one call per resumption; the loop body of `Engine.run` is not "
+            "attributed; the per-call overhead of cProfile inflates small functions. py-spy: "
+            "percentages of the context thread's samples; time inside a C call (e.g. "
+            "`io_uring_submit`, which performs the socket sends inline) counts as self time of the "
+            "Python function that made it, and the sleep point (`os.eventfd_read` in `_block` / "
+            "`_sleep`) is idle waiting that py-spy counts as running.",
             "",
         ]
         for title, (tool, text) in profiles.items():
