@@ -42,8 +42,9 @@ class EchoLoadMissing(RuntimeError):
     pass
 
 
-def build_echo_load(src: Path = ECHO_LOAD_SRC) -> Path:
+def build_echo_load(src: Path | None = None) -> Path:
     """Compile echo_load if needed; return its path. Raises EchoLoadMissing with the reason."""
+    src = src or ECHO_LOAD_SRC
     if not src.is_file():
         raise EchoLoadMissing(f"load generator source not found at {src}")
     gcc = shutil.which("gcc") or shutil.which("cc")

@@ -61,3 +61,24 @@ def test_whole_case_skip() -> None:
     res = run_case(case, reps=3, log=lambda _m: None)
     assert all(s.skip == "no gcc" and not s.samples for s in res.series)
     assert res.ratios[0].status == "skipped"
+
+
+def test_echo_cases_are_skipped_with_the_reason_without_the_load_generator(tmp_path, monkeypatch) -> None:
+    from contextlib import ExitStack
+
+    from benchmarks import config, w_echo, w_scaling
+
+    monkeypatch.setattr(w_echo, "ECHO_LOAD_SRC", tmp_path / "echo_load.c")
+    with ExitStack() as stack:
+        cases = w_echo.build(config.TINY, stack) + w_scaling.build(config.TINY, stack)[:1]
+        results = [run_case(c, reps=1, log=lambda _m: None) for c in cases]
+    assert len(results) == 3
+    for res in results:
+        assert all(s.skip and "load generator source not found" in s.skip for s in res.series)
+        assert all(r.status == "skipped" for r in res.ratios)
+
+    (tmp_path / "echo_load.c").write_text("int main(void) { return 0; }\n")
+    monkeypatch.setattr(w_echo.shutil, "which", lambda _name: None)
+    with ExitStack() as stack:
+        case = w_echo.build(config.TINY, stack)[0]
+    assert case.skip == "no C compiler (gcc) to build echo_load"
