@@ -141,7 +141,12 @@ class AsyncFile:
         if size == 0:
             return b""
         buf = bytearray(size)
-        got = 0
+        # One read almost always fills the buffer (page cache); the loop is for short reads.
+        got = await perform(Op(uring.prep_read, self._fd, buf, size, offset))
+        if got == size:
+            return bytes(buf)
+        if got == 0:
+            return b""
         view = memoryview(buf)
         while got < size:
             n = await perform(Op(uring.prep_read, self._fd, view[got:], size - got, offset + got))

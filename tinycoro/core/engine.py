@@ -95,7 +95,7 @@ class Engine:
         self.sleep_total = 0.0  # seconds spent blocked in the sleep point
         self.sleep_since = 0.0  # perf_counter() when the current sleep began, 0 when awake
         self._ids = itertools.count(CANCEL_UD + 1)
-        self._cqes: list[tuple[int, int, int]] = []
+        self._cqes: list[tuple[int, int]] = []
         self.thread_ident: int | None = None
 
     def __repr__(self) -> str:
@@ -154,6 +154,7 @@ class Engine:
                     self.steps += n
                     for _ in range(n):
                         step(ready.popleft())
+                    _local.task = None  # once per turn: no task code runs between two steps
                 if self.unsubmitted:
                     self._submit()
                 if self.inflight:
@@ -227,8 +228,6 @@ class Engine:
         except BaseException as e:  # noqa: BLE001 - the task's outcome, delivered to joiners
             self._finish(task, None, e)
             return
-        finally:
-            _local.task = None
         if type(y) is Op:
             self._start(task, y)
         elif y is YIELD:
@@ -300,7 +299,7 @@ class Engine:
             return
         inflight = self.inflight
         ready = self.ready
-        for ud, res, _flags in out:
+        for ud, res in out:
             op = inflight.pop(ud, None)
             if op is None:  # our own cancel request, or an op orphaned at shutdown
                 continue

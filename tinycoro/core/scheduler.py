@@ -25,6 +25,7 @@ import math
 import os
 import threading
 import time
+import types
 from typing import Any, Coroutine
 
 from .engine import Engine
@@ -35,6 +36,7 @@ from .task import Task
 
 log = logging.getLogger("tinycoro")
 
+_CoroutineType = types.CoroutineType
 DISPATCH = ("round_robin", "least_loaded")
 _sched_ids = itertools.count()
 WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no timeout is given
@@ -119,8 +121,10 @@ class Scheduler:
     # -- submitting work ----------------------------------------------------------------------
     def submit(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
         """Schedule *coro* on one context (chosen by the dispatch policy); any thread."""
-        _check_coro(coro, "submit")
-        engine = self._pick()
+        if type(coro) is not _CoroutineType:  # exact-type test first: ~5x cheaper than inspect
+            _check_coro(coro, "submit")
+        engines = self._engines
+        engine = engines[0] if len(engines) == 1 else self._pick()
         task = Task(coro, engine, name)
         if engine.thread_ident == threading.get_ident() and self._accepting:
             engine.live.add(task)  # own context: its flag is 1 while it runs (see module doc)
