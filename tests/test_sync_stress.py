@@ -19,7 +19,7 @@ import time
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, run
+from sync_helpers import Cancelled, jitter, run
 
 SEEDS = [1, 2]
 BUDGET = 0.6  # seconds of rounds per test run (plus the last round)
@@ -56,13 +56,11 @@ def test_event_set_races_wait(contexts, seed):
             e = tc.Event()
 
             async def waiter(delay):
-                for _ in range(delay):
-                    await tc.yield_now()
+                await jitter(delay)
                 return await e.wait()
 
             async def setter(delay):
-                for _ in range(delay):
-                    await tc.yield_now()
+                await jitter(delay)
                 e.set(r)
 
             ws = [waiter(rng.randrange(4)) for _ in range(rng.randrange(1, 6))]
@@ -89,8 +87,7 @@ def test_waitgroup_and_latch_done_races_wait(contexts, seed):
             finished = []
 
             async def worker(delay):
-                for _ in range(delay):
-                    await tc.yield_now()
+                await jitter(delay)
                 finished.append(1)
                 if use_latch:
                     gate.count_down()
@@ -98,8 +95,7 @@ def test_waitgroup_and_latch_done_races_wait(contexts, seed):
                     gate.done()
 
             async def waiter(delay):
-                for _ in range(delay):
-                    await tc.yield_now()
+                await jitter(delay)
                 await gate.wait()
                 return len(finished)
 
@@ -142,8 +138,7 @@ def test_channel_close_races_send_and_recv(contexts, seed):
                 return got
 
             async def closer(delay):
-                for _ in range(delay):
-                    await tc.yield_now()
+                await jitter(delay)
                 ch.close()
 
             n_prod, n_cons = rng.randrange(1, 4), rng.randrange(1, 4)
