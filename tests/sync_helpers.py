@@ -28,7 +28,7 @@ async def until(predicate: Callable[[], bool], limit: int = 5_000_000) -> None:
     raise AssertionError("condition never became true")
 
 
-async def jitter(turns: int) -> None:
+async def yield_n(turns: int) -> None:
     """Yield *turns* times: a seeded stress test's way to vary where tasks interleave."""
     for _ in range(turns):
         await tc.yield_now()

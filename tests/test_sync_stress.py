@@ -19,7 +19,7 @@ import time
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, jitter, run
+from sync_helpers import Cancelled, run, yield_n
 
 SEEDS = [1, 2]
 BUDGET = 0.6  # seconds of rounds per test run (plus the last round)
@@ -56,11 +56,11 @@ def test_event_set_races_wait(contexts, seed):
             e = tc.Event()
 
             async def waiter(delay):
-                await jitter(delay)
+                await yield_n(delay)
                 return await e.wait()
 
             async def setter(delay):
-                await jitter(delay)
+                await yield_n(delay)
                 e.set(r)
 
             ws = [waiter(rng.randrange(4)) for _ in range(rng.randrange(1, 6))]
@@ -87,7 +87,7 @@ def test_waitgroup_and_latch_done_races_wait(contexts, seed):
             finished = []
 
             async def worker(delay):
-                await jitter(delay)
+                await yield_n(delay)
                 finished.append(1)
                 if use_latch:
                     gate.count_down()
@@ -95,7 +95,7 @@ def test_waitgroup_and_latch_done_races_wait(contexts, seed):
                     gate.done()
 
             async def waiter(delay):
-                await jitter(delay)
+                await yield_n(delay)
                 await gate.wait()
                 return len(finished)
 
@@ -138,7 +138,7 @@ def test_channel_close_races_send_and_recv(contexts, seed):
                 return got
 
             async def closer(delay):
-                await jitter(delay)
+                await yield_n(delay)
                 ch.close()
 
             n_prod, n_cons = rng.randrange(1, 4), rng.randrange(1, 4)
