@@ -331,12 +331,19 @@ class _AllDone(Event):
 
 
 def _noted(exc: BaseException, others: list[BaseException]) -> BaseException:
-    """Attach a note per other failure (Python 3.11+), so none is silently lost."""
-    add_note = getattr(exc, "add_note", None)
-    if add_note is not None:
-        for o in others:
-            if o is not exc:
-                add_note(f"tinycoro: another task of the group also failed: {o!r}")
+    """Attach a note per other failure, so none is silently lost.
+
+    PEP 678 keeps notes in ``__notes__``; Python 3.10 has no ``add_note`` (nor shows notes in
+    tracebacks), so there the list is kept by hand for code that reads it.
+    """
+    for o in others:
+        if o is not exc:
+            note = f"tinycoro: another task of the group also failed: {o!r}"
+            add_note = getattr(exc, "add_note", None)
+            if add_note is not None:
+                add_note(note)
+            else:
+                exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
     return exc
 
 
