@@ -415,3 +415,25 @@ def test_unretrieved_exception_is_logged_with_its_location(caplog):
     msg = "\n".join(r.getMessage() for r in caplog.records)
     assert "never retrieved" in msg and "nobody looked" in msg
     assert "test_scheduler.py" in msg
+
+
+def test_deadlock_after_main_failed_shows_mains_failure_as_its_cause():
+    # Two children join each other (a cycle that outlives main), then main fails: loop() can
+    # only report the deadlock, but tc.run chains main's failure to it as the cause.
+    async def failing_main():
+        tasks = {}
+        both_spawned = tc.Event()
+
+        async def join_other(me, other):
+            await both_spawned.wait()
+            await tasks[other]
+
+        tasks["a"] = tc.spawn(join_other("a", "b"))
+        tasks["b"] = tc.spawn(join_other("b", "a"))
+        both_spawned.set()
+        raise KeyError("the real cause")
+
+    with pytest.raises(tc.DeadlockError) as info:
+        tc.run(failing_main(), contexts=2, deadlock_timeout=0.5)
+    assert isinstance(info.value.__cause__, KeyError)
+    assert len(info.value.parked) == 2

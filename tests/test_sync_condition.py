@@ -73,7 +73,9 @@ def test_notify_one_wakes_in_fifo_order_and_wait_returns_holding_the_mutex(conte
         ts = []
         for i in range(10):
             ts.append(tc.spawn(waiter(i)))
-            await until(lambda: cv.statistics().waiters == i + 1)
+            # wait() queues the waiter first and releases the mutex after: on parallel
+            # contexts the count can be seen before the unlock, so wait for both.
+            await until(lambda: cv.statistics().waiters == i + 1 and not m.locked())
         assert repr(cv) == "<Condition waiters=10 on <Mutex unlocked>>"
         for i in range(10):
             async with m:

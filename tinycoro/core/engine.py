@@ -56,12 +56,6 @@ def _block(efd: int) -> None:
         pass
 
 
-def _wake_no_value() -> BaseException:
-    # An interrupt aborted a park but was withdrawn in the same instant: the wait is over all
-    # the same (abort took the waiter off its list), so the task must see *something*.
-    return Cancelled()
-
-
 def _is_asyncio_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
@@ -257,7 +251,7 @@ class Engine:
 
     def _park(self, task: Task, ticket: Park) -> None:
         if task._interrupts is not None and ticket.abort():
-            task._exc = task._take_interrupt() or _wake_no_value()
+            task._exc = task._take_interrupt()
             self.ready.append(task)
             return
         self.parked[task] = ticket
@@ -325,7 +319,7 @@ class Engine:
             self._cancel_op(waiting)
         elif type(waiting) is Park and task._exc is None:
             if waiting.abort():
-                task._exc = task._take_interrupt() or _wake_no_value()
+                task._exc = task._take_interrupt()
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.
 

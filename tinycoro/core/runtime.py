@@ -8,7 +8,7 @@ import types
 from typing import Any, Coroutine
 
 from .. import uring
-from .errors import oserror
+from .errors import DeadlockError, oserror
 from .local import _local
 from .scheduler import Scheduler, _check_coro
 from .task import Task
@@ -52,7 +52,13 @@ def run(
         coro.close()
         raise
     task = sched.submit(coro)
-    sched.loop(deadlock_timeout=deadlock_timeout)
+    try:
+        sched.loop(deadlock_timeout=deadlock_timeout)
+    except DeadlockError as deadlock:
+        # Tasks left parked because *coro* failed: its failure is the cause worth seeing.
+        if task.done() and task.exception() is not None:
+            raise deadlock from task.exception()
+        raise
     return task.result()
 
 

@@ -154,8 +154,6 @@ class Scheduler:
         """Called by a context with nothing ready, in flight or parked (owner thread)."""
         with self._lock:
             if engine.ready or engine.calls or not engine.stop_flag:
-                if not engine.stop_flag and self._token == 0 and self._mode == "loop":
-                    self._finish_locked()
                 return
             engine.stop_flag = 0
             self._token -= 1

@@ -8,6 +8,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from .errors import Cancelled
+from .local import _local
 from .traps import Park, park
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,8 +105,6 @@ class Task:
 
     def __await__(self) -> Generator[Any, Any, Any]:
         if self._state is not DONE:
-            from .local import _local
-
             me = _local.task
             if me is None:
                 raise RuntimeError(f"{self!r} awaited outside a tinycoro task")
@@ -159,7 +158,11 @@ class Task:
         return True
 
     def _withdraw(self, exc: BaseException) -> bool:
-        """Take back *exc* if it is still pending (identity); True if it was."""
+        """Take back *exc* if it is still pending (identity); True if it was.
+
+        Owner thread only (a scope withdraws its own signal as it exits): so between the
+        engine's ``abort()`` of a park and its ``_take_interrupt()`` nothing can withdraw.
+        """
         with _join_lock:
             pending = self._interrupts
             if pending:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import threading
-from types import TracebackType
 from typing import Any, Callable
 
 from ..core.local import _local
@@ -137,12 +136,7 @@ class Condition:
         await self._mutex.lock()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._mutex.unlock()
 
     def __repr__(self) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from ..core.local import _local
@@ -140,12 +139,7 @@ class Mutex:
         await self.lock()  # contended: lock() decides again under the lock
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.unlock()
 
     def __repr__(self) -> str:

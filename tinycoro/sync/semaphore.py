@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from ._lot import ParkingLot
@@ -77,12 +76,7 @@ class Semaphore:
         await self.acquire()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.release()
 
     def __repr__(self) -> str:
