@@ -1,7 +1,7 @@
 """The core layer: tasks, traps, engines, contexts, the scheduler and the stop protocol."""
 
 from .engine import Engine
-from .errors import Cancelled, ChannelClosed, DeadlockError
+from .errors import Cancelled, ChannelClosed, ClosedResourceError, DeadlockError
 from .runtime import (
     current_context,
     current_task,
@@ -13,18 +13,21 @@ from .runtime import (
     yield_now,
 )
 from .scheduler import Scheduler
-from .stats import ContextStats, SchedulerStats
+from .stats import ContextStats, FailureInfo, SchedulerStats, TaskInfo
 from .task import Task
 
 __all__ = [
     "Cancelled",
     "ChannelClosed",
+    "ClosedResourceError",
     "ContextStats",
     "DeadlockError",
+    "FailureInfo",
     "Engine",
     "Scheduler",
     "SchedulerStats",
     "Task",
+    "TaskInfo",
     "current_context",
     "current_task",
     "get_default_scheduler",

@@ -26,11 +26,13 @@ import itertools
 import os
 import threading
 import time
+import traceback
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
 from .errors import Cancelled
+from .stats import FailureInfo, TaskInfo
 from .local import _local
 from .task import DONE, Task
 from .traps import YIELD, Op, Park
@@ -41,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
 CANCEL_UD = 1  # user_data of our own async-cancel SQEs; op ids start above it
 _ECANCELED = -errno.ECANCELED
 _perf = time.perf_counter
+FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro tasks
 
 
 def _block(efd: int) -> None:
@@ -84,6 +87,9 @@ class Engine:
         self.stop_flag = 0  # owned by the scheduler, under its lock (DESIGN section 3)
         self.unsubmitted = 0
         self.tasks_run = 0  # tasks finished on this context
+        self.ops = 0  # io_uring completions reaped (own cancel requests included), cumulative
+        self.failed = 0  # tasks that failed (not Cancelled) with nobody waiting on them
+        self.failures: deque[FailureInfo] = deque(maxlen=FAILURES_KEPT)  # the latest of them
         self.steps = 0  # coroutine resumptions
         self.wakeups = 0  # returns from the sleep point; the deadlock watchdog's progress clock
         self.sleep_total = 0.0  # seconds spent blocked in the sleep point
@@ -272,6 +278,12 @@ class Engine:
     def _finish(self, task: Task, result: Any, exc: BaseException | None) -> None:
         self.tasks_run += 1
         self.live.discard(task)
+        if exc is not None and not task._joiners and not isinstance(exc, Cancelled):
+            self.failed += 1
+            first = (traceback.format_exception_only(type(exc), exc) or [repr(exc)])[0]
+            self.failures.append(
+                FailureInfo(task.id, task.name, self.id, first.strip(), time.time())
+            )
         task._finish(result, exc)
 
     def _submit(self) -> None:
@@ -291,6 +303,7 @@ class Engine:
         self.ring.reap(out)
         if not out:
             return
+        self.ops += len(out)
         inflight = self.inflight
         ready = self.ready
         for ud, res in out:
@@ -378,6 +391,23 @@ class Engine:
         self.ring.close()
 
     # -- statistics (any thread; plain reads of counters) -------------------------------------
+    def task_infos(self, now: float) -> list[TaskInfo]:
+        """What each live task is doing, read from another thread without locks: a snapshot
+        that may be a step behind, never an inconsistent object."""
+        ready = {id(t) for t in list(self.ready)}
+        out = []
+        for t in list(self.live):
+            waiting = t._waiting
+            if type(waiting) is Op:
+                state, what = "io", repr(waiting)
+            elif type(waiting) is Park:
+                w = waiting.what
+                state, what = "parked", (w._short() if type(w) is Task else repr(w))
+            else:
+                state, what = ("ready" if id(t) in ready else "running"), ""
+            out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))
+        return out
+
     def load(self) -> int:
         return len(self.ready) + len(self.inflight) + len(self.parked)
 

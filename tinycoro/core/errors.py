@@ -3,6 +3,7 @@ errno (``OSError(errno.ENOENT, ...)`` is a ``FileNotFoundError``)."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 
@@ -20,6 +21,14 @@ class DeadlockError(RuntimeError):
     def __init__(self, message: str, parked: list[tuple[str, str]] | None = None) -> None:
         super().__init__(message)
         self.parked = parked or []
+
+
+class ClosedResourceError(OSError):
+    """The stream, listener, socket or file was closed while this operation waited on it, or the
+    stream or listener is used after close (DESIGN rule 10). An ``OSError`` with errno EBADF."""
+
+    def __init__(self, message: str = "the resource was closed") -> None:
+        super().__init__(errno.EBADF, message)
 
 
 class ChannelClosed(Exception):

@@ -31,7 +31,7 @@ from typing import Any, Coroutine
 from .engine import Engine
 from .errors import DeadlockError
 from .local import _local
-from .stats import ContextStats, SchedulerStats
+from .stats import ContextStats, FailureInfo, SchedulerStats, TaskInfo
 from .task import Task
 
 log = logging.getLogger("tinycoro")
@@ -379,6 +379,7 @@ class Scheduler:
                 busy=busy[e.id],
                 stop_flag=e.stop_flag,
                 sleeping=e.sleeping,
+                ops=e.ops,
             )
             for e in self._engines
         )
@@ -388,7 +389,23 @@ class Scheduler:
             accepting=self._accepting,
             running=running,
             contexts=ctxs,
+            failed=sum(e.failed for e in self._engines),
         )
+
+    def tasks(self) -> tuple[TaskInfo, ...]:
+        """A snapshot of every live task (id, name, context, state, what it waits on, age),
+        oldest first; any thread."""
+        now = time.perf_counter()
+        infos = [i for e in self._engines for i in e.task_infos(now)]
+        infos.sort(key=lambda i: i.id)
+        return tuple(infos)
+
+    def failures(self) -> tuple[FailureInfo, ...]:
+        """The most recent unobserved task failures (see ``SchedulerStats.failed``), oldest
+        first; any thread."""
+        out = [f for e in self._engines for f in list(e.failures)]
+        out.sort(key=lambda f: f.when)
+        return tuple(out)
 
     def _sample_busy(self, min_interval: float = 0.1) -> list[float]:
         now = time.perf_counter()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from .errors import Cancelled
@@ -17,6 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("tinycoro")
 
 _ids = itertools.count(1)
+_perf = time.perf_counter
 
 # Joining is the one place where a task's completion (on its own context) races with another
 # thread registering interest. One short process-wide lock orders the two; it is never held
@@ -47,6 +49,7 @@ class Task:
         "_interrupts",
         "_joiners",
         "_retrieved",
+        "_born",
         "__weakref__",
     )
 
@@ -67,6 +70,7 @@ class Task:
         self._interrupts: list[BaseException] | None = None
         self._joiners: list | None = []
         self._retrieved = False
+        self._born = _perf()
 
     # -- public API ------------------------------------------------------------------------
     @property

@@ -1,0 +1,58 @@
+"""Argument checks shared by every layer: one helper per kind of value, one wording per error.
+
+Wrong arguments fail at the call with a message that names the parameter and the value
+(TypeError for the wrong kind of value, ValueError for a value out of range), before anything
+reaches a ring or another thread.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+__all__ = ["DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch"]
+
+DISPATCH = ("round_robin", "least_loaded")
+
+
+def is_int(value: Any) -> bool:
+    """True for an ``int`` that is not a ``bool`` (``True`` is an int to Python, not to us)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, *, min: int | None = None, max: int | None = None) -> int:
+    """*value* as an int within ``[min, max]``; TypeError / ValueError naming *name* otherwise."""
+    if not is_int(value):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if (min is not None and value < min) or (max is not None and value > max):
+        lo = "" if min is None else f"{min} <= "
+        hi = "" if max is None else f" <= {max}"
+        raise ValueError(f"{name} must be {lo}{name}{hi}, got {value!r}")
+    return value
+
+
+def check_seconds(name: str, value: Any, *, allow_none: bool = False) -> float | None:
+    """A number of seconds (int or float, not bool, not NaN); ``None`` only if *allow_none*."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        what = "a number of seconds or None" if allow_none else "a number of seconds"
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+    return float(value)
+
+
+def check_contexts(contexts: Any) -> int:
+    """A scheduler's context count: a positive int, or None for ``os.cpu_count()``."""
+    if contexts is None:
+        return os.cpu_count() or 1
+    if not is_int(contexts) or contexts < 1:
+        raise ValueError(f"contexts must be a positive int or None, got {contexts!r}")
+    return contexts
+
+
+def check_dispatch(dispatch: Any) -> str:
+    """A dispatch policy name, one of :data:`DISPATCH`."""
+    if dispatch not in DISPATCH:
+        raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
+    return dispatch
