@@ -45,6 +45,7 @@ They are why the code below looks the way it does:
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 
 import liburing as _L
@@ -248,10 +249,9 @@ def _load_compiled():
     if os.environ.get("TINYCORO_PURE_RING", "") not in ("", "0"):
         return None, "TINYCORO_PURE_RING is set"
     try:
-        from . import _cring
-    except ImportError as exc:
-        return None, f"tinycoro._cring is not built ({exc})"
-    return _cring, None
+        return importlib.import_module("tinycoro._cring"), None
+    except ImportError as exc:  # not built (a pure install), or built for another binding
+        return None, f"the compiled ring is not available: {exc}"
 
 
 _cring, WHY_PURE = _load_compiled()
