@@ -24,7 +24,6 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from contextlib import ExitStack
 
 import tinycoro as tc
@@ -32,7 +31,7 @@ import tinycoro as tc
 from .config import Config
 from .harness import Case, Ratio, Sample, Series
 from .peers import run_tc
-from .w_file import offsets
+from .w_file import offsets, tc_timed_workers
 
 NAME = "direct"
 WORKLOAD = "O_DIRECT 4 KiB random"
@@ -94,11 +93,7 @@ async def tc_direct_reads(path: str, offs: list[int], inflight: int) -> Sample:
                 raise RuntimeError(f"short O_DIRECT read at {off}")
 
     try:
-        t0 = time.perf_counter()
-        tasks = [tc.spawn(reader(i)) for i in range(inflight)]
-        for t in tasks:
-            await t
-        return Sample(len(offs) / (time.perf_counter() - t0))
+        return await tc_timed_workers(reader, inflight, len(offs))
     finally:
         await f.close()
 

@@ -30,7 +30,7 @@ import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
-from typing import Callable
+from typing import Any, Callable
 
 import tinycoro as tc
 
@@ -92,15 +92,19 @@ async def tc_random_io(path: str, offs: list[int], inflight: int, write: bool) -
         for off in offs[i::inflight]:
             await write_at(buf, off)
 
-    worker = writer if write else reader
     try:
-        t0 = time.perf_counter()
-        tasks = [tc.spawn(worker(i)) for i in range(inflight)]
-        for t in tasks:
-            await t
-        return Sample(len(offs) / (time.perf_counter() - t0))
+        return await tc_timed_workers(writer if write else reader, inflight, len(offs))
     finally:
         await f.close()
+
+
+async def tc_timed_workers(worker: Callable[[int], Any], inflight: int, ops: int) -> Sample:
+    """Spawn ``worker(0..inflight-1)`` as tinycoro tasks, join them; *ops* per second."""
+    t0 = time.perf_counter()
+    tasks = [tc.spawn(worker(i)) for i in range(inflight)]
+    for t in tasks:
+        await t
+    return Sample(ops / (time.perf_counter() - t0))
 
 
 # -- asyncio + thread pool ---------------------------------------------------------------------
