@@ -309,3 +309,25 @@ def test_only_one_of_many_concurrent_receivers_gets_the_stream(contexts):
             await c.close()
 
     tc.run(main(), contexts=contexts)
+
+
+def test_stop_with_zero_timeout_releases_the_descriptors_of_abandoned_tasks(tmp_path, contexts):
+    # stop(timeout=0) abandons tasks blocked in a read; their `async with` closes run while the
+    # engine shuts down, where the io_uring close can no longer be submitted.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    async def reader(opened):
+        async with await tc.io.open(fifo, "r+b") as f:
+            opened.count_down()
+            await f.read(1)
+
+    before = open_fds()
+    s = tc.Scheduler(contexts)
+    s.start()
+    opened = tc.Latch(4)
+    tasks = [s.submit(reader(opened)) for _ in range(4)]
+    s.run_sync(opened.wait(), timeout=10)
+    s.stop(timeout=0)
+    assert all(t.done() for t in tasks)
+    assert open_fds() == before
