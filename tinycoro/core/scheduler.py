@@ -150,8 +150,9 @@ class Scheduler:
             return engines[next(self._rr) % len(engines)]
         return min(engines, key=Engine.load)
 
-    def _context_idle(self, engine: Engine) -> None:
-        """Called by a context with nothing ready, in flight or parked (owner thread)."""
+    def context_idle(self, engine: Engine) -> None:
+        """The engine's seam into the stop protocol: *engine* (one of ours, on its own thread)
+        has nothing ready, in flight or parked. Clears its stop flag once (module doc)."""
         with self._lock:
             if engine.ready or engine.calls or not engine.stop_flag:
                 return
@@ -190,7 +191,7 @@ class Scheduler:
             err = RuntimeError(f"tinycoro context {engine.id} crashed: {e!r}")
             err.__cause__ = e
             try:
-                engine._abandon(err)
+                engine.abandon(err)
             except BaseException:  # noqa: BLE001 - already reporting the crash
                 log.exception("while abandoning the tasks of crashed context %s", engine.id)
 
@@ -323,7 +324,7 @@ class Scheduler:
         self._closed = True
         for e in self._engines:
             if not self._threads:  # never ran: tasks submitted before are closed here
-                e._abandon(None)
+                e.abandon(None)
             e.close()
 
     def __del__(self) -> None:
