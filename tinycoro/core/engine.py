@@ -241,14 +241,16 @@ class Engine:
                         waiting.undo(task._value)
                         task._exc = exc
         try:
+            # Every step runs inside the task's own contextvars.Context (rule 9), as asyncio's
+            # tasks do: context variables follow the task across awaits and contexts.
             exc = task._exc
             if exc is None:
                 value = task._value
                 task._value = None
-                y = task._coro.send(value)
+                y = task._context.run(task._coro.send, value)
             else:
                 task._exc = None
-                y = task._coro.throw(exc)
+                y = task._context.run(task._coro.throw, exc)
         except StopIteration as e:
             self._finish(task, e.value, None)
             return
@@ -329,13 +331,30 @@ class Engine:
     ) -> None:
         self.tasks_run += 1
         self.live.discard(task)
-        if report and exc is not None and not task._joiners and not isinstance(exc, Cancelled):
-            self.failed += 1
-            first = (traceback.format_exception_only(type(exc), exc) or [repr(exc)])[0]
-            self.failures.append(
-                FailureInfo(task.id, task.name, self.id, first.strip(), time.time())
-            )
-        task._finish(result, exc)
+        observed = task._finish(result, exc)
+        # Checked after the task's state is DONE, under its lock in task._finish: from then
+        # on nobody can join it any more, so "no joiner" here means nobody ever will have been
+        # waiting when it ended. Guest engines' tasks (notebook cells) are their runner's.
+        if report and exc is not None and not observed and not self.guest:
+            if not isinstance(exc, Cancelled):
+                self._report_failure(task, exc)
+
+    def _report_failure(self, task: Task, exc: BaseException) -> None:
+        """A task failed with nobody awaiting it: count it, remember it, and say so now
+        (through the scheduler's ``failure_hook``, inside the task's context; or the log)."""
+        self.failed += 1
+        first = (traceback.format_exception_only(type(exc), exc) or [repr(exc)])[0]
+        self.failures.append(FailureInfo(task.id, task.name, self.id, first.strip(), time.time()))
+        task._retrieved = True  # reported here; Task.__del__ must not report it again
+        hook = getattr(self.scheduler, "failure_hook", None)
+        try:
+            if hook is None:
+                exc_info = (type(exc), exc, exc.__traceback__)
+                log.error("%s failed and nothing awaits it", task._short(), exc_info=exc_info)
+            else:
+                task._context.run(hook, task, exc)
+        except BaseException:  # noqa: BLE001 - a broken hook must not take the context down
+            log.exception("tinycoro failure_hook raised while reporting %s", task._short())
 
     def _submit(self) -> None:
         try:
@@ -450,7 +469,7 @@ class Engine:
                     continue
                 _local.task = task
                 try:
-                    task._coro.close()
+                    task._context.run(task._coro.close)
                 except BaseException as e:  # noqa: BLE001 - e.g. a finally block that awaited
                     log.warning("%s did not close cleanly: %r", task._short(), e)
                 finally:
