@@ -420,7 +420,7 @@ async def open(  # noqa: A001
         flags |= os.O_DIRECT
     raw = _path_bytes(path)
     name = os.fsdecode(raw)
-    op = Op(uring.prep_openat, raw, flags, perms, _AT_FDCWD)  # the op keeps `raw` alive
+    op = Op(uring.prep_openat, raw, flags, perms, _AT_FDCWD, returns_fd=True)  # keeps `raw` alive
     op.what = name
     fd = await perform(op)
     return AsyncFile(fd, name, mode, readable, writable, append, direct)

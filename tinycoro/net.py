@@ -276,7 +276,8 @@ class Listener(_Socket):
     _stream = Stream
 
     async def _accept_raw(self) -> Stream:
-        fd = await self._ops.perform(Op(uring.prep_accept, self._fd, None, socket.SOCK_CLOEXEC))
+        op = Op(uring.prep_accept, self._fd, None, socket.SOCK_CLOEXEC, returns_fd=True)
+        fd = await self._ops.perform(op)
         return self._stream(self._wrap(fd))
 
     def _wrap(self, fd: int) -> socket.socket:
