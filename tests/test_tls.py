@@ -50,6 +50,15 @@ def client_ctx(cert):
     return ssl.create_default_context(cafile=str(cert[0]))
 
 
+async def _tls_pair(server_ctx, client_ctx):
+    """A TLS listener, a client connected to it, and the server's side of that connection."""
+    lst = await tc.net.listen(ssl=server_ctx)
+    accepted = tc.spawn(lst.accept())
+    client = await tc.net.connect("127.0.0.1", lst.port, ssl=client_ctx,
+                                  server_hostname="localhost")
+    return lst, client, await accepted
+
+
 async def _echo(conn):
     async with conn:
         while data := await conn.recv():
@@ -148,11 +157,7 @@ def test_client_refuses_an_untrusted_certificate_and_the_server_goes_on(server_c
 
 def test_peer_closing_without_close_notify_reads_as_eof(server_ctx, client_ctx):
     async def main():
-        lst = await tc.net.listen(ssl=server_ctx)
-        accepted = tc.spawn(lst.accept())
-        client = await tc.net.connect("127.0.0.1", lst.port, ssl=client_ctx,
-                                      server_hostname="localhost")
-        conn = await accepted
+        lst, client, conn = await _tls_pair(server_ctx, client_ctx)
         await client.sendall(b"last words")
         # A TCP FIN without a TLS close_notify first (closing the socket outright could turn
         # into a reset: the server's TLS 1.3 session tickets sit unread in the client).
@@ -168,11 +173,7 @@ def test_peer_closing_without_close_notify_reads_as_eof(server_ctx, client_ctx):
 
 def test_close_ends_a_pending_tls_recv(server_ctx, client_ctx, contexts):
     async def main():
-        lst = await tc.net.listen(ssl=server_ctx)
-        accepted = tc.spawn(lst.accept())
-        client = await tc.net.connect("127.0.0.1", lst.port, ssl=client_ctx,
-                                      server_hostname="localhost")
-        conn = await accepted
+        lst, client, conn = await _tls_pair(server_ctx, client_ctx)
         r = tc.spawn(conn.recv())
         await wait_blocked(r)
         await conn.close()
