@@ -317,9 +317,9 @@ class AsyncFile:
         buf, start = self._lbuf, self._lstart
         if not start <= pos <= start + len(buf):
             buf, start = b"", pos
-        i = pos - start
+        i = scan = pos - start
         while True:
-            nl = buf.find(b"\n", i)
+            nl = buf.find(b"\n", scan)
             if nl >= 0:
                 end = nl + 1
                 break
@@ -329,6 +329,7 @@ class AsyncFile:
                 break
             if i:  # drop what earlier lines consumed before growing the buffer
                 buf, start, i = buf[i:], start + i, 0
+            scan = len(buf)  # only the new chunk can hold the newline
             buf += chunk
         line = buf[i:end]
         self._lbuf, self._lstart = buf, start
