@@ -71,8 +71,10 @@ def spawn(coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
     if sched is None:
         coro.close()
         raise RuntimeError(
-            "tc.spawn() needs a running scheduler: call it from a tinycoro task, or use "
-            "Scheduler.submit() / tc.run(); in a notebook, %load_ext tinycoro first"
+            "tc.spawn() needs a running scheduler, and no default scheduler is running: call it "
+            "from a tinycoro task, or use "
+            "Scheduler.submit() / tc.run() (in a notebook: %load_ext tinycoro, or "
+            "%tinycoro restart after %tinycoro stop)"
         )
     return sched.submit(coro, name=name)
 
