@@ -13,7 +13,8 @@ import signal
 import sys
 import threading
 import traceback
-from typing import TYPE_CHECKING, Any, Coroutine, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator
 
 import tinycoro as tc
 from tinycoro.core.checks import check_contexts, check_dispatch
@@ -97,11 +98,24 @@ def report_failure(task: tc.Task, exc: BaseException) -> None:
         where = "" if task.context is None else f" on context {task.context}"
         text = "".join(
             [f"tinycoro: task {task.name!r} (id {task.id}){where} failed and nothing awaited it:\n"]
-            + traceback.format_exception(type(exc), exc, exc.__traceback__)
+            + traceback.format_exception(type(exc), exc, _from_user_code(exc.__traceback__))
         )
         sys.stderr.write(text)
     except Exception:  # noqa: BLE001 - a closed or replaced stderr must not crash a context
         pass
+
+
+def _from_user_code(tb: TracebackType | None) -> TracebackType | None:
+    """*tb* without its leading tinycoro frames (the engine's step that resumed the task), so
+    the traceback starts where the user's coroutine does; unchanged if nothing else is left."""
+    start = tb
+    while start is not None and _is_tinycoro(start.tb_frame.f_globals.get("__name__", "")):
+        start = start.tb_next
+    return start if start is not None else tb
+
+
+def _is_tinycoro(module: str) -> bool:
+    return module == "tinycoro" or module.startswith("tinycoro.")
 
 
 def start_scheduler(contexts: int | None, dispatch: str) -> tc.Scheduler:
@@ -171,7 +185,7 @@ class Extension:
 
         shell.run_code = run_code
         shell.events.register("post_run_cell", restore)
-        self._restore_run_code: Any = restore
+        self._restore_run_code: Callable[[], None] | None = restore
 
     # -- scheduler lifetime (used by the %tinycoro magics) -------------------------------------
     @property
@@ -182,8 +196,9 @@ class Extension:
         """Stop the default scheduler: cancel its tasks, join its threads. False if none ran.
 
         Afterwards no scheduler is the default and the cell engine dispatches nowhere, so
-        ``tc.spawn`` in a cell fails with tinycoro's "no default scheduler is running (in a
-        notebook: %tinycoro restart)" rather than with a stopped scheduler's message.
+        ``tc.spawn`` in any cell fails with tinycoro's "no default scheduler is running"
+        message, which names ``%tinycoro restart``, rather than with a stopped scheduler's
+        "create a new Scheduler" (advice a notebook user cannot follow).
         """
         with self._lock:
             sched, refresher = self.scheduler, self.refresher

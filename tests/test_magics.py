@@ -213,13 +213,31 @@ def test_tasks_lists_live_tasks_and_recent_failures(loaded, capsys):
     assert "tinycoro: 0 live tasks\n" in capsys.readouterr().out
 
 
-def test_every_scheduler_of_the_extension_reports_unawaited_failures(loaded):
-    from kernel_ext.extension import report_failure
+@pytest.mark.parametrize("restarted", [False, True])
+def test_a_failure_nobody_awaits_prints_its_traceback_at_once(loaded, capsys, restarted):
+    if restarted:  # every scheduler the extension starts reports its failures
+        loaded.run_line_magic("tinycoro", "restart -n 1")
+    run_ok(
+        loaded,
+        "async def doomed():\n"
+        "    await tc.sleep(0)\n"
+        "    raise ValueError('boom in the background')\n"
+        "d = tc.spawn(doomed(), name='doomed')",
+    )
+    err = ""
 
-    ext = kernel_ext.get_extension(loaded)
-    assert ext.scheduler.failure_hook is report_failure
-    loaded.run_line_magic("tinycoro", "restart")
-    assert ext.scheduler.failure_hook is report_failure
+    def reported() -> bool:
+        nonlocal err
+        err += capsys.readouterr().err  # written by the hook on the context thread
+        return err.endswith("ValueError: boom in the background\n")
+
+    wait_until(reported, what="the failure's traceback on stderr")
+    head, tb = err.split("\n", 1)
+    assert head.startswith("tinycoro: task 'doomed' (id ") and "failed and nothing awaited it:" in head
+    assert tb.startswith("Traceback (most recent call last):\n")
+    assert "in doomed" in tb and "tinycoro" not in tb  # starts at the user's coroutine
+    assert kernel_ext.get_extension(loaded).scheduler.stats().failed == 1
+    assert isinstance(loaded.run_cell("await d").error_in_exec, ValueError)  # still raises
 
 
 def test_status_prints_a_table(loaded, capsys):
