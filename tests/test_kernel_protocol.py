@@ -87,14 +87,24 @@ class Reply:
         return [m for m in self.msgs if m["msg_type"] in types]
 
 
+Msg = dict[str, Any]
+
+
 class Kernel:
-    """A started kernel and its client, with helpers that collect a cell's IOPub messages."""
+    """A started kernel and its client, with helpers that collect a cell's IOPub messages.
+
+    ``run``/``ok`` use jupyter_client's ``execute_interactive``, which drops messages of other
+    cells. The rest (``submit``, ``cell``, ``until``, ``idle``, ``iopub_until``,
+    ``comm_updates``) keep every IOPub message they read in ``log``, whatever cell it belongs
+    to: a background task's output may arrive while a later cell runs, and must still be seen.
+    """
 
     def __init__(self, km: KernelManager) -> None:
         self.km = km
         self.kc = km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=30)
+        self.log: list[Msg] = []
 
     def run(self, code: str, timeout: float = 20) -> Reply:
         """Execute *code*; return its reply and every IOPub message parented to it."""
@@ -113,25 +123,74 @@ class Kernel:
     def submit(self, code: str) -> str:
         return self.kc.execute(code)
 
+    def _read(self, deadline: float) -> Msg | None:
+        """The next IOPub message (also appended to ``log``), or None once *deadline* passed."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            msg = self.kc.get_iopub_msg(timeout=left)
+        except queue.Empty:
+            return None
+        self.log.append(msg)
+        return msg
+
+    def until(self, stop: Callable[[Msg], bool], timeout: float = 20, what: str = "") -> Msg:
+        """The first IOPub message, already in ``log`` or read now, for which *stop* holds."""
+        for m in self.log:
+            if stop(m):
+                return m
+        deadline = time.monotonic() + timeout
+        while True:
+            msg = self._read(deadline)
+            if msg is not None and stop(msg):
+                return msg
+            if msg is None and time.monotonic() >= deadline:
+                raise AssertionError(f"no {what or 'matching IOPub message'} within {timeout} s")
+
     def iopub_until(
         self, parent: str, stop: Callable[[dict[str, Any]], bool], timeout: float = 20
     ) -> list[dict[str, Any]]:
-        """Collect IOPub messages of request *parent* until *stop(msg)* is true."""
+        """Collect the IOPub messages of request *parent* read from now on until *stop(msg)*."""
         deadline = time.monotonic() + timeout
         out: list[dict[str, Any]] = []
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"no matching IOPub message within {timeout} s: {out!r}")
-            try:
-                msg = self.kc.get_iopub_msg(timeout=left)
-            except queue.Empty:
+            msg = self._read(deadline)
+            if msg is None:
+                if time.monotonic() >= deadline:
+                    raise AssertionError(f"no matching IOPub message within {timeout} s: {out!r}")
                 continue
             if msg["parent_header"].get("msg_id") != parent:
                 continue
             out.append(msg)
             if stop(msg):
                 return out
+
+    def cell(self, code: str, timeout: float = 30) -> str:
+        """Run *code* to its end (its idle status); return its msg_id; fail if it raised."""
+        msg_id = self.submit(code)
+        self.idle(msg_id, timeout)
+        for m in self.of(msg_id, "error"):
+            tb = _ANSI.sub("", "\n".join(m["content"]["traceback"]))
+            raise AssertionError(f"cell failed:\n{code}\n{tb}")
+        return msg_id
+
+    def of(self, msg_id: str, *types: str) -> list[Msg]:
+        """The logged IOPub messages of request *msg_id* (of the given types, if any)."""
+        return [
+            m for m in self.log
+            if m["parent_header"].get("msg_id") == msg_id and (not types or m["msg_type"] in types)
+        ]
+
+    def stream(self, msg_id: str, name: str = "stdout") -> str:
+        return "".join(
+            m["content"]["text"] for m in self.of(msg_id, "stream") if m["content"]["name"] == name
+        )
+
+    def result_of(self, msg_id: str) -> str | None:
+        for m in self.of(msg_id, "execute_result"):
+            return m["content"]["data"]["text/plain"]
+        return None
 
     def comm_updates(
         self, done: Callable[[], bool], seen: dict[str, list[Any]], timeout: float = 20
@@ -141,12 +200,12 @@ class Kernel:
         deadline = time.monotonic() + timeout
         out: list[tuple[str, dict[str, Any]]] = []
         while not done():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"widgets did not change as expected within {timeout} s: {seen}")
-            try:
-                msg = self.kc.get_iopub_msg(timeout=left)
-            except queue.Empty:
+            msg = self._read(deadline)
+            if msg is None:
+                if time.monotonic() >= deadline:
+                    raise AssertionError(
+                        f"widgets did not change as expected within {timeout} s: {seen}"
+                    )
                 continue
             data = msg["content"].get("data", {}) if msg["msg_type"] == "comm_msg" else {}
             if data.get("method") != "update":
