@@ -54,6 +54,27 @@ def test_load_ext_and_await_in_the_same_cell(kernel):
     cell = kernel.cell("import asyncio\nawait asyncio.sleep(0.01)\n'asyncio again'")
     assert kernel.result_of(cell) == "'asyncio again'"
 
+    # the stop button works in the loading cell too: the pending sleep is cancelled, the
+    # cell's finally block runs, and the next cell works
+    cell = kernel.submit(
+        "%load_ext tinycoro\n"
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    await tc.sleep(30)\n"
+        "finally:\n"
+        "    print('finally ran')\n"
+    )
+    kernel.until(
+        lambda m: m["parent_header"].get("msg_id") == cell
+        and m["msg_type"] == "stream" and "started" in m["content"]["text"],
+        what="the loading cell to start sleeping",
+    )
+    kernel.km.interrupt_kernel()
+    kernel.idle(cell, timeout=5)  # a test timeout: the cell would sleep 30 s otherwise
+    assert [m["content"]["ename"] for m in kernel.of(cell, "error")] == ["KeyboardInterrupt"]
+    assert "finally ran" in kernel.stream(cell)
+    assert kernel.result_of(kernel.cell("await tc.sleep(0.01); 'after'")) == "'after'"
+
 
 def test_tasks_output_failures_and_the_inspector(kernel):
     kernel.cell("%load_ext tinycoro\nimport tinycoro as tc")
