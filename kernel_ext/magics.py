@@ -134,7 +134,8 @@ class TinycoroMagics(Magics):
         except UsageError as e:
             raise UsageError(f"%tinycoro: {e}\n{parser.format_usage()}") from None
         if args.help:
-            print(parser.format_help(), end="")
+            # magic_arguments formats help as an RST literal block for %tinycoro? ("::")
+            print(parser.format_help().removeprefix("::\n\n"), end="")
             return None
         if args.command != "restart" and (args.contexts is not None or args.dispatch is not None):
             raise UsageError(f"%tinycoro: -n and --dispatch go with restart, not {args.command}")
