@@ -32,14 +32,23 @@ def _liburing_dir() -> str | None:
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that reports a failed compile and carries on (``optional=True`` is silent
-    about why on some setuptools versions)."""
+    """build_ext that reports a failed compile and carries on without that extension.
 
-    def build_extension(self, ext):  # type: ignore[no-untyped-def]
-        try:
-            super().build_extension(ext)
-        except Exception as e:  # noqa: BLE001 - any compiler failure means: no compiled ring
-            _warn(f"building {ext.name} failed ({type(e).__name__}: {e})")
+    A failed extension is dropped from ``self.extensions``, so that an editable install does
+    not then try to copy its missing library into the source tree, and no output lists it.
+    """
+
+    def build_extensions(self) -> None:
+        self.check_extensions_list(self.extensions)
+        built = []
+        for ext in self.extensions:
+            try:
+                self.build_extension(ext)
+            except Exception as e:  # noqa: BLE001 - any compiler failure means: no compiled ring
+                _warn(f"building {ext.name} failed ({type(e).__name__}: {e})")
+            else:
+                built.append(ext)
+        self.extensions = built
 
 
 def _extensions() -> list:
