@@ -4,8 +4,8 @@
 Each method here is one Python call that does its whole loop in C. It cimports the ``liburing``
 binding's declarations and calls the binding's ``cpdef`` functions through their exported C
 API, so no ``liburing.name`` lookup, no bound-method call and no ``io_uring_cqe`` attribute
-property is paid per completion (reaping costs ~34 ns per CQE here instead of ~366 ns, see
-DESIGN section 6). Nothing is linked against liburing itself: the binding's module does the
+property is paid per completion: reaping costs 44-70 ns per CQE instead of 172-302 through
+the Python API (docs/benchmarks.md, "The compiled ring"). Nothing is linked against liburing itself: the binding's module does the
 system calls.
 
 Only the per-operation paths live here. Creating and closing the ring, the eventfd and the
