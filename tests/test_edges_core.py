@@ -256,3 +256,57 @@ def test_huge_sleep_sleeps_until_cancelled(seconds, caplog):
 
     tc.run(main(), contexts=2)
     assert not [r for r in caplog.records if r.name == "tinycoro"]
+
+
+# -- an expired deadline fires at the first await, every time --------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("seconds", [0, -1])
+def test_expired_timeout_fires_at_the_first_await_every_time(contexts, seconds, tmp_path):
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 64)
+
+    async def main():
+        f = await tc.io.open(path, "rb")
+        expired = 0
+        try:
+            for i in range(300):
+                reached = False
+                try:
+                    async with tc.timeout(seconds):
+                        reached = True
+                        if i % 2:
+                            await tc.yield_now()
+                        else:
+                            await f.read_at(16, 0)
+                        raise AssertionError("the await after an expired deadline returned")
+                except TimeoutError:
+                    expired += reached
+        finally:
+            await f.close()
+        return expired
+
+    assert tc.run(main(), contexts=contexts) == 300
+
+
+@pytest.mark.timeout(60)
+def test_deadlines_fire_for_parked_and_sleeping_tasks_and_are_no_deadlock(contexts):
+    async def parked(ev):
+        with pytest.raises(TimeoutError):
+            async with tc.timeout(0.05):
+                await ev.wait()  # nothing else is pending: only the deadline can wake it
+        return "timed out"
+
+    async def main():
+        ev = tc.Event()
+        tasks = [tc.spawn(parked(ev)) for _ in range(6)]
+        with pytest.raises(TimeoutError):
+            async with tc.timeout(0.05):
+                await tc.sleep(30)
+        async with tc.timeout(5) as t:  # does not fire
+            await tc.sleep(0.001)
+        assert not t.expired()
+        return [await t for t in tasks]
+
+    assert tc.run(main(), contexts=contexts, deadlock_timeout=0.02) == ["timed out"] * 6

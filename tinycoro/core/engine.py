@@ -22,9 +22,11 @@ Facts about waking a context, which the loop below is built around:
 from __future__ import annotations
 
 import errno
+import heapq
 import itertools
 import logging
 import os
+import select
 import threading
 import time
 import traceback
@@ -106,6 +108,12 @@ class Engine:
         self.wakeups = 0  # returns from the sleep point; the deadlock watchdog's progress clock
         self.sleep_total = 0.0  # seconds spent blocked in the sleep point
         self.sleep_since = 0.0  # perf_counter() when the current sleep began, 0 when awake
+        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine: a heap of
+        # [when, seq, scope]; a removed entry has scope None and stays until it surfaces.
+        self._deadlines: list[list] = []
+        self._dead_deadlines = 0
+        self._deadline_seq = itertools.count()
+        self._poller: select.poll | None = None
         self._ids = itertools.count(CANCEL_UD + 1)
         self._cqes: list[tuple[int, int]] = []
         self.thread_ident: int | None = None
@@ -175,6 +183,8 @@ class Engine:
                     self._submit()
                 if self.inflight or self.own_inflight:
                     self._reap()
+                if self._deadlines:
+                    self._fire_deadlines()
                 if until is not None and until._state is DONE:
                     return
                 if ready or calls:
@@ -212,7 +222,12 @@ class Engine:
                 return
             self.sleep_since = t0 = _perf()
             try:
-                _block(ring.efd)
+                if self._deadlines and not draining:
+                    when = self._fire_deadlines()
+                    if not self.calls:  # a deadline that just fired queued its delivery
+                        self._block_until(when)
+                else:
+                    _block(ring.efd)
             finally:
                 self.sleep_since = 0.0
                 self.sleep_total += _perf() - t0
@@ -220,6 +235,69 @@ class Engine:
         finally:
             ring.notify_on(False)
             self.sleeping = False
+
+    # -- deadlines (tc.timeout) -------------------------------------------------------------
+    def add_deadline(self, when: float, scope: Any) -> list:
+        """Call ``scope._fire()`` on this engine's thread once ``perf_counter()`` passes
+        *when*; owner thread only. Returns the entry for :meth:`remove_deadline`."""
+        entry = [when, next(self._deadline_seq), scope]
+        heapq.heappush(self._deadlines, entry)
+        return entry
+
+    def remove_deadline(self, entry: list) -> None:
+        """Forget a deadline (its scope exited); owner thread only. Lazy: the entry is marked
+        and dropped when it surfaces, or all at once when the dead outnumber the live."""
+        if entry[2] is None:
+            return
+        entry[2] = None
+        self._dead_deadlines += 1
+        heap = self._deadlines
+        if self._dead_deadlines > 64 and 2 * self._dead_deadlines > len(heap):
+            heap[:] = [e for e in heap if e[2] is not None]
+            heapq.heapify(heap)
+            self._dead_deadlines = 0
+
+    def has_deadlines(self) -> bool:
+        """True while a scope's deadline is pending here (the deadlock watchdog asks)."""
+        return len(self._deadlines) > self._dead_deadlines
+
+    def _fire_deadlines(self) -> float | None:
+        """Fire every deadline that has passed; return the next one, or None."""
+        heap = self._deadlines
+        now = _perf()
+        while heap:
+            entry = heap[0]
+            scope = entry[2]
+            if scope is None:
+                heapq.heappop(heap)
+                self._dead_deadlines -= 1
+                continue
+            if entry[0] > now:
+                return entry[0]
+            heapq.heappop(heap)
+            entry[2] = None
+            try:
+                scope._fire()  # queues the scope's interrupt on its task (call_soon)
+            except BaseException:  # noqa: BLE001 - one broken scope must not stop the others
+                log.exception("while firing the deadline of %r", scope)
+        return None
+
+    def _block_until(self, when: float | None) -> None:
+        """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
+        (the next deadline). poll(2) releases the GIL like the read does."""
+        if when is None:
+            _block(self.ring.efd)
+            return
+        delay = when - _perf()
+        if delay <= 0:
+            return
+        poller = self._poller
+        if poller is None:
+            poller = self._poller = select.poll()
+            poller.register(self.ring.efd, select.POLLIN)
+        # poll(2) takes whole milliseconds (a C int): round up, and cap at ~24 days.
+        if poller.poll(min(int(delay * 1000) + 1, 2**31 - 1)):
+            _block(self.ring.efd)  # readable: consume the count (only this thread reads it)
 
     def _step(self, task: Task) -> None:
         """Resume *task* once and act on the trap it yields next."""
@@ -481,6 +559,8 @@ class Engine:
                 _local.engine = None
             self.live.clear()
             self.ready.clear()  # a wake that was on its way for an abandoned task
+            self._deadlines.clear()
+            self._dead_deadlines = 0
 
     def _abort_parked(self) -> None:
         """Take every parked task off the waiter list it is on (rule 13)."""

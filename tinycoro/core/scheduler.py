@@ -289,6 +289,8 @@ class Scheduler:
         for e in self._engines:
             if not e.sleeping or e.ready or e.calls or e.inflight or e.unsubmitted:
                 return None
+            if e.has_deadlines():  # a timeout scope will wake a parked task
+                return None
             parked += len(e.parked)
         if not parked:
             return None
