@@ -310,3 +310,53 @@ def test_deadlines_fire_for_parked_and_sleeping_tasks_and_are_no_deadlock(contex
         return [await t for t in tasks]
 
     assert tc.run(main(), contexts=contexts, deadlock_timeout=0.02) == ["timed out"] * 6
+
+
+# -- a descriptor returned after its task was abandoned is closed, not leaked ----------------
+
+
+@pytest.mark.timeout(30)
+def test_abandon_closes_a_descriptor_that_an_orphaned_open_returned(tmp_path):
+    from tinycoro.core.engine import Engine
+    from tinycoro.core.task import Task
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    sched = tc.Scheduler(1).start()
+    engine = Engine(None, sched, 64, guest=True)
+    try:
+        fds = open_fds()
+
+        def interrupt():
+            raise KeyboardInterrupt
+
+        async def opener():
+            # Blocks in the kernel (O_CREAT makes io_uring open in a worker) until a reader
+            # opens the FIFO.
+            op = Op(uring.prep_openat, os.fsencode(fifo), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600, -100, returns_fd=True)
+            return await perform(op)
+
+        async def driver():
+            await wait_blocked(o)
+            engine.call_soon(interrupt)  # the engine stops with the open in the kernel
+            await tc.Event().wait()
+
+        o = Task(opener(), engine, name="opener")
+        d = Task(driver(), engine, name="driver")
+        engine.push(o)
+        engine.push(d)
+        with pytest.raises(KeyboardInterrupt):
+            engine.run(until=d)
+        # A reader arrives: the open succeeds in the kernel, but its task is about to be
+        # abandoned. Wait (outside the engine) for that completion to be posted.
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            wait_until(lambda: engine.ring.cq_ready() > 0, what="the open's completion")
+            engine.abandon(None)
+            assert o.cancelled()
+        finally:
+            os.close(reader)
+        assert open_fds() == fds  # the writer end the kernel opened was closed by the engine
+    finally:
+        engine.close()
+        sched.stop()

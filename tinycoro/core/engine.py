@@ -13,6 +13,18 @@ Facts about waking a context, which the loop below is built around:
   appends first and reads ``sleeping`` second. Under the GIL each of those steps is atomic, so
   either the sleeper's second look sees the new item or the pusher sees ``sleeping`` and writes
   the eventfd. A stale write only costs one extra turn of the loop.
+* The kernel's half of rule 4 is the eventfd toggle: ``notify_on(True)`` is a plain store of
+  a flag in the shared CQ ring, and the look at the CQ that follows is a load of its tail
+  (acquire). The kernel publishes a CQE by storing the tail (release) and then reads the flag
+  to decide whether to signal the eventfd. Store-then-load on both sides is the pattern that
+  needs a full barrier on *each* side (x86 may satisfy a load before an earlier store is
+  visible), or both may miss the other: a lost wake-up. Our side gets one from taking and
+  releasing an uncontended lock between the two (a locked instruction on x86; a release
+  followed by an acquire on arm64), cheap next to the sleep it guards. The kernel's side
+  (``io_eventfd_signal`` reading ``cq_flags`` after ``io_commit_cqring``) is the kernel's to
+  order; we did not verify it barrier by barrier. Were a wake-up lost there, a context with a
+  deadline pending would still wake at the deadline (its sleep is bounded), and one with
+  parked tasks would show in the deadlock watchdog.
 * One turn runs exactly the tasks that were ready when the turn began (as asyncio's
   ``_run_once`` does): a task that yields goes behind them, so nobody starves.
 * SQEs prepared during a turn are submitted together at its end: one ``io_uring_enter`` for the
@@ -100,6 +112,7 @@ class Engine:
         self.unsubmitted = 0
         self.own_inflight = 0  # our own SQEs in the kernel (async-cancels, placeholder NOPs)
         self._wake_lock = threading.RLock()
+        self._fence = threading.Lock()  # only ever taken and released at once: see _sleep
         self.tasks_run = 0  # tasks finished on this context
         self.ops = 0  # io_uring completions reaped (own cancel requests included), cumulative
         self.failed = 0  # tasks that failed (not Cancelled) with nobody waiting on them
@@ -212,6 +225,9 @@ class Engine:
         ring = self.ring
         self.sleeping = True
         ring.notify_on(True)
+        fence = self._fence  # a full barrier between the flag store and the CQ tail load below
+        fence.acquire()
+        fence.release()
         try:
             if ring.cq_ready():
                 self._reap()
