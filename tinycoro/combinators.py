@@ -39,9 +39,8 @@ from .core.checks import check_seconds
 from .core.errors import Cancelled
 from .core.local import _local
 from .core.runtime import spawn_watched
-from .core.task import Task
+from .core.task import Task, describe
 from .sync._interrupts import ScopeSignal, keep_one
-from .sync._lot import _describe
 from .sync.event import Event
 
 __all__ = ["TaskGroup", "timeout", "when_all", "when_any"]
@@ -316,7 +315,7 @@ class TaskGroup(_Scope):
 
     def __repr__(self) -> str:
         children = list(self._children)  # one C-level copy under the GIL: safe from any thread
-        names = ", ".join(sorted(_describe(t) for t in children)[:4])
+        names = ", ".join(sorted(describe(t) for t in children)[:4])
         more = ", ..." if len(children) > 4 else ""
         return f"<TaskGroup {self._state} children=[{names}{more}]>"
 

@@ -60,7 +60,8 @@ _prep_nop = uring.prep_nop
 _prep_cancel = uring.prep_cancel
 _perf = time.perf_counter
 log = logging.getLogger("tinycoro")
-FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro tasks
+FAILURES_KEPT = 20
+BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over  # recent failures remembered per context, for %tinycoro tasks
 
 
 def _block(efd: int) -> None:
@@ -121,6 +122,11 @@ class Engine:
         self.wakeups = 0  # returns from the sleep point; the deadlock watchdog's progress clock
         self.sleep_total = 0.0  # seconds spent blocked in the sleep point
         self.sleep_since = 0.0  # perf_counter() when the current sleep began, 0 when awake
+        # Two (perf_counter, sleep_total) samples at least BUSY_WINDOW apart, taken by this
+        # engine as it wakes and replaced as one tuple, so a reader on another thread always
+        # sees a consistent pair: busy() is then a pure function of the engine's own state.
+        t = _perf()
+        self._samples = ((t, 0.0), (t, 0.0))
         # Deadlines of the scopes (tc.timeout) entered by tasks on this engine: a heap of
         # [when, seq, scope]; a removed entry has scope None and stays until it surfaces.
         self._deadlines: list[list] = []
@@ -246,8 +252,12 @@ class Engine:
                     _block(ring.efd)
             finally:
                 self.sleep_since = 0.0
-                self.sleep_total += _perf() - t0
+                t1 = _perf()
+                self.sleep_total += t1 - t0
                 self.wakeups += 1
+                newer = self._samples[1]
+                if t1 - newer[0] >= BUSY_WINDOW:
+                    self._samples = (newer, (t1, self.sleep_total))
         finally:
             ring.notify_on(False)
             self.sleeping = False
@@ -623,6 +633,18 @@ class Engine:
                 state, what = ("ready" if id(t) in ready else "running"), ""
             out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))
         return out
+
+    def busy(self, now: float) -> float:
+        """Fraction of the time since a sample at least BUSY_WINDOW old that this engine spent
+        awake, in [0, 1]; any thread, no side effect."""
+        older, newer = self._samples
+        base = newer if now - newer[0] >= BUSY_WINDOW else older
+        dt = now - base[0]
+        if dt <= 0:
+            return 0.0
+        since = self.sleep_since
+        asleep = self.sleep_total + (now - since if since else 0.0) - base[1]
+        return min(1.0, max(0.0, 1.0 - asleep / dt))
 
     def load(self) -> int:
         return len(self.ready) + len(self.inflight) + len(self.parked)

@@ -101,9 +101,6 @@ class Scheduler:
         self._crash: BaseException | None = None
         self._closed = False
         self._rr = itertools.count()
-        self._stats_lock = threading.Lock()
-        self._busy_sample: tuple[float, list[float]] | None = None
-        self._busy: list[float] = [0.0] * contexts
         self._engines: list[Engine] = []
         try:
             for i in range(contexts):
@@ -399,8 +396,10 @@ class Scheduler:
 
     # -- statistics ---------------------------------------------------------------------------
     def stats(self) -> SchedulerStats:
-        """A consistent-enough snapshot for widgets and tests; any thread, no locks held long."""
-        busy = self._sample_busy()
+        """A consistent-enough snapshot for widgets and tests; any thread, no locks, and no
+        side effect (each engine keeps its own busy samples)."""
+        now = time.perf_counter()
+        running = bool(self._threads) and not self._closed
         ctxs = tuple(
             ContextStats(
                 id=e.id,
@@ -409,14 +408,13 @@ class Scheduler:
                 io_inflight=len(e.inflight),
                 parked=len(e.parked),
                 tasks_run=e.tasks_run,
-                busy=busy[e.id],
+                busy=e.busy(now) if running else 0.0,
                 stop_flag=e.stop_flag,
                 sleeping=e.sleeping,
                 ops=e.ops,
             )
             for e in self._engines
         )
-        running = bool(self._threads) and not self._closed
         return SchedulerStats(
             stop_token=self._token,
             accepting=self._accepting,
@@ -439,23 +437,3 @@ class Scheduler:
         out = [f for e in self._engines for f in list(e.failures)]
         out.sort(key=lambda f: f.when)
         return tuple(out)
-
-    def _sample_busy(self, min_interval: float = 0.1) -> list[float]:
-        now = time.perf_counter()
-        with self._stats_lock:
-            asleep = []
-            for e in self._engines:
-                since = e.sleep_since
-                asleep.append(e.sleep_total + (now - since if since else 0.0))
-            prev = self._busy_sample
-            if prev is None:
-                self._busy_sample = (now, asleep)
-            elif now - prev[0] >= min_interval:
-                dt = now - prev[0]
-                running = bool(self._threads) and not self._closed
-                self._busy = [
-                    min(1.0, max(0.0, 1.0 - (a - b) / dt)) if running else 0.0
-                    for a, b in zip(asleep, prev[1])
-                ]
-                self._busy_sample = (now, asleep)
-            return list(self._busy)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.local import _local
-from ..core.task import Task
-from ._lot import ParkingLot, _describe
+from ..core.task import Task, describe
+from ._lot import ParkingLot
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ class Mutex:
         mu.release()
         if not locked:
             raise RuntimeError(f"unlock() of an unlocked {self!r}")
-        raise RuntimeError(f"unlock() of {self!r} by {_describe(me)}, which does not hold it")
+        raise RuntimeError(f"unlock() of {self!r} by {describe(me)}, which does not hold it")
 
     def locked(self) -> bool:
         return self._locked
@@ -145,4 +145,4 @@ class Mutex:
     def __repr__(self) -> str:
         if not self._locked:
             return "<Mutex unlocked>"
-        return f"<Mutex locked by {_describe(self._owner)} waiters={len(self._lot)}>"
+        return f"<Mutex locked by {describe(self._owner)} waiters={len(self._lot)}>"
