@@ -22,13 +22,12 @@ import contextvars
 import inspect
 import itertools
 import logging
-import math
-import os
 import threading
 import time
 import types
 from typing import Any, Callable, Coroutine
 
+from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
 from .errors import DeadlockError
 from .local import _local
@@ -37,8 +36,9 @@ from .task import Task
 
 log = logging.getLogger("tinycoro")
 
+__all__ = ["DISPATCH", "Scheduler"]  # DISPATCH: re-exported for the notebook layer
+
 _CoroutineType = types.CoroutineType
-DISPATCH = ("round_robin", "least_loaded")
 _sched_ids = itertools.count()
 WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no timeout is given
 
@@ -52,13 +52,11 @@ def _check_coro(coro: Any, where: str) -> None:
 
 
 def _check_timeout(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
-    if value < 0:
+    """A timeout in seconds: None (no limit) or a number >= 0."""
+    value = check_seconds(name, value, allow_none=True)
+    if value is not None and value < 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return float(value)
+    return value
 
 
 class Scheduler:
@@ -75,16 +73,9 @@ class Scheduler:
         dispatch: str = "round_robin",
         ring_entries: int = 256,
     ) -> None:
-        if contexts is None:
-            contexts = os.cpu_count() or 1
-        if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
-            raise ValueError(f"contexts must be a positive int or None, got {contexts!r}")
-        if dispatch not in DISPATCH:
-            raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
-        if isinstance(ring_entries, bool) or not isinstance(ring_entries, int) or not (
-            1 <= ring_entries <= 32768
-        ):
-            raise ValueError(f"ring_entries must be an int in 1..32768, got {ring_entries!r}")
+        contexts = check_contexts(contexts)
+        dispatch = check_dispatch(dispatch)
+        check_int("ring_entries", ring_entries, min=1, max=32768)
         self.id = next(_sched_ids)
         # Called as failure_hook(task, exc) on the task's context thread, inside the task's
         # contextvars.Context, when a task fails (not tc.Cancelled) with nothing awaiting it.
