@@ -359,3 +359,40 @@ def test_abandon_closes_a_descriptor_that_an_orphaned_open_returned(tmp_path):
     finally:
         engine.close()
         sched.stop()
+
+
+# -- testing.wait_blocked parks -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_wait_blocked_parks_until_the_tasks_block_and_is_bounded(contexts):
+    go = threading.Event()
+
+    async def busy_then_blocked(ev):
+        while not go.is_set():  # runnable, not blocked, until the test thread says so
+            await tc.yield_now()
+        await ev.wait()
+
+    async def watcher(t):
+        await wait_blocked(t)
+        return "blocked"
+
+    with tc.Scheduler(contexts) as s:
+        ev = tc.Event()
+        t = s.submit(busy_then_blocked(ev))
+        w = s.submit(watcher(t))
+        wait_until(lambda: any(i.id == w.id and i.state == "parked" for i in s.tasks()), what="watcher parked")
+        go.set()
+        done = threading.Event()
+        w._add_done_callback(lambda _t: done.set())
+        assert done.wait(10) and w.result() == "blocked"
+        ev.set()
+
+        async def never():
+            finished = s.submit(tc.sleep(0))
+            while not finished.done():
+                await tc.yield_now()
+            with pytest.raises(RuntimeError, match="never blocked"):
+                await wait_blocked(finished, seconds=0.05)
+
+        s.run_sync(never(), timeout=10)

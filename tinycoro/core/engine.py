@@ -133,6 +133,7 @@ class Engine:
         self._dead_deadlines = 0
         self._deadline_seq = itertools.count()
         self._poller: select.poll | None = None
+        self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self._ids = itertools.count(CANCEL_UD + 1)
         self._cqes: list[tuple[int, int]] = []
         self.thread_ident: int | None = None
@@ -198,6 +199,8 @@ class Engine:
                     for _ in range(n):
                         step(ready.popleft())
                     _local.task = None  # once per turn: no task code runs between two steps
+                    if self.watchers:
+                        self._check_watchers()
                 if self.unsubmitted:
                     self._submit()
                 if self.inflight or self.own_inflight:
@@ -324,6 +327,17 @@ class Engine:
         # poll(2) takes whole milliseconds (a C int): round up, and cap at ~24 days.
         if poller.poll(min(int(delay * 1000) + 1, 2**31 - 1)):
             _block(self.ring.efd)  # readable: consume the count (only this thread reads it)
+
+    # -- tinycoro.testing.wait_blocked --------------------------------------------------------
+    def watch_blocked(self, watch: Any) -> None:
+        """Look at *watch* (``watch.check()``) at the end of every turn until it is done."""
+        self.watchers.append(watch)
+        watch.check()
+
+    def _check_watchers(self) -> None:
+        for w in self.watchers:
+            w.check()
+        self.watchers = [w for w in self.watchers if not w.done]
 
     def _step(self, task: Task) -> None:
         """Resume *task* once and act on the trap it yields next."""
@@ -587,6 +601,7 @@ class Engine:
             self.ready.clear()  # a wake that was on its way for an abandoned task
             self._deadlines.clear()
             self._dead_deadlines = 0
+            self.watchers.clear()
 
     def _abort_parked(self) -> None:
         """Take every parked task off the waiter list it is on (rule 13)."""
