@@ -29,6 +29,23 @@ Facts about waking a context, which the loop below is built around:
   ``_run_once`` does): a task that yields goes behind them, so nobody starves.
 * SQEs prepared during a turn are submitted together at its end: one ``io_uring_enter`` for the
   whole batch, which is what makes the ring pay off (DESIGN section 7).
+
+Seams (what other layers may call; everything else here is private):
+
+* ``push(task)``, ``call_soon(fn, *args)``, ``wake()``: any thread.
+* ``run(until=None)``: drive the engine on the calling thread. A *guest* engine
+  (``Engine(None, scheduler, entries, guest=True)``, the notebook cell's) runs with
+  ``until=cell_task``, takes no part in the stop protocol and can be run again and again.
+* ``abandon(error)``: owner thread, when ``run`` has stopped or failed: cancel and wait out
+  every operation in the kernel, take every parked task off its waiter list, close every
+  unfinished coroutine and finish its task with *error* (or ``tc.Cancelled``), unreported.
+  It finishes the tasks in ``live``, in flight, parked or ready: the owner of a guest engine
+  adds the tasks it creates itself to ``engine.live``, so that one popped mid-step is
+  finished too. The scheduler's own shutdown and crash paths use it as well.
+* ``cancel_op(op)``: owner thread, cancel one operation in the kernel (closing a resource).
+* ``add_deadline(when, scope)`` / ``remove_deadline(entry)``: owner thread, ``tc.timeout``.
+* ``Scheduler.context_idle(engine)`` is the engine's one call into the scheduler (the stop
+  protocol), and ``scheduler.failure_hook`` the one attribute it reads.
 """
 
 from __future__ import annotations
