@@ -396,3 +396,30 @@ def test_wait_blocked_parks_until_the_tasks_block_and_is_bounded(contexts):
                 await wait_blocked(finished, seconds=0.05)
 
         s.run_sync(never(), timeout=10)
+
+
+# -- Scheduler.stats() is a pure snapshot ----------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_stats_is_pure_and_the_first_snapshot_already_shows_busy():
+    go = threading.Event()
+
+    async def spin():
+        while not go.is_set():
+            await tc.yield_now()
+
+    with tc.Scheduler(1) as s:
+        t = s.submit(spin())
+        try:
+            # Measuring one awake stretch (the engine never sleeps while spin() yields), not
+            # synchronising: busy is the awake fraction of wall time, preempted or not.
+            threading.Event().wait(0.3)
+            first = s.stats().contexts[0].busy  # no earlier call primed a sampling window
+            again = s.stats().contexts[0].busy  # and that call did not move one either
+            assert first > 0.5 and again > 0.5
+        finally:
+            go.set()
+        done = threading.Event()
+        t._add_done_callback(lambda _t: done.set())
+        assert done.wait(10)
