@@ -31,7 +31,11 @@ landed (:func:`tinycoro.core._ki.user_code_interrupted`):
   released while the kernel owns it.
 
 Either way the cell's ``finally`` blocks run (and may still await), IPython shows
-``KeyboardInterrupt``, and the runner returns only once the cell coroutine has finished.
+``KeyboardInterrupt``, and the runner returns only once the cell coroutine has finished. A
+``KeyboardInterrupt`` raised by the handler has the handler's own frame as its innermost
+traceback entry; while a cell runs, the runner registers an IPython custom exception handler
+(``set_custom_exc``, only if none is set) that shows it without that frame, as a plain cell's
+interrupt looks.
 
 Waking up: a signal that arrives just before the engine blocks in ``read(2)`` of its eventfd
 interrupts no system call, and Python runs the handler only when the thread next executes
@@ -44,8 +48,9 @@ the handler runs at once. No polling; the previous wakeup fd is restored after t
 from __future__ import annotations
 
 import signal
+import sys
 import threading
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any, Callable, Coroutine
 
 from tinycoro.core import _ki
@@ -56,6 +61,34 @@ from tinycoro.core.task import Task
 __all__ = ["CellRunner"]
 
 _ki.protect_package(__name__.partition(".")[0])  # the runner's own frames are runtime code
+
+
+def _ipython_shell() -> Any:
+    """The running IPython shell, if IPython is in use at all (the runner also runs bare)."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
+
+
+def _without_handler_frame(tb: TracebackType | None) -> TracebackType | None:
+    """*tb* without the entries of the SIGINT handler's frame (always the innermost one)."""
+    head = tb
+    while head is not None and head.tb_frame.f_code is _HANDLER_CODE:
+        head = head.tb_next
+    entry = head
+    while entry is not None and entry.tb_next is not None:
+        if entry.tb_next.tb_frame.f_code is _HANDLER_CODE:
+            entry.tb_next = entry.tb_next.tb_next
+        else:
+            entry = entry.tb_next
+    return head
+
+
+def _show_interrupt(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset=None):
+    """IPython custom exception handler for KeyboardInterrupt in a cell: show it as a plain
+    cell's interrupt is shown, without the runner's handler frame."""
+    tb = _without_handler_frame(tb)
+    shell.showtraceback((etype, value.with_traceback(tb), tb), tb_offset=tb_offset)
+    return []  # shown already
 
 
 def _abandon_engine(engine: Engine, exc: BaseException) -> None:
@@ -150,6 +183,9 @@ class CellRunner:
             if self._close_after:
                 self._close_after = False
                 self.close()
+        exc = task.exception()
+        if exc is not None:
+            raise exc.with_traceback(_without_handler_frame(exc.__traceback__))
         return task.result()
 
     # -- interrupts ---------------------------------------------------------------------------
@@ -184,13 +220,28 @@ class CellRunner:
         except BaseException:
             signal.signal(signal.SIGINT, previous)
             raise
+        unshow = self._install_show_interrupt()
 
         def restore() -> None:
+            unshow()
             wakeup.close()
             if signal.getsignal(signal.SIGINT) == handler:
                 signal.signal(signal.SIGINT, previous)
 
         return restore, wakeup
+
+    @staticmethod
+    def _install_show_interrupt() -> Callable[[], None]:
+        shell = _ipython_shell()
+        if shell is None or getattr(shell, "custom_exceptions", None) != ():
+            return lambda: None  # somebody else's custom handler: leave it alone
+
+        def restore() -> None:
+            if shell.custom_exceptions == (KeyboardInterrupt,):
+                shell.set_custom_exc((), None)  # IPython's own default state
+
+        shell.set_custom_exc((KeyboardInterrupt,), _show_interrupt)
+        return restore
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -200,3 +251,6 @@ class CellRunner:
             return
         if not self.engine.ring.closed:
             self.engine.close()
+
+
+_HANDLER_CODE = CellRunner._on_sigint.__code__

@@ -231,7 +231,8 @@ def test_signal_wakeup_fd_is_restored_and_other_signals_pass_through(sh):
         w.close()
 
 
-def test_interrupt_of_a_cell_computing_between_awaits(sh):
+def test_interrupt_of_a_cell_computing_between_awaits(sh, capsys):
+    capsys.readouterr()
     interrupt_when(lambda: sh.user_ns.get("spinning"), "the cell to spin")
     res = sh.run_cell(
         "await tc.sleep(0)\n"
@@ -244,6 +245,9 @@ def test_interrupt_of_a_cell_computing_between_awaits(sh):
     )
     assert isinstance(res.error_in_exec, KeyboardInterrupt)
     assert sh.user_ns["spinning"] == "stopped"
+    shown = _plain(capsys.readouterr().out)
+    assert "KeyboardInterrupt" in shown and "while True" in shown
+    assert "_on_sigint" not in shown  # the handler's frame is not part of the user's story
     assert sh.run_cell("await tc.sleep(0); 'next'").result == "next"
 
 
