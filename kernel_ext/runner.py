@@ -16,7 +16,7 @@ finish the cell task while its coroutine is still suspended (DESIGN rule 12). So
 cell runs, :class:`CellRunner` installs its own handler, which decides by *where* the signal
 landed (:func:`tinycoro.core._ki.user_code_interrupted`):
 
-* If the interrupted frame and every frame out to the engine step that resumed the cell are
+* If the interrupted frame and every frame out to the cell coroutine's outermost frame are
   the cell's own code (or IPython's, or a library's), i.e. the cell computes between two
   awaits, it raises ``KeyboardInterrupt`` there, exactly as a plain cell would be
   interrupted. The exception unwinds only frames that are not tinycoro's; the engine sees an
@@ -195,7 +195,7 @@ class CellRunner:
         task = self.running
         if task is None or task.done():
             return  # the cell is returning; the interrupt arrived too late to matter
-        if _local.task is task and _ki.user_code_interrupted(frame):
+        if _local.task is task and _ki.user_code_interrupted(frame, task):
             raise KeyboardInterrupt  # the cell computes between awaits: interrupt it right here
         # Nothing here may take a lock: the handler may have interrupted this very thread
         # while it held one (Task._interrupt takes the task module's lock). A deque append

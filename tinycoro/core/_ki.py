@@ -9,7 +9,8 @@ otherwise recorded and delivered at a safe point (the task's pending await, or t
 
 * :func:`user_code_interrupted` decides, from the interrupted frame, whether raising there is
   as safe as in a plain Python program (the idea of trio's KI protection, decided by module
-  instead of by marking functions);
+  between the interrupted frame and the task's own outermost frame, instead of by marking
+  functions);
 * :class:`SigintDeferred` (via :func:`defer_sigint`) replaces the default handler on the main
   thread while a scheduler runs there, records the interrupt and wakes the waiting thread;
 * :class:`SignalWakeup` points ``signal.set_wakeup_fd`` at a socket that an engine keeps an
@@ -26,15 +27,16 @@ import signal
 import socket
 import threading
 from types import FrameType
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from .. import uring
-from .engine import Engine
 from .traps import Op, perform_raw
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .task import Task
 
 __all__ = ["user_code_interrupted", "defer_sigint", "SigintDeferred", "SignalWakeup"]
 
-_STEP_CODE = Engine._step.__code__  # where the engine hands control to a task's coroutine
 _RUNTIME_PACKAGES = {"tinycoro"}
 
 
@@ -48,22 +50,25 @@ def _is_runtime(frame: FrameType) -> bool:
     return name.partition(".")[0] in _RUNTIME_PACKAGES
 
 
-def user_code_interrupted(frame: FrameType | None) -> bool:
+def user_code_interrupted(frame: FrameType | None, task: "Task") -> bool:
     """True if a signal that interrupted *frame* may raise KeyboardInterrupt right there.
 
-    That is the case only when *frame* and every frame out to the engine step that resumed the
-    running task are the task's own code (or libraries it called): the exception then unwinds
-    nothing but user frames and reaches the engine as an ordinary task failure. The step frame
-    itself, any tinycoro frame on the way, or no step frame at all (the engine loop, the sleep
-    point, the runner) means runtime code: the interrupt must be deferred.
+    *task* is the task the engine is running on this thread. Raising is safe only when *frame*
+    and every frame out to the task's own outermost coroutine frame are the task's code (or
+    IPython's, or a library's it called): the exception then unwinds nothing but those frames
+    and reaches the engine as an ordinary task failure. A tinycoro frame on the way (the
+    engine's step that resumed the task, a trap, a primitive), or not reaching the task's
+    frame at all (the engine loop, its sleep point, the runner), means runtime code: the
+    interrupt must be deferred to a safe point.
     """
-    if frame is None or frame.f_code is _STEP_CODE:
-        return False  # the engine itself was interrupted (between two steps, or in one)
+    outer = getattr(task._coro, "cr_frame", None)  # None once the coroutine has finished
+    if outer is None:
+        return False
     while frame is not None:
-        if frame.f_code is _STEP_CODE:
-            return True
         if _is_runtime(frame):
             return False
+        if frame is outer:
+            return True
         frame = frame.f_back
     return False
 
