@@ -52,7 +52,8 @@ SCRIPT = textwrap.dedent(
             for t in tasks:
                 await t
         finally:
-            await tc.yield_now()
+            # No await here: a child's Cancelled, raised by "await t", may come before main's
+            # own cancellation, which is then delivered at main's next await (as it should).
             out.write("finally main\\n")
 
     print("ready", flush=True)
