@@ -268,41 +268,16 @@ def test_interrupt_during_many_short_awaits(sh):
     assert sh.run_cell("await tc.spawn(tc.sleep(0.01)); 'ok'").result == "ok"
 
 
-def test_sigint_handler_takes_no_lock(sh):
-    """The handler may run while the main thread holds the task lock (Task._finish, a join):
-    it must only queue work for the engine, never take a lock itself."""
+def _handler_defers_to_the_next_await(sh, prelude: str, call: str) -> None:
+    """Run a cell that calls the runner's SIGINT handler as *call* (after *prelude*), as if the
+    signal landed right there: the handler must not raise, and the cell must get
+    KeyboardInterrupt at its next await."""
     sh.user_ns["runner"] = kernel_ext.get_extension(sh).runner
+    body = "".join(f"    {line}\n" for line in call.splitlines())
     res = sh.run_cell(
-        "from tinycoro.core.task import _join_lock\n"
-        "await tc.sleep(0)\n"
-        "with _join_lock:\n"
-        "    runner._on_sigint(signal.SIGINT, None)  # as if the signal landed right here\n"
+        f"{prelude}where = None\n"
         "try:\n"
-        "    await tc.sleep(30)\n"
-        "except KeyboardInterrupt:\n"
-        "    got = 'interrupted at the next await'\n",
-    )
-    assert res.success, res.error_in_exec
-    assert sh.user_ns["got"] == "interrupted at the next await"
-
-
-def test_interrupt_landing_in_the_engine_step_is_delivered_at_the_next_await(sh):
-    """A signal handled while the engine's own ``_step`` frame executes (between resuming the
-    cell and acting on what it yielded) must not raise there: that used to finish the cell
-    task while its coroutine stayed suspended. It is delivered at the cell's next await."""
-    sh.user_ns["runner"] = kernel_ext.get_extension(sh).runner
-    res = sh.run_cell(
-        "import sys\n"
-        "from tinycoro.core.engine import Engine\n"
-        "async def step_frame():\n"
-        "    f = sys._getframe()\n"
-        "    while f.f_code is not Engine._step.__code__:\n"
-        "        f = f.f_back\n"
-        "    return f\n"
-        "step = await step_frame()\n"
-        "where = None\n"
-        "try:\n"
-        "    runner._on_sigint(signal.SIGINT, step)  # as if the signal landed in _step\n"
+        f"{body}"
         "    where = 'after the handler'\n"
         "    await tc.sleep(30)\n"
         "except KeyboardInterrupt:\n"
@@ -310,6 +285,34 @@ def test_interrupt_landing_in_the_engine_step_is_delivered_at_the_next_await(sh)
     )
     assert res.success, res.error_in_exec
     assert sh.user_ns["got"] == "after the handler"
+
+
+def test_sigint_handler_takes_no_lock(sh):
+    """The handler may run while the main thread holds the task lock (Task._finish, a join):
+    it must only queue work for the engine, never take a lock itself."""
+    _handler_defers_to_the_next_await(
+        sh,
+        "from tinycoro.core.task import _join_lock\nawait tc.sleep(0)\n",
+        "with _join_lock:\n    runner._on_sigint(signal.SIGINT, None)\n",
+    )
+
+
+def test_interrupt_landing_in_the_engine_step_is_delivered_at_the_next_await(sh):
+    """A signal handled while the engine's own ``_step`` frame executes (between resuming the
+    cell and acting on what it yielded) must not raise there: that used to finish the cell
+    task while its coroutine stayed suspended. It is delivered at the cell's next await."""
+    _handler_defers_to_the_next_await(
+        sh,
+        "import sys\n"
+        "from tinycoro.core.engine import Engine\n"
+        "async def step_frame():\n"
+        "    f = sys._getframe()\n"
+        "    while f.f_code is not Engine._step.__code__:\n"
+        "        f = f.f_back\n"
+        "    return f\n"
+        "step = await step_frame()\n",
+        "runner._on_sigint(signal.SIGINT, step)\n",
+    )
 
 
 def test_sigint_between_cells_is_the_kernels_business(sh):
