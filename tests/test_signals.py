@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from conftest import in_eventfd_read, tinycoro_threads, wait_until
+from conftest import in_eventfd_read, open_fds, tinycoro_threads, wait_until
 from tinycoro.core.engine import Engine
 from tinycoro.core.task import Task
 
@@ -83,12 +83,13 @@ async def _workers(n: int, log: list[str], all_started: "tc.Latch | None" = None
         log.append("finally main")
 
 
-def _check_unwound(log: list[str]) -> None:
+def _check_unwound(log: list[str], fds_before: set[int]) -> None:
     started = {e.split()[1] for e in log if e.startswith("started ")}
     finished = {e.split()[1] for e in log if e.startswith("finally ") and e != "finally main"}
     assert started and started == finished
     assert "finally main" in log
     assert not tinycoro_threads()
+    assert open_fds() == fds_before  # every ring and eventfd closed
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
@@ -106,9 +107,10 @@ def test_ctrl_c_while_tasks_run_cancels_them_and_raises(contexts):
         tc.spawn(interrupter())
         await _workers(4, log, started)
 
+    fds = open_fds()
     with pytest.raises(KeyboardInterrupt):
         tc.run(main(), contexts=contexts)
-    _check_unwound(log)
+    _check_unwound(log, fds)
 
 
 @pytest.mark.timeout(30)
@@ -123,16 +125,17 @@ def test_ctrl_c_during_start_up_still_cancels_and_joins(contexts, monkeypatch):
         signal.raise_signal(signal.SIGINT)  # handled at the next bytecode, right here
 
     monkeypatch.setattr(tc.Scheduler, "_start_threads", start_then_interrupt)
+    fds = open_fds()
     with pytest.raises(KeyboardInterrupt):
         tc.run(_workers(3, log), contexts=contexts)
-    assert not tinycoro_threads()
+    assert not tinycoro_threads() and open_fds() == fds
     started = {e.split()[1] for e in log if e.startswith("started ")}
     assert started == {e.split()[1] for e in log if e.startswith("finally ") and e != "finally main"}
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 @pytest.mark.timeout(30)
-def test_ctrl_c_before_the_scheduler_exists_runs_nothing():
+def test_ctrl_c_before_the_scheduler_exists_runs_nothing(monkeypatch):
     """Interrupted while tc.run builds the scheduler: no task starts, nothing is left."""
     ran = []
 
@@ -145,13 +148,11 @@ def test_ctrl_c_before_the_scheduler_exists_runs_nothing():
         build(self, *args, **kwargs)
         signal.raise_signal(signal.SIGINT)
 
-    try:
-        tc.Scheduler.__init__ = build_then_interrupt
-        with pytest.raises(KeyboardInterrupt):
-            tc.run(main(), contexts=2)
-    finally:
-        tc.Scheduler.__init__ = build
-    assert ran == [] and not tinycoro_threads()
+    monkeypatch.setattr(tc.Scheduler, "__init__", build_then_interrupt)
+    fds = open_fds()
+    with pytest.raises(KeyboardInterrupt):
+        tc.run(main(), contexts=2)
+    assert ran == [] and not tinycoro_threads() and open_fds() == fds
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
