@@ -91,24 +91,6 @@ def _show_interrupt(shell: Any, etype: type, value: BaseException, tb: Any, tb_o
     return []  # shown already
 
 
-def _abandon_engine(engine: Engine, exc: BaseException) -> None:
-    """Last resort when the engine itself failed mid-turn: leave nothing suspended.
-
-    Cancel and wait out the operations still in the kernel (their buffers must outlive them),
-    take parked tasks off their waiter lists, then close every unfinished coroutine (its
-    ``finally`` blocks run; an ``await`` inside one fails, nothing can drive it any more) and
-    finish its task with *exc*.
-    """
-    try:
-        engine._drain()
-    finally:
-        for ticket in list(engine.parked.values()):
-            ticket.abort()
-        engine.calls.clear()
-        engine.stop_requested = False
-        engine._abandon(exc)
-
-
 class CellRunner:
     """Callable installed as ``shell.loop_runner``; drives one cell coroutine at a time.
 
@@ -163,7 +145,7 @@ class CellRunner:
                 watcher = Task(wakeup.watch(), engine, name="<cell signal wakeup>")
             for t in (task, watcher):
                 if t is not None:
-                    engine.live.add(t)  # so an engine failure closes it (_abandon_engine)
+                    engine.live.add(t)  # so that engine.abandon() finds it wherever it is
                     engine.push(t)
             try:
                 engine.run(until=task)
@@ -172,9 +154,9 @@ class CellRunner:
                     watcher.cancel()
                     engine.run(until=watcher)  # its receive is cancelled and reaped
             except BaseException as exc:  # the engine itself failed mid-turn
-                _abandon_engine(engine, exc)
-                if task.done():
-                    task.exception()  # retrieved: the runner raises it
+                # Never leave the cell suspended: cancel and wait out its I/O, take it off any
+                # waiter list, close its coroutine (finally blocks run) and finish it with exc.
+                engine.abandon(exc)
                 raise
         finally:
             self.running = None

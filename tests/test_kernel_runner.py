@@ -292,8 +292,8 @@ def test_sigint_handler_takes_no_lock(sh):
     it must only queue work for the engine, never take a lock itself."""
     _handler_defers_to_the_next_await(
         sh,
-        "from tinycoro.core.task import _join_lock\nawait tc.sleep(0)\n",
-        "with _join_lock:\n    runner._on_sigint(signal.SIGINT, None)\n",
+        "await tc.sleep(0)\n",
+        "with tc.current_task()._lock:\n    runner._on_sigint(signal.SIGINT, None)\n",
     )
 
 
