@@ -17,7 +17,9 @@ import time
 
 import pytest
 
-from test_kernel_protocol import Kernel, _start, kernel_dirs  # noqa: F401 - a fixture
+import test_kernel_protocol as kp
+
+kernel_dirs = kp.kernel_dirs  # the module's kernelspecs fixture, shared
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]
 
@@ -66,8 +68,8 @@ def _stdout(msgs: list[dict]) -> str:
 
 
 @pytest.fixture
-def tck(kernel_dirs):  # noqa: F811 - the fixture imported above
-    k = _start(kernel_dirs, "plain")
+def tck(kernel_dirs):
+    k = kp._start(kernel_dirs, "plain")
     try:
         k.ok("%load_ext tinycoro\nimport tinycoro as tc")
         yield k
@@ -76,7 +78,7 @@ def tck(kernel_dirs):  # noqa: F811 - the fixture imported above
 
 
 @pytest.mark.parametrize("kind", sorted(LOOPS))
-def test_thirty_interrupts_at_random_moments(tck: Kernel, kind: str):
+def test_thirty_interrupts_at_random_moments(tck: kp.Kernel, kind: str):
     rng = random.Random(f"ki-{kind}")
     code = _cell(LOOPS[kind])
     outcomes, markers, seen = [], [], []
