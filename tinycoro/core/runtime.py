@@ -8,6 +8,7 @@ import types
 from typing import Any, Callable, Coroutine
 
 from .. import uring
+from . import _ki
 from .checks import check_seconds
 from .errors import DeadlockError, oserror
 from .local import _local
@@ -50,20 +51,23 @@ def run(
     if _local.engine is not None:
         coro.close()
         raise RuntimeError("tc.run() cannot be called from inside a tinycoro task; await instead")
-    try:
-        sched = Scheduler(contexts, dispatch=dispatch)
-    except BaseException:
-        coro.close()
-        raise
-    task = sched.submit_watched(coro, _observed)  # its outcome is returned or raised here
-    try:
-        sched.loop(deadlock_timeout=deadlock_timeout)
-    except DeadlockError as deadlock:
-        # Tasks left parked because *coro* failed: its failure is the cause worth seeing.
-        if task.done() and task.exception() is not None:
-            raise deadlock from task.exception()
-        raise
-    return task.result()
+    # Ctrl-C from here on is recorded and acted on by loop() (or raised on the way out): never
+    # raised in the middle of building the scheduler or submitting the task.
+    with _ki.defer_sigint():
+        try:
+            sched = Scheduler(contexts, dispatch=dispatch)
+        except BaseException:
+            coro.close()
+            raise
+        task = sched.submit_watched(coro, _observed)  # its outcome is returned or raised here
+        try:
+            sched.loop(deadlock_timeout=deadlock_timeout)
+        except DeadlockError as deadlock:
+            # Tasks left parked because *coro* failed: its failure is the cause worth seeing.
+            if task.done() and task.exception() is not None:
+                raise deadlock from task.exception()
+            raise
+        return task.result()
 
 
 def _observed(task: Task) -> None:

@@ -27,6 +27,7 @@ import time
 import types
 from typing import Any, Callable, Coroutine
 
+from . import _ki
 from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
 from .errors import DeadlockError
@@ -40,6 +41,7 @@ __all__ = ["DISPATCH", "Scheduler"]  # DISPATCH: re-exported for the notebook la
 
 _CoroutineType = types.CoroutineType
 _sched_ids = itertools.count()
+INTERRUPT_UNWIND = 1.0  # seconds cancelled tasks get to unwind after Ctrl-C, then are closed
 WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no timeout is given
 
 
@@ -229,21 +231,40 @@ class Scheduler:
         if self._closed:
             raise RuntimeError("this Scheduler is closed")
         self._mode = "loop"
-        with self._lock:
-            if self._token == 0:
-                self._finish_locked()
-        self._start_threads()
-        deadlock: DeadlockError | None = None
-        try:
-            deadlock = self._watch(deadlock_timeout)
-        except BaseException:  # KeyboardInterrupt in the caller: cancel everything, clean up
-            self._shutdown(cancel_timeout=1.0)
-            raise
+        # Ctrl-C on the main thread is recorded, never raised inside this bookkeeping (DESIGN
+        # rule 12); it wakes _watch through a call on context 0 (_ki.SigintDeferred).
+        with _ki.defer_sigint() as interrupt:
+            with self._lock:
+                if self._token == 0:
+                    self._finish_locked()
+            if not interrupt.pending:  # interrupted while the caller set up: start nothing
+                self._start_threads()
+            interrupt.set_waker(self._wake_on_interrupt)
+            deadlock: DeadlockError | None = None
+            try:
+                if not interrupt.pending:
+                    deadlock = self._watch(deadlock_timeout)
+            except BaseException:  # KeyboardInterrupt where no handler could be installed
+                self._shutdown(cancel_timeout=INTERRUPT_UNWIND)
+                raise
+            finally:
+                interrupt.set_waker(None)
+            if interrupt.pending:  # like asyncio.run: cancel, unwind, join, then raise
+                self._shutdown(cancel_timeout=INTERRUPT_UNWIND)
+                raise KeyboardInterrupt
         self._shutdown(cancel_timeout=0.0)
         if self._crash is not None:
             raise RuntimeError("a tinycoro context crashed") from self._crash
         if deadlock is not None:
             raise deadlock
+
+    def _wake_on_interrupt(self) -> None:
+        """From the SIGINT handler (main thread, any bytecode): wake ``_watch`` at once.
+
+        Only lock-free steps are allowed here, so the wake-up is a call queued on context 0
+        (deque append + eventfd write); that context sets ``_done`` from its own thread.
+        """
+        self._engines[0].call_soon(self._done.set)
 
     def _watch(self, deadlock_timeout: float | None) -> DeadlockError | None:
         """Wait for the token to reach 0, watching for the all-parked state meanwhile."""
