@@ -215,9 +215,9 @@ def test_load_ext_and_await_a_sleep_returning_a_value(kernel):
         "await tc.sleep(0.2)\n"
         "print('printed from the cell')\n"
         "display('displayed from the cell')\n"
-        "('slept', round(time.monotonic() - t0, 1))"
+        "('slept at least 0.2 s', time.monotonic() - t0 >= 0.2)"
     )
-    assert r.result() == "('slept', 0.2)"
+    assert r.result() == "('slept at least 0.2 s', True)"
     assert r.stdout() == "printed from the cell\n"  # lands in its own cell
     assert [m["content"]["data"]["text/plain"] for m in r.of_type("display_data")] == [
         "'displayed from the cell'"
@@ -268,31 +268,29 @@ def test_awaiting_asyncio_gives_a_clear_type_error_and_the_kernel_survives(tc_ke
 
 
 # -- interrupts --------------------------------------------------------------------------------
-def _interrupt_after_started(k: Kernel, code: str) -> tuple[dict[str, Any], list, float]:
+def _interrupt_after_started(k: Kernel, code: str) -> tuple[dict[str, Any], list]:
     """Run *code* (which prints 'started' before it blocks), interrupt it once that line has
-    arrived, and return (reply content, IOPub messages, seconds from interrupt to reply)."""
+    arrived, and return (reply content, IOPub messages). The code blocks for good unless the
+    interrupt ends it, so a reply at all shows the interrupt was delivered."""
     msg_id = k.submit(code)
     msgs = k.iopub_until(
         msg_id, lambda m: m["msg_type"] == "stream" and "started" in m["content"]["text"]
     )
-    t0 = time.monotonic()
     k.km.interrupt_kernel()
-    reply = k.reply_to(msg_id, timeout=10)
-    elapsed = time.monotonic() - t0
+    reply = k.reply_to(msg_id, timeout=60)
     msgs += k.idle(msg_id)
-    return reply["content"], msgs, elapsed
+    return reply["content"], msgs
 
 
 def test_interrupt_during_a_long_sleep(tc_kernel):
-    content, msgs, elapsed = _interrupt_after_started(
+    content, msgs = _interrupt_after_started(
         tc_kernel,
         "try:\n"
         "    print('started', flush=True)\n"
-        "    await tc.sleep(30)\n"
+        "    await tc.sleep(3600)\n"
         "finally:\n"
         "    print('finally ran')\n",
     )
-    assert elapsed < 2.0
     assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
     out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
     assert "finally ran" in out
@@ -303,7 +301,7 @@ def test_interrupt_during_a_long_sleep(tc_kernel):
 
 
 def test_interrupt_while_parked_leaves_spawned_tasks_alone(tc_kernel):
-    content, _, elapsed = _interrupt_after_started(
+    content, _ = _interrupt_after_started(
         tc_kernel,
         "ev = tc.Event()\n"
         "async def child():\n"
@@ -312,15 +310,15 @@ def test_interrupt_while_parked_leaves_spawned_tasks_alone(tc_kernel):
         "print('started', flush=True)\n"
         "await t\n",
     )
-    assert elapsed < 2.0 and content["ename"] == "KeyboardInterrupt"
+    assert content["ename"] == "KeyboardInterrupt"
     assert tc_kernel.ok("ev.set('woken')\nawait t").result() == "'woken'"
 
 
 def test_interrupt_of_a_cell_computing_between_awaits(tc_kernel):
-    content, _, elapsed = _interrupt_after_started(
+    content, _ = _interrupt_after_started(
         tc_kernel, "await tc.sleep(0.01)\nprint('started', flush=True)\nwhile True:\n    pass\n"
     )
-    assert elapsed < 2.0 and content["ename"] == "KeyboardInterrupt"
+    assert content["ename"] == "KeyboardInterrupt"
     assert tc_kernel.ok("await tc.sleep(0); 'ok'").result() == "'ok'"
 
 
