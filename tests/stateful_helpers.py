@@ -21,17 +21,20 @@ from sync_helpers import is_blocked, settle
 
 CONTEXT_COUNTS = (1, 2, 4)
 
-# Deterministic (derandomized, no example database) and bounded, so CI runs the same examples
-# every time and the stateful suite stays within a few seconds per machine.
-SETTINGS = settings(
-    max_examples=25,
-    stateful_step_count=20,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    print_blob=False,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+
+
+def bounded(max_examples: int) -> settings:
+    """Deterministic (derandomized, no example database) and bounded by counts, so CI runs the
+    same examples every time and the stateful suite stays within a few seconds per machine."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=20,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        print_blob=False,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 class ActorMachine(RuleBasedStateMachine):
@@ -84,14 +87,14 @@ class ActorMachine(RuleBasedStateMachine):
             assert self.tasks[i].done(), f"actor{i} should have ended: {self.tasks[i]!r}"
 
 
-def per_context_count(machine: type[ActorMachine]) -> dict[str, Any]:
+def per_context_count(machine: type[ActorMachine], max_examples: int = 30) -> dict[str, Any]:
     """One unittest TestCase per context count, named ``Test<Machine>Ctx<n>``, for the
-    test module's globals."""
+    test module's globals; each runs *max_examples* examples of up to 20 steps."""
     out = {}
     for n in CONTEXT_COUNTS:
         cls = type(f"{machine.__name__}Ctx{n}", (machine,), {"CONTEXTS": n})
         case = cls.TestCase
-        case.settings = SETTINGS
+        case.settings = bounded(max_examples)
         case.__name__ = case.__qualname__ = f"Test{machine.__name__}Ctx{n}"
         out[case.__name__] = case
     return out

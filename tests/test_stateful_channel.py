@@ -7,6 +7,10 @@ first blocked sender's item in, else takes a blocked sender's item directly, els
 ``close`` fails blocked senders and ends blocked receivers. Every item is unique, so the check
 after each rule (who got which item, who is still blocked, ``statistics()``) also checks FIFO
 order and that no item is lost or delivered twice.
+
+A rule whose outcome is a real race (``..._racing_...``) lets the model follow whichever way the
+race went; so that hypothesis sees the same choices either way, the other rules have no
+preconditions on the model's state and do nothing when they do not apply.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ class ChannelMachine(ActorMachine):
         self.outcome: dict[int, tuple] = {}
         self.next_item = 100
 
-    @initialize(capacity=st.integers(min_value=0, max_value=3))
+    @initialize(capacity=st.sampled_from([0, 1, 2, 3]))
     def create(self, capacity: int) -> None:
         self.ch = tc.Channel(capacity)
         self.capacity = capacity
@@ -119,31 +123,36 @@ class ChannelMachine(ActorMachine):
             self.senders.clear()
             self.receivers.clear()
 
-    @precondition(lambda self: bool(self.senders))
     @rule(k=PICK)
     def cancel_blocked_sender(self, k: int) -> None:
+        if not self.senders:
+            return
         s, item = self.senders[k % len(self.senders)]
         self.tasks[s].cancel()
         self.senders.remove((s, item))
         self.outcome[s] = ("cancelled",)  # its item is not delivered
 
-    @precondition(lambda self: bool(self.receivers))
     @rule(k=PICK)
     def cancel_blocked_receiver(self, k: int) -> None:
+        if not self.receivers:
+            return
         r = self.receivers[k % len(self.receivers)]
         self.tasks[r].cancel()
         self.receivers.remove(r)
         self.outcome[r] = ("cancelled",)
 
-    @precondition(lambda self: self.room() and bool(self.receivers))
+    @precondition(lambda self: self.room())
     @rule()
     def send_racing_cancel_of_first_receiver(self) -> None:
         """A send hands its item to the first blocked receiver just as that one is cancelled:
         either the receiver returns the item (the cancel comes later) or the item goes on as
         if that receiver had never waited. Never lost, never twice."""
-        first = self.receivers[0]
         item, self.next_item = self.next_item, self.next_item + 1
         i = self.start(lambda i: self.sender(i, item))
+        if not self.receivers:  # no race to run: a plain send
+            self.model_send(i, item)
+            return
+        first = self.receivers[0]
         self.tasks[first].cancel()
         self.settle()
         if self.last().get(first) == ("got", item):
@@ -170,4 +179,4 @@ class ChannelMachine(ActorMachine):
         assert len(got) == len(set(got))  # nothing delivered twice
 
 
-globals().update(per_context_count(ChannelMachine))
+globals().update(per_context_count(ChannelMachine, max_examples=60))
