@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import resource
 import threading
-import time
 
 import pytest
 

@@ -23,40 +23,72 @@ pytestmark = pytest.mark.timeout(120)
 PICK = st.integers(min_value=0, max_value=63)  # which of the current candidates, modulo
 
 
-class MutexMachine(ActorMachine):
+class HoldMachine(ActorMachine):
+    """What the Mutex and Semaphore machines share: actors that take the primitive, hold it
+    until told to let go (or cancelled), and give it back; a FIFO queue of waiters."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.m = tc.Mutex()
-        self.owner: int | None = None
         self.queue: deque[int] = deque()
         self.acquired: list[int] = []  # the model's acquisition order
         self.maybe: set[int] = set()  # actors whose acquisition a race may or may not show
         self.outcome: dict[int, tuple] = {}  # actor -> its expected last report
 
-    # -- actors --------------------------------------------------------------------------------
-    async def locker(self, i: int) -> None:
-        try:
-            await self.m.lock()
-        except tc.Cancelled:
-            self.log.append(("cancelled", i))
-            raise
+    async def hold(self, i: int, take, give_back) -> None:
+        """Actor *i*: ``await take()`` (None: already taken), hold until ``release[i]``."""
+        if take is not None:
+            try:
+                await take()
+            except tc.Cancelled:
+                self.log.append(("cancelled", i))
+                raise
         self.log.append(("acquired", i))
         try:
             await self.release[i].wait()
         finally:
-            self.m.unlock()
+            give_back()
             self.log.append(("released", i))
+
+    @rule(k=PICK)
+    def cancel_waiter(self, k: int) -> None:
+        if not self.queue:
+            return
+        w = self.queue[k % len(self.queue)]
+        self.tasks[w].cancel()
+        self.queue.remove(w)
+        self.outcome[w] = ("cancelled",)
+
+    def check_actors(self, holders) -> None:
+        """Acquisition order (FIFO), each actor's outcome, waiters and *holders* parked."""
+        got = [i for i in self.events("acquired") if i not in self.maybe]
+        assert got == [i for i in self.acquired if i not in self.maybe], self.log
+        last = self.last()
+        for i in self.maybe:  # acquired and then cancelled, or cancelled while queued
+            assert last[i] in (("cancelled",), ("released",)), self.log
+            assert self.tasks[i].done()
+        for i, expected in self.outcome.items():
+            if i not in self.maybe:
+                assert last.get(i) == expected, (i, self.log)
+        self.assert_parked(self.queue)
+        self.assert_parked(holders)  # each waits for its release event
+        self.assert_done(i for i, o in self.outcome.items() if o != ("acquired",))
+
+
+class MutexMachine(HoldMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.m = tc.Mutex()
+        self.owner: int | None = None
+
+    # -- actors --------------------------------------------------------------------------------
+    def locker(self, i: int):
+        return self.hold(i, self.m.lock, self.m.unlock)
 
     async def try_locker(self, i: int) -> None:
         if not self.m.try_lock():
             self.log.append(("refused", i))
             return
-        self.log.append(("acquired", i))
-        try:
-            await self.release[i].wait()
-        finally:
-            self.m.unlock()
-            self.log.append(("released", i))
+        await self.hold(i, None, self.m.unlock)
 
     # -- model -----------------------------------------------------------------------------------
     def hand_on(self) -> None:
@@ -102,14 +134,6 @@ class MutexMachine(ActorMachine):
         self.tasks[self.owner].cancel()  # its ``finally`` unlocks
         self.hand_on()
 
-    @precondition(lambda self: bool(self.queue))
-    @rule(k=PICK)
-    def cancel_waiter(self, k: int) -> None:
-        w = self.queue[k % len(self.queue)]
-        self.tasks[w].cancel()
-        self.queue.remove(w)
-        self.outcome[w] = ("cancelled",)
-
     @precondition(lambda self: self.owner is not None and bool(self.queue))
     @rule()
     def unlock_racing_cancel_of_next(self) -> None:
@@ -135,49 +159,23 @@ class MutexMachine(ActorMachine):
         stats = self.m.statistics()
         assert stats == tc.sync.MutexStatistics(self.owner is not None, owner, len(self.queue))
         assert self.m.locked() == (self.owner is not None)
-        got = [i for i in self.events("acquired") if i not in self.maybe]
-        assert got == [i for i in self.acquired if i not in self.maybe], self.log
-        last = self.last()
-        for i in self.maybe:  # acquired and then cancelled, or cancelled while queued
-            assert last[i] in (("cancelled",), ("released",)), self.log
-            assert self.tasks[i].done()
-        for i, expected in self.outcome.items():
-            if i not in self.maybe:
-                assert last.get(i) == expected, (i, self.log)
-        self.assert_parked(self.queue)
-        if self.owner is not None:
-            self.assert_parked([self.owner])  # waiting for its release event
-        self.assert_done(i for i, o in self.outcome.items() if o != ("acquired",))
+        self.check_actors([] if self.owner is None else [self.owner])
 
 
-class SemaphoreMachine(ActorMachine):
+class SemaphoreMachine(HoldMachine):
     def __init__(self) -> None:
         super().__init__()
         self.sem: tc.Semaphore | None = None
         self.value = 0
-        self.queue: deque[int] = deque()
         self.holders: set[int] = set()
-        self.acquired: list[int] = []
-        self.maybe: set[int] = set()
-        self.outcome: dict[int, tuple] = {}
 
     @initialize(value=st.integers(min_value=0, max_value=3))
     def create(self, value: int) -> None:
         self.sem = tc.Semaphore(value)
         self.value = value
 
-    async def acquirer(self, i: int) -> None:
-        try:
-            await self.sem.acquire()
-        except tc.Cancelled:
-            self.log.append(("cancelled", i))
-            raise
-        self.log.append(("acquired", i))
-        try:
-            await self.release[i].wait()
-        finally:
-            self.sem.release()
-            self.log.append(("released", i))
+    def acquirer(self, i: int):
+        return self.hold(i, self.sem.acquire, self.sem.release)
 
     def give_back(self) -> None:
         """A permit came back: to the first waiter if there is one, else to the count."""
@@ -224,14 +222,6 @@ class SemaphoreMachine(ActorMachine):
         self.give_back()
 
     @precondition(lambda self: bool(self.queue))
-    @rule(k=PICK)
-    def cancel_waiter(self, k: int) -> None:
-        w = self.queue[k % len(self.queue)]
-        self.tasks[w].cancel()
-        self.queue.remove(w)
-        self.outcome[w] = ("cancelled",)
-
-    @precondition(lambda self: bool(self.queue))
     @rule()
     def release_racing_cancel_of_next(self) -> None:
         """A permit handed to the first waiter as it is cancelled goes on to the next one."""
@@ -247,18 +237,7 @@ class SemaphoreMachine(ActorMachine):
             return
         self.settle()
         assert self.sem.statistics() == tc.sync.SemaphoreStatistics(self.value, len(self.queue))
-        got = [i for i in self.events("acquired") if i not in self.maybe]
-        assert got == [i for i in self.acquired if i not in self.maybe], self.log
-        last = self.last()
-        for i in self.maybe:
-            assert last[i] in (("cancelled",), ("released",)), self.log
-            assert self.tasks[i].done()
-        for i, expected in self.outcome.items():
-            if i not in self.maybe:
-                assert last.get(i) == expected, (i, self.log)
-        self.assert_parked(self.queue)
-        self.assert_parked(self.holders)
-        self.assert_done(i for i, o in self.outcome.items() if o != ("acquired",))
+        self.check_actors(self.holders)
 
 
 globals().update(per_context_count(MutexMachine))
