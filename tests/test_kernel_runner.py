@@ -199,6 +199,7 @@ def test_interrupt_that_misses_the_system_call_wakes_the_engine(sh):
         "finally:\n"
         "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})\n"
     )
+    # nothing sets the event: the cell ends only because the tick delivered the interrupt
     assert isinstance(res.error_in_exec, KeyboardInterrupt)
     assert sh.run_cell("await tc.sleep(0); 'next'").result == "next"
 
