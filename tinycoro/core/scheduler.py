@@ -26,7 +26,7 @@ import os
 import threading
 import time
 import types
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
 from .engine import Engine
 from .errors import DeadlockError
@@ -100,6 +100,9 @@ class Scheduler:
         self._busy_sample: tuple[float, list[float]] | None = None
         self._busy: list[float] = [0.0] * contexts
         self._engines: list[Engine] = []
+        # Called once each, in order, when the scheduler shuts down, after its context threads
+        # have been joined (tc.aio stops the scheduler's companion asyncio loop this way).
+        self.at_shutdown: list[Callable[[], None]] = []
         try:
             for i in range(contexts):
                 self._engines.append(Engine(i, self, ring_entries))
@@ -321,6 +324,12 @@ class Scheduler:
         for t in self._threads:
             t.join()
         self._closed = True
+        hooks, self.at_shutdown = self.at_shutdown, []
+        for fn in hooks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - one hook's failure must not skip the rest
+                log.exception("in a shutdown hook of %r", self)
         for e in self._engines:
             if not self._threads:  # never ran: tasks submitted before are closed here
                 e._abandon(None)

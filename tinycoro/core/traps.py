@@ -79,17 +79,43 @@ _OUTSIDE = (
 )
 
 
-def _check(what: str) -> None:
-    if getattr(_local, "engine", None) is None:
+# The seam for awaits where no engine runs on the thread (an asyncio task, say): a *driver*
+# installed by a layer above (tinycoro.aio) runs the trap there. ``run(trap)`` returns a
+# generator to ``yield from`` (it yields that event loop's own futures), or None when it cannot
+# serve this thread; ``waiter()`` returns the task-like object that stands for the caller on a
+# primitive's waiter list (with ``_wake(value)``, ``id``, ``name``), or None. Only the
+# ``_local.engine is None`` branches below consult it: the engine's hot path is unchanged.
+_driver_run: Callable[[Any], Any] | None = None
+_driver_waiter: Callable[[], Any] | None = None
+
+
+def install_driver(run: Callable[[Any], Any], waiter: Callable[[], Any]) -> None:
+    """Install the driver for traps awaited outside any engine (see above)."""
+    global _driver_run, _driver_waiter
+    _driver_run, _driver_waiter = run, waiter
+
+
+def foreign_waiter() -> Any:
+    """The caller's stand-in for waiter lists when it is not a tinycoro task, else None."""
+    w = _driver_waiter
+    return w() if w is not None else None
+
+
+def _outside(trap: Any, what: str):
+    run = _driver_run
+    gen = run(trap) if run is not None else None
+    if gen is None:
         raise RuntimeError(_OUTSIDE.format(what))
+    return gen
 
 
 @types.coroutine
 def perform(op: Op):
     """Run *op* on the current context's ring; return its result, raise ``OSError`` if < 0."""
     if _local.engine is None:
-        _check(repr(op))
-    res = yield op
+        res = yield from _outside(op, repr(op))
+    else:
+        res = yield op
     if res < 0:
         raise oserror(res, op.what)
     return res
@@ -99,7 +125,7 @@ def perform(op: Op):
 def perform_raw(op: Op):
     """Like :func:`perform` but return a negative result instead of raising (timeouts)."""
     if _local.engine is None:
-        _check(repr(op))
+        return (yield from _outside(op, repr(op)))
     return (yield op)
 
 
@@ -107,7 +133,7 @@ def perform_raw(op: Op):
 def park(ticket: Park):
     """Suspend until woken; return the value the waker passed to ``task._wake``."""
     if _local.engine is None:
-        _check(f"waiting on {ticket.what!r}")
+        return (yield from _outside(ticket, f"waiting on {ticket.what!r}"))
     return (yield ticket)
 
 
@@ -115,5 +141,11 @@ def park(ticket: Park):
 def yield_now() -> types.GeneratorType:
     """Go to the back of the ready queue, letting every other ready task run first."""
     if _local.engine is None:
-        _check("tc.yield_now()")
+        yield from _outside(YIELD, "tc.yield_now()")
+        return
     yield YIELD
+
+
+def join_outside(task: Any, what: str):
+    """Wait for *task* to finish where no tinycoro task runs (``await task`` in asyncio)."""
+    return _outside(task, what)
