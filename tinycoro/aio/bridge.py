@@ -37,6 +37,7 @@ class Companion:
         self.loop = asyncio.new_event_loop()
         self._started = threading.Event()
         self._stopped = False
+        self.calls: set[_Call] = set()  # running now; set.add/discard are atomic
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.thread.start()
         self._started.wait()
@@ -61,7 +62,15 @@ class Companion:
 
     def start(self, awaitable: Awaitable[Any], call: "_Call") -> None:
         """Create the asyncio task on the loop's thread; any thread."""
-        self.loop.call_soon_threadsafe(call.begin, self.loop, awaitable)
+        self.calls.add(call)
+        try:
+            self.loop.call_soon_threadsafe(call.begin, self.loop, awaitable)
+        except BaseException:
+            self.calls.discard(call)
+            raise
+
+    def busy(self) -> bool:
+        return bool(self.calls)
 
     def stop(self) -> None:
         """Stop the loop (its tasks are cancelled and unwound), join the thread. Idempotent."""
@@ -83,10 +92,11 @@ class _Call:
     cancels it as soon as it is created, so a wake always comes.
     """
 
-    __slots__ = ("task", "atask", "cancel_requested", "outcome")
+    __slots__ = ("task", "atask", "cancel_requested", "outcome", "companion")
 
-    def __init__(self, task: Any) -> None:
+    def __init__(self, task: Any, companion: Companion) -> None:
         self.task = task
+        self.companion = companion
         self.atask: asyncio.Task | None = None
         self.cancel_requested = False
         self.outcome: tuple[str, Any] | None = None
@@ -96,7 +106,7 @@ class _Call:
             atask = loop.create_task(_await(awaitable))
         except BaseException as e:  # noqa: BLE001 - delivered to the tinycoro task
             self.outcome = ("error", e)
-            self.task._wake(None)
+            self._finish()
             return
         self.atask = atask
         atask.add_done_callback(self._done)
@@ -114,6 +124,10 @@ class _Call:
         else:
             exc = atask.exception()
             self.outcome = ("error", exc) if exc is not None else ("ok", atask.result())
+        self._finish()
+
+    def _finish(self) -> None:
+        self.companion.calls.discard(self)
         self.task._wake(None)
 
 
@@ -133,6 +147,7 @@ def companion_for(scheduler: Any) -> Companion:
         if c is None:
             c = _companions[scheduler] = Companion(f"tinycoro-aio-{scheduler.id}")
             scheduler.at_shutdown.append(c.stop)
+            scheduler.busy_elsewhere.append(c.busy)
         elif c._stopped:
             raise RuntimeError("tc.aio(): this scheduler has stopped")
     return c
@@ -164,7 +179,7 @@ async def aio(awaitable: Awaitable[T]) -> T:
             awaitable.close()
         raise RuntimeError("tc.aio(): this context belongs to no scheduler")
     companion = companion_for(scheduler)
-    call = _Call(_local.task)
+    call = _Call(_local.task, companion)
     companion.start(awaitable, call)
 
     def abort() -> bool:

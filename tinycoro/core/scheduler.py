@@ -103,6 +103,9 @@ class Scheduler:
         # Called once each, in order, when the scheduler shuts down, after its context threads
         # have been joined (tc.aio stops the scheduler's companion asyncio loop this way).
         self.at_shutdown: list[Callable[[], None]] = []
+        # Each says whether work outside the contexts (an asyncio call) may still wake a
+        # parked task; while one does, "every context idle" is not a deadlock.
+        self.busy_elsewhere: list[Callable[[], bool]] = []
         try:
             for i in range(contexts):
                 self._engines.append(Engine(i, self, ring_entries))
@@ -261,7 +264,7 @@ class Scheduler:
             if not e.sleeping or e.ready or e.calls or e.inflight or e.unsubmitted:
                 return None
             parked += len(e.parked)
-        if not parked:
+        if not parked or any(busy() for busy in self.busy_elsewhere):
             return None
         return tuple(e.wakeups for e in self._engines) + tuple(e.steps for e in self._engines)
 
