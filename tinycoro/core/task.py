@@ -111,7 +111,7 @@ class Task:
         if self._state is not DONE:
             me = _local.task
             if me is None:  # an asyncio task, say: the installed driver waits (traps seam)
-                yield from join_outside(self, f"{self!r}")
+                yield from join_outside(self)
                 return self.result()
             if me is self:
                 raise RuntimeError(f"{self!r} cannot await itself")

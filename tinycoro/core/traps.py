@@ -101,19 +101,28 @@ def foreign_waiter() -> Any:
     return w() if w is not None else None
 
 
-def _outside(trap: Any, what: str):
+def _outside(trap: Any):
     run = _driver_run
     gen = run(trap) if run is not None else None
     if gen is None:
-        raise RuntimeError(_OUTSIDE.format(what))
+        raise RuntimeError(_OUTSIDE.format(_describe(trap)))
     return gen
+
+
+def _describe(trap: Any) -> str:
+    """What was awaited, for the error message (built only on the error path)."""
+    if type(trap) is Park:
+        return f"waiting on {trap.what!r}"
+    if trap is YIELD:
+        return "tc.yield_now()"
+    return repr(trap)
 
 
 @types.coroutine
 def perform(op: Op):
     """Run *op* on the current context's ring; return its result, raise ``OSError`` if < 0."""
     if _local.engine is None:
-        res = yield from _outside(op, repr(op))
+        res = yield from _outside(op)
     else:
         res = yield op
     if res < 0:
@@ -125,7 +134,7 @@ def perform(op: Op):
 def perform_raw(op: Op):
     """Like :func:`perform` but return a negative result instead of raising (timeouts)."""
     if _local.engine is None:
-        return (yield from _outside(op, repr(op)))
+        return (yield from _outside(op))
     return (yield op)
 
 
@@ -133,7 +142,7 @@ def perform_raw(op: Op):
 def park(ticket: Park):
     """Suspend until woken; return the value the waker passed to ``task._wake``."""
     if _local.engine is None:
-        return (yield from _outside(ticket, f"waiting on {ticket.what!r}"))
+        return (yield from _outside(ticket))
     return (yield ticket)
 
 
@@ -141,11 +150,11 @@ def park(ticket: Park):
 def yield_now() -> types.GeneratorType:
     """Go to the back of the ready queue, letting every other ready task run first."""
     if _local.engine is None:
-        yield from _outside(YIELD, "tc.yield_now()")
+        yield from _outside(YIELD)
         return
     yield YIELD
 
 
-def join_outside(task: Any, what: str):
+def join_outside(task: Any):
     """Wait for *task* to finish where no tinycoro task runs (``await task`` in asyncio)."""
-    return _outside(task, what)
+    return _outside(task)
