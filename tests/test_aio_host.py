@@ -327,6 +327,33 @@ def test_mutex_handed_to_a_cancelled_asyncio_waiter_is_passed_on(arun):
     assert arun(main()) == (["b"], False)
 
 
+def test_mutex_handed_to_a_waiter_whose_cancel_came_first_is_passed_on(arun):
+    # The other order: "a" is cancelled first, then unlock() (before "a" runs) still finds it
+    # queued and hands it the mutex; the wake lands on a cancelled future and must be kept
+    # for "a" to give the mutex back.
+    async def main():
+        m = tc.Mutex()
+        await m.lock()
+        order = []
+
+        async def waiter(name):
+            async with m:
+                order.append(name)
+
+        a = asyncio.create_task(waiter("a"))
+        b = asyncio.create_task(waiter("b"))
+        while m.statistics().waiters < 2:
+            await asyncio.sleep(0)
+        a.cancel()
+        m.unlock()
+        with pytest.raises(asyncio.CancelledError):
+            await a
+        await b
+        return order, m.locked()
+
+    assert arun(main()) == (["b"], False)
+
+
 def test_semaphore_permit_of_a_cancelled_asyncio_waiter_is_given_back(arun):
     async def main():
         sem = tc.Semaphore(0)
