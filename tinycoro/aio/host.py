@@ -45,7 +45,6 @@ from ..core.traps import YIELD, Op, Park, install_driver
 
 HOST_RING_ENTRIES = 256
 _SKIP_UD = 1  # user_data of our own cancel SQEs (and of a failed prep's NOP)
-_ECANCELED = -errno.ECANCELED
 _get_running_loop = asyncio._get_running_loop  # the C accessor asyncio itself uses; no raise
 _current_task = asyncio.current_task
 _CancelledError = asyncio.CancelledError
@@ -119,7 +118,7 @@ class LoopHost:
     def start(self, op: Op, loop: asyncio.AbstractEventLoop) -> _Pending:
         """Prepare *op*'s SQE; it is submitted at the end of this loop iteration."""
         ring = self.ring or self._open_ring(loop)
-        sqe = ring.get_sqe()
+        sqe = self._get_sqe(ring)
         try:
             op.prep(sqe, *op.args)
         except BaseException:
@@ -135,12 +134,22 @@ class LoopHost:
         self._schedule_flush(loop)
         return p
 
+    def _get_sqe(self, ring: uring.Ring) -> Any:
+        """A free SQE; if the kernel says EBUSY (its CQ overflowed), reap first (rule 5)."""
+        while True:
+            try:
+                return ring.get_sqe()
+            except OSError as e:
+                if e.errno not in (errno.EBUSY, errno.EAGAIN):
+                    raise
+                self._reap()
+
     def cancel(self, p: _Pending, loop: asyncio.AbstractEventLoop) -> None:
         op = p.op
         if p.done or op.cancelling or self.ring is None:
             return
         op.cancelling = True
-        sqe = self.ring.get_sqe()
+        sqe = self._get_sqe(self.ring)
         uring.prep_cancel(sqe, op.ud, 0)
         sqe.user_data = _SKIP_UD
         self._schedule_flush(loop)
@@ -234,6 +243,11 @@ def _drain(ring: uring.Ring, inflight: dict[int, _Pending]) -> None:
             p = inflight.pop(ud, None)
             if p is not None:
                 p.res, p.done = res, True
+                if res >= 0 and p.op.returns_fd:  # nobody is left to take the descriptor
+                    try:
+                        os.close(res)
+                    except OSError:
+                        pass
         out.clear()
         if not inflight:
             return
@@ -444,7 +458,7 @@ def _perform(op: Op, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, int
         return (yield from p.fut)
     except _CancelledError:
         if p.done:  # the CQE is in: the operation is over
-            if p.res == _ECANCELED:
+            if p.res < 0:
                 raise
             _recancel()
             return p.res
@@ -455,9 +469,11 @@ def _perform(op: Op, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, int
                 yield from p.fut
             except _CancelledError:
                 pass
-        if p.res == _ECANCELED:
+        if p.res < 0:
+            # Any failure of an op we asked the kernel to cancel is the cancel's doing
+            # (-ECANCELED, or -EINTR from an operation blocked in the kernel), as in the engine.
             raise
-        _recancel()  # it completed anyway: keep the result, cancel at the next await
+        _recancel()  # it completed anyway: keep the result (bytes, a descriptor); cancel later
         return p.res
 
 
