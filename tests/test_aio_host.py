@@ -508,3 +508,23 @@ def test_one_ring_per_loop_across_threads():
     for t in ts:
         t.join()
     assert len(set(results.values())) == 2
+
+
+def test_under_uvloop_event_loop_policy(tmp_path):
+    # asyncio.run with uvloop's policy: the loop is a uvloop.Loop made by the policy.
+    async def main():
+        assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+        await tc.io.write_file(tmp_path / "f", b"policy")
+        await tc.sleep(0.001)
+        return await tc.io.read_file(tmp_path / "f")
+
+    uvloop.run(asyncio.sleep(0))  # libuv's process-wide pipe, before counting
+    gc.collect()
+    fds = open_fds()
+    old = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        assert asyncio.run(main()) == b"policy"
+    finally:
+        asyncio.set_event_loop_policy(old)
+    assert open_fds() == fds
