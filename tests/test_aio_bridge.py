@@ -81,7 +81,7 @@ def test_cancelling_the_tinycoro_task_cancels_the_asyncio_side_first(contexts, n
     async def asyncio_side(started: tc.Event):
         try:
             started.set()  # a tinycoro primitive set from the companion loop's thread
-            await asyncio.sleep(30)
+            await asyncio.sleep(3600)
         finally:
             events.append("asyncio side finished")
 
@@ -122,7 +122,7 @@ def test_tc_timeout_around_tc_aio(contexts, no_leaks):
 
     async def slow():
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(3600)
         finally:
             finished.append("cancelled on the asyncio side")
 
@@ -182,7 +182,7 @@ def test_scheduler_stop_cancels_pending_aio_calls(no_leaks):
 
     async def forever():
         try:
-            await asyncio.sleep(30)
+            await asyncio.sleep(3600)
         finally:
             finished.append(True)
 

@@ -93,7 +93,7 @@ def test_tc_sleep_does_not_block_other_asyncio_tasks(arun):
             counted.set()
 
         async def sleeper():
-            await tc.sleep(30)  # far longer than counting takes; cancelled below
+            await tc.sleep(3600)  # longer than the test timeout: only a kernel cancel ends it
             order.append("slept")
 
         s = asyncio.create_task(sleeper())
@@ -133,7 +133,7 @@ def test_cancel_waits_for_the_kernel_to_release_the_operation(arun):
 
         async def sleeper():
             try:
-                await tc.sleep(30)
+                await tc.sleep(3600)
             except asyncio.CancelledError:
                 # By the time the cancellation arrives, the timeout's CQE is in: the ring
                 # holds nothing for this op any more (rule 8).
@@ -156,9 +156,9 @@ def test_asyncio_timeout_around_tinycoro_io(arun):
     async def main():
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.01):
-                await tc.sleep(30)
+                await tc.sleep(3600)
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(tc.sleep(30), 0.01)
+            await asyncio.wait_for(tc.sleep(3600), 0.01)
         assert _host().inflight == {}
         return "ok"
 
