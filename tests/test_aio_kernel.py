@@ -3,9 +3,6 @@ kernel's cells ``await`` asyncio and tinycoro together; the loop's hosted ring s
 
 from __future__ import annotations
 
-import json
-import sys
-
 import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
@@ -13,25 +10,14 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
+from test_kernel_protocol import kernel_dirs  # noqa: E402,F401 - the "plain" kernelspec fixture
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(90)]
 
 
 @pytest.fixture(scope="module")
-def kernel(tmp_path_factory):
-    root = tmp_path_factory.mktemp("jupyter-aio") / "kernels"
-    spec = root / "plain"
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "plain",
-                "language": "python",
-            }
-        )
-    )
-    km = KernelManager(kernel_name="plain", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(root)]))
+def kernel(kernel_dirs):
+    km = KernelManager(kernel_name="plain", kernel_spec_manager=KernelSpecManager(kernel_dirs=kernel_dirs))
     km.start_kernel()
     kc = km.client()
     kc.start_channels()
@@ -87,7 +73,11 @@ def test_cells_await_asyncio_and_tinycoro_together(kernel, tmp_path):
         "print(await reader.read(5)); writer.close(); await t; s.stop()\n",
     )
     assert out.strip() == "b'HELLO'"
-    # later cells reuse the loop's ring: no descriptor per cell
-    _run(kernel, "n0 = len(os.listdir('/proc/self/fd'))")
-    out = _run(kernel, "for _ in range(5): await tc.sleep(0.001)\nprint(len(os.listdir('/proc/self/fd')) - n0)")
-    assert out.strip() == "0"
+    # later cells reuse the loop's ring (one per loop, not one per cell)
+    _run(kernel, "from tinycoro.aio import host\nefd = host.host_for(asyncio.get_running_loop()).ring.efd")
+    out = _run(
+        kernel,
+        "for _ in range(5): await tc.sleep(0.001)\n"
+        "print(host.host_for(asyncio.get_running_loop()).ring.efd == efd)",
+    )
+    assert out.strip() == "True"

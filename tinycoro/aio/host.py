@@ -376,38 +376,40 @@ class AioWaiter:
         if v is not _NOTHING:
             return v
         self._ticket = ticket
-        fut = self._loop.create_future()
-        self._fut = fut
         try:
-            return (yield from fut)
-        except _CancelledError:
-            self._fut = None
-            if fut.done() and not fut.cancelled():
-                # Woken, then cancelled before the task ran again.
-                return _handed_over(ticket, fut.result())
-            v = self._take_early()
-            if v is _NOTHING:
-                if ticket.abort():
-                    raise  # off the list: nothing was handed over
-                v = yield from self._wait_for_wake()  # popped: the wake is on its way
-            return _handed_over(ticket, v)
-        finally:
-            self._ticket = None
-
-    def _wait_for_wake(self) -> Generator[Any, Any, Any]:
-        """Wait for a wake that is certain to come, whatever cancellations arrive meanwhile."""
-        while True:
-            v = self._take_early()
-            if v is not _NOTHING:
-                return v
-            fut = self._loop.create_future()
-            self._fut = fut
+            fut = self._fut = self._loop.create_future()
             try:
                 return (yield from fut)
             except _CancelledError:
-                self._fut = None
-                if fut.done() and not fut.cancelled():
-                    return fut.result()
+                v = self._outcome(fut)
+                if v is _NOTHING:
+                    if ticket.abort():
+                        raise  # off the list: nothing was handed over
+                    v = yield from self._wait_for_wake()  # popped: the wake is on its way
+                return _handed_over(ticket, v)
+        finally:
+            self._ticket = None
+
+    def _outcome(self, fut: asyncio.Future) -> Any:
+        """After a cancel: the value a wake delivered, on *fut* or kept early, if any."""
+        self._fut = None
+        if fut.done() and not fut.cancelled():  # woken, then cancelled before it ran again
+            return fut.result()
+        return self._take_early()
+
+    def _wait_for_wake(self) -> Generator[Any, Any, Any]:
+        """Wait for a wake that is certain to come, whatever cancellations arrive meanwhile."""
+        v = self._take_early()
+        if v is not _NOTHING:
+            return v
+        while True:
+            fut = self._fut = self._loop.create_future()
+            try:
+                return (yield from fut)
+            except _CancelledError:
+                v = self._outcome(fut)
+                if v is not _NOTHING:
+                    return v
 
 
 def _handed_over(ticket: Park, value: Any) -> Any:
