@@ -416,6 +416,16 @@ class Engine:
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.
 
+    def cancel_op(self, op: Op) -> None:
+        """Owner thread: ask the kernel to cancel *op* if it is still in flight here.
+
+        The seam the I/O layer uses when a resource is closed under an operation that another
+        task awaits (DESIGN rule 10). The op's task then sees ``-ECANCELED`` as its result (or
+        the op's real result if it completed first); no interrupt is delivered to it.
+        """
+        if op.ud and self.inflight.get(op.ud) is op:
+            self._cancel_op(op)
+
     def _cancel_op(self, op: Op) -> None:
         if op.cancelling:
             return

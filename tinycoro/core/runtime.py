@@ -96,8 +96,10 @@ def spawn_watched(
     if sched is None:
         coro.close()
         raise RuntimeError(
-            "tc.spawn() needs a running scheduler: call it from a tinycoro task, or use "
-            "Scheduler.submit() / tc.run(); in a notebook, %load_ext tinycoro first"
+            "tc.spawn() needs a running scheduler, and no default scheduler is running: call it "
+            "from a tinycoro task, or use "
+            "Scheduler.submit() / tc.run() (in a notebook: %load_ext tinycoro, or "
+            "%tinycoro restart after %tinycoro stop)"
         )
     return sched.submit_watched(coro, on_done, name=name, context=context)
 
