@@ -198,6 +198,33 @@ def test_cancelled_recv_keeps_the_stream_usable(arun):
     assert arun(main()) == b"after the cancel"
 
 
+def test_close_ends_a_recv_pending_in_another_asyncio_task(arun):
+    # DESIGN rule 10 on the hosted ring: closing a stream fails the recv another task awaits
+    # with ClosedResourceError (not a cancellation of that task), and releases the descriptor.
+    async def main():
+        accepted = asyncio.Queue()
+
+        async def handle(reader, writer):
+            await accepted.put(writer)
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = await tc.net.connect("127.0.0.1", port)
+        writer = await accepted.get()
+        r = asyncio.create_task(conn.recv())
+        while not _host().inflight:
+            await asyncio.sleep(0)
+        await conn.close()
+        with pytest.raises(tc.ClosedResourceError):
+            await r
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return _host().inflight
+
+    assert arun(main()) == {}
+
+
 # -- TCP echo, both directions -----------------------------------------------------------------
 def _echo_server_task(port_box: tc.Event, rounds: int):
     async def server():

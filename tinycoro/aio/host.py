@@ -144,6 +144,25 @@ class LoopHost:
                     raise
                 self._reap()
 
+    # -- the engine-like seam closing.PendingOps uses (DESIGN rule 10) -----------------------
+    def call_soon(self, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop's thread; any thread."""
+        loop = self._loop_ref()
+        if loop is None:
+            return
+        try:
+            loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: its ops were drained already
+            pass
+
+    def cancel_op(self, op: Op) -> None:
+        """Loop thread: cancel *op* in the kernel if it is in flight here (a resource closed
+        under it). Its awaiting task gets -ECANCELED as its result, not a CancelledError."""
+        p = self.inflight.get(op.ud) if op.ud else None
+        loop = self._loop_ref()
+        if p is not None and p.op is op and loop is not None:
+            self.cancel(p, loop)
+
     def cancel(self, p: _Pending, loop: asyncio.AbstractEventLoop) -> None:
         op = p.op
         if p.done or op.cancelling or self.ring is None:
@@ -526,5 +545,11 @@ def run_trap(trap: Any) -> Generator[Any, Any, Any] | None:
     return None
 
 
+def current_owner() -> LoopHost | None:
+    """The host of this thread's running loop (traps' ``owner`` hook)."""
+    loop = _get_running_loop()
+    return host_for(loop) if loop is not None else None
+
+
 def install() -> None:
-    install_driver(run_trap, current_waiter)
+    install_driver(run_trap, current_waiter, current_owner)

@@ -90,20 +90,31 @@ _OUTSIDE = (
 # serve this thread; ``waiter()`` returns the task-like object that stands for the caller on a
 # primitive's waiter list (with ``_wake(value)``, ``id``, ``name``), or None. Only the
 # ``_local.engine is None`` branches below consult it: the engine's hot path is unchanged.
+# ``owner()`` returns what stands for the engine there: an object with ``call_soon(fn, *args)``
+# (any thread) and ``cancel_op(op)`` (its own thread), as closing a resource needs (rule 10).
 _driver_run: Callable[[Any], Any] | None = None
 _driver_waiter: Callable[[], Any] | None = None
+_driver_owner: Callable[[], Any] | None = None
 
 
-def install_driver(run: Callable[[Any], Any], waiter: Callable[[], Any]) -> None:
+def install_driver(
+    run: Callable[[Any], Any], waiter: Callable[[], Any], owner: Callable[[], Any]
+) -> None:
     """Install the driver for traps awaited outside any engine (see above)."""
-    global _driver_run, _driver_waiter
-    _driver_run, _driver_waiter = run, waiter
+    global _driver_run, _driver_waiter, _driver_owner
+    _driver_run, _driver_waiter, _driver_owner = run, waiter, owner
 
 
 def foreign_waiter() -> Any:
     """The caller's stand-in for waiter lists when it is not a tinycoro task, else None."""
     w = _driver_waiter
     return w() if w is not None else None
+
+
+def foreign_owner() -> Any:
+    """Where the caller's operations run when no engine runs on this thread, else None."""
+    o = _driver_owner
+    return o() if o is not None else None
 
 
 def _outside(trap: Any):
