@@ -528,3 +528,20 @@ def test_under_uvloop_event_loop_policy(tmp_path):
     finally:
         asyncio.set_event_loop_policy(old)
     assert open_fds() == fds
+
+
+def test_no_ring_reopens_after_the_loop_shut_down_its_async_generators():
+    # After shutdown_asyncgens() closed the ring, an operation on that loop fails clearly
+    # instead of opening a ring that nothing would close any more.
+    loop = asyncio.new_event_loop()
+    try:
+        gc.collect()
+        fds = open_fds()  # the loop's own descriptors included
+        loop.run_until_complete(_use_ring())
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        assert open_fds() == fds
+        with pytest.raises(RuntimeError, match="closed"):
+            loop.run_until_complete(tc.sleep(0.001))
+        assert open_fds() == fds
+    finally:
+        loop.close()

@@ -64,15 +64,17 @@ class _Pending:
 
 
 class LoopHost:
-    """The tinycoro side of one asyncio loop: its hosted ring and the waiters' stand-ins.
+    """The tinycoro side of one asyncio loop: its hosted ring and the ops in flight on it.
 
     Lives on the loop's thread (DESIGN rule 2: only that thread touches the ring). Holds the
-    loop weakly, so the finalizer on the loop can run once the loop is gone.
+    loop weakly, so the finalizer on the loop can run once the loop is gone. Once closed (the
+    loop shut down its async generators, or was collected) it stays closed: an operation
+    started on that loop afterwards fails with RuntimeError instead of opening a ring that
+    nothing would close.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop_ref = weakref.ref(loop)
-        self.thread_ident = threading.get_ident()
         self.ring: uring.Ring | None = None
         self.closed = False
         self.inflight: dict[int, _Pending] = {}
@@ -225,7 +227,6 @@ class LoopHost:
         if self.closed:
             return
         self.closed = True
-        _hosts_forget(self)
         agen, self._keeper = self._keeper, None
         if agen is not None:  # finish it here, so its finalizer hook never runs on a dead loop
             try:
@@ -303,25 +304,14 @@ _hosts: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopHost]" = weakr
 _cache = threading.local()  # (loop weakref, host) of the last lookup on this thread
 
 
-def _hosts_forget(host: LoopHost) -> None:
-    loop = host._loop_ref()
-    if loop is not None:
-        with _hosts_lock:
-            if _hosts.get(loop) is host:
-                del _hosts[loop]
-    c = getattr(_cache, "pair", None)
-    if c is not None and c[1] is host:
-        _cache.pair = None
-
-
 def host_for(loop: asyncio.AbstractEventLoop) -> LoopHost:
     """The host of *loop* (the running loop of this thread), created on first use."""
     c = getattr(_cache, "pair", None)
-    if c is not None and c[0]() is loop and not c[1].closed:
+    if c is not None and c[0]() is loop:
         return c[1]
     with _hosts_lock:
         host = _hosts.get(loop)
-        if host is None or host.closed:
+        if host is None:
             host = _hosts[loop] = LoopHost(loop)
     _cache.pair = (host._loop_ref, host)  # weakly: the cache must not keep a loop alive
     return host
