@@ -95,6 +95,12 @@ class Scheduler:
         self._closed = False
         self._rr = itertools.count()
         self._engines: list[Engine] = []
+        # Called once each, in order, when the scheduler shuts down, after its context threads
+        # have been joined (tc.aio stops the scheduler's companion asyncio loop this way).
+        self.at_shutdown: list[Callable[[], None]] = []
+        # Each says whether work outside the contexts (an asyncio call) may still wake a
+        # parked task; while one does, "every context idle" is not a deadlock.
+        self.busy_elsewhere: list[Callable[[], bool]] = []
         try:
             for i in range(contexts):
                 self._engines.append(Engine(i, self, ring_entries))
@@ -301,7 +307,7 @@ class Scheduler:
             if e.has_deadlines():  # a timeout scope will wake a parked task
                 return None
             parked += len(e.parked)
-        if not parked:
+        if not parked or any(busy() for busy in self.busy_elsewhere):
             return None
         return tuple(e.wakeups for e in self._engines) + tuple(e.steps for e in self._engines)
 
@@ -364,6 +370,12 @@ class Scheduler:
         for t in self._threads:
             t.join()
         self._closed = True
+        hooks, self.at_shutdown = self.at_shutdown, []
+        for fn in hooks:
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - one hook's failure must not skip the rest
+                log.exception("in a shutdown hook of %r", self)
         for e in self._engines:
             if not self._threads:  # never ran: tasks submitted before are closed here
                 e.abandon(None)

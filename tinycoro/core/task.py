@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from .errors import Cancelled
 from .local import _local
-from .traps import Park, park
+from .traps import Park, join_outside, park
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -139,8 +139,9 @@ class Task:
     def __await__(self) -> Generator[Any, Any, Any]:
         if self._state is not DONE:
             me = _local.task
-            if me is None:
-                raise RuntimeError(f"{self!r} awaited outside a tinycoro task")
+            if me is None:  # an asyncio task, say: the installed driver waits (traps seam)
+                yield from join_outside(self)
+                return self.result()
             if me is self:
                 raise RuntimeError(f"{self!r} cannot await itself")
             with self._lock:

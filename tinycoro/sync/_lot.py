@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from ..core.local import _local
 from ..core.task import Task, describe
-from ..core.traps import Park, park
+from ..core.traps import Park, foreign_waiter, park
 
 _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
 
@@ -90,6 +90,8 @@ class ParkingLot:
     def enqueue(self, item: Any = None) -> Waiter:
         """Queue the calling task at the back; lock held. Call :meth:`park` once unlocked."""
         task = _local.task
+        if task is None:
+            task = foreign_waiter()  # an asyncio task's stand-in (tinycoro.aio), or None
         if task is None:
             raise RuntimeError(
                 f"waiting on {self.what!r} outside a tinycoro task: run it with tc.run(...), "

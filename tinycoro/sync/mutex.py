@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.local import _local
 from ..core.task import Task, describe
+from ..core.traps import foreign_waiter
 from ._lot import ParkingLot
 
 
@@ -51,6 +52,8 @@ class Mutex:
     async def lock(self) -> None:
         """Acquire the mutex, waiting in FIFO order behind earlier waiters if it is held."""
         task = _local.task
+        if task is None:
+            task = foreign_waiter()  # an asyncio task owns it through its stand-in
         mu = self._mu
         mu.acquire()
         if not self._locked:  # free implies no waiters (the invariant above)
@@ -74,12 +77,14 @@ class Mutex:
             if self._locked:
                 return False
             self._locked = True
-            self._owner = _local.task
+            self._owner = _local.task or foreign_waiter()
             return True
 
     def unlock(self) -> None:
         """Release the mutex, handing it straight to the first waiter if there is one."""
         me = _local.task
+        if me is None:
+            me = foreign_waiter()
         mu = self._mu
         mu.acquire()
         owner = self._owner
@@ -128,6 +133,8 @@ class Mutex:
     async def __aenter__(self) -> "Mutex":
         # The uncontended path of lock(), inlined: one coroutine frame less per acquisition.
         task = _local.task
+        if task is None:
+            task = foreign_waiter()
         mu = self._mu
         mu.acquire()
         if not self._locked:
