@@ -209,3 +209,152 @@ def test_scheduler_runs_on_the_selected_ring():
 
     tc.run(main(), contexts=1)
     assert seen == [uring.Ring]
+
+
+# -- queue(prep, args, ud) and complete(inflight, ready, rest): the engine's two hot calls ----
+
+
+def _wait_all(ring, n: int) -> list:
+    """Submit and reap until *n* completions arrived (NOPs, files and ready sockets complete
+    inside io_uring_enter or very soon after; bounded by pytest's timeout)."""
+    out: list = []
+    ring.submit()
+    while len(out) < n:
+        if not ring.reap(out):
+            select.select([ring.efd], [], [], 0.01)
+    return out
+
+
+def test_queue_fills_every_kind_like_the_prep_functions(ring, tmp_path):
+    """Write, read back, fsync (a prep the compiled ring does not fill itself), send and recv:
+    the same results as preparing the SQEs by hand."""
+    import socket
+
+    fd = os.open(tmp_path / "f", os.O_CREAT | os.O_RDWR)
+    a, b = socket.socketpair()
+    try:
+        ring.queue(uring.prep_write, (fd, b"hello ring", 10, 0), 11)
+        assert _wait_all(ring, 1) == [(11, 10)]
+        buf = bytearray(32)
+        ring.queue(uring.prep_read, (fd, memoryview(buf)[4:], 10, 0), 12)
+        ring.queue(uring.prep_fsync, (fd, 0), 13)
+        assert sorted(_wait_all(ring, 2)) == [(12, 10), (13, 0)]
+        assert bytes(buf[4:14]) == b"hello ring"
+        ring.queue(uring.prep_send, (a.fileno(), b"ping", 4, 0), 14)
+        assert _wait_all(ring, 1) == [(14, 4)]
+        rbuf = bytearray(8)
+        ring.queue(uring.prep_recv, (b.fileno(), rbuf, 8, 0), 15)
+        assert _wait_all(ring, 1) == [(15, 4)]
+        assert bytes(rbuf[:4]) == b"ping"
+    finally:
+        os.close(fd)
+        a.close()
+        b.close()
+
+
+@pytest.mark.timeout(30)
+def test_queue_timeout_and_cancel(ring):
+    """A pending recv cancelled by user_data: the recv ends with -ECANCELED, the cancel with 0;
+    a timeout of 1 ms ends with -ETIME."""
+    import socket
+
+    a, b = socket.socketpair()
+    try:
+        buf = bytearray(8)
+        ring.queue(uring.prep_recv, (b.fileno(), buf, 8, 0), 21)
+        ring.submit()
+        ring.queue(uring.prep_cancel, (21, 0), 22)
+        got = dict(_wait_all(ring, 2))
+        assert got == {21: -errno.ECANCELED, 22: 0}
+        ts = uring.timespec(0.001)
+        ring.queue(uring.prep_timeout, (ts, 0, 0), 23)
+        assert _wait_all(ring, 1) == [(23, -errno.ETIME)]
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.parametrize(
+    "prep, args",
+    [
+        (uring.prep_read, (0, "not a buffer", 4, 0)),
+        (uring.prep_recv, (0, b"read-only", 4, 0)),
+        (uring.prep_send, ("fd", b"data", 4, 0)),
+        (uring.prep_timeout, ("not a timespec", 0, 0)),
+        (uring.prep_fsync, ("fd", 0)),
+    ],
+    ids=["read-str", "recv-readonly", "send-fd", "timeout", "fallback"],
+)
+def test_queue_prep_error_leaves_a_skip_nop(ring, prep, args):
+    """A prep that raises: the error reaches the caller and the SQE it took completes as a NOP
+    with SKIP_UD, never as a half-prepared operation (rule 11)."""
+    with pytest.raises((TypeError, ValueError, BufferError)):
+        ring.queue(prep, args, 31)
+    assert ring.sq_ready() == 1
+    assert _wait_all(ring, 1) == [(uring.SKIP_UD, 0)]
+
+
+def test_compiled_queue_refuses_nbytes_beyond_the_buffer():
+    if uring.CRing is None:
+        pytest.skip(f"compiled ring: {uring.WHY_PURE}")
+    ring = uring.CRing(8)
+    try:
+        with pytest.raises(ValueError, match="nbytes"):
+            ring.queue(uring.prep_read, (0, bytearray(4), 5, 0), 41)
+        assert _wait_all(ring, 1) == [(uring.SKIP_UD, 0)]
+    finally:
+        ring.close()
+
+
+def test_queue_on_a_full_sq_submits_first(ring_cls):
+    ring = ring_cls(8)
+    try:
+        for ud in range(2, 202):
+            ring.queue(uring.prep_nop, (), ud)
+        out = _wait_all(ring, 200)
+        assert sorted(ud for ud, _ in out) == list(range(2, 202))
+    finally:
+        ring.close()
+
+
+class _Waiting:
+    """What complete() needs of a task: a ``_value`` slot for the result."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = None
+
+
+def test_complete_finishes_the_plain_case_and_returns_the_rest(ring):
+    from tinycoro.core.traps import Op
+
+    plain, orphan, cancelled, failed = (Op(uring.prep_nop) for _ in range(4))
+    tasks = {}
+    for ud, op in ((50, plain), (51, orphan), (52, cancelled), (53, failed)):
+        op.ud = ud
+        if op is not orphan:
+            op.task = tasks[ud] = _Waiting()
+    cancelled.cancelling = True
+    inflight = {50: plain, 51: orphan, 52: cancelled, 53: failed}
+    ring.queue(uring.prep_nop, (), 50)
+    ring.queue(uring.prep_nop, (), 51)
+    ring.queue(uring.prep_read, (-1, bytearray(4), 4, 0), 52)  # -EBADF while cancelling
+    ring.queue(uring.prep_read, (-1, bytearray(4), 4, 0), 53)  # -EBADF, not cancelling
+    ring.queue(uring.prep_nop, (), uring.SKIP_UD)
+    ring.submit()
+    ready: list = []
+    rest: list = []
+    n = 0
+    while n < 5:
+        n += ring.complete(inflight, ready, rest)
+    assert inflight == {}
+    assert ready == [tasks[50], tasks[53]]
+    assert tasks[50]._value == 0 and tasks[53]._value == -errno.EBADF
+    assert tasks[52]._value is None
+    assert sorted(rest, key=lambda r: r[0]) == [
+        (uring.SKIP_UD, 0, None),
+        (51, 0, orphan),
+        (52, -errno.EBADF, cancelled),
+    ]
+    assert ring.complete(inflight, ready, rest) == 0

@@ -57,6 +57,8 @@ __all__ = [
     "CRing",
     "COMPILED",
     "IoUringUnavailable",
+    "RingBusy",
+    "SKIP_UD",
     "sockaddr_in",
     "prep_nop",
     "prep_read",
@@ -134,6 +136,16 @@ def sockaddr_un(path: bytes):
 def sockaddr_in(family: int, host: str, port: int):
     """A kernel socket address for ``connect``; keep it alive until the CQE arrives."""
     return _L.sockaddr(family, host.encode(), port)
+
+
+#: user_data of an SQE whose preparation failed (``Ring.queue`` turns it into a NOP); the
+#: engine's own SQEs (cancel requests) use it too. 0 is not allowed by the binding.
+SKIP_UD = 1
+
+
+class RingBusy(OSError):
+    """The kernel refused to take more SQEs (EBUSY/EAGAIN: its CQ overflowed). Nothing was
+    queued: reap completions, then queue again (rule 5)."""
 
 
 class IoUringUnavailable(RuntimeError):
@@ -235,6 +247,28 @@ class PyRing(_Lifecycle):
                 raise RuntimeError("io_uring SQ still full after submit")
         return sqe
 
+    def queue(self, prep, args: tuple, ud: int) -> None:
+        """Queue one SQE as ``prep(sqe, *args)`` fills it, with ``user_data`` *ud*.
+
+        If the prep raises, the SQE (already taken, maybe half-filled) becomes a NOP with
+        ``SKIP_UD`` and the error propagates: the kernel never sees a half-prepared operation
+        (rule 11). Raises :class:`RingBusy`, having queued nothing, when the kernel takes no
+        more SQEs (its CQ overflowed): reap, then queue again.
+        """
+        try:
+            sqe = self.get_sqe()
+        except OSError as e:
+            if e.errno in (errno.EBUSY, errno.EAGAIN):
+                raise RingBusy(e.errno, e.strerror) from None
+            raise
+        try:
+            prep(sqe, *args)
+        except BaseException:
+            prep_nop(sqe)
+            sqe.user_data = SKIP_UD
+            raise
+        sqe.user_data = ud
+
     def submit(self) -> int:
         """Hand every prepared SQE to the kernel. Retries while the kernel says EINTR."""
         while True:
@@ -262,6 +296,39 @@ class PyRing(_Lifecycle):
             out.append((cqe.user_data, cqe.res))
             seen(ring, cqe)
             n += 1
+        return n
+
+    def complete(self, inflight: dict, ready, rest: list) -> int:
+        """Reap every ready CQE and resolve it against *inflight* (user_data -> op); return
+        how many CQEs were reaped.
+
+        The plain case, an op whose task still waits and that either succeeded or was not
+        being cancelled, is finished here: the op leaves *inflight*, ``task._value = res``
+        and the task is appended to *ready*. Everything else is appended to *rest* as
+        ``(ud, res, op)`` (op None for the engine's own SQEs) for the engine to decide.
+        """
+        ring = self._ring
+        cqe = self._cqe
+        peek = _peek_cqe
+        seen = _cqe_seen
+        pop = inflight.pop
+        append = ready.append
+        n = 0
+        while peek(ring, cqe) == 0:
+            ud = cqe.user_data
+            res = cqe.res
+            seen(ring, cqe)
+            n += 1
+            op = pop(ud, None)
+            if op is None:
+                rest.append((ud, res, None))
+                continue
+            task = op.task
+            if task is None or (res < 0 and op.cancelling):
+                rest.append((ud, res, op))
+                continue
+            task._value = res
+            append(task)
         return n
 
     def cq_ready(self) -> int:

@@ -72,8 +72,6 @@ from .traps import YIELD, Op, Park
 if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import Scheduler
 
-CANCEL_UD = 1  # user_data of our own async-cancel SQEs; op ids start above it
-_prep_nop = uring.prep_nop
 _prep_cancel = uring.prep_cancel
 _perf = time.perf_counter
 log = logging.getLogger("tinycoro")
@@ -151,8 +149,8 @@ class Engine:
         self._deadline_seq = itertools.count()
         self._poller: select.poll | None = None
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
-        self._ids = itertools.count(CANCEL_UD + 1)
-        self._cqes: list[tuple[int, int]] = []
+        self._ids = itertools.count(uring.SKIP_UD + 1)  # op ids; SKIP_UD marks our own SQEs
+        self._cqes: list[tuple[int, int, Op | None]] = []  # what the ring's complete() left
         self.thread_ident: int | None = None
 
     def __repr__(self) -> str:
@@ -410,36 +408,43 @@ class Engine:
                 task._exc = exc
                 self.ready.append(task)
                 return
-        sqe = self._get_sqe()
-        try:
-            op.prep(sqe, *op.args)
-        except BaseException as e:  # noqa: BLE001 - a bad argument is the task's error (rule 11)
-            # The SQE is already ours and may be half-filled: turn it into a NOP whose
-            # completion is ignored, so the kernel never sees the half-prepared operation.
-            _prep_nop(sqe)
-            sqe.user_data = CANCEL_UD
-            self.own_inflight += 1
-            self.unsubmitted += 1
-            task._exc = e
-            self.ready.append(task)
-            return
         op.ud = ud = next(self._ids)
-        sqe.user_data = ud
+        try:
+            self.ring.queue(op.prep, op.args, ud)
+        except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
+            error = self._queue_failed(e, op.prep, op.args, ud)
+            if error is not None:
+                task._exc = error
+                self.ready.append(task)
+                return
+        else:
+            self.unsubmitted += 1
         op.task = task
         self.inflight[ud] = op
         task._waiting = op
-        self.unsubmitted += 1
 
-    def _get_sqe(self) -> Any:
-        """A free SQE. When the SQ is full the ring submits to make room; if the kernel then
-        says EBUSY (its CQ overflowed), reap to make room there and try again (rule 5)."""
-        while True:
-            try:
-                return self.ring.get_sqe()
-            except OSError as e:
-                if e.errno not in (errno.EBUSY, errno.EAGAIN):
-                    raise
-                self._reap()
+    def _queue(self, prep: Callable[..., None], args: tuple, ud: int) -> BaseException | None:
+        """Queue one SQE on the ring; return what ``prep`` raised, if it did."""
+        try:
+            self.ring.queue(prep, args, ud)
+        except BaseException as e:  # noqa: BLE001 - see _queue_failed
+            return self._queue_failed(e, prep, args, ud)
+        self.unsubmitted += 1
+        return None
+
+    def _queue_failed(
+        self, e: BaseException, prep: Callable[..., None], args: tuple, ud: int
+    ) -> BaseException | None:
+        """``ring.queue`` raised *e*. RingBusy: the kernel takes no more SQEs until its CQ
+        overflow is reaped; reap and queue again (rule 5). Anything else is what ``prep``
+        raised: a bad argument is the task's error (rule 11), returned; the ring has queued a
+        NOP with ``SKIP_UD`` in that SQE's place, so the kernel never sees it half-prepared."""
+        if isinstance(e, uring.RingBusy):
+            self._reap()
+            return self._queue(prep, args, ud)
+        self.own_inflight += 1
+        self.unsubmitted += 1
+        return e
 
     def _park(self, task: Task, ticket: Park) -> None:
         if task._interrupts is not None and ticket.abort():
@@ -505,15 +510,18 @@ class Engine:
         self.unsubmitted = self.ring.sq_ready()
 
     def _reap(self) -> None:
-        out = self._cqes
-        self.ring.reap(out)
-        if not out:
+        """Wake the task of every completed op. The ring finishes the plain case itself (the
+        result becomes ``task._value``); the rest, own SQEs, orphans and the failures of ops
+        being cancelled, come back in ``_cqes`` as ``(ud, res, op)``."""
+        rest = self._cqes
+        n = self.ring.complete(self.inflight, self.ready, rest)
+        if not n:
             return
-        self.ops += len(out)
-        inflight = self.inflight
+        self.ops += n
+        if not rest:
+            return
         ready = self.ready
-        for ud, res in out:
-            op = inflight.pop(ud, None)
+        for ud, res, op in rest:
             if op is None:  # our own cancel request or placeholder NOP
                 self.own_inflight -= 1
                 continue
@@ -522,18 +530,16 @@ class Engine:
                 if res >= 0 and op.returns_fd:
                     _close_quietly(res)
                 continue
-            exc = None
-            if res < 0 and op.cancelling:
-                # Any failure of an op we asked the kernel to cancel is the cancel's doing
-                # (-ECANCELED, or -EINTR / -ERESTARTSYS from an operation blocked in the
-                # kernel, such as opening a FIFO): deliver the interrupt, not the errno.
-                exc = task._take_interrupt()
+            # Any failure of an op we asked the kernel to cancel is the cancel's doing
+            # (-ECANCELED, or -EINTR / -ERESTARTSYS from an operation blocked in the
+            # kernel, such as opening a FIFO): deliver the interrupt, not the errno.
+            exc = task._take_interrupt()
             if exc is not None:
                 task._exc = exc
             else:
                 task._value = res
             ready.append(task)
-        out.clear()
+        rest.clear()
 
     def deliver_cancel(self, task: Task) -> None:
         """Owner-thread half of ``Task.cancel``: abort whatever the task waits on."""
@@ -565,11 +571,10 @@ class Engine:
         if op.cancelling:
             return
         op.cancelling = True
-        sqe = self._get_sqe()
-        _prep_cancel(sqe, op.ud, 0)
-        sqe.user_data = CANCEL_UD
+        error = self._queue(_prep_cancel, (op.ud, 0), uring.SKIP_UD)
+        if error is not None:  # pragma: no cover - cancel64 takes two ints; cannot fail
+            raise error
         self.own_inflight += 1
-        self.unsubmitted += 1
 
     def _drain(self) -> None:
         """Cancel every op still in the kernel and wait for all their CQEs (rule 8)."""
