@@ -283,3 +283,49 @@ def test_cancel_storm_keeps_fifo_order_of_the_survivors(contexts):
         return order
 
     assert run(main(), contexts) == [i for i in range(n) if i % 5 == 0]
+
+
+@pytest.mark.timeout(120)
+def test_fast_path_races_across_threads_keep_exclusion_and_lose_no_waiter(contexts):
+    """The uncontended path takes no threading.Lock (a token popped from a dict): with the GIL
+    switching threads every microsecond, tasks on every context race lock and unlock without
+    yielding inside, so fast takes, fast releases and queued waiters interleave at every
+    bytecode. Exclusion must hold, every waiter must get the lock (a stranded one hangs the
+    run: DeadlockError or the timeout), and the mutex ends free with nobody queued."""
+    import sys
+
+    async def main():
+        m = tc.Mutex()
+        state = {"inside": 0, "count": 0, "overlaps": 0}
+
+        async def worker(rounds):
+            for i in range(rounds):
+                if i % 3 == 0:
+                    await m.lock()
+                    try:
+                        state["inside"] += 1
+                        state["overlaps"] += state["inside"] != 1
+                        state["count"] += 1
+                        state["inside"] -= 1
+                    finally:
+                        m.unlock()
+                else:
+                    async with m:
+                        state["inside"] += 1
+                        state["overlaps"] += state["inside"] != 1
+                        state["count"] += 1
+                        state["inside"] -= 1
+                if i % 7 == 0:
+                    await tc.yield_now()
+
+        await tc.when_all(*(worker(400) for _ in range(40)))
+        return state, m.statistics()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        state, stats = run(main(), contexts)
+    finally:
+        sys.setswitchinterval(old)
+    assert state == {"inside": 0, "count": 40 * 400, "overlaps": 0}
+    assert stats == tc.sync.MutexStatistics(locked=False, owner=None, waiters=0)

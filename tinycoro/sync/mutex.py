@@ -2,14 +2,35 @@
 
 Invariant: **the mutex is never free while a live task waits for it.** ``unlock()`` with waiters
 does not set the mutex free; it makes the first waiter the owner, then reschedules it on its own
-context. So a newcomer can never barge past a waiter (``lock()`` and ``try_lock()`` succeed only
-when the mutex is free, which by the invariant means "no waiters"), and waiters get the lock in
-exactly the order they queued.
+context. So a newcomer can never barge past a waiter, and waiters get the lock in exactly the
+order they queued.
 
 Ownership is per task: ``unlock()`` by a *task* that does not own the mutex raises
 ``RuntimeError``, as does re-locking a mutex the calling task already holds (it would deadlock).
 Code outside any task (a plain thread, a coroutine being closed at shutdown) has no task identity
 to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
+
+The uncontended path takes no ``threading.Lock``
+--------------------------------------------------
+Being free is a *token*: the one entry of the dict ``_free``. Taking the mutex is
+``_free.pop(0, None)``, setting it free is ``_free[0] = True``. Each is a single call into C on a
+dict with an int key, so under the GIL it is atomic: of two threads that pop at once exactly one
+gets the token (a compare-and-set), and setting it twice still leaves one token. Everything
+else, the waiter queue (``_lot``) and the ``_contended`` flag, changes only under ``_mu``.
+
+A waiter that finds the token gone sets ``_contended``, queues itself, and then looks for the
+token once more (:meth:`_settle_locked`), all under ``_mu``. An unlock puts the token back
+*first* and reads ``_contended`` *second*; if it is set, it takes ``_mu`` and settles too. The
+GIL runs these single steps in one global order, so either the waiter's look comes after the
+token is back (it finds it), or the unlocker's read comes after the flag is set (it settles,
+under ``_mu``, after the waiter queued): no waiter is ever left behind a free mutex. Whoever
+settles hands the token straight to the first waiter (baton passing), so a free mutex with a
+waiter lasts only until that settle, and a newcomer cannot take it meanwhile: ``lock()`` tries
+the fast path only while ``_contended`` is clear, and otherwise queues behind the others. The
+flag is cleared, under ``_mu``, only when a settle finds nobody waiting.
+
+This relies on the GIL making each of those single dict operations atomic. Free-threaded
+(no-GIL) builds of CPython are out of scope: there they would need a real atomic.
 """
 
 from __future__ import annotations
@@ -21,7 +42,7 @@ from typing import Any
 from ..core.local import _local
 from ..core.task import Task, describe
 from ..core.traps import foreign_waiter
-from ._lot import ParkingLot
+from ._lot import ParkingLot, Waiter
 
 
 @dataclass(frozen=True)
@@ -31,6 +52,18 @@ class MutexStatistics:
     waiters: int
 
 
+class _Foreign:
+    """The owner of a mutex taken outside any task: it has no identity to check."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "code outside any task"
+
+
+_FOREIGN = _Foreign()
+
+
 class Mutex:
     """An async mutual-exclusion lock, fair (FIFO) and safe across contexts.
 
@@ -38,118 +71,150 @@ class Mutex:
     cancellation).
     """
 
-    __slots__ = ("_mu", "_locked", "_owner", "_lot")
+    __slots__ = ("_mu", "_free", "_contended", "_owner", "_lot")
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
-        self._locked = False
-        self._owner: Task | None = None
+        self._free = {0: True}  # the token: present while the mutex is free (module doc)
+        self._contended = False  # someone queued since the last settle found nobody; under _mu
+        # The owning task, _FOREIGN, or None: free, or between taking the token and writing
+        # this (two bytecodes of the new owner's).
+        self._owner: Any = None
         self._lot = ParkingLot(self._mu, self)
 
-    # The hot paths below use acquire()/release() rather than ``with``: measurably cheaper per
-    # call, and nothing between the two can raise.
+    @property
+    def _locked(self) -> bool:
+        return not self._free
 
     async def lock(self) -> None:
         """Acquire the mutex, waiting in FIFO order behind earlier waiters if it is held."""
-        task = _local.task
-        if task is None:
-            task = foreign_waiter()  # an asyncio task owns it through its stand-in
+        me = _local.task
+        if me is None:
+            me = foreign_waiter() or _FOREIGN  # an asyncio task owns it through its stand-in
+        if not self._contended and self._free.pop(0, None) is not None:
+            self._owner = me
+            return
+        await self._lock_slow(me)
+
+    async def _lock_slow(self, me: Any) -> None:
         mu = self._mu
         mu.acquire()
-        if not self._locked:  # free implies no waiters (the invariant above)
-            self._locked = True
-            self._owner = task
-            mu.release()
-            return
         try:
-            if task is not None and self._owner is task:
+            if me is not _FOREIGN and self._owner is me:
                 raise RuntimeError(f"{self!r}: this task already holds it (Mutex is not reentrant)")
+            self._contended = True
             waiter = self._lot.enqueue()
+            first = self._settle_locked()
         finally:
             mu.release()
-        # unlock() made us the owner before waking us. If we were cancelled while that wake was
-        # on its way, the engine calls _undo to pass the lock on before throwing Cancelled.
+        if first is waiter:  # the mutex was free after all and nobody queued before us
+            return
+        if first is not None:
+            first.task._wake(None)
+        # Whoever settles makes us the owner before waking us. If we were cancelled while that
+        # wake was on its way, the engine calls _undo to pass the lock on before throwing
+        # Cancelled.
         await self._lot.park(waiter, self._undo)
 
     def try_lock(self) -> bool:
-        """Take the mutex if it is free (and so has no waiters); never waits."""
+        """Take the mutex if it is free and nobody waits for it; never waits."""
+        me = _local.task or foreign_waiter() or _FOREIGN
+        if not self._contended and self._free.pop(0, None) is not None:
+            self._owner = me
+            return True
         with self._mu:
-            if self._locked:
+            if self._lot or self._free.pop(0, None) is None:
                 return False
-            self._locked = True
-            self._owner = _local.task or foreign_waiter()
+            self._owner = me
             return True
 
     def unlock(self) -> None:
         """Release the mutex, handing it straight to the first waiter if there is one."""
         me = _local.task
+        if me is not None and self._owner is me:
+            self._owner = None
+            self._free[0] = True  # first the token, then the flag: see the module doc
+            if self._contended:
+                self._settle()
+            return
+        self._unlock_slow(me)
+
+    def _unlock_slow(self, me: Task | None) -> None:
+        """Release by code outside a task (allowed while the mutex is held), or misuse."""
         if me is None:
             me = foreign_waiter()
         mu = self._mu
         mu.acquire()
         owner = self._owner
-        if self._locked and (me is None or owner is None or owner is me):
-            if not self._lot._live:  # nobody waits: set it free
-                self._locked = False
-                self._owner = None
-                mu.release()
-                return
-            waiter = self._handoff_locked()
+        held = not self._free
+        if held and (me is None or owner is _FOREIGN or owner is me):
+            self._owner = None
+            self._free[0] = True
+            first = self._settle_locked()
             mu.release()
-            waiter.task._wake(None)
+            if first is not None:
+                first.task._wake(None)
             return
-        locked = self._locked
         mu.release()
-        if not locked:
+        if not held:
             raise RuntimeError(f"unlock() of an unlocked {self!r}")
         raise RuntimeError(f"unlock() of {self!r} by {describe(me)}, which does not hold it")
 
     def locked(self) -> bool:
-        return self._locked
+        return not self._free
 
     def statistics(self) -> MutexStatistics:
         with self._mu:
-            return MutexStatistics(self._locked, self._owner, len(self._lot))
+            owner = self._owner
+            return MutexStatistics(
+                not self._free, None if owner is _FOREIGN else owner, len(self._lot)
+            )
 
     # -- internals --------------------------------------------------------------------------
-    def _handoff_locked(self):
-        """Release under ``_mu``: make the first waiter the owner, or set the mutex free."""
+    def _settle_locked(self) -> Waiter | None:
+        """Under ``_mu``: if the mutex is free, make the first waiter its owner and return that
+        waiter (wake it once ``_mu`` is released); with nobody waiting, leave it free."""
+        if self._free.pop(0, None) is None:
+            return None  # held: its owner's unlock settles
         waiter = self._lot.pop()
         if waiter is None:
-            self._locked = False
-            self._owner = None
-        else:
-            self._owner = waiter.task  # baton passing: never free while someone waits
+            self._contended = False  # before the token goes back: a newcomer then queues
+            self._free[0] = True
+            return None
+        self._owner = waiter.task  # baton passing: never free while someone waits
         return waiter
 
+    def _settle(self) -> None:
+        with self._mu:
+            first = self._settle_locked()
+        if first is not None:
+            first.task._wake(None)
+
     def _undo(self, _value: Any) -> None:
-        # Engine hook, on the cancelled waiter's context: it was made owner by unlock() but is
+        # Engine hook, on the cancelled waiter's context: it was made owner by a settle but is
         # being cancelled instead of resuming, so pass the lock on.
         with self._mu:
-            waiter = self._handoff_locked()
-        if waiter is not None:
-            waiter.task._wake(None)
+            self._owner = None
+            self._free[0] = True
+            first = self._settle_locked()
+        if first is not None:
+            first.task._wake(None)
 
     async def __aenter__(self) -> "Mutex":
         # The uncontended path of lock(), inlined: one coroutine frame less per acquisition.
-        task = _local.task
-        if task is None:
-            task = foreign_waiter()
-        mu = self._mu
-        mu.acquire()
-        if not self._locked:
-            self._locked = True
-            self._owner = task
-            mu.release()
+        me = _local.task
+        if me is None:
+            me = foreign_waiter() or _FOREIGN
+        if not self._contended and self._free.pop(0, None) is not None:
+            self._owner = me
             return self
-        mu.release()
-        await self.lock()  # contended: lock() decides again under the lock
+        await self._lock_slow(me)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.unlock()
 
     def __repr__(self) -> str:
-        if not self._locked:
+        if self._free:
             return "<Mutex unlocked>"
         return f"<Mutex locked by {describe(self._owner)} waiters={len(self._lot)}>"
