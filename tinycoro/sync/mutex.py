@@ -12,10 +12,11 @@ to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
 
 The uncontended path takes no ``threading.Lock``
 --------------------------------------------------
-Being free is a *token*: the one entry of the dict ``_free``. Taking the mutex is
-``_free.pop(0, None)``, setting it free is ``_free[0] = True``. Each is a single call into C on a
-dict with an int key, so under the GIL it is atomic: of two threads that pop at once exactly one
-gets the token (a compare-and-set), and setting it twice still leaves one token. Everything
+Being free is a *token*: the one element of the set ``_free``. Taking the mutex is
+``_free.pop()`` (KeyError when it is taken), setting it free is ``_free.add(0)``. Each is a
+single call into C on a set of one int, so under the GIL it is atomic: of two threads that pop
+at once exactly one gets the token (a compare-and-set), and adding it twice still leaves one
+token, so not even a misused unlock can make two. Everything
 else, the waiter queue (``_lot``) and the ``_contended`` flag, changes only under ``_mu``.
 
 A waiter that finds the token gone sets ``_contended``, queues itself, and then looks for the
@@ -75,7 +76,7 @@ class Mutex:
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
-        self._free = {0: True}  # the token: present while the mutex is free (module doc)
+        self._free = {0}  # the token: present while the mutex is free (module doc)
         self._contended = False  # someone queued since the last settle found nobody; under _mu
         # The owning task, _FOREIGN, or None: free, or between taking the token and writing
         # this (two bytecodes of the new owner's).
@@ -91,9 +92,14 @@ class Mutex:
         me = _local.task
         if me is None:
             me = foreign_waiter() or _FOREIGN  # an asyncio task owns it through its stand-in
-        if not self._contended and self._free.pop(0, None) is not None:
-            self._owner = me
-            return
+        if not self._contended:
+            try:
+                self._free.pop()
+            except KeyError:
+                pass
+            else:
+                self._owner = me
+                return
         await self._lock_slow(me)
 
     async def _lock_slow(self, me: Any) -> None:
@@ -119,11 +125,8 @@ class Mutex:
     def try_lock(self) -> bool:
         """Take the mutex if it is free and nobody waits for it; never waits."""
         me = _local.task or foreign_waiter() or _FOREIGN
-        if not self._contended and self._free.pop(0, None) is not None:
-            self._owner = me
-            return True
         with self._mu:
-            if self._lot or self._free.pop(0, None) is None:
+            if self._lot or not self._take_locked():
                 return False
             self._owner = me
             return True
@@ -133,7 +136,7 @@ class Mutex:
         me = _local.task
         if me is not None and self._owner is me:
             self._owner = None
-            self._free[0] = True  # first the token, then the flag: see the module doc
+            self._free.add(0)  # first the token, then the flag: see the module doc
             if self._contended:
                 self._settle()
             return
@@ -149,7 +152,7 @@ class Mutex:
         held = not self._free
         if held and (me is None or owner is _FOREIGN or owner is me):
             self._owner = None
-            self._free[0] = True
+            self._free.add(0)
             first = self._settle_locked()
             mu.release()
             if first is not None:
@@ -171,15 +174,23 @@ class Mutex:
             )
 
     # -- internals --------------------------------------------------------------------------
+    def _take_locked(self) -> bool:
+        """Take the token if it is there (a fast-path lock may take it first meanwhile)."""
+        try:
+            self._free.pop()
+        except KeyError:
+            return False
+        return True
+
     def _settle_locked(self) -> Waiter | None:
         """Under ``_mu``: if the mutex is free, make the first waiter its owner and return that
         waiter (wake it once ``_mu`` is released); with nobody waiting, leave it free."""
-        if self._free.pop(0, None) is None:
+        if not self._take_locked():
             return None  # held: its owner's unlock settles
         waiter = self._lot.pop()
         if waiter is None:
             self._contended = False  # before the token goes back: a newcomer then queues
-            self._free[0] = True
+            self._free.add(0)
             return None
         self._owner = waiter.task  # baton passing: never free while someone waits
         return waiter
@@ -195,7 +206,7 @@ class Mutex:
         # being cancelled instead of resuming, so pass the lock on.
         with self._mu:
             self._owner = None
-            self._free[0] = True
+            self._free.add(0)
             first = self._settle_locked()
         if first is not None:
             first.task._wake(None)
@@ -205,9 +216,14 @@ class Mutex:
         me = _local.task
         if me is None:
             me = foreign_waiter() or _FOREIGN
-        if not self._contended and self._free.pop(0, None) is not None:
-            self._owner = me
-            return self
+        if not self._contended:
+            try:
+                self._free.pop()
+            except KeyError:
+                pass
+            else:
+                self._owner = me
+                return self
         await self._lock_slow(me)
         return self
 
