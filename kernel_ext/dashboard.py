@@ -34,10 +34,10 @@ ipywidgets is imported only by this module, and only the dashboard needs it.
 from __future__ import annotations
 
 import collections
-import contextlib
 import contextvars
 import html
 import math
+import re
 import threading
 import time
 import weakref
@@ -53,7 +53,7 @@ try:  # guarded: everything but the dashboard works without ipywidgets
 except ImportError:  # pragma: no cover - exercised only where ipywidgets is missing
     _w = None
 
-__all__ = ["Dashboard", "History", "Refresher", "REFRESH_INTERVAL", "sparkline"]
+__all__ = ["Dashboard", "History", "Refresher", "REFRESH_INTERVAL", "cell_text", "sparkline"]
 
 REFRESH_INTERVAL = 0.25  # seconds: four refreshes a second
 SPAN = 60.0  # seconds of history in each plot
@@ -70,12 +70,11 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("I/O ops/s", "io_uring operations completed per second"),
     ("ops/s, last minute", "io_uring completions per second over the last 60 s"),
     ("queued", "tasks in the ready queue"),
-    ("I/O in flight", "io_uring operations started and not yet completed"),
+    ("I/O in flight", "io_uring operations started (or about to be) and not yet completed"),
     ("parked", "tasks waiting on a primitive or a join"),
     ("queued / in flight / parked, last minute", "the three counts over the last 60 s"),
     ("tasks finished", "tasks that ran to their end on this context, cumulative"),
 )
-FIELDS = ("queued", "io_inflight", "parked", "tasks_run", "stop_flag")  # one label each
 COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
           "parked": "#c0392b"}
 PLOT_W, PLOT_H = 150, 30
@@ -155,13 +154,13 @@ class History:
 
 # -- rendering --------------------------------------------------------------------------------
 def _path(ts: Sequence[float], vs: Sequence[float], now: float, top: float) -> str:
-    """SVG path data for one series: x spans the last SPAN seconds, y 0..top."""
+    """SVG path data for one series: x spans the last SPAN seconds, y 0..top, in whole
+    pixels (after ``M`` further coordinate pairs are implicit line-tos)."""
     sx = PLOT_W / SPAN
     sy = (PLOT_H - 2) / top
-    left = now - SPAN
-    return "M" + "L".join(
-        "%.1f,%.1f" % ((t - left) * sx, PLOT_H - 1 - v * sy) for t, v in zip(ts, vs)
-    )
+    x0 = (SPAN - now) * sx + 0.5  # x = (t - (now - SPAN)) * sx, rounded
+    y0 = PLOT_H - 0.5
+    return "M" + " ".join([f"{int(t * sx + x0)} {int(y0 - v * sy)}" for t, v in zip(ts, vs)])
 
 
 def sparkline(
@@ -240,6 +239,65 @@ def _flag(flag: int) -> str:
     return f"{flag} · has work" if flag else f"{flag} · idle"
 
 
+def _bar(busy: float) -> str:
+    color = "#4caf50" if busy < 0.8 else "#ff9800"
+    return (
+        '<div style="width:70px;height:9px;background:#e6e6e6;display:inline-block">'
+        f'<div style="width:{busy:.0%};height:9px;background:{color}"></div></div>'
+    )
+
+
+_TD = '<td class="tc-ctx-{c} tc-{f}"{style}>{v}</td>'
+_NUM = ' style="text-align:right"'
+
+
+def _table(stats: tc.SchedulerStats, history: History | None, now: float) -> str:
+    """Every context's row: its numbers, then its plots. One string, so one comm message a
+    tick for the whole table (each widget message costs about as much as rendering a row)."""
+    head = "".join(
+        f'<th title="{html.escape(what)}" style="text-align:left">{name}</th>'
+        for name, what in COLUMNS
+    )
+    rows = []
+    for i, c in enumerate(stats.contexts):
+        busy = c.busy if stats.running else 0.0
+        points = history.points(i) if history is not None else []
+        if points:
+            busy_svg, ops_svg, queue_svg = _plots(points, now)
+            rate = _count(points[-1].ops_rate)
+        else:
+            busy_svg = ops_svg = queue_svg = ""
+            rate = "0"
+        cells = (
+            ("name", f"ctx {c.id}", ""),
+            ("stop_flag", _flag(c.stop_flag), ""),
+            ("busy", f'{_bar(busy)} <span class="tc-busy-pct">{busy:.0%}</span>', ""),
+            ("busy-plot", busy_svg, ""),
+            ("ops-rate", rate, _NUM),
+            ("ops-plot", ops_svg, ""),
+            ("queued", c.queued, _NUM),
+            ("io_inflight", c.io_inflight + c.io_pending, _NUM),
+            ("parked", c.parked, _NUM),
+            ("queues-plot", queue_svg, ""),
+            ("tasks_run", c.tasks_run, _NUM),
+        )
+        rows.append("<tr>" + "".join(
+            _TD.format(c=c.id, f=f, style=style, v=v) for f, v, style in cells) + "</tr>")
+    return (
+        '<table class="tc-table" style="border-collapse:separate;border-spacing:8px 2px;'
+        f'font-size:12px"><tr>{head}</tr>{"".join(rows)}</table>'
+    )
+
+
+def cell_text(table: str, ctx: int, field: str) -> str:
+    """The text of one cell of a rendered table (tests read the dashboard with this, from the
+    widget or from its comm messages): *field* is a column key such as ``tasks_run``."""
+    m = re.search(f'<td class="tc-ctx-{ctx} tc-{re.escape(field)}"[^>]*>(.*?)</td>', table)
+    if m is None:
+        raise KeyError(f"no cell {field!r} for context {ctx}")
+    return re.sub(r"<[^>]+>", "", m.group(1)).strip()
+
+
 def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
     if not infos:
         return "<i>no live tasks</i>"
@@ -268,52 +326,21 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
     def __init__(self, scheduler: tc.Scheduler) -> None:
         _need_widgets()
         self._summary = _w.HTML(_dom_classes=("tc-summary",))
+        self._table = _w.HTML(_dom_classes=("tc-table-widget",))
         self._tasks = _w.HTML("<i>open to list the live tasks</i>")
         self._tasks_box = _w.Accordion(children=[self._tasks], selected_index=None,
                                        _dom_classes=("tc-task-list",))
         self._tasks_box.set_title(0, "live tasks")
-        self._grid = _w.GridBox(
-            layout=_w.Layout(
-                grid_template_columns=(
-                    f"60px 90px 110px 36px {PLOT_W}px 60px {PLOT_W}px 50px 60px 50px "
-                    f"{PLOT_W}px 80px"
-                ),
-                grid_gap="2px 8px", align_items="center",
-            )
-        )
         self._bind(scheduler)
-        super().__init__([self._summary, self._grid, self._tasks_box],
+        super().__init__([self._summary, self._table, self._tasks_box],
                          _dom_classes=("tinycoro-dashboard",))
 
     def _bind(self, scheduler: tc.Scheduler) -> None:
-        """Build the rows for *scheduler* (at creation, and on the refresher after follow)."""
+        """Show *scheduler* (at creation, and on the refresher thread after a follow)."""
         stats = scheduler.stats()
         self._summary.value = _summary(stats, scheduler.dispatch)
-        cells: list[Any] = []
-        for i, (name, what) in enumerate(COLUMNS):
-            span = "span 2" if i == 2 else "auto"  # "busy now" covers the bar and its percent
-            cells.append(_w.HTML(f'<b title="{html.escape(what)}">{name}</b>',
-                                 _dom_classes=("tc-head",), layout=_w.Layout(grid_column=span)))
-        self._rows: list[tuple[Any, Any, dict[str, Any]]] = []
-        self._plots: list[tuple[Any, Any, Any, Any]] = []
-        for c in stats.contexts:
-            dom = f"tc-ctx-{c.id}"
-            bar = _w.FloatProgress(value=0.0, min=0.0, max=1.0, _dom_classes=(dom, "tc-busy"),
-                                   layout=_w.Layout(width="100px"))
-            pct = _w.Label("0%", _dom_classes=(dom, "tc-busy-pct"))
-            labels = {f: _w.Label(str(getattr(c, f)), _dom_classes=(dom, f"tc-{f}"))
-                      for f in FIELDS}
-            labels["stop_flag"].value = _flag(c.stop_flag)
-            busy, ops, queues = (_w.HTML(_dom_classes=(dom, f"tc-{k}-plot"))
-                                 for k in ("busy", "ops", "queues"))
-            rate = _w.Label("0", _dom_classes=(dom, "tc-ops-rate"))
-            cells += [_w.Label(f"ctx {c.id}", _dom_classes=(dom, "tc-name")),
-                      labels["stop_flag"], bar, pct, busy, rate, ops, labels["queued"],
-                      labels["io_inflight"], labels["parked"], queues, labels["tasks_run"]]
-            self._rows.append((bar, pct, labels))
-            self._plots.append((busy, rate, ops, queues))
-        self._grid.children = cells
-        self.contexts = scheduler.contexts  # last: readers see the rows before the new count
+        self._table.value = _table(stats, None, 0.0)
+        self.contexts = scheduler.contexts  # after the table: readers see rows, then the count
         self.scheduler = scheduler
 
     def __repr__(self) -> str:
@@ -325,6 +352,11 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
             bundle["text/plain"] = repr(self)
         return bundle
 
+    def shown(self, ctx: int, field: str) -> str:
+        """What the table shows now for context *ctx* in column *field* (e.g. ``tasks_run``,
+        ``queued``, ``stop_flag``, ``ops-rate``)."""
+        return cell_text(self._table.value, ctx, field)
+
     @property
     def tasks_open(self) -> bool:
         """Whether the user expanded the live-task list (it is refreshed only then)."""
@@ -334,29 +366,12 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
               now: float | None = None, tasks: Sequence[tc.TaskInfo] | None = None) -> None:
         """Show one snapshot (and the history that ends with it). Called only by the
         refresher thread."""
-        widgets: list[Any] = [self._summary, self._tasks, self._tasks_box]
-        for (bar, pct, labels), plots in zip(self._rows, self._plots):
-            widgets += [bar, pct, *labels.values(), *plots]
         if now is None:
             now = time.monotonic()
-        with contextlib.ExitStack() as hold:
-            for widget in widgets:
-                hold.enter_context(widget.hold_sync())
+        with self._summary.hold_sync(), self._table.hold_sync(), self._tasks.hold_sync(), \
+                self._tasks_box.hold_sync():
             self._summary.value = _summary(stats, self.scheduler.dispatch)
-            for i, ((bar, pct, labels), plots, c) in enumerate(
-                zip(self._rows, self._plots, stats.contexts)
-            ):
-                busy = c.busy if stats.running else 0.0
-                bar.value = busy
-                bar.bar_style = "success" if busy < 0.8 else "warning"
-                pct.value = f"{busy:.0%}"
-                for f, label in labels.items():
-                    label.value = _flag(c.stop_flag) if f == "stop_flag" else str(getattr(c, f))
-                points = history.points(i) if history is not None else []
-                if points:
-                    busy_svg, rate_label, ops_svg, queue_svg = plots
-                    busy_svg.value, ops_svg.value, queue_svg.value = _plots(points, now)
-                    rate_label.value = _count(points[-1].ops_rate)
+            self._table.value = _table(stats, history, now)
             if tasks is not None:
                 self._tasks_box.set_title(0, f"live tasks ({len(tasks)})")
                 self._tasks.value = _task_table(tasks)
