@@ -66,13 +66,13 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("context", "one thread with its own ready queue, io_uring ring and eventfd"),
     ("stop flag", "1 while the context has work; 0 once it reached its terminal state"),
     ("busy now", "share of wall time the context spent running tasks, not asleep"),
-    ("busy, last minute", "busy share over the last 60 s, 0-100%"),
+    ("busy, 1 min", "busy share over the last 60 s, 0-100%"),
     ("I/O ops/s", "io_uring operations completed per second"),
-    ("ops/s, last minute", "io_uring completions per second over the last 60 s"),
+    ("I/O ops/s, 1 min", "io_uring completions per second over the last 60 s"),
     ("queued", "tasks in the ready queue"),
     ("I/O in flight", "io_uring operations started (or about to be) and not yet completed"),
     ("parked", "tasks waiting on a primitive or a join"),
-    ("queued / in flight / parked, last minute", "the three counts over the last 60 s"),
+    ("tasks, 1 min", "queued, I/O in flight and parked over the last 60 s"),
     ("tasks finished", "tasks that ran to their end on this context, cumulative"),
 )
 COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
@@ -171,7 +171,8 @@ def sparkline(
     label: str,
     css: str,
 ) -> str:
-    """A small SVG of one or more series over the last minute, with its scale as a caption."""
+    """A small SVG of one or more series over the last minute, with its scale as a caption
+    (*label* is HTML)."""
     paths = "".join(
         f'<path class="tc-series-{name}" d="{_path(ts, vs, now, top)}" fill="none" '
         f'stroke="{COLORS[name]}" stroke-width="1.3"/>'
@@ -182,7 +183,7 @@ def sparkline(
         f'<div class="tc-plot {css}" style="line-height:0">'
         f'<svg width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}">'
         f'<rect width="{PLOT_W}" height="{PLOT_H}" fill="#f6f6f6"/>{paths}</svg>'
-        f'<div style="font-size:9px;line-height:10px;color:#777">{html.escape(label)}</div></div>'
+        f'<div style="font-size:9px;line-height:10px;color:#777">{label}</div></div>'
     )
 
 
@@ -211,7 +212,11 @@ def _plots(points: list[Point], now: float) -> tuple[str, str, str]:
         [("queued", [p.queued for p in points]), ("inflight", [p.inflight for p in points]),
          ("parked", [p.parked for p in points])],
         now, queue_top,
-        f"0-{_count(queue_top)}: queued, in flight, parked", "tc-plot-queues",
+        f"0-{_count(queue_top)}: " + ", ".join(
+            f'<span style="color:{COLORS[k]}">{name}</span>'
+            for k, name in (("queued", "queued"), ("inflight", "in flight"), ("parked", "parked"))
+        ),
+        "tc-plot-queues",
     )
     return busy, ops, queues
 
@@ -247,15 +252,16 @@ def _bar(busy: float) -> str:
     )
 
 
-_TD = '<td class="tc-ctx-{c} tc-{f}"{style}>{v}</td>'
-_NUM = ' style="text-align:right"'
+_TD = '<td class="tc-ctx-{c} tc-{f}" style="padding:1px 6px{style}">{v}</td>'
+_NUM = ";text-align:right"
+_CSS = "white-space:nowrap;padding:2px 6px;text-align:left"
 
 
 def _table(stats: tc.SchedulerStats, history: History | None, now: float) -> str:
     """Every context's row: its numbers, then its plots. One string, so one comm message a
     tick for the whole table (each widget message costs about as much as rendering a row)."""
     head = "".join(
-        f'<th title="{html.escape(what)}" style="text-align:left">{name}</th>'
+        f'<th title="{html.escape(what)}" style="{_CSS}">{name}</th>'
         for name, what in COLUMNS
     )
     rows = []
@@ -284,8 +290,8 @@ def _table(stats: tc.SchedulerStats, history: History | None, now: float) -> str
         rows.append("<tr>" + "".join(
             _TD.format(c=c.id, f=f, style=style, v=v) for f, v, style in cells) + "</tr>")
     return (
-        '<table class="tc-table" style="border-collapse:separate;border-spacing:8px 2px;'
-        f'font-size:12px"><tr>{head}</tr>{"".join(rows)}</table>'
+        '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
+        f'white-space:nowrap"><tr>{head}</tr>{"".join(rows)}</table>'
     )
 
 

@@ -71,7 +71,7 @@ def test_numbers_and_plots_move_under_load_and_freeze_when_the_scheduler_stops(c
     try:
         def paths(kind: str) -> list[list[str]]:
             return [re.findall(r'd="([^"]+)"', cell)
-                    for cell in re.findall(f'tc-{kind}-plot">(.*?)</td>', board._table.value)]
+                    for cell in re.findall(f'tc-{kind}-plot"[^>]*>(.*?)</td>', board._table.value)]
 
         done = threading.Event()
         rounds = 400
