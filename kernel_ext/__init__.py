@@ -4,11 +4,14 @@ Loading the extension (``tinycoro.load_ipython_extension`` forwards here):
 
 * starts a default long-lived :class:`tinycoro.Scheduler` (``TINYCORO_CONTEXTS`` /
   ``TINYCORO_DISPATCH`` configure it; ``%tinycoro restart -n N --dispatch D`` changes it) and
-  makes it the one ``tc.spawn`` falls back to;
+  makes it the one ``tc.spawn`` falls back to; a task of it that fails while nothing awaits it
+  prints its traceback in the cell that spawned it (:func:`kernel_ext.extension.report_failure`);
 * installs :class:`kernel_ext.runner.CellRunner` as ``shell.loop_runner`` with ``autoawait``
   on, so a cell can ``await`` tinycoro awaitables at top level; the cell runs on the kernel's
   main thread, the tasks it spawns on the scheduler's contexts;
-* registers the ``%tinycoro`` magic (:mod:`kernel_ext.magics`).
+* registers the ``%tinycoro`` magic (:mod:`kernel_ext.magics`);
+* lets the rest of the cell that loads it ``await`` tinycoro awaitables too (IPython chose that
+  cell's runner before the extension existed; see ``Extension._hand_over_loading_cell``).
 
 Unloading stops the scheduler (cancelling what is left), restores the previous ``loop_runner``
 and ``autoawait``, removes the magic and leaves no tinycoro thread behind. Loading twice is a

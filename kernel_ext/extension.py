@@ -10,19 +10,22 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
-from typing import TYPE_CHECKING, Any, Iterator
+import traceback
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator
 
 import tinycoro as tc
+from tinycoro.core.checks import check_contexts, check_dispatch
 from tinycoro.core.engine import Engine
-from tinycoro.core.scheduler import DISPATCH
 
 from .runner import CellRunner
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dashboard import Refresher
 
-__all__ = ["Extension", "default_config", "start_scheduler", "signals_blocked"]
+__all__ = ["Extension", "default_config", "report_failure", "start_scheduler", "signals_blocked"]
 
 GUEST_RING_ENTRIES = 64  # a cell drives one coroutine; its ring never needs to be large
 STOP_TIMEOUT = 5.0  # seconds for cancelled tasks to unwind when the scheduler stops
@@ -36,15 +39,14 @@ def default_config() -> tuple[int | None, str]:
     kernelspec installer writes them into the kernel's environment when asked to.
     """
     raw = os.environ.get("TINYCORO_CONTEXTS", "").strip()
-    contexts: int | None = None
-    if raw:
-        try:
-            contexts = int(raw)
-        except ValueError:
-            raise ValueError(f"TINYCORO_CONTEXTS must be a positive int, got {raw!r}") from None
-    dispatch = os.environ.get("TINYCORO_DISPATCH", "").strip() or "round_robin"
-    if dispatch not in DISPATCH:
-        raise ValueError(f"TINYCORO_DISPATCH must be one of {DISPATCH}, got {dispatch!r}")
+    try:
+        contexts = check_contexts(int(raw)) if raw else None
+    except ValueError:  # not a number, or not positive
+        raise ValueError(f"TINYCORO_CONTEXTS must be a positive int, got {raw!r}") from None
+    try:
+        dispatch = check_dispatch(os.environ.get("TINYCORO_DISPATCH", "").strip() or "round_robin")
+    except ValueError as e:
+        raise ValueError(f"TINYCORO_DISPATCH: {e}") from None
     return contexts, dispatch
 
 
@@ -83,9 +85,44 @@ def signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def report_failure(task: tc.Task, exc: BaseException) -> None:
+    """The scheduler's ``failure_hook``: print the traceback of a task that failed while
+    nothing awaited it to ``sys.stderr``.
+
+    The core calls it on the task's context thread inside the task's ``contextvars.Context``
+    (rule 9). ipykernel keeps the cell's parent header in a ContextVar, so the traceback
+    lands in the cell that spawned the task (its stream is flushed within ~0.2 s), not in
+    whichever cell happens to run. It must never raise into the context.
+    """
+    try:
+        where = "" if task.context is None else f" on context {task.context}"
+        text = "".join(
+            [f"tinycoro: task {task.name!r} (id {task.id}){where} failed and nothing awaited it:\n"]
+            + traceback.format_exception(type(exc), exc, _from_user_code(exc.__traceback__))
+        )
+        sys.stderr.write(text)
+    except Exception:  # noqa: BLE001 - a closed or replaced stderr must not crash a context
+        pass
+
+
+def _from_user_code(tb: TracebackType | None) -> TracebackType | None:
+    """*tb* without its leading tinycoro frames (the engine's step that resumed the task), so
+    the traceback starts where the user's coroutine does; unchanged if nothing else is left."""
+    start = tb
+    while start is not None and _is_tinycoro(start.tb_frame.f_globals.get("__name__", "")):
+        start = start.tb_next
+    return start if start is not None else tb
+
+
+def _is_tinycoro(module: str) -> bool:
+    return module == "tinycoro" or module.startswith("tinycoro.")
+
+
 def start_scheduler(contexts: int | None, dispatch: str) -> tc.Scheduler:
-    """A started long-lived scheduler whose context threads never receive process signals."""
+    """A started long-lived scheduler whose context threads never receive process signals and
+    whose unawaited failures are printed (:func:`report_failure`)."""
     sched = tc.Scheduler(contexts, dispatch=dispatch)
+    sched.failure_hook = report_failure
     with signals_blocked():
         return sched.start()
 
@@ -96,9 +133,8 @@ class Extension:
     def __init__(self, shell: Any, contexts: int | None = None, dispatch: str = "round_robin") -> None:
         self.shell = shell
         self._lock = threading.Lock()  # guards scheduler swaps against the dashboard refresher
-        self.scheduler: tc.Scheduler | None = None
         self.refresher: "Refresher | None" = None
-        self.scheduler = start_scheduler(contexts, dispatch)
+        self.scheduler: tc.Scheduler = start_scheduler(contexts, dispatch)
         try:
             engine = Engine(None, self.scheduler, GUEST_RING_ENTRIES, guest=True)
         except BaseException:
@@ -110,6 +146,46 @@ class Extension:
         shell.autoawait = True
         self._previous_default = tc.get_default_scheduler()
         tc.set_default_scheduler(self.scheduler)
+        self._hand_over_loading_cell()
+
+    # -- the cell that loads the extension ------------------------------------------------------
+    def _hand_over_loading_cell(self) -> None:
+        """Let the rest of the cell that ran ``%load_ext tinycoro`` await tinycoro awaitables.
+
+        IPython picks a cell's runner before the cell runs (``InteractiveShell.run_cell`` asks
+        ``should_run_async`` and takes ``loop_runner``; ipykernel awaits ``run_cell_async`` on
+        its own asyncio loop while ``loop_runner`` is IPython's asyncio runner), so installing
+        :class:`CellRunner` here is too late for the cell that loads us. But that cell runs
+        its top-level statements one by one, each through ``shell.run_code(code,
+        async_=True)`` when it awaits. Until that cell ends (``post_run_cell``) we wrap
+        ``run_code``: a statement that awaits and is not already on a tinycoro task is handed
+        to the cell runner, which drives it to its end on this thread (blocking the foreign
+        loop, as any running cell does), with the same interrupt handling as every later cell.
+        """
+        shell = self.shell
+        original = shell.run_code  # the bound method (or whatever another extension put there)
+        had_own = "run_code" in shell.__dict__
+        runner = self.runner
+
+        async def run_code(code_obj: Any, result: Any = None, *, async_: bool = False) -> Any:
+            coro: Coroutine[Any, Any, Any] = original(code_obj, result, async_=async_)
+            if not async_ or tc.current_task() is not None or shell.loop_runner is not runner:
+                return await coro  # not awaiting, already on tinycoro, or we were unloaded
+            return runner(coro)
+
+        def restore(*_: Any) -> None:
+            if shell.__dict__.get("run_code") is run_code:
+                if had_own:
+                    shell.run_code = original
+                else:
+                    del shell.run_code  # back to the class's method
+            with contextlib.suppress(ValueError):
+                shell.events.unregister("post_run_cell", restore)
+            self._restore_run_code = None
+
+        shell.run_code = run_code
+        shell.events.register("post_run_cell", restore)
+        self._restore_run_code: Callable[[], None] | None = restore
 
     # -- scheduler lifetime (used by the %tinycoro magics) -------------------------------------
     @property
@@ -117,11 +193,21 @@ class Extension:
         return self.runner.engine
 
     def stop_scheduler(self, timeout: float = STOP_TIMEOUT) -> bool:
-        """Stop the default scheduler: cancel its tasks, join its threads. False if none ran."""
+        """Stop the default scheduler: cancel its tasks, join its threads. False if none ran.
+
+        Afterwards no scheduler is the default and the cell engine dispatches nowhere, so
+        ``tc.spawn`` in any cell fails with tinycoro's "no default scheduler is running"
+        message, which names ``%tinycoro restart``, rather than with a stopped scheduler's
+        "create a new Scheduler" (advice a notebook user cannot follow).
+        """
         with self._lock:
             sched, refresher = self.scheduler, self.refresher
             self.refresher = None
-        if sched is None or not sched.stats().running:
+        if tc.get_default_scheduler() is sched:
+            tc.set_default_scheduler(None)
+        if self.engine.scheduler is sched:
+            self.engine.scheduler = None
+        if not sched.stats().running:
             if refresher is not None:
                 refresher.stop()
             return False
@@ -135,14 +221,8 @@ class Extension:
     def restart(self, contexts: int | None = None, dispatch: str | None = None) -> tc.Scheduler:
         """Stop the current scheduler and start a new one (same settings unless given)."""
         old = self.scheduler
-        if contexts is None and old is not None:
-            contexts = old.contexts
-        if dispatch is None:
-            dispatch = old.dispatch if old is not None else "round_robin"
-        if contexts is not None and (isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1):
-            raise ValueError(f"contexts must be a positive int, got {contexts!r}")
-        if dispatch not in DISPATCH:
-            raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
+        contexts = check_contexts(old.contexts if contexts is None else contexts)
+        dispatch = check_dispatch(old.dispatch if dispatch is None else dispatch)
         self.stop_scheduler()
         new = start_scheduler(contexts, dispatch)
         with self._lock:
@@ -157,7 +237,7 @@ class Extension:
 
         with self._lock:
             sched = self.scheduler
-            if sched is None or not sched.stats().running:
+            if not sched.stats().running:
                 raise RuntimeError(
                     "the tinycoro scheduler is stopped; %tinycoro restart starts a new one"
                 )
@@ -169,12 +249,15 @@ class Extension:
     def close(self) -> None:
         """Undo everything :meth:`__init__` did; leaves no tinycoro thread running."""
         shell = self.shell
+        if self._restore_run_code is not None:
+            self._restore_run_code()
         loop_runner, autoawait = self._saved
         if shell.loop_runner is self.runner:
             shell.loop_runner = loop_runner
             shell.autoawait = autoawait
+        default = tc.get_default_scheduler()
         self.stop_scheduler()
-        if tc.get_default_scheduler() is self.scheduler:
+        if default is self.scheduler or default is None:
             previous = self._previous_default
             if previous is not None and not previous.stats().running:
                 previous = None

@@ -12,47 +12,40 @@ the kernel's environment as ``TINYCORO_CONTEXTS``/``TINYCORO_DISPATCH``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 from typing import Any, Sequence
 
-from tinycoro.core.scheduler import DISPATCH
+from tinycoro.core.checks import DISPATCH, check_contexts, check_dispatch
 
-__all__ = ["DEFAULT_NAME", "DISPLAY_NAME", "kernel_json", "install", "main"]
+__all__ = ["DEFAULT_NAME", "DISPLAY_NAME", "EXTRA_ARGUMENTS", "kernel_json", "install", "main"]
 
 DEFAULT_NAME = "tinycoro"
 DISPLAY_NAME = "Python 3 (tinycoro)"
+EXTRA_ARGUMENTS = ["--ext=tinycoro"]  # appended to ipykernel's own launch command
+
+
+def _overrides(display_name: str, contexts: int | None, dispatch: str | None) -> dict[str, Any]:
+    """What the tinycoro kernelspec changes in ipykernel's: the name, and the environment that
+    configures the default scheduler (validated here, before anything is written)."""
+    env = {}
+    if contexts is not None:
+        env["TINYCORO_CONTEXTS"] = str(check_contexts(contexts))
+    if dispatch is not None:
+        env["TINYCORO_DISPATCH"] = check_dispatch(dispatch)
+    return {"display_name": display_name, **({"env": env} if env else {})}
 
 
 def kernel_json(
-    display_name: str = DISPLAY_NAME,
-    contexts: int | None = None,
-    dispatch: str | None = None,
-    python: str | None = None,
+    display_name: str = DISPLAY_NAME, contexts: int | None = None, dispatch: str | None = None
 ) -> dict[str, Any]:
-    """The kernel.json contents of the tinycoro kernelspec."""
-    spec: dict[str, Any] = {
-        "argv": [
-            python or sys.executable,
-            "-m",
-            "ipykernel_launcher",
-            "-f",
-            "{connection_file}",
-            "--ext=tinycoro",
-        ],
-        "display_name": display_name,
-        "language": "python",
-        "metadata": {"debugger": True},
-    }
-    env = {}
-    if contexts is not None:
-        env["TINYCORO_CONTEXTS"] = str(contexts)
-    if dispatch is not None:
-        env["TINYCORO_DISPATCH"] = dispatch
-    if env:
-        spec["env"] = env
+    """The kernel.json contents of the tinycoro kernelspec: ipykernel's spec for this
+    interpreter (``ipykernel.kernelspec.get_kernel_dict``) plus ``--ext=tinycoro``."""
+    from ipykernel.kernelspec import get_kernel_dict
+
+    spec = get_kernel_dict(extra_arguments=EXTRA_ARGUMENTS)
+    spec.update(_overrides(display_name, contexts, dispatch))
     return spec
 
 
@@ -65,30 +58,17 @@ def install(
     contexts: int | None = None,
     dispatch: str | None = None,
 ) -> str:
-    """Write the kernelspec and install it with jupyter_client; return the installed path."""
+    """Write the kernelspec with ipykernel's writer (kernel.json and logos) and install it with
+    jupyter_client; return the installed path."""
+    from ipykernel.kernelspec import write_kernel_spec
     from jupyter_client.kernelspec import KernelSpecManager
 
+    overrides = _overrides(display_name, contexts, dispatch)
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, name)
-        os.mkdir(path)
-        with open(os.path.join(path, "kernel.json"), "w", encoding="utf-8") as f:
-            json.dump(kernel_json(display_name, contexts, dispatch), f, indent=1)
-            f.write("\n")
-        _copy_logos(path)
+        path = write_kernel_spec(
+            os.path.join(tmp, name), overrides=overrides, extra_arguments=EXTRA_ARGUMENTS
+        )
         return KernelSpecManager().install_kernel_spec(path, name, user=user, prefix=prefix)
-
-
-def _copy_logos(dest: str) -> None:
-    """Reuse ipykernel's Python logos so the launcher shows an icon (best effort)."""
-    try:
-        import shutil
-
-        from ipykernel.kernelspec import RESOURCES
-    except ImportError:  # pragma: no cover
-        return
-    for fname in os.listdir(RESOURCES):
-        if fname.startswith("logo-"):
-            shutil.copy(os.path.join(RESOURCES, fname), dest)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,18 +91,19 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "install":
-        if args.contexts is not None and args.contexts < 1:
-            print("--contexts must be a positive int", file=sys.stderr)
-            return 2
         prefix = sys.prefix if args.sys_prefix else args.prefix
-        path = install(
-            args.name,
-            user=args.user,
-            prefix=prefix,
-            display_name=args.display_name,
-            contexts=args.contexts,
-            dispatch=args.dispatch,
-        )
+        try:
+            path = install(
+                args.name,
+                user=args.user,
+                prefix=prefix,
+                display_name=args.display_name,
+                contexts=args.contexts,
+                dispatch=args.dispatch,
+            )
+        except ValueError as e:  # from tinycoro.core.checks, before anything was written
+            print(f"--contexts/--dispatch: {e}", file=sys.stderr)
+            return 2
         print(f"Installed kernelspec {args.name!r} ({args.display_name}) in {path}")
         return 0
     from jupyter_client.kernelspec import KernelSpecManager

@@ -1,23 +1,39 @@
-"""``%tinycoro`` line magic: ``status`` (default) | ``dashboard`` | ``restart [-n N] [--dispatch D]``
-| ``stop``."""
+"""``%tinycoro`` line magic: ``status`` (default) | ``tasks`` | ``dashboard`` |
+``restart [-n N] [--dispatch D]`` | ``stop``."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any, Callable, NoReturn
+import time
+from typing import Any, Callable, Sequence
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments
 
 import tinycoro as tc
-from tinycoro.core.scheduler import DISPATCH
+from tinycoro.core.checks import DISPATCH
 
 from .extension import Extension
 
-__all__ = ["TinycoroMagics", "format_status"]
+__all__ = ["TinycoroMagics", "format_status", "format_tasks"]
+
+COMMANDS = ("status", "tasks", "dashboard", "restart", "stop")
 
 _HEAD = ("ctx", "busy", "queued", "io_pending", "io_inflight", "parked", "tasks_run", "flag", "state")
+
+
+def _table(rows: Sequence[Sequence[str]], left: frozenset[int] = frozenset()) -> list[str]:
+    """Rows of cells as aligned text lines: numbers right-aligned, the *left* columns (text)
+    left-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
+        ).rstrip()
+        for r in rows
+    ]
 
 
 def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
@@ -28,7 +44,7 @@ def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
     lines = [
         (
             f"tinycoro scheduler: {len(stats.contexts)} contexts{how}, {state}, {accepting}, "
-            f"stop token {stats.stop_token}"
+            f"stop token {stats.stop_token}, {stats.failed} failed"
         )
     ]
     rows = [_HEAD]
@@ -46,32 +62,40 @@ def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
                 "asleep" if c.sleeping else "awake",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
-    for r in rows:
-        lines.append("  ".join(v.rjust(w) for v, w in zip(r, widths)).rstrip())
+    lines += _table(rows)
+    lines.append(
+        "tasks_run counts tasks that finished on the context; failed counts failures nobody "
+        "awaited (%tinycoro tasks lists them)"
+    )
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports errors as IPython UsageErrors instead of exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(f"%tinycoro: {message}\n{self.format_usage()}")
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise UsageError(message or self.format_usage())
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
 
 
-def _parser() -> _Parser:
-    p = _Parser(prog="%tinycoro", description="Inspect and control the notebook's tinycoro scheduler.")
-    sub = p.add_subparsers(dest="command", parser_class=_Parser)
-    sub.add_parser("status", help="print a table of per-context load (the default)")
-    sub.add_parser("dashboard", help="show a live dashboard widget")
-    r = sub.add_parser("restart", help="stop the scheduler (cancelling its tasks) and start a new one")
-    r.add_argument("-n", "--contexts", type=int, default=None, help="number of contexts")
-    r.add_argument("--dispatch", choices=DISPATCH, default=None, help="dispatch policy")
-    sub.add_parser("stop", help="stop the scheduler, cancelling its tasks")
-    return p
+def format_tasks(tasks: Sequence[tc.TaskInfo], failures: Sequence[tc.FailureInfo]) -> str:
+    """Live tasks, then recent failures, as plain text (what ``%tinycoro tasks`` prints)."""
+    lines = [f"tinycoro: {len(tasks)} live task{'s' if len(tasks) != 1 else ''}"]
+    if tasks:
+        rows = [("id", "name", "ctx", "state", "age", "waits on")]
+        for t in tasks:
+            ctx = "cell" if t.context is None else str(t.context)
+            rows.append((str(t.id), t.name, ctx, t.state, _age(t.age), t.waits_on))
+        lines += _table(rows, left=frozenset({1, 3, 5}))
+    if failures:
+        lines.append(f"recent failures nobody awaited ({len(failures)}):")
+        rows = [("id", "name", "ctx", "when", "error")]
+        for f in failures:
+            ctx = "cell" if f.context is None else str(f.context)
+            when = time.strftime("%H:%M:%S", time.localtime(f.when))
+            rows.append((str(f.id), f.name, ctx, when, f.error))
+        lines += _table(rows, left=frozenset({1, 4}))
+    return "\n".join(lines)
 
 
 @magics_class
@@ -82,28 +106,52 @@ class TinycoroMagics(Magics):
         super().__init__(shell)
         self.ext = ext
 
+    # IPython's magic_arguments builds one flat argparse parser from these decorators, and the
+    # magic's help (``%tinycoro?``) from it. The commands take at most two options, both for
+    # ``restart``, so one flat parser plus a check that the options came with ``restart`` is
+    # simpler than argparse subparsers (which magic_arguments cannot declare).
+    @magic_arguments()
+    @argument(
+        "command", nargs="?", default="status", choices=COMMANDS,
+        help="status: per-context load; tasks: live tasks and recent failures; dashboard: a "
+        "live widget; restart: stop the scheduler (cancelling its tasks) and start a new one; "
+        "stop: stop the scheduler, cancelling its tasks (default: status)",
+    )
+    @argument("-n", "--contexts", type=int, default=None, help="restart: number of contexts")
+    @argument("--dispatch", choices=DISPATCH, default=None, help="restart: dispatch policy")
+    @argument("-h", "--help", action="store_true", help="show this help")
     @line_magic
     def tinycoro(self, line: str = "") -> Any:
-        """%tinycoro [status | dashboard | restart [-n N] [--dispatch D] | stop]
-
-        status     print a table of per-context load and the stop-token state
-        dashboard  show a live widget of the same (needs ipywidgets)
-        restart    stop the scheduler (cancelling its tasks) and start a new one
-        stop       stop the scheduler, cancelling its tasks
-        """
+        """Inspect and control the notebook's tinycoro scheduler."""
+        parser = self.tinycoro.parser
         try:
-            args = _parser().parse_args(shlex.split(line))
+            # comments=True: IPython hands a trailing "# comment" to the magic with its arguments
+            argv = shlex.split(line, comments=True)
         except ValueError as e:  # unbalanced quotes
             raise UsageError(f"%tinycoro: {e}") from None
-        command: Callable[[argparse.Namespace], Any] = getattr(self, f"_{args.command or 'status'}")
+        try:
+            args = parser.parse_args(argv)
+        except UsageError as e:
+            raise UsageError(f"%tinycoro: {e}\n{parser.format_usage()}") from None
+        if args.help:
+            # magic_arguments formats help as an RST literal block for %tinycoro? ("::")
+            print(parser.format_help().removeprefix("::\n\n"), end="")
+            return None
+        if args.command != "restart" and (args.contexts is not None or args.dispatch is not None):
+            raise UsageError(f"%tinycoro: -n and --dispatch go with restart, not {args.command}")
+        command: Callable[[argparse.Namespace], Any] = getattr(self, f"_{args.command}")
         return command(args)
 
     def _status(self, args: argparse.Namespace) -> None:
         sched = self.ext.scheduler
-        if sched is None:
-            print("tinycoro: no scheduler; %tinycoro restart starts one")
-            return
-        print(format_status(sched.stats(), sched.dispatch))
+        stats = sched.stats()
+        print(format_status(stats, sched.dispatch))
+        if not stats.running:
+            print("(stopped: %tinycoro restart starts a new scheduler)")
+
+    def _tasks(self, args: argparse.Namespace) -> None:
+        sched = self.ext.scheduler
+        print(format_tasks(sched.tasks(), sched.failures()))
         if not sched.stats().running:
             print("(stopped: %tinycoro restart starts a new scheduler)")
 
@@ -114,9 +162,10 @@ class TinycoroMagics(Magics):
             raise UsageError(f"%tinycoro dashboard: {e}") from None
 
     def _restart(self, args: argparse.Namespace) -> None:
-        if args.contexts is not None and args.contexts < 1:
-            raise UsageError("%tinycoro restart: -n must be a positive number of contexts")
-        sched = self.ext.restart(args.contexts, args.dispatch)
+        try:
+            sched = self.ext.restart(args.contexts, args.dispatch)
+        except ValueError as e:  # the one check of contexts/dispatch, in tinycoro.core.checks
+            raise UsageError(f"%tinycoro restart: {e}") from None
         print(f"tinycoro: restarted with {sched.contexts} contexts ({sched.dispatch})")
 
     def _stop(self, args: argparse.Namespace) -> None:

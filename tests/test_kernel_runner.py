@@ -244,9 +244,8 @@ def test_sigint_handler_takes_no_lock(sh):
     it must only queue work for the engine, never take a lock itself."""
     sh.user_ns["runner"] = kernel_ext.get_extension(sh).runner
     res = sh.run_cell(
-        "from tinycoro.core.task import _join_lock\n"
         "await tc.sleep(0)\n"
-        "with _join_lock:\n"
+        "with tc.current_task()._lock:\n"
         "    runner._on_sigint(signal.SIGINT, None)  # as if the signal landed right here\n"
         "try:\n"
         "    await tc.sleep(30)\n"

@@ -43,6 +43,7 @@ def shell(monkeypatch):
 @pytest.fixture
 def loaded(shell):
     shell.run_line_magic("load_ext", "tinycoro")
+    shell.run_cell("import tinycoro as tc")  # each test can run alone
     return shell
 
 
@@ -121,14 +122,125 @@ def test_contexts_from_environment(shell, monkeypatch):
     assert (sched.contexts, sched.dispatch) == (1, "least_loaded")
 
 
-def test_bad_environment_fails_the_load_with_a_clear_error(shell, monkeypatch):
-    monkeypatch.setenv("TINYCORO_CONTEXTS", "many")
-    with pytest.raises(ValueError, match="TINYCORO_CONTEXTS"):
+@pytest.mark.parametrize(
+    "name, value", [("TINYCORO_CONTEXTS", "many"), ("TINYCORO_CONTEXTS", "0"), ("TINYCORO_DISPATCH", "random")]
+)
+def test_bad_environment_fails_the_load_with_a_clear_error(shell, monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
         kernel_ext.load_ipython_extension(shell)
     assert kernel_ext.get_extension(shell) is None and _no_tinycoro_threads() == []
 
 
-# -- %tinycoro status / restart / stop --------------------------------------------------------
+def test_load_ext_and_await_in_the_same_cell(shell):
+    # IPython chose its asyncio runner for this cell before %load_ext ran
+    assert "asyncio" in str(shell.loop_runner) and shell.autoawait
+    res = shell.run_cell(
+        "%load_ext tinycoro\n"
+        "import tinycoro as tc\n"
+        "await tc.sleep(0.01)\n"
+        "async def on_a_tinycoro_task():\n"
+        "    return tc.current_task() is not None\n"
+        "(await tc.spawn(on_a_tinycoro_task()), await on_a_tinycoro_task())"
+    )
+    assert res.success, res.error_in_exec
+    assert res.result == (True, True)
+    assert "run_code" not in shell.__dict__  # the hand-over ended with the loading cell
+    assert run_ok(shell, "await tc.sleep(0); 'next'") == "next"
+
+
+def test_a_failing_await_in_the_loading_cell_shows_its_error(shell):
+    res = shell.run_cell("%load_ext tinycoro\nimport tinycoro as tc\nawait tc.sleep(0)\n{}['missing']")
+    assert isinstance(res.error_in_exec, KeyError)
+    res = shell.run_cell("await tc.io.read_file('/nonexistent/tinycoro')")
+    assert isinstance(res.error_in_exec, FileNotFoundError)
+
+
+# -- %tinycoro help, comments, status / tasks / restart / stop ----------------------------------
+def test_help_is_printed_once(loaded, capsys):
+    for line in ("-h", "--help", "restart -h"):
+        assert loaded.run_line_magic("tinycoro", line) is None
+        out = capsys.readouterr().out
+        assert out.count("%tinycoro [") == 1 and out.count("positional arguments") == 1, out
+        for command in ("status", "tasks", "dashboard", "restart", "stop"):
+            assert command in out
+
+
+def test_a_trailing_comment_is_not_an_argument(loaded, capsys):
+    loaded.run_line_magic("tinycoro", "status   # per-context load")
+    assert capsys.readouterr().out.startswith("tinycoro scheduler:")
+    res = loaded.run_cell("%tinycoro restart -n 1   # one context is enough here")
+    assert res.success, res.error_in_exec
+    assert kernel_ext.get_extension(loaded).scheduler.contexts == 1
+
+
+def test_status_says_what_tasks_run_and_failed_count(loaded, capsys):
+    loaded.run_line_magic("tinycoro", "status")
+    out = capsys.readouterr().out
+    assert ", 0 failed" in out.splitlines()[0]
+    assert "tasks_run counts tasks that finished" in out
+
+
+def test_tasks_lists_live_tasks_and_recent_failures(loaded, capsys):
+    run_ok(
+        loaded,
+        "gate = tc.Event()\n"
+        "async def waiter():\n"
+        "    await gate.wait()\n"
+        "async def doomed():\n"
+        "    raise ValueError('boom')\n"
+        "w = tc.spawn(waiter(), name='gate-waiter')\n"
+        "d = tc.spawn(doomed(), name='doomed')\n",
+    )
+    sched = kernel_ext.get_extension(loaded).scheduler
+    wait_until(lambda: sched.stats().failed == 1, what="the failure to be counted")
+    wait_until(
+        lambda: any(i.name == "gate-waiter" and i.state == "parked" for i in sched.tasks()),
+        what="the waiter to park",
+    )
+    capsys.readouterr()
+    loaded.run_line_magic("tinycoro", "tasks")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "tinycoro: 1 live task"
+    assert out[1].split() == ["id", "name", "ctx", "state", "age", "waits", "on"]
+    [row] = [line for line in out if "gate-waiter" in line]
+    assert row.split()[3] == "parked" and row.endswith("<Event unset waiters=1>")
+    i = out.index("recent failures nobody awaited (1):")
+    assert out[i + 1].split() == ["id", "name", "ctx", "when", "error"]
+    assert "doomed" in out[i + 2] and out[i + 2].endswith("ValueError: boom")
+    assert isinstance(loaded.run_cell("await d").error_in_exec, ValueError)  # still raises
+    run_ok(loaded, "gate.set()\nawait w")
+    loaded.run_line_magic("tinycoro", "tasks")
+    assert "tinycoro: 0 live tasks\n" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("contexts", [None, 1, 2, 4])
+def test_a_failure_nobody_awaits_prints_its_traceback_at_once(loaded, capsys, contexts):
+    if contexts is not None:  # every scheduler the extension starts reports its failures
+        loaded.run_line_magic("tinycoro", f"restart -n {contexts}")
+    run_ok(
+        loaded,
+        "async def doomed():\n"
+        "    await tc.sleep(0)\n"
+        "    raise ValueError('boom in the background')\n"
+        "d = tc.spawn(doomed(), name='doomed')",
+    )
+    err = ""
+
+    def reported() -> bool:
+        nonlocal err
+        err += capsys.readouterr().err  # written by the hook on the context thread
+        return err.endswith("ValueError: boom in the background\n")
+
+    wait_until(reported, what="the failure's traceback on stderr")
+    head, tb = err.split("\n", 1)
+    assert head.startswith("tinycoro: task 'doomed' (id ") and "failed and nothing awaited it:" in head
+    assert tb.startswith("Traceback (most recent call last):\n")
+    assert "in doomed" in tb and "tinycoro" not in tb  # starts at the user's coroutine
+    assert kernel_ext.get_extension(loaded).scheduler.stats().failed == 1
+    assert isinstance(loaded.run_cell("await d").error_in_exec, ValueError)  # still raises
+
+
 def test_status_prints_a_table(loaded, capsys):
     loaded.run_line_magic("tinycoro", "status")
     out = capsys.readouterr().out.splitlines()
@@ -136,7 +248,8 @@ def test_status_prints_a_table(loaded, capsys):
     assert out[1].split() == [
         "ctx", "busy", "queued", "io_pending", "io_inflight", "parked", "tasks_run", "flag", "state",
     ]
-    assert [line.split()[0] for line in out[2:]] == ["0", "1"]
+    assert [line.split()[0] for line in out[2:4]] == ["0", "1"]
+    assert out[4].startswith("tasks_run counts tasks that finished") and len(out) == 5
     loaded.run_line_magic("tinycoro", "")  # no subcommand means status
     assert capsys.readouterr().out.startswith("tinycoro scheduler:")
 
@@ -144,7 +257,7 @@ def test_status_prints_a_table(loaded, capsys):
 def test_status_counts_tasks_run(loaded, capsys):
     run_ok(loaded, "_ = await tc.when_all(*(tc.spawn(tc.sleep(0)) for _ in range(10)))")
     loaded.run_line_magic("tinycoro", "status")
-    rows = capsys.readouterr().out.splitlines()[2:]
+    rows = capsys.readouterr().out.splitlines()[2:4]
     assert sum(int(r.split()[6]) for r in rows) >= 10
 
 
@@ -166,7 +279,11 @@ def test_restart_with_contexts_and_dispatch(loaded, capsys):
 
 
 @pytest.mark.parametrize(
-    "line", ["restart -n 0", "restart --dispatch random", "restart -n x", "bogus", "status 'unbalanced"]
+    "line",
+    [
+        "restart -n 0", "restart --dispatch random", "restart -n x", "bogus", "status 'unbalanced",
+        "status -n 2", "tasks --dispatch least_loaded", "stop --bogus",
+    ],
 )
 def test_bad_arguments_are_usage_errors(loaded, line):
     sched = kernel_ext.get_extension(loaded).scheduler
@@ -187,8 +304,10 @@ def test_stop_then_restart(loaded, capsys):
     assert "was not running" in capsys.readouterr().out
     # awaiting still works (the cell has its own engine); spawning says why it cannot
     assert run_ok(loaded, "await tc.sleep(0.01); 'still awaits'") == "still awaits"
-    res = loaded.run_cell("tc.spawn(tc.sleep(0))")
-    assert isinstance(res.error_in_exec, RuntimeError) and "stopped" in str(res.error_in_exec)
+    for cell in ("tc.spawn(tc.sleep(0))", "await tc.sleep(0)\ntc.spawn(tc.sleep(0))"):
+        res = loaded.run_cell(cell)  # a plain cell, and an awaiting one (on the cell engine)
+        assert isinstance(res.error_in_exec, RuntimeError)
+        assert "%tinycoro restart" in str(res.error_in_exec), res.error_in_exec
     loaded.run_line_magic("tinycoro", "restart -n 2")
     assert ext.scheduler.stats().running
     assert run_ok(loaded, "await tc.spawn(tc.sleep(0.01)); 'back'") == "back"

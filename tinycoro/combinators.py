@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Coroutine
 
 from .core.errors import Cancelled
 from .core.local import _local
-from .core.runtime import sleep, spawn
+from .core.runtime import sleep, spawn, spawn_watched
 from .core.task import Task
 from .sync._interrupts import ScopeSignal, keep_one
 from .sync._lot import _describe
@@ -227,14 +227,19 @@ class TaskGroup(_Scope):
                     coro.close()
                 state = "has not been entered" if self._state is _IDLE else "has finished"
                 raise RuntimeError(f"TaskGroup.spawn(): the group {state}")
-            if task is None:
-                task = spawn(coro, name=name)
+            on_done = self._on_done if report else self._on_done_quietly
+            adopted = task is not None
+            if not adopted:
+                # Watched from birth: a child that fails at once is the group's to report,
+                # never an unobserved failure. Its callback needs our lock, so it runs after.
+                task = spawn_watched(coro, on_done, name=name)
             self._children.add(task)
             cancelling = self._cancelling
         if cancelling:
             task.cancel()
-        # Outside the lock: the callback runs at once if the child has already finished.
-        task._add_done_callback(self._on_done if report else self._on_done_quietly)
+        if adopted:
+            # Outside the lock: the callback runs at once if the task has already finished.
+            task._add_done_callback(on_done)
         return task
 
     def _on_done_quietly(self, task: Task) -> None:

@@ -1,25 +1,53 @@
-"""Files through the current context's io_uring ring: open, read, write, fsync, close.
+"""Files through the current context's io_uring ring: open, read, write, fsync, close, stat,
+rename, unlink, mkdir, and O_DIRECT with page-aligned buffers.
 
 Every operation is one SQE on the ring of the context that runs the awaiting task. A cancelled
 read keeps its buffer alive inside its :class:`~tinycoro.core.traps.Op` until the kernel has
 posted the completion, so no buffer is ever freed while the kernel may still write into it.
+Closing a file fails the reads and writes other tasks still await on it with
+``tc.ClosedResourceError`` (see :mod:`tinycoro.closing`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import math
+import mmap
 import os
 from typing import Any, Union
 
 from . import uring
+from .closing import PendingOps, close_fd
+from .core.checks import check_int, is_int
 from .core.traps import Op, perform
 
-__all__ = ["AsyncFile", "open", "read_file", "write_file"]
+__all__ = [
+    "AsyncFile",
+    "aligned_buffer",
+    "mkdir",
+    "open",
+    "read_file",
+    "rename",
+    "rmdir",
+    "stat",
+    "unlink",
+    "write_file",
+]
 
 PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 _AT_FDCWD = -100
+_AT_SYMLINK_NOFOLLOW = 0x100
 _CURRENT_POSITION = (1 << 64) - 1  # offset -1 as the kernel's u64: "use the file position"
 _READ_CHUNK = 1 << 20
+_LINE_CHUNK = 1 << 16
+# The kernel's limits: one read/write moves at most MAX_RW_COUNT bytes (INT_MAX rounded down to
+# a page), and file offsets are a signed 64-bit loff_t. Larger values are refused at the call.
+MAX_RW = 0x7FFFF000
+MAX_OFFSET = (1 << 63) - 1
+# O_DIRECT: buffer address, size and offset must be multiples of the device's logical block
+# size (512 or 4096 here); requiring the page size satisfies every device.
+DIRECT_ALIGN = mmap.PAGESIZE
 
 
 def _flags_for(mode: str) -> tuple[int, bool, bool, bool]:
@@ -59,35 +87,118 @@ def _as_bytes_view(data: Any, what: str) -> memoryview:
     return view
 
 
+def _writable_view(buf: Any, what: str) -> memoryview:
+    """A flat byte view of a writable buffer; TypeError for str, read-only or non-buffers."""
+    view = _as_bytes_view(buf, what)
+    if view.readonly:
+        raise TypeError(f"{what}() needs a writable buffer (bytearray, memoryview, array), "
+                        f"got a read-only {type(buf).__name__}")
+    return view
+
+
 def _check_size(size: Any, what: str) -> int:
-    if isinstance(size, bool) or not isinstance(size, int):
+    if not is_int(size):
         raise TypeError(f"{what} must be an int, got {size!r}")
     return size
 
 
 def _check_offset(offset: Any) -> int:
-    offset = _check_size(offset, "offset")
-    if offset < 0:
-        raise ValueError(f"offset must be >= 0, got {offset}")
-    return offset
+    return check_int("offset", offset, min=0, max=MAX_OFFSET)
+
+
+def _path_bytes(path: Any, what: str = "path") -> bytes:
+    try:
+        raw = os.fsencode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"{what} must be str, bytes or os.PathLike, got {path!r}") from None
+    if b"\0" in raw:
+        raise ValueError(f"embedded null byte in {what}")
+    return raw
+
+
+class _PyBuffer(ctypes.Structure):
+    # The C Py_buffer (stable ABI since 3.3): only used to read the address of a buffer.
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("suboffsets", ctypes.c_void_p),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = (ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int)
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = (ctypes.POINTER(_PyBuffer),)
+
+
+def _address(view: memoryview) -> int:
+    """The memory address of *view*'s first byte (read-only buffers included)."""
+    pb = _PyBuffer()
+    _get_buffer(view, ctypes.byref(pb), 0)
+    try:
+        return pb.buf or 0
+    finally:
+        _release_buffer(ctypes.byref(pb))
+
+
+def _check_direct(view: memoryview | None, size: int, offset: int) -> None:
+    a = DIRECT_ALIGN
+    if view is not None and _address(view) % a:
+        raise ValueError(f"direct=True: the buffer's address must be aligned to {a} bytes; "
+                         "use tc.io.aligned_buffer(size)")
+    if size % a:
+        raise ValueError(f"direct=True: the size must be a multiple of {a} bytes, got {size}")
+    if offset % a:
+        raise ValueError(f"direct=True: the offset must be a multiple of {a} bytes, got {offset}")
+
+
+def aligned_buffer(size: int) -> memoryview:
+    """A zero-filled, page-aligned, writable buffer of *size* bytes, for ``direct=True`` files.
+
+    Anonymous ``mmap`` memory starts on a page boundary; the view keeps the mapping alive.
+    """
+    check_int("size", size, min=1, max=MAX_RW)
+    return memoryview(mmap.mmap(-1, size))
+
+
+def _closed_file_error(name: str) -> Any:
+    return lambda: ValueError(f"I/O operation on closed file {name!r}")
 
 
 class AsyncFile:
     """A file opened with :func:`open`. Reads and writes go through io_uring.
 
-    ``read``/``write`` use and advance the file's own position, as a built-in file does;
-    ``read_at``/``write_at`` take an explicit offset and leave the position alone, so many
-    tasks can use one file at once.
+    ``read``/``write``/``readinto`` use and advance the file's own position, as a built-in file
+    does; ``read_at``/``write_at``/``readinto_at`` take an explicit offset and leave the
+    position alone, so many tasks can use one file at once. ``async for line in f`` yields
+    binary lines like a built-in binary file.
     """
 
-    def __init__(self, fd: int, name: str, mode: str, readable: bool, writable: bool, append: bool):
+    def __init__(
+        self, fd: int, name: str, mode: str, readable: bool, writable: bool, append: bool,
+        direct: bool = False,
+    ):
         self._fd = fd
         self.name = name
         self.mode = mode
+        self.direct = direct
         self._readable = readable
         self._writable = writable
         self._append = append
         self._pos = 0
+        self._ops = PendingOps(_closed_file_error(name))
+        # Read-ahead for readline: bytes of the file starting at offset _lstart. Any write
+        # through this object drops it, so it never shows stale content of its own writes.
+        self._lbuf = b""
+        self._lstart = 0
 
     def __repr__(self) -> str:
         state = "closed" if self._fd < 0 else f"fd={self._fd}"
@@ -105,55 +216,134 @@ class AsyncFile:
         if self._fd < 0:
             raise ValueError(f"I/O operation on closed file {self.name!r}")
 
-    # -- reading -------------------------------------------------------------------------------
-    async def read(self, size: int = -1) -> bytes:
-        """Up to *size* bytes from the current position; everything up to EOF if size < 0."""
-        size = _check_size(size, "size")
+    def _check_readable(self) -> None:
         self._check_open()
         if not self._readable:
             raise OSError(9, f"file {self.name!r} is not open for reading")
+
+    # -- reading -------------------------------------------------------------------------------
+    async def read(self, size: int = -1) -> bytes:
+        """Up to *size* bytes from the current position; everything up to EOF if size < 0."""
+        size = check_int("size", size, max=MAX_OFFSET)
+        self._check_readable()
         if size >= 0:
             data = await self._pread(size, self._pos)
             self._pos += len(data)
             return data
         chunks = []
-        hint = max(os.fstat(self._fd).st_size - self._pos, 0)
-        want = min(max(hint + 1, 4096), _READ_CHUNK) if hint else 65536
+        if self.direct:
+            want = _READ_CHUNK
+        else:
+            hint = max(os.fstat(self._fd).st_size - self._pos, 0)
+            want = min(max(hint + 1, 4096), _READ_CHUNK) if hint else 65536
         while True:
             data = await self._pread(want, self._pos)
             if not data:
                 break
             chunks.append(data)
             self._pos += len(data)
+            if self.direct and len(data) < want:
+                break  # short O_DIRECT read: EOF (the next offset would be unaligned)
             want = _READ_CHUNK
         return b"".join(chunks)
 
     async def read_at(self, size: int, offset: int) -> bytes:
         """Up to *size* bytes at *offset*; short only at EOF."""
-        size = _check_size(size, "size")
-        if size < 0:
-            raise ValueError(f"read_at size must be >= 0, got {size}")
+        size = check_int("size", size, min=0, max=MAX_OFFSET)
         offset = _check_offset(offset)
-        self._check_open()
+        self._check_readable()
         return await self._pread(size, offset)
+
+    async def readinto(self, buf: Any) -> int:
+        """Read into *buf* (any writable buffer) from the current position; 0 at EOF."""
+        view = _writable_view(buf, "readinto")
+        self._check_readable()
+        n = await self._read_into(view, self._pos)
+        self._pos += n
+        return n
+
+    async def readinto_at(self, buf: Any, offset: int) -> int:
+        """Read into *buf* from *offset*, straight from the kernel (no copy); 0 at EOF."""
+        view = _writable_view(buf, "readinto_at")
+        offset = _check_offset(offset)
+        self._check_readable()
+        return await self._read_into(view, offset)
 
     async def _pread(self, size: int, offset: int) -> bytes:
         if size == 0:
+            if self.direct:
+                _check_direct(None, 0, offset)
             return b""
-        buf = bytearray(size)
-        # One read almost always fills the buffer (page cache); the loop is for short reads.
-        got = await perform(Op(uring.prep_read, self._fd, buf, size, offset))
-        if got == size:
+        if self.direct:
+            _check_direct(None, size, offset)
+            buf = aligned_buffer(size)
+        else:
+            # bytearray(n) is calloc'd: large ones come as untouched zero pages, so the one
+            # real copy is bytes() below (a bytes object cannot be filled in place).
+            buf = bytearray(size)
+        got = await self._read_into(memoryview(buf), offset, checked=True)
+        if got == size and not self.direct:
             return bytes(buf)
-        if got == 0:
-            return b""
-        view = memoryview(buf)
+        return bytes(buf[:got])
+
+    async def _read_into(self, view: memoryview, offset: int, checked: bool = False) -> int:
+        """Fill *view* from *offset*; short only at EOF. The kernel writes into *view*."""
+        size = len(view)
+        if size == 0:
+            return 0
+        direct = self.direct
+        if direct and not checked:
+            _check_direct(view, size, offset)
+        ops = self._ops
+        got = 0
+        # One read almost always fills the buffer (page cache); the loop is for short reads
+        # and for buffers beyond what one read(2) moves.
         while got < size:
-            n = await perform(Op(uring.prep_read, self._fd, view[got:], size - got, offset + got))
+            want = min(size - got, MAX_RW)
+            n = await ops.perform(
+                Op(uring.prep_read, self._fd, view[got:] if got else view, want, offset + got)
+            )
             if n == 0:
                 break
             got += n
-        return bytes(view[:got]) if got != size else bytes(buf)
+            if direct and n < want:
+                break
+        return got
+
+    async def readline(self) -> bytes:
+        """The next line from the current position, with its ``b"\\n"``; ``b""`` at EOF."""
+        self._check_readable()
+        pos = self._pos
+        buf, start = self._lbuf, self._lstart
+        if not start <= pos <= start + len(buf):
+            buf, start = b"", pos
+        i = scan = pos - start
+        while True:
+            nl = buf.find(b"\n", scan)
+            if nl >= 0:
+                end = nl + 1
+                break
+            chunk = await self._pread(_LINE_CHUNK, start + len(buf))
+            if not chunk:
+                end = len(buf)
+                break
+            if i:  # drop what earlier lines consumed before growing the buffer
+                buf, start, i = buf[i:], start + i, 0
+            scan = len(buf)  # only the new chunk can hold the newline
+            buf += chunk
+        line = buf[i:end]
+        self._lbuf, self._lstart = buf, start
+        self._pos = start + end
+        return line
+
+    def __aiter__(self) -> "AsyncFile":
+        return self
+
+    async def __anext__(self) -> bytes:
+        line = await self.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line
 
     # -- writing -------------------------------------------------------------------------------
     async def write(self, data: Any) -> int:
@@ -178,23 +368,35 @@ class AsyncFile:
 
     async def _pwrite(self, view: memoryview, offset: int) -> int:
         total = len(view)
+        self._lbuf = b""
+        if self.direct and total:
+            _check_direct(view, total, 0 if offset == _CURRENT_POSITION else offset)
+        ops = self._ops
         done = 0
         while done < total:
             chunk = view[done:]
             off = offset if offset == _CURRENT_POSITION else offset + done
-            done += await perform(Op(uring.prep_write, self._fd, chunk, total - done, off))
+            done += await ops.perform(
+                Op(uring.prep_write, self._fd, chunk, min(total - done, MAX_RW), off)
+            )
         return total
 
     async def fsync(self) -> None:
         self._check_open()
-        await perform(Op(uring.prep_fsync, self._fd, 0))
+        await self._ops.perform(Op(uring.prep_fsync, self._fd, 0))
 
     async def close(self) -> None:
-        """Close the file descriptor (an io_uring close). Closing twice is a no-op."""
-        if self._fd < 0:
+        """Close the file (an io_uring close). Closing twice is a no-op.
+
+        Reads and writes that other tasks still await on this file fail with
+        ``tc.ClosedResourceError``; the descriptor is released even if this task is
+        cancelled meanwhile.
+        """
+        if not self._ops.close() or self._fd < 0:
             return
         fd, self._fd = self._fd, -1
-        await perform(Op(uring.prep_close, fd))
+        self._lbuf = b""
+        await close_fd(fd)
 
     async def __aenter__(self) -> "AsyncFile":
         return self
@@ -203,20 +405,26 @@ class AsyncFile:
         await self.close()
 
 
-async def open(path: PathLike, mode: str = "rb", *, perms: int = 0o666) -> AsyncFile:  # noqa: A001
-    """Open *path* with an io_uring ``openat``; *mode* as for the built-in ``open``, binary."""
+async def open(  # noqa: A001
+    path: PathLike, mode: str = "rb", *, perms: int = 0o666, direct: bool = False
+) -> AsyncFile:
+    """Open *path* with an io_uring ``openat``; *mode* as for the built-in ``open``, binary.
+
+    *perms* are the permission bits of a file this creates (before the umask); ``direct=True``
+    opens with O_DIRECT (page-aligned buffers, sizes and offsets: see :func:`aligned_buffer`).
+    """
     flags, readable, writable, append = _flags_for(mode)
-    try:
-        raw = os.fsencode(os.fspath(path))
-    except TypeError:
-        raise TypeError(f"path must be str, bytes or os.PathLike, got {path!r}") from None
-    if b"\0" in raw:
-        raise ValueError("embedded null byte in path")
+    perms = check_int("perms", perms, min=0, max=0o7777)
+    if not isinstance(direct, bool):
+        raise TypeError(f"direct must be a bool, got {direct!r}")
+    if direct:
+        flags |= os.O_DIRECT
+    raw = _path_bytes(path)
     name = os.fsdecode(raw)
-    op = Op(uring.prep_openat, raw, flags, perms, _AT_FDCWD)  # the op keeps `raw` alive
+    op = Op(uring.prep_openat, raw, flags, perms, _AT_FDCWD, returns_fd=True)  # keeps `raw` alive
     op.what = name
     fd = await perform(op)
-    return AsyncFile(fd, name, mode, readable, writable, append)
+    return AsyncFile(fd, name, mode, readable, writable, append, direct)
 
 
 async def read_file(path: PathLike) -> bytes:
@@ -230,3 +438,69 @@ async def write_file(path: PathLike, data: Any) -> int:
     view = _as_bytes_view(data, "write_file")
     async with await open(path, "wb") as f:
         return await f.write(view)
+
+
+# -- paths -------------------------------------------------------------------------------------
+def _split_ns(t: float) -> tuple[int, int]:
+    # The binding hands statx times over as float seconds (tv_sec + tv_nsec * 1e-9, computed
+    # exactly as os.stat computes st_mtime); the nanoseconds are recovered from it, to about
+    # 0.5 us for present-day times.
+    sec = math.floor(t)
+    return sec, sec * 1_000_000_000 + round((t - sec) * 1e9)
+
+
+def _stat_result(sx: Any) -> os.stat_result:
+    at, at_ns = _split_ns(sx.stx_atime)
+    mt, mt_ns = _split_ns(sx.stx_mtime)
+    ct, ct_ns = _split_ns(sx.stx_ctime)
+    return os.stat_result((
+        sx.stx_mode, sx.stx_ino, os.makedev(sx.stx_dev_major, sx.stx_dev_minor), sx.stx_nlink,
+        sx.stx_uid, sx.stx_gid, sx.stx_size, at, mt, ct,
+        sx.stx_atime, sx.stx_mtime, sx.stx_ctime, at_ns, mt_ns, ct_ns,
+        sx.stx_blksize, sx.stx_blocks, os.makedev(sx.stx_rdev_major, sx.stx_rdev_minor),
+    ))
+
+
+async def stat(path: PathLike, *, follow_symlinks: bool = True) -> os.stat_result:
+    """``os.stat(path)`` through an io_uring statx. ``st_*_ns`` are accurate to about 0.5 us
+    (the binding exposes statx times as floats only); the float ``st_*time`` equal os.stat's."""
+    raw = _path_bytes(path)
+    buf = uring.statx()
+    flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
+    op = Op(uring.prep_statx, buf, raw, flags, uring.STATX_BASIC_STATS, _AT_FDCWD)
+    op.what = os.fsdecode(raw)
+    await perform(op)
+    return _stat_result(buf)
+
+
+async def rename(src: PathLike, dst: PathLike) -> None:
+    """Rename *src* to *dst* (an io_uring renameat); replaces *dst* like ``os.rename``."""
+    a, b = _path_bytes(src, "src"), _path_bytes(dst, "dst")
+    op = Op(uring.prep_renameat, a, b, _AT_FDCWD, _AT_FDCWD, 0)
+    op.what = os.fsdecode(a)
+    await perform(op)
+
+
+async def unlink(path: PathLike) -> None:
+    """Remove the file *path* (an io_uring unlinkat)."""
+    raw = _path_bytes(path)
+    op = Op(uring.prep_unlinkat, raw, 0, _AT_FDCWD)
+    op.what = os.fsdecode(raw)
+    await perform(op)
+
+
+async def rmdir(path: PathLike) -> None:
+    """Remove the empty directory *path* (an io_uring unlinkat with AT_REMOVEDIR)."""
+    raw = _path_bytes(path)
+    op = Op(uring.prep_unlinkat, raw, uring.AT_REMOVEDIR, _AT_FDCWD)
+    op.what = os.fsdecode(raw)
+    await perform(op)
+
+
+async def mkdir(path: PathLike, mode: int = 0o777) -> None:
+    """Create the directory *path* (an io_uring mkdirat); *mode* before the umask."""
+    mode = check_int("mode", mode, min=0, max=0o7777)
+    raw = _path_bytes(path)
+    op = Op(uring.prep_mkdirat, raw, mode, _AT_FDCWD)
+    op.what = os.fsdecode(raw)
+    await perform(op)

@@ -1,27 +1,60 @@
-"""TCP through the current context's io_uring ring: listen, accept, connect, recv, send, close.
+"""Sockets through the current context's io_uring ring: TCP (IPv4 and IPv6, optionally TLS),
+Unix-domain streams, and UDP.
 
 Sockets are created and bound with plain system calls (they never block); accepting,
-connecting, receiving, sending and closing are io_uring operations. A stream can be used from
-tasks on any context: the kernel object is shared, each operation goes through the ring of the
-context that awaits it.
+connecting, receiving, sending, splicing and closing are io_uring operations. A stream can be
+used from tasks on any context: the kernel object is shared, each operation goes through the
+ring of the context that awaits it. Closing a socket fails every operation other tasks still
+await on it with ``tc.ClosedResourceError`` (see :mod:`tinycoro.closing`).
+
+Host names are resolved by ``getaddrinfo`` on a short-lived helper thread whose result wakes the
+task through a ``tc.Event``, so a slow DNS answer never blocks the context's thread; numeric
+addresses skip it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import ipaddress
+import logging
+import os
+import select
 import socket
+import threading
 from typing import Any
 
 from . import uring
+from .closing import PendingOps, close_fd
+from .core.checks import check_int
+from .core.errors import ClosedResourceError
 from .core.traps import Op, perform
-from .io import _as_bytes_view, _check_size
+from .io import MAX_OFFSET, MAX_RW, _as_bytes_view, _path_bytes
+from .sync import Event
 
-__all__ = ["TcpListener", "TcpStream", "listen", "connect"]
+__all__ = [
+    "Listener",
+    "Stream",
+    "TcpListener",
+    "TcpStream",
+    "UdpSocket",
+    "UnixListener",
+    "UnixStream",
+    "connect",
+    "connect_unix",
+    "listen",
+    "listen_unix",
+    "udp",
+]
+
+log = logging.getLogger("tinycoro")
 
 _MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _RECV_BUFFER = 65536
+_PIPE_SIZE = 1 << 20  # sendfile's pipe; the default 64 KiB costs 16x more splices per MiB
+_MAX_BACKLOG = 0x7FFFFFFF
 
 
+# -- addresses -----------------------------------------------------------------------------------
 def _family_for(host: str) -> int:
     try:
         return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
@@ -29,44 +62,81 @@ def _family_for(host: str) -> int:
         return 0  # a name: resolved by getaddrinfo
 
 
-def _resolve(host: str, port: int) -> tuple[int, str]:
-    """(family, numeric host) for *host*; names go through getaddrinfo (may block briefly)."""
+def _check_host_port(host: Any, port: Any) -> None:
     if not isinstance(host, str):
         raise TypeError(f"host must be a str, got {host!r}")
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise ValueError(f"port must be an int in 0..65535, got {port!r}")
+    check_int("port", port, min=0, max=65535)
+
+
+async def _getaddrinfo(host: str, port: int, type: int) -> list:
+    """``socket.getaddrinfo`` on a helper thread; the task waits on an Event, not its thread.
+
+    The thread is a daemon that ends as soon as the resolver answers; a cancelled task simply
+    stops waiting for it.
+    """
+    done = Event()
+
+    def resolve() -> None:
+        try:
+            done.set((True, socket.getaddrinfo(host, port, type=type)))
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting task
+            done.set((False, exc))
+
+    threading.Thread(target=resolve, name="tc-getaddrinfo", daemon=True).start()
+    ok, value = await done.wait()
+    if not ok:
+        raise value
+    return value
+
+
+async def _resolve(host: Any, port: Any, type: int = socket.SOCK_STREAM) -> tuple[int, str]:
+    """(family, numeric host) for *host*; names go through :func:`_getaddrinfo`."""
+    _check_host_port(host, port)
     family = _family_for(host)
     if family:
         return family, host
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    infos = await _getaddrinfo(host, port, type)
     family, _, _, _, addr = infos[0]
     return family, addr[0]
 
 
+def _closed_error(kind: str):
+    return lambda: ClosedResourceError(f"operation on a closed {kind}")
+
+
+# -- one socket --------------------------------------------------------------------------------
 class _Socket:
-    """Owns one socket: its descriptor, an io_uring close, and ``async with``."""
+    """Owns one socket: its descriptor, its pending operations, an io_uring close, and
+    ``async with``."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._fd = sock.fileno()
+        self._ops = PendingOps(_closed_error(type(self).__name__))
 
     def fileno(self) -> int:
         return self._fd
 
     @property
     def closed(self) -> bool:
-        return self._fd < 0
+        return self._ops.closed
 
     def getsockname(self) -> Any:
         return self._sock.getsockname()
 
+    def _check_open(self) -> None:
+        self._ops.check()
+
     async def close(self) -> None:
-        """Close the socket (an io_uring close). Closing twice is a no-op."""
-        if self._fd < 0:
+        """Close the socket (an io_uring close). Closing twice is a no-op.
+
+        Operations other tasks still await on it fail with ``tc.ClosedResourceError``; the
+        descriptor is released even if this task is cancelled meanwhile.
+        """
+        if not self._ops.close():
             return
         self._fd = -1
-        fd = self._sock.detach()
-        await perform(Op(uring.prep_close, fd))
+        await close_fd(self._sock.detach())
 
     async def __aenter__(self):
         return self
@@ -75,8 +145,8 @@ class _Socket:
         await self.close()
 
 
-class TcpStream(_Socket):
-    """A connected TCP socket. ``recv`` returns ``b""`` at EOF."""
+class Stream(_Socket):
+    """A connected stream socket (TCP or Unix). ``recv`` returns ``b""`` at EOF."""
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
@@ -84,45 +154,40 @@ class TcpStream(_Socket):
         # 64 KiB per call cut echo throughput by 3.6x in DESIGN.md's measurements.
         self._rbuf = bytearray(_RECV_BUFFER)
         self._rview = memoryview(self._rbuf)
-        self._receiving = False
+        # Only one recv at a time may use that buffer. Tasks on different contexts call recv
+        # from different threads, so "is anyone receiving? then I am" must be one atomic step:
+        # a non-blocking acquire of a lock is (a flag tested, then set, is not).
+        self._receiving = threading.Lock()
 
     def __repr__(self) -> str:
-        if self._fd < 0:
-            return "<tinycoro.net.TcpStream closed>"
+        if self.closed:
+            return f"<tinycoro.net.{type(self).__name__} closed>"
         try:
             peer = self._sock.getpeername()
         except OSError:
             peer = "?"
-        return f"<tinycoro.net.TcpStream fd={self._fd} peer={peer}>"
+        return f"<tinycoro.net.{type(self).__name__} fd={self._fd} peer={peer}>"
 
     def getpeername(self) -> Any:
         return self._sock.getpeername()
 
-    def _check_open(self) -> None:
-        if self._fd < 0:
-            raise OSError(9, "operation on a closed TcpStream")
-
     async def recv(self, max_bytes: int = _RECV_BUFFER) -> bytes:
         """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed."""
-        if type(max_bytes) is not int or max_bytes <= 0:
-            max_bytes = _check_size(max_bytes, "max_bytes")
-            if max_bytes <= 0:
-                raise ValueError(f"max_bytes must be > 0, got {max_bytes}")
-        if self._fd < 0:
+        if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
+            check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
+        if not self._receiving.acquire(False):
             self._check_open()
-        if self._receiving:
-            raise RuntimeError("another task is already receiving on this TcpStream")
-        if max_bytes > len(self._rbuf):
-            self._rbuf = bytearray(max_bytes)
-            self._rview = memoryview(self._rbuf)
-        self._receiving = True
+            raise RuntimeError(f"another task is already receiving on this {type(self).__name__}")
         try:
+            if max_bytes > len(self._rbuf):
+                self._rbuf = bytearray(max_bytes)
+                self._rview = memoryview(self._rbuf)
             # If this await is cancelled, Cancelled is raised only after the kernel posted the
             # recv's completion, so the shared buffer is free again by then.
-            n = await perform(Op(uring.prep_recv, self._fd, self._rbuf, max_bytes, 0))
+            n = await self._ops.perform(Op(uring.prep_recv, self._fd, self._rbuf, max_bytes, 0))
+            return bytes(self._rview[:n])
         finally:
-            self._receiving = False
-        return bytes(self._rview[:n])
+            self._receiving.release()
 
     async def send(self, data: Any) -> int:
         """Send some of *data*; returns how many bytes the kernel took."""
@@ -130,61 +195,240 @@ class TcpStream(_Socket):
         self._check_open()
         if not view:
             return 0
-        return await perform(Op(uring.prep_send, self._fd, view, len(view), _MSG_NOSIGNAL))
+        n = min(len(view), MAX_RW)
+        return await self._ops.perform(Op(uring.prep_send, self._fd, view, n, _MSG_NOSIGNAL))
 
     async def sendall(self, data: Any) -> None:
         """Send all of *data*, however many operations that takes."""
-        fd = self._fd
-        if type(data) is bytes and fd >= 0:
+        ops = self._ops
+        if type(data) is bytes and len(data) <= MAX_RW:
             # Fast path for what recv() returns: the bytes object itself goes to the kernel
             # (no memoryview); a loopback send almost always takes everything at once.
             total = len(data)
             if not total:
                 return
-            n = await perform(Op(uring.prep_send, fd, data, total, _MSG_NOSIGNAL))
+            n = await ops.perform(Op(uring.prep_send, self._fd, data, total, _MSG_NOSIGNAL))
             if n == total:
                 return
             data = memoryview(data)[n:]
         view = _as_bytes_view(data, "sendall")
         self._check_open()
-        fd = self._fd
         while view:
-            n = await perform(Op(uring.prep_send, fd, view, len(view), _MSG_NOSIGNAL))
+            n = min(len(view), MAX_RW)
+            n = await ops.perform(Op(uring.prep_send, self._fd, view, n, _MSG_NOSIGNAL))
             view = view[n:]
 
     async def shutdown_write(self) -> None:
         """Half-close: the peer's recv returns b"" while we can still receive."""
         self._check_open()
-        await perform(Op(uring.prep_shutdown, self._fd, socket.SHUT_WR))
+        await self._ops.perform(Op(uring.prep_shutdown, self._fd, socket.SHUT_WR))
+
+    async def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
+        """Send *count* bytes of *file* from *offset* (to EOF if None) without copying them
+        through Python: io_uring splices file -> pipe -> socket. Returns the bytes sent; the
+        file's own position is left alone. *file* is a tc.io file or anything with fileno()."""
+        offset = check_int("offset", offset, min=0, max=MAX_OFFSET)
+        if count is not None:
+            count = check_int("count", count, min=0, max=MAX_OFFSET)
+        try:
+            ffd = file.fileno()
+        except AttributeError:
+            raise TypeError(f"sendfile() takes a file with fileno(), got {file!r}") from None
+        self._check_open()
+        if count == 0:
+            return 0
+        pr, pw = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                size = fcntl.fcntl(pw, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+            except OSError:  # above /proc/sys/fs/pipe-max-size: keep the default
+                size = fcntl.fcntl(pw, fcntl.F_GETPIPE_SZ)
+            total = 0
+            move = uring.SPLICE_F_MOVE
+            while count is None or total < count:
+                want = size if count is None else min(size, count - total)
+                n = await perform(Op(uring.prep_splice, ffd, offset + total, pw, -1, want, move))
+                if n == 0:
+                    break  # EOF
+                moved = 0
+                while moved < n:
+                    moved += await self._ops.perform(
+                        Op(uring.prep_splice, pr, -1, self._fd, -1, n - moved, move)
+                    )
+                total += n
+            return total
+        finally:
+            os.close(pr)
+            os.close(pw)
 
 
+class TcpStream(Stream):
+    """A connected TCP socket."""
 
-class TcpListener(_Socket):
-    """A listening TCP socket; ``await accept()`` for each connection."""
+
+class UnixStream(Stream):
+    """A connected Unix-domain stream socket."""
+
+
+class Listener(_Socket):
+    """A listening socket; ``await accept()`` for each connection."""
+
+    _stream = Stream
+
+    async def _accept_raw(self) -> Stream:
+        op = Op(uring.prep_accept, self._fd, None, socket.SOCK_CLOEXEC, returns_fd=True)
+        fd = await self._ops.perform(op)
+        return self._stream(self._wrap(fd))
+
+    def _wrap(self, fd: int) -> socket.socket:
+        return socket.socket(fileno=fd)
+
+    async def accept(self) -> Stream:
+        """The next incoming connection."""
+        self._check_open()
+        return await self._accept_raw()
+
+
+class TcpListener(Listener):
+    """A listening TCP socket; with ``ssl=``, ``accept`` returns TLS streams whose handshake
+    is done (a client whose handshake fails is logged and dropped)."""
+
+    _stream = TcpStream
+
+    def __init__(self, sock: socket.socket, ssl_context: Any = None) -> None:
+        super().__init__(sock)
+        self.host, self.port = sock.getsockname()[:2]
+        self.ssl = ssl_context
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.host}:{self.port}"
+        tls = " tls" if self.ssl is not None else ""
+        return f"<tinycoro.net.TcpListener {state}{tls}>"
+
+    def _wrap(self, fd: int) -> socket.socket:
+        sock = socket.socket(fileno=fd)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    async def accept(self) -> Any:
+        """The next incoming connection (a TlsStream after its handshake, with ``ssl=``)."""
+        self._check_open()
+        if self.ssl is None:
+            return await self._accept_raw()
+        from .tls import TlsStream, handshake_failed
+
+        while True:
+            raw = await self._accept_raw()
+            tls = TlsStream(raw, self.ssl, server_side=True)
+            try:
+                await tls.do_handshake()
+            except handshake_failed as exc:
+                log.warning("tinycoro: TLS handshake with %s failed, dropped: %s", _peer(raw), exc)
+                await raw.close()
+                continue
+            except BaseException:
+                await raw.close()
+                raise
+            return tls
+
+
+def _peer(stream: Stream) -> Any:
+    try:
+        return stream.getpeername()
+    except OSError:
+        return "?"
+
+
+class UnixListener(Listener):
+    """A listening Unix-domain socket. ``close()`` removes its socket file (if it is still
+    the one this listener created)."""
+
+    _stream = UnixStream
+
+    def __init__(self, sock: socket.socket, path: str) -> None:
+        super().__init__(sock)
+        self.path = path
+        self._ino = os.stat(path).st_ino
+
+    def __repr__(self) -> str:
+        return f"<tinycoro.net.UnixListener {'closed' if self.closed else self.path!r}>"
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if os.stat(self.path).st_ino == self._ino:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        await super().close()
+
+
+# -- UDP ----------------------------------------------------------------------------------------
+class UdpSocket(_Socket):
+    """A UDP socket bound to a local address: ``sendto`` and ``recvfrom`` datagrams.
+
+    ``sendto`` is an io_uring sendto. The binding cannot express recvmsg (its msghdr has no
+    iovec), so ``recvfrom`` waits for readability with an io_uring poll and then takes the
+    datagram with a non-blocking ``recvfrom(2)`` (MSG_DONTWAIT), which never blocks the context.
+    """
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
+        self.family = sock.family
         self.host, self.port = sock.getsockname()[:2]
 
     def __repr__(self) -> str:
-        state = "closed" if self._fd < 0 else f"{self.host}:{self.port}"
-        return f"<tinycoro.net.TcpListener {state}>"
+        state = "closed" if self.closed else f"{self.host}:{self.port}"
+        return f"<tinycoro.net.UdpSocket {state}>"
 
-    async def accept(self) -> TcpStream:
-        """The next incoming connection."""
-        if self._fd < 0:
-            raise OSError(9, "accept() on a closed TcpListener")
-        fd = await perform(Op(uring.prep_accept, self._fd, None, socket.SOCK_CLOEXEC))
-        sock = socket.socket(fileno=fd)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return TcpStream(sock)
+    async def sendto(self, data: Any, address: tuple[str, int]) -> int:
+        """Send one datagram to *address* ``(host, port)``; returns its size."""
+        view = _as_bytes_view(data, "sendto")
+        if not isinstance(address, tuple) or len(address) < 2:
+            raise TypeError(f"address must be a (host, port) tuple, got {address!r}")
+        host, port = address[0], address[1]
+        family, numeric = await _resolve(host, port, socket.SOCK_DGRAM)
+        if family != self.family:
+            raise ValueError(f"address {address!r} is not of this socket's family "
+                             f"({socket.AddressFamily(self.family).name})")
+        self._check_open()
+        addr = uring.sockaddr_in(family, numeric, port)
+        if not view:
+            return self._sock.sendto(b"", (numeric, port))  # the binding refuses empty buffers
+        op = Op(uring.prep_sendto, self._fd, view, len(view), addr, 0)  # keeps addr alive
+        op.what = f"{host}:{port}"
+        return await self._ops.perform(op)
+
+    async def recvfrom(self, max_bytes: int = 65536) -> tuple[bytes, tuple[str, int]]:
+        """The next datagram (truncated to *max_bytes*) and its sender's ``(host, port)``."""
+        check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
+        while True:
+            self._check_open()
+            try:
+                data, addr = self._sock.recvfrom(max_bytes, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                await self._ops.perform(Op(uring.prep_poll_add, self._fd, select.POLLIN))
+                continue
+            return data, addr[:2]
 
 
-async def listen(host: str = "127.0.0.1", port: int = 0, backlog: int = 128) -> TcpListener:
-    """A listener bound to *host*:*port* (port 0 picks a free one: see ``listener.port``)."""
-    if isinstance(backlog, bool) or not isinstance(backlog, int) or backlog < 0:
-        raise ValueError(f"backlog must be an int >= 0, got {backlog!r}")
-    family, numeric = _resolve(host, port)
+# -- constructors -------------------------------------------------------------------------------
+def _check_backlog(backlog: Any) -> int:
+    return check_int("backlog", backlog, min=0, max=_MAX_BACKLOG)
+
+
+async def listen(
+    host: str = "127.0.0.1", port: int = 0, backlog: int = 128, *, ssl: Any = None
+) -> TcpListener:
+    """A listener bound to *host*:*port* (port 0 picks a free one: see ``listener.port``).
+    With *ssl* (an ``ssl.SSLContext``), accepted streams speak TLS."""
+    backlog = _check_backlog(backlog)
+    if ssl is not None:
+        from .tls import check_context
+
+        check_context(ssl)
+    family, numeric = await _resolve(host, port)
     sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -193,12 +437,24 @@ async def listen(host: str = "127.0.0.1", port: int = 0, backlog: int = 128) -> 
     except BaseException:
         sock.close()
         raise
-    return TcpListener(sock)
+    return TcpListener(sock, ssl)
 
 
-async def connect(host: str, port: int) -> TcpStream:
-    """A stream connected to *host*:*port* (an io_uring connect)."""
-    family, numeric = _resolve(host, port)
+async def connect(
+    host: str, port: int, *, ssl: Any = None, server_hostname: str | None = None
+) -> Any:
+    """A stream connected to *host*:*port* (an io_uring connect). With *ssl* (an
+    ``ssl.SSLContext``) the TLS handshake is done before it returns; the certificate is checked
+    against *server_hostname* (default: *host*)."""
+    if ssl is not None:
+        from .tls import check_context
+
+        check_context(ssl)
+        if server_hostname is not None and not isinstance(server_hostname, str):
+            raise TypeError(f"server_hostname must be a str or None, got {server_hostname!r}")
+    elif server_hostname is not None:
+        raise ValueError("server_hostname is only meaningful with ssl=")
+    family, numeric = await _resolve(host, port)
     sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         addr = uring.sockaddr_in(family, numeric, port)
@@ -209,4 +465,57 @@ async def connect(host: str, port: int) -> TcpStream:
     except BaseException:
         sock.close()
         raise
-    return TcpStream(sock)
+    stream = TcpStream(sock)
+    if ssl is None:
+        return stream
+    from .tls import TlsStream
+
+    tls = TlsStream(stream, ssl, server_side=False, server_hostname=server_hostname or host)
+    try:
+        await tls.do_handshake()
+    except BaseException:
+        await stream.close()
+        raise
+    return tls
+
+
+async def listen_unix(path: Any, backlog: int = 128) -> UnixListener:
+    """A Unix-domain stream listener on the socket file *path* (which must not exist)."""
+    backlog = _check_backlog(backlog)
+    name = os.fsdecode(_path_bytes(path))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.bind(name)
+        sock.listen(backlog)
+        return UnixListener(sock, name)
+    except BaseException:
+        sock.close()
+        raise
+
+
+async def connect_unix(path: Any) -> UnixStream:
+    """A stream connected to the Unix-domain listener at *path* (an io_uring connect)."""
+    raw = _path_bytes(path)
+    if len(raw) > 107:
+        raise ValueError(f"path is too long for a Unix socket ({len(raw)} bytes, at most 107)")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        op = Op(uring.prep_connect, sock.fileno(), uring.sockaddr_un(raw))
+        op.what = os.fsdecode(raw)
+        await perform(op)
+    except BaseException:
+        sock.close()
+        raise
+    return UnixStream(sock)
+
+
+async def udp(host: str = "127.0.0.1", port: int = 0) -> UdpSocket:
+    """A UDP socket bound to *host*:*port* (port 0 picks a free one: see ``u.port``)."""
+    family, numeric = await _resolve(host, port, socket.SOCK_DGRAM)
+    sock = socket.socket(family, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.bind((numeric, port))
+    except BaseException:
+        sock.close()
+        raise
+    return UdpSocket(sock)

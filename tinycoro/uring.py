@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import errno
 import os
+from socket import AF_UNIX as _AF_UNIX
 
 import liburing as _L
 
@@ -60,6 +61,15 @@ __all__ = [
     "prep_send",
     "prep_shutdown",
     "timespec",
+    "prep_statx",
+    "statx",
+    "prep_renameat",
+    "prep_unlinkat",
+    "prep_mkdirat",
+    "prep_splice",
+    "prep_sendto",
+    "prep_poll_add",
+    "sockaddr_un",
 ]
 
 # -- bound once (see the dynamic_import note above) ---------------------------------------------
@@ -87,6 +97,27 @@ prep_recv = _L.io_uring_prep_recv  # (sqe, fd, buf, nbytes, flags)
 prep_send = _L.io_uring_prep_send  # (sqe, fd, buf, nbytes, flags)
 prep_shutdown = _L.io_uring_prep_shutdown  # (sqe, fd, how)
 timespec = _L.timespec  # timespec(seconds: float); keep it alive until the CQE arrives
+
+# -- I/O breadth (files by path, splice, datagrams, readiness). Same rule as openat: every path,
+# statx buffer and sockaddr passed here must stay alive until the CQE arrives (the Op keeps it).
+prep_statx = _L.io_uring_prep_statx  # (sqe, statx, path: bytes, flags, mask, dfd)
+statx = _L.statx  # the kernel's struct statx; fields as stx_* properties, times as floats only
+prep_renameat = _L.io_uring_prep_renameat  # (sqe, old: bytes, new: bytes, olddfd, newdfd, flags)
+prep_unlinkat = _L.io_uring_prep_unlinkat  # (sqe, path: bytes, flags, dfd)
+prep_mkdirat = _L.io_uring_prep_mkdirat  # (sqe, path: bytes, mode, dfd)
+prep_splice = _L.io_uring_prep_splice  # (sqe, fd_in, off_in, fd_out, off_out, nbytes, flags)
+prep_sendto = _L.io_uring_prep_sendto  # (sqe, fd, buf, nbytes, sockaddr, flags)
+# The binding's msghdr cannot hold an iovec (its msg_iov setter is commented out: "TODO"), so
+# recvmsg/recvfrom is unusable through it; datagrams are received after an io_uring poll.
+prep_poll_add = _L.io_uring_prep_poll_add  # (sqe, fd, poll_mask)
+AT_REMOVEDIR = 0x200
+STATX_BASIC_STATS = 0x7FF
+SPLICE_F_MOVE = 1
+
+
+def sockaddr_un(path: bytes):
+    """A kernel AF_UNIX address for ``connect``; keep it alive until the CQE arrives."""
+    return _L.sockaddr(_AF_UNIX, path)
 
 
 def sockaddr_in(family: int, host: str, port: int):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import os
 import threading
 import time
@@ -41,8 +42,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import Scheduler
 
 CANCEL_UD = 1  # user_data of our own async-cancel SQEs; op ids start above it
-_ECANCELED = -errno.ECANCELED
+_prep_nop = uring.prep_nop
+_prep_cancel = uring.prep_cancel
 _perf = time.perf_counter
+log = logging.getLogger("tinycoro")
 FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro tasks
 
 
@@ -56,6 +59,13 @@ def _block(efd: int) -> None:
     try:
         os.eventfd_read(efd)
     except InterruptedError:
+        pass
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
         pass
 
 
@@ -86,6 +96,8 @@ class Engine:
         self.stop_requested = False
         self.stop_flag = 0  # owned by the scheduler, under its lock (DESIGN section 3)
         self.unsubmitted = 0
+        self.own_inflight = 0  # our own SQEs in the kernel (async-cancels, placeholder NOPs)
+        self._wake_lock = threading.RLock()
         self.tasks_run = 0  # tasks finished on this context
         self.ops = 0  # io_uring completions reaped (own cancel requests included), cumulative
         self.failed = 0  # tasks that failed (not Cancelled) with nobody waiting on them
@@ -115,13 +127,16 @@ class Engine:
             self.wake()
 
     def wake(self) -> None:
-        efd = self.ring.efd
-        if efd < 0:  # the ring is closed: the engine has stopped for good
-            return
-        try:
-            os.eventfd_write(efd, 1)
-        except OSError:
-            pass
+        """Write the eventfd (any thread). The lock orders it with :meth:`close`; it is
+        re-entrant because a signal handler on the owning thread may wake during a close."""
+        with self._wake_lock:
+            efd = self.ring.efd
+            if efd < 0:  # the ring is closed: the engine has stopped for good
+                return
+            try:
+                os.eventfd_write(efd, 1)
+            except OSError:
+                pass
 
     def request_stop(self) -> None:
         self.stop_requested = True
@@ -132,8 +147,9 @@ class Engine:
         """Drive this engine on the calling thread.
 
         With *until*, return as soon as that task is done (a notebook cell's engine). Without,
-        run until the scheduler requests a stop, then cancel and wait out any I/O still in the
-        kernel, so that no buffer is freed while the kernel may write into it.
+        run until the scheduler requests a stop, then :meth:`abandon` what is left: cancel and
+        wait out any I/O still in the kernel (no buffer is freed while the kernel may write
+        into it), take parked tasks off their waiter lists and close their coroutines.
         """
         if _local.engine is not None:
             raise RuntimeError(f"{_local.engine!r} already runs on this thread")
@@ -157,7 +173,7 @@ class Engine:
                     _local.task = None  # once per turn: no task code runs between two steps
                 if self.unsubmitted:
                     self._submit()
-                if self.inflight:
+                if self.inflight or self.own_inflight:
                     self._reap()
                 if until is not None and until._state is DONE:
                     return
@@ -166,22 +182,33 @@ class Engine:
                 if self.stop_requested:
                     break
                 if not self.guest and not self.inflight and not self.parked:
-                    self.scheduler._context_idle(self)
+                    self.scheduler.context_idle(self)
                     if ready or calls or self.stop_requested:
                         continue
                 self._sleep()
-            self._drain()
-            self._abandon(None)
         finally:
             _local.engine = None
             _local.task = None
+        self.abandon(None)
 
-    def _sleep(self) -> None:
+    def _sleep(self, draining: bool = False) -> None:
+        """The sleep point: block on the eventfd unless something is already there to do.
+
+        Notifications go on before the last look at the queues and the CQ (see the module doc
+        on lost wake-ups). Completions already in the CQ are reaped here, whatever they are
+        (our own cancel requests too), so a CQE that nothing waits for can never keep the
+        context from sleeping. SQEs the kernel refused (EBUSY) are retried, not slept on.
+        """
         ring = self.ring
         self.sleeping = True
         ring.notify_on(True)
         try:
-            if self.ready or self.calls or self.stop_requested or ring.cq_ready():
+            if ring.cq_ready():
+                self._reap()
+                return
+            if self.unsubmitted:
+                return
+            if not draining and (self.ready or self.calls or self.stop_requested):
                 return
             self.sleep_since = t0 = _perf()
             try:
@@ -214,14 +241,16 @@ class Engine:
                         waiting.undo(task._value)
                         task._exc = exc
         try:
+            # Every step runs inside the task's own contextvars.Context (rule 9), as asyncio's
+            # tasks do: context variables follow the task across awaits and contexts.
             exc = task._exc
             if exc is None:
                 value = task._value
                 task._value = None
-                y = task._coro.send(value)
+                y = task._context.run(task._coro.send, value)
             else:
                 task._exc = None
-                y = task._coro.throw(exc)
+                y = task._context.run(task._coro.throw, exc)
         except StopIteration as e:
             self._finish(task, e.value, None)
             return
@@ -246,14 +275,36 @@ class Engine:
                 task._exc = exc
                 self.ready.append(task)
                 return
-        sqe = self.ring.get_sqe()
-        op.prep(sqe, *op.args)
+        sqe = self._get_sqe()
+        try:
+            op.prep(sqe, *op.args)
+        except BaseException as e:  # noqa: BLE001 - a bad argument is the task's error (rule 11)
+            # The SQE is already ours and may be half-filled: turn it into a NOP whose
+            # completion is ignored, so the kernel never sees the half-prepared operation.
+            _prep_nop(sqe)
+            sqe.user_data = CANCEL_UD
+            self.own_inflight += 1
+            self.unsubmitted += 1
+            task._exc = e
+            self.ready.append(task)
+            return
         op.ud = ud = next(self._ids)
         sqe.user_data = ud
         op.task = task
         self.inflight[ud] = op
         task._waiting = op
         self.unsubmitted += 1
+
+    def _get_sqe(self) -> Any:
+        """A free SQE. When the SQ is full the ring submits to make room; if the kernel then
+        says EBUSY (its CQ overflowed), reap to make room there and try again (rule 5)."""
+        while True:
+            try:
+                return self.ring.get_sqe()
+            except OSError as e:
+                if e.errno not in (errno.EBUSY, errno.EAGAIN):
+                    raise
+                self._reap()
 
     def _park(self, task: Task, ticket: Park) -> None:
         if task._interrupts is not None and ticket.abort():
@@ -275,16 +326,35 @@ class Engine:
         task._exc = TypeError(msg)
         self.ready.append(task)
 
-    def _finish(self, task: Task, result: Any, exc: BaseException | None) -> None:
+    def _finish(
+        self, task: Task, result: Any, exc: BaseException | None, report: bool = True
+    ) -> None:
         self.tasks_run += 1
         self.live.discard(task)
-        if exc is not None and not task._joiners and not isinstance(exc, Cancelled):
-            self.failed += 1
-            first = (traceback.format_exception_only(type(exc), exc) or [repr(exc)])[0]
-            self.failures.append(
-                FailureInfo(task.id, task.name, self.id, first.strip(), time.time())
-            )
-        task._finish(result, exc)
+        observed = task._finish(result, exc)
+        # Checked after the task's state is DONE, under its lock in task._finish: from then
+        # on nobody can join it any more, so "no joiner" here means nobody ever will have been
+        # waiting when it ended. Guest engines' tasks (notebook cells) are their runner's.
+        if report and exc is not None and not observed and not self.guest:
+            if not isinstance(exc, Cancelled):
+                self._report_failure(task, exc)
+
+    def _report_failure(self, task: Task, exc: BaseException) -> None:
+        """A task failed with nobody awaiting it: count it, remember it, and say so now
+        (through the scheduler's ``failure_hook``, inside the task's context; or the log)."""
+        self.failed += 1
+        first = (traceback.format_exception_only(type(exc), exc) or [repr(exc)])[0]
+        self.failures.append(FailureInfo(task.id, task.name, self.id, first.strip(), time.time()))
+        task._retrieved = True  # reported here; Task.__del__ must not report it again
+        hook = getattr(self.scheduler, "failure_hook", None)
+        try:
+            if hook is None:
+                exc_info = (type(exc), exc, exc.__traceback__)
+                log.error("%s failed and nothing awaits it", task._short(), exc_info=exc_info)
+            else:
+                task._context.run(hook, task, exc)
+        except BaseException:  # noqa: BLE001 - a broken hook must not take the context down
+            log.exception("tinycoro failure_hook raised while reporting %s", task._short())
 
     def _submit(self) -> None:
         try:
@@ -308,13 +378,19 @@ class Engine:
         ready = self.ready
         for ud, res in out:
             op = inflight.pop(ud, None)
-            if op is None:  # our own cancel request, or an op orphaned at shutdown
+            if op is None:  # our own cancel request or placeholder NOP
+                self.own_inflight -= 1
                 continue
             task = op.task
-            if task is None:
+            if task is None:  # orphaned at shutdown: nobody will take what it returns
+                if res >= 0 and op.returns_fd:
+                    _close_quietly(res)
                 continue
             exc = None
-            if res == _ECANCELED and op.cancelling:
+            if res < 0 and op.cancelling:
+                # Any failure of an op we asked the kernel to cancel is the cancel's doing
+                # (-ECANCELED, or -EINTR / -ERESTARTSYS from an operation blocked in the
+                # kernel, such as opening a FIFO): deliver the interrupt, not the errno.
                 exc = task._take_interrupt()
             if exc is not None:
                 task._exc = exc
@@ -329,20 +405,34 @@ class Engine:
             return
         waiting = task._waiting
         if type(waiting) is Op:
-            self._cancel_op(waiting)
+            # Only an op still in the kernel: one whose completion was reaped but whose task
+            # has not stepped yet is finished, and the interrupt goes to the next await.
+            if self.inflight.get(waiting.ud) is waiting:
+                self._cancel_op(waiting)
         elif type(waiting) is Park and task._exc is None:
             if waiting.abort():
                 task._exc = task._take_interrupt()
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.
 
+    def cancel_op(self, op: Op) -> None:
+        """Owner thread: ask the kernel to cancel *op* if it is still in flight here.
+
+        The seam the I/O layer uses when a resource is closed under an operation that another
+        task awaits (DESIGN rule 10). The op's task then sees ``-ECANCELED`` as its result (or
+        the op's real result if it completed first); no interrupt is delivered to it.
+        """
+        if op.ud and self.inflight.get(op.ud) is op:
+            self._cancel_op(op)
+
     def _cancel_op(self, op: Op) -> None:
         if op.cancelling:
             return
         op.cancelling = True
-        sqe = self.ring.get_sqe()
-        uring.prep_cancel(sqe, op.ud, 0)
+        sqe = self._get_sqe()
+        _prep_cancel(sqe, op.ud, 0)
         sqe.user_data = CANCEL_UD
+        self.own_inflight += 1
         self.unsubmitted += 1
 
     def _drain(self) -> None:
@@ -350,45 +440,85 @@ class Engine:
         for op in list(self.inflight.values()):
             op.task = None
             self._cancel_op(op)
-        while self.inflight:
+        while self.inflight or self.own_inflight:
             if self.unsubmitted:
                 self._submit()
             self._reap()
-            if self.inflight and not self.ring.cq_ready():
-                self.sleeping = True
-                self.ring.notify_on(True)
-                try:
-                    if not self.ring.cq_ready():
-                        _block(self.ring.efd)
-                finally:
-                    self.ring.notify_on(False)
-                    self.sleeping = False
+            if self.inflight or self.own_inflight:
+                self._sleep(draining=True)
 
-    def _abandon(self, error: BaseException | None) -> None:
-        """Finish every task still assigned here, on this thread, when the engine stops.
+    def abandon(self, error: BaseException | None) -> None:
+        """Finish every task still on this engine, on this (its owning) thread: the seam for
+        the scheduler's shutdown and for a guest engine whose run failed.
 
-        Their coroutines are closed (``finally`` blocks run; one that awaits cannot complete)
-        and they finish as cancelled, or with *error* when the context crashed, so every joiner
-        and every ``run_sync`` caller is released at once.
+        In this order: cancel every operation in the kernel and wait for its completion
+        (rule 8); take every parked task off its primitive's waiter list (rule 13: nothing is
+        ever handed to a dead task; what was handed over already is given back); close every
+        unfinished coroutine, so ``finally`` blocks and ``async with`` exits run (a lock held
+        is released; an ``await`` in a finally block cannot complete and is dropped); finish
+        each task with *error*, or ``tc.Cancelled`` when it is None. These endings are the
+        caller's report, not unobserved failures: nothing is logged or counted for them.
+        The engine is empty afterwards and can run again (a guest engine does).
         """
-        self.ready.clear()
-        self.parked.clear()
-        for task in list(self.live):
-            if task._state is DONE:
-                continue
-            _local.task = task
+        tasks = dict.fromkeys(self.live)  # ordered and unique; guest tasks are not in live
+        tasks.update(dict.fromkeys(op.task for op in self.inflight.values() if op.task is not None))
+        tasks.update(dict.fromkeys(self.parked))
+        tasks.update(dict.fromkeys(self.ready))
+        outer = _local.engine
+        if outer is None:
+            _local.engine = self  # a finally block may spawn or unlock: it runs "here"
+        try:
             try:
-                task._coro.close()
-            except BaseException:  # noqa: BLE001 - a finally block that awaited; nobody runs it
-                pass
+                self._drain()
             finally:
-                _local.task = None
-            self._finish(task, None, error if error is not None else Cancelled())
-        self.live.clear()
+                self._abort_parked()
+            self.ready.clear()
+            self.calls.clear()
+            for task in tasks:
+                if task._state is DONE:
+                    continue
+                _local.task = task
+                try:
+                    task._context.run(task._coro.close)
+                except BaseException as e:  # noqa: BLE001 - e.g. a finally block that awaited
+                    log.warning("%s did not close cleanly: %r", task._short(), e)
+                finally:
+                    _local.task = None
+                task._retrieved = True  # the caller reports this ending, not the GC
+                self._finish(task, None, error if error is not None else Cancelled(), report=False)
+        finally:
+            if outer is None:
+                _local.engine = None
+            self.live.clear()
+            self.ready.clear()  # a wake that was on its way for an abandoned task
+
+    def _abort_parked(self) -> None:
+        """Take every parked task off the waiter list it is on (rule 13)."""
+        parked, self.parked = self.parked, {}
+        for task, ticket in parked.items():
+            task._waiting = None
+            try:
+                if ticket.abort():
+                    continue
+                # Popped already: a wake, and whatever it hands over, is on its way. Wait (a
+                # few instructions of the waker's) for it, then give the thing back.
+                for _ in range(100_000):
+                    if task in self.ready:
+                        break
+                    time.sleep(0)
+                if ticket.undo is not None:
+                    ticket.undo(task._value)
+            except BaseException:  # noqa: BLE001 - never stop the others' cleanup
+                log.exception("while taking %s off %r", task._short(), ticket.what)
 
     def close(self) -> None:
-        """Close the ring and eventfd; the engine must have drained (no op in flight)."""
-        self.ring.close()
+        """Close the ring and eventfd; the engine must have drained (no op in flight).
+
+        Under the wake lock: a ``wake()`` from another thread either wrote before the close or
+        sees the eventfd gone, never writes into a descriptor number reused meanwhile.
+        """
+        with self._wake_lock:
+            self.ring.close()
 
     # -- statistics (any thread; plain reads of counters) -------------------------------------
     def task_infos(self, now: float) -> list[TaskInfo]:

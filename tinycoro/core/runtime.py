@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import errno
 import math
 import types
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
 from .. import uring
 from .errors import DeadlockError, oserror
@@ -51,7 +52,7 @@ def run(
     except BaseException:
         coro.close()
         raise
-    task = sched.submit(coro)
+    task = sched.submit_watched(coro, _observed)  # its outcome is returned or raised here
     try:
         sched.loop(deadlock_timeout=deadlock_timeout)
     except DeadlockError as deadlock:
@@ -62,8 +63,32 @@ def run(
     return task.result()
 
 
-def spawn(coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
-    """Start *coro* as a new task on the current scheduler (or the default one, in notebooks)."""
+def _observed(task: Task) -> None:
+    """A done callback that only marks a task's outcome as taken care of."""
+
+
+def spawn(
+    coro: Coroutine[Any, Any, Any],
+    *,
+    name: str | None = None,
+    context: contextvars.Context | None = None,
+) -> Task:
+    """Start *coro* as a new task on the current scheduler (or the default one, in notebooks).
+
+    It runs in *context*, or in a copy of the caller's ``contextvars`` context (rule 9).
+    """
+    return spawn_watched(coro, None, name=name, context=context)
+
+
+def spawn_watched(
+    coro: Coroutine[Any, Any, Any],
+    on_done: Callable[[Task], None] | None,
+    *,
+    name: str | None = None,
+    context: contextvars.Context | None = None,
+) -> Task:
+    """:func:`spawn` with a done callback registered before the task can run (see
+    :meth:`Scheduler.submit_watched`)."""
     if type(coro) is not _CoroutineType:  # exact-type test first: ~5x cheaper than inspect
         _check_coro(coro, "spawn")
     engine = _local.engine
@@ -71,10 +96,12 @@ def spawn(coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
     if sched is None:
         coro.close()
         raise RuntimeError(
-            "tc.spawn() needs a running scheduler: call it from a tinycoro task, or use "
-            "Scheduler.submit() / tc.run(); in a notebook, %load_ext tinycoro first"
+            "tc.spawn() needs a running scheduler, and no default scheduler is running: call it "
+            "from a tinycoro task, or use "
+            "Scheduler.submit() / tc.run() (in a notebook: %load_ext tinycoro, or "
+            "%tinycoro restart after %tinycoro stop)"
         )
-    return sched.submit(coro, name=name)
+    return sched.submit_watched(coro, on_done, name=name, context=context)
 
 
 async def sleep(seconds: float) -> None:

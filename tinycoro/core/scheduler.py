@@ -18,6 +18,7 @@ runs a task.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import itertools
 import logging
@@ -26,7 +27,7 @@ import os
 import threading
 import time
 import types
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
 from .engine import Engine
 from .errors import DeadlockError
@@ -85,6 +86,10 @@ class Scheduler:
         ):
             raise ValueError(f"ring_entries must be an int in 1..32768, got {ring_entries!r}")
         self.id = next(_sched_ids)
+        # Called as failure_hook(task, exc) on the task's context thread, inside the task's
+        # contextvars.Context, when a task fails (not tc.Cancelled) with nothing awaiting it.
+        # None: logged at ERROR on the "tinycoro" logger, with the traceback.
+        self.failure_hook: Callable[[Task, BaseException], None] | None = None
         self.dispatch = dispatch
         self.ring_entries = ring_entries
         self._lock = threading.Lock()
@@ -119,13 +124,39 @@ class Scheduler:
         return len(self._engines)
 
     # -- submitting work ----------------------------------------------------------------------
-    def submit(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> Task:
-        """Schedule *coro* on one context (chosen by the dispatch policy); any thread."""
+    def submit(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> Task:
+        """Schedule *coro* on one context (chosen by the dispatch policy); any thread.
+
+        The task runs in *context* (a ``contextvars.Context``), or in a copy of the calling
+        thread's current context (DESIGN rule 9).
+        """
+        return self.submit_watched(coro, None, name=name, context=context)
+
+    def submit_watched(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        on_done: Callable[[Task], None] | None,
+        *,
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+    ) -> Task:
+        """:meth:`submit`, with *on_done* registered as a done callback before the task can
+        run: whoever passes it takes care of the outcome, so a failure is never reported as
+        unobserved (``run_sync``, ``tc.run``'s main task, task groups)."""
         if type(coro) is not _CoroutineType:  # exact-type test first: ~5x cheaper than inspect
             _check_coro(coro, "submit")
+        if context is not None and type(context) is not contextvars.Context:
+            coro.close()
+            raise TypeError(f"context must be a contextvars.Context or None, got {context!r}")
         engines = self._engines
         engine = engines[0] if len(engines) == 1 else self._pick()
-        task = Task(coro, engine, name)
+        task = Task(coro, engine, name, context, on_done)
         if engine.thread_ident == threading.get_ident() and self._accepting:
             engine.live.add(task)  # own context: its flag is 1 while it runs (see module doc)
             engine.ready.append(task)
@@ -150,8 +181,9 @@ class Scheduler:
             return engines[next(self._rr) % len(engines)]
         return min(engines, key=Engine.load)
 
-    def _context_idle(self, engine: Engine) -> None:
-        """Called by a context with nothing ready, in flight or parked (owner thread)."""
+    def context_idle(self, engine: Engine) -> None:
+        """The engine's seam into the stop protocol: *engine* (one of ours, on its own thread)
+        has nothing ready, in flight or parked. Clears its stop flag once (module doc)."""
         with self._lock:
             if engine.ready or engine.calls or not engine.stop_flag:
                 return
@@ -190,7 +222,7 @@ class Scheduler:
             err = RuntimeError(f"tinycoro context {engine.id} crashed: {e!r}")
             err.__cause__ = e
             try:
-                engine._abandon(err)
+                engine.abandon(err)
             except BaseException:  # noqa: BLE001 - already reporting the crash
                 log.exception("while abandoning the tasks of crashed context %s", engine.id)
 
@@ -323,7 +355,7 @@ class Scheduler:
         self._closed = True
         for e in self._engines:
             if not self._threads:  # never ran: tasks submitted before are closed here
-                e._abandon(None)
+                e.abandon(None)
             e.close()
 
     def __del__(self) -> None:
@@ -355,9 +387,8 @@ class Scheduler:
         if self._mode != "long":
             coro.close()
             raise RuntimeError("run_sync() needs a started Scheduler (start() or `with`)")
-        task = self.submit(coro)
         done = threading.Event()
-        task._add_done_callback(lambda _t: done.set())
+        task = self.submit_watched(coro, lambda _t: done.set())
         if not done.wait(timeout):
             task.cancel()
             done.wait(1.0)

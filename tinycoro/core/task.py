@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 import threading
@@ -20,10 +21,15 @@ log = logging.getLogger("tinycoro")
 _ids = itertools.count(1)
 _perf = time.perf_counter
 
-# Joining is the one place where a task's completion (on its own context) races with another
-# thread registering interest. One short process-wide lock orders the two; it is never held
-# across an await, and the work under it is a few attribute writes.
-_join_lock = threading.Lock()
+# A task's outcome is decided on its own context while other threads register interest in it
+# (a join, a done callback) or queue interrupts for it. Each task's lock orders those few
+# attribute writes; it is never held across an await. The locks are striped by task id (a
+# task takes one of _STRIPES at creation), so tasks on different contexts rarely share one and
+# creating a task allocates no lock.
+_STRIPES = 64
+_locks = tuple(threading.Lock() for _ in range(_STRIPES))
+_Context = contextvars.Context
+_copy_context = contextvars.copy_context
 
 PENDING, DONE = "pending", "done"
 
@@ -50,12 +56,26 @@ class Task:
         "_joiners",
         "_retrieved",
         "_born",
+        "_lock",
+        "_context",
         "__weakref__",
     )
 
-    def __init__(self, coro: Any, engine: "Engine", name: str | None = None) -> None:
+    def __init__(
+        self,
+        coro: Any,
+        engine: "Engine",
+        name: str | None = None,
+        context: contextvars.Context | None = None,
+        on_done: Callable[["Task"], None] | None = None,
+    ) -> None:
+        """*context*: the ``contextvars.Context`` every step runs in (default: a copy of the
+        caller's, DESIGN rule 9). *on_done*: a done callback registered before the task can
+        run, so its outcome is observed from the start (never reported as unobserved)."""
         self._coro = coro
-        self.id: int = next(_ids)
+        self.id = i = next(_ids)
+        self._lock = _locks[i % _STRIPES]
+        self._context = _copy_context() if context is None else context
         self.name: str = name or getattr(coro, "__qualname__", type(coro).__name__)
         self._engine = engine
         self._state = PENDING
@@ -68,7 +88,7 @@ class Task:
         # KeyboardInterrupt), oldest first; None when there are none (the common case, and the
         # one the engine tests on every trap). One is delivered per await.
         self._interrupts: list[BaseException] | None = None
-        self._joiners: list | None = []
+        self._joiners: list | None = [] if on_done is None else [on_done]
         self._retrieved = False
         self._born = _perf()
 
@@ -114,7 +134,7 @@ class Task:
                 raise RuntimeError(f"{self!r} awaited outside a tinycoro task")
             if me is self:
                 raise RuntimeError(f"{self!r} cannot await itself")
-            with _join_lock:
+            with self._lock:
                 registered = self._state is not DONE
                 if registered:
                     self._joiners.append(me)
@@ -147,7 +167,7 @@ class Task:
         a timeout's signal is pending is delivered at the next await after it. A second plain
         cancel while one is pending is a no-op.
         """
-        with _join_lock:
+        with self._lock:
             if self._state is DONE:
                 return False
             pending = self._interrupts
@@ -167,7 +187,7 @@ class Task:
         Owner thread only (a scope withdraws its own signal as it exits): so between the
         engine's ``abort()`` of a park and its ``_take_interrupt()`` nothing can withdraw.
         """
-        with _join_lock:
+        with self._lock:
             pending = self._interrupts
             if pending:
                 for i, e in enumerate(pending):
@@ -180,7 +200,7 @@ class Task:
 
     def _take_interrupt(self) -> BaseException | None:
         """The oldest pending interrupt, removed from the queue (owner thread)."""
-        with _join_lock:
+        with self._lock:
             pending = self._interrupts
             if not pending:
                 return None
@@ -190,7 +210,7 @@ class Task:
             return exc
 
     def _unjoin(self, joiner: "Task") -> bool:
-        with _join_lock:
+        with self._lock:
             if self._joiners is not None and joiner in self._joiners:
                 self._joiners.remove(joiner)
                 return True
@@ -198,20 +218,21 @@ class Task:
 
     def _add_done_callback(self, fn: Callable[["Task"], None]) -> None:
         """Call ``fn(task)`` when done (on the task's context), or now if already done."""
-        with _join_lock:
+        with self._lock:
             pending = self._state is not DONE
             if pending:
                 self._joiners.append(fn)
         if not pending:
             fn(self)
 
-    def _finish(self, result: Any, exc: BaseException | None) -> None:
-        """Record the outcome and wake every joiner on its own context (owner thread only)."""
+    def _finish(self, result: Any, exc: BaseException | None) -> bool:
+        """Record the outcome and wake every joiner on its own context (owner thread only).
+        Returns whether anything (a joiner, a done callback) was waiting for it."""
         self._result = result
         self._exception = exc
         self._coro = None
         self._waiting = None
-        with _join_lock:
+        with self._lock:
             self._state = DONE
             joiners, self._joiners = self._joiners, None
         for j in joiners:
@@ -219,6 +240,7 @@ class Task:
                 j._wake(None)
             else:
                 j(self)
+        return bool(joiners)
 
     def __del__(self) -> None:
         exc = self._exception

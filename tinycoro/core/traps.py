@@ -27,17 +27,22 @@ class Op:
     The op keeps ``args`` (buffers, paths, timespecs, socket addresses) alive until its CQE has
     arrived, even when the task that started it was cancelled meanwhile (DESIGN rule 8); the
     engine holds the op in its in-flight table until then.
+
+    ``returns_fd``: a successful result is a new descriptor (accept, openat). If the op
+    completes after its task was abandoned (shutdown), the engine closes that descriptor
+    instead of leaking it.
     """
 
-    __slots__ = ("prep", "args", "task", "ud", "cancelling", "what")
+    __slots__ = ("prep", "args", "task", "ud", "cancelling", "what", "returns_fd")
 
-    def __init__(self, prep: Callable[..., None], *args: Any) -> None:
+    def __init__(self, prep: Callable[..., None], *args: Any, returns_fd: bool = False) -> None:
         self.prep = prep
         self.args = args
         self.task = None
         self.ud = 0
         self.cancelling = False
         self.what = None
+        self.returns_fd = returns_fd
 
     def __repr__(self) -> str:
         name = getattr(self.prep, "__name__", "op").replace("io_uring_prep_", "")

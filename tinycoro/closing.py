@@ -1,0 +1,115 @@
+"""What closing a descriptor must do: end the operations pending on it, and release it for sure.
+
+io_uring holds its own reference to the file of every in-flight operation, so closing the
+descriptor does not end another task's pending ``recv``, ``accept`` or ``read``. Each resource
+therefore keeps a :class:`PendingOps`: the operations awaited on it right now, with the engine
+each runs on. ``close()`` marks it closed and asks every such engine, on its own thread
+(DESIGN rule 2), to cancel the operation in the kernel; the awaiting task turns the cancelled
+completion into :class:`~tinycoro.core.errors.ClosedResourceError` (DESIGN rule 10). It is not a
+``tc.Cancelled``: closing a resource does not cancel the task that waited on it.
+
+Operations are cancelled one by one (by their user_data), not with ``io_uring_prep_cancel_fd``:
+the descriptor number is released right after, and a cancel by number that reached the ring
+later could hit an unrelated file that reused the number.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Callable
+
+from . import uring
+from .core.errors import ClosedResourceError, oserror
+from .core.local import _local
+from .core.traps import Op, perform_raw
+
+__all__ = ["PendingOps", "close_fd"]
+
+
+def _cancel_on_owner(engine, op: Op) -> None:
+    engine.cancel_op(op)
+
+
+class PendingOps:
+    """The io_uring operations in flight on one resource, and whether it has been closed.
+
+    ``closed`` and the set change together under one short lock, so an operation either sees
+    the resource closed before it starts or is in the set that ``close()`` cancels.
+    """
+
+    __slots__ = ("_lock", "_ops", "closed", "_error")
+
+    def __init__(self, error: Callable[[], BaseException]) -> None:
+        self._lock = threading.Lock()
+        self._ops: dict[Op, object] = {}
+        self.closed = False
+        self._error = error  # builds the exception for "used after close"
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def check(self) -> None:
+        if self.closed:
+            raise self._error()
+
+    async def perform(self, op: Op) -> int:
+        """Run *op* like :func:`~tinycoro.core.traps.perform`; ClosedResourceError if the
+        resource is closed before it starts or while it is pending."""
+        engine = _local.engine
+        with self._lock:
+            if self.closed:
+                raise self._error()
+            self._ops[op] = engine
+        try:
+            res = await perform_raw(op)
+        finally:
+            with self._lock:
+                self._ops.pop(op, None)
+        if res < 0:
+            if self.closed:
+                raise ClosedResourceError("the resource was closed while this operation waited on it")
+            raise oserror(res, op.what)
+        return res
+
+    def close(self) -> bool:
+        """Mark closed and cancel every pending operation; False if it was closed already."""
+        with self._lock:
+            if self.closed:
+                return False
+            self.closed = True
+            pending = list(self._ops.items())
+        for op, engine in pending:
+            # The op may still be between its trap and its SQE on that engine's thread; a call
+            # queued now runs at the engine's next turn, after that step has placed the SQE.
+            engine.call_soon(_cancel_on_owner, engine, op)
+        return True
+
+
+async def close_fd(fd: int) -> None:
+    """Close *fd* with an io_uring close, and with ``os.close`` when that close did not run.
+
+    The io_uring close does not happen when the task is interrupted before its SQE reaches the
+    ring (a second ``cancel()``, ``stop(timeout=0)``, the shutdown after DeadlockError) or when
+    the kernel cancels it; the descriptor is then closed synchronously (closing a file or a
+    socket does not block) and the interrupt goes on (DESIGN rule 10: a close always releases
+    its descriptor). A successful io_uring close is never followed by ``os.close``, which could
+    hit another file that reused the number.
+    """
+    op = Op(uring.prep_close, fd)
+    try:
+        res = await perform_raw(op)
+    except BaseException as exc:
+        # The interrupt was delivered instead of the close's result: either the op never
+        # reached the ring (ud still 0), or the kernel cancelled it (-ECANCELED). Both leave
+        # fd open. GeneratorExit after the op reached the ring is the one unknown outcome
+        # (the engine drained it at shutdown and closes the coroutine): not closing again is
+        # the safe side there, because the number may already belong to another file.
+        if op.ud == 0 or not isinstance(exc, GeneratorExit):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        raise
+    if res < 0:
+        raise oserror(res)
