@@ -178,3 +178,34 @@ def test_text_repr_is_deterministic():
         assert board._repr_mimebundle_()["text/plain"] == "<tinycoro dashboard: 2 contexts>"
     finally:
         sched.stop()
+
+
+def test_after_restart_the_dashboard_follows_the_new_scheduler(monkeypatch):
+    """%tinycoro restart: the dashboard already on screen shows the new scheduler (rows for
+    its contexts, running), served by the same single refresher thread."""
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import kernel_ext
+
+    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
+    shell = InteractiveShell.instance()
+    saved = (shell.loop_runner, shell.autoawait)
+    shell.run_line_magic("load_ext", "tinycoro")
+    try:
+        board = shell.run_line_magic("tinycoro", "dashboard")
+        ext = kernel_ext.get_extension(shell)
+        old = ext.scheduler
+        shell.run_line_magic("tinycoro", "restart -n 3 --dispatch least_loaded")
+        assert ext.scheduler is not old
+        wait_until(lambda: board.contexts == 3 and "running" in board._summary.value,
+                   what="the dashboard to follow the restarted scheduler")
+        assert "least_loaded" in board._summary.value and board.shown(2, "name") == "ctx 2"
+        names = [t.name for t in threading.enumerate() if t.name == "tinycoro-dashboard"]
+        assert names == ["tinycoro-dashboard"]
+        assert ext.refresher is not None and ext.refresher.alive
+    finally:
+        shell.run_line_magic("unload_ext", "tinycoro")
+        shell.loop_runner, shell.autoawait = saved
+    assert not [t for t in threading.enumerate() if t.name.startswith("tinycoro")]
+    assert "stopped" in board._summary.value
