@@ -1,22 +1,25 @@
 """Live scheduler dashboard: current numbers and the last minute of history, per context.
 
-Layout (one row per context; the ``~~`` are SVG sparklines over the last 60 seconds)::
+Layout (one row per context; ``~~~`` are SVG sparklines over the last 60 seconds)::
 
-    tinycoro · round_robin · running · accepting work · stop token 2 of 2 ●● · failed 0
-    context  stop flag     busy now       busy %  I/O ops/s       queued in flight parked  ...
-    ctx 0    1 · has work  [#####  ] 52%  ~~~~~   1,204  ~~~~~    3      12        0       ...
-    ctx 1    1 · has work  [###    ] 31%  ~~~~~     980  ~~~~~    0       4        1       ...
+    tinycoro · round_robin · running · accepting work · stop token 2 of 2 ●● · failed unobserved 0
+    context stop flag    busy now       busy, I/O   I/O ops/s, queued I/O in parked tasks, tasks
+                                        1 min ops/s 1 min             flight       1 min  finished
+    ctx 0   1 · has work [#####   ] 52% ~~~~~ 1,204 ~~~~~           3   12     0   ~~~~~  10231
+    ctx 1   1 · has work [###     ] 31% ~~~~~   980 ~~~~~           0    4     1   ~~~~~   9870
     ▸ live tasks (37)
 
-Why SVG sparklines in plain ``ipywidgets.HTML``: a refresh of 4 contexts x 4 series x 60 points,
-measured in a real ipykernel 7.4 (comm messages serialised and sent), costs about 3-4.5 ms and
-11 KiB with SVG strings; 1.4-2.2 ms and 8 KiB with bqplot (numpy arrays sent as binary
-buffers); 20 ms and 22 KiB with a plotly FigureWidget (which also needs anywidget); 490 ms and
-1.1 MiB with ipympl (matplotlib renders a PNG in the kernel on every draw). bqplot is a little
-cheaper per tick, but at four ticks a second both stay near 1% of one core, and bqplot brings
-pandas, numpy, bqscales and a d3 front end whose per-tick redraw in the browser costs more than
-replacing one small SVG. So the dashboard needs nothing beyond ipywidgets, and the plot data is
-plain SVG path text that a test can read from the DOM.
+Why SVG sparklines in plain ``ipywidgets.HTML``: ``python -m benchmarks.dashboard_widgets``
+times one refresh of 4 contexts x 4 series x 60 points in a real ipykernel 7.4 (new data set on
+the widgets, serialised and sent as comm messages; best of 3 kernels, 2 busy cores): this
+dashboard 0.64 ms and 12.7 KiB (it draws 5 series per context and the numbers too); bqplot
+1.05 ms and 8.2 KiB (numpy arrays sent as binary buffers); naive per-series SVG strings 2.9 ms;
+a plotly FigureWidget 8.0 ms and 22 KiB (and it needs anywidget); ipympl 381 ms and 1.1 MiB
+(matplotlib renders a PNG in the kernel on every draw). What makes this one cheap is sending the
+whole table as ONE widget value: a comm message costs about as much as rendering a row, so the
+first version, with one widget per number (about 50), took 66 ms. bqplot comes close, but it
+brings pandas, numpy, bqscales and a d3 front end; this needs nothing beyond ipywidgets, runs no
+JS build step, and its plots are plain SVG path text that a test can read from the DOM.
 
 Threading model (cf. ``tqdm.notebook``): widgets are created on the thread that asks for a
 dashboard; from then on one :class:`Refresher` thread is the only code that sets their traits.

@@ -101,7 +101,8 @@ def test_numbers_and_plots_move_under_load_and_freeze_when_the_scheduler_stops(c
         assert len(paths("ops")) == contexts and len(paths("queues")[0]) == 3
         rates = [board.shown(c, "ops-rate") for c in range(contexts)]
         assert all(re.fullmatch(r"[\d,.k]+", r) for r in rates), rates
-        assert "running" in board._summary.value and "failed unobserved <b>0</b>" in board._summary.value
+        summary = board._summary.value
+        assert "running" in summary and "failed unobserved <b>0</b>" in summary
     finally:
         sched.stop()
         refresher.stop()
@@ -156,7 +157,8 @@ def test_follow_points_the_dashboards_at_a_new_scheduler_and_restarts_the_thread
         wait_until(lambda: board.contexts == 3 and "running" in board._summary.value,
                    what="the dashboard to show the new scheduler")
         assert refresher.alive and "least_loaded" in board._summary.value
-        assert repr(board) == "<tinycoro dashboard: 3 contexts>" and board.shown(2, "name") == "ctx 2"
+        assert repr(board) == "<tinycoro dashboard: 3 contexts>"
+        assert board.shown(2, "name") == "ctx 2"
         names = [t.name for t in threading.enumerate() if t.name == "tinycoro-dashboard"]
         assert names == ["tinycoro-dashboard"]
         sched_tasks = [new.submit(tc.sleep(0)) for _ in range(30)]
