@@ -127,14 +127,13 @@ class History:
         for i, c in enumerate(stats.contexts):
             t0, ops0 = self._ops[i]
             dt = now - t0
-            last = self._last[i]
-            if dt >= 0.2 or last is None:
-                rate = (c.ops - ops0) / dt if dt > 0 else 0.0
-            else:  # too short a window for a rate: keep the previous one
-                rate = last.ops_rate
+            last, kept = self._last[i], self._kept[i]
+            if dt >= 0.2:
+                rate = (c.ops - ops0) / dt
+            else:  # too short a window for a rate: keep the one shown last
+                rate = last.ops_rate if last else kept[-1].ops_rate if kept else 0.0
             point = Point(now, c.busy if stats.running else 0.0, max(0.0, rate), c.queued,
                           c.io_inflight + c.io_pending, c.parked)
-            kept = self._kept[i]
             if not kept or now - kept[-1].t >= self.step:
                 kept.append(point)
                 self._ops[i] = (now, c.ops)
