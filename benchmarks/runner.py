@@ -11,11 +11,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
 
-from . import config, machine, report, w_echo, w_file, w_mutex, w_scaling, w_spawn, w_switch
+from . import config, machine, report, w_aio_file, w_echo, w_file, w_mutex, w_scaling, w_spawn, w_switch
 from .harness import CaseResult, format_tables, run_case
 
 WORKLOADS: dict[str, ModuleType] = {
-    m.NAME: m for m in (w_switch, w_spawn, w_mutex, w_file, w_echo, w_scaling)
+    m.NAME: m for m in (w_switch, w_spawn, w_mutex, w_file, w_aio_file, w_echo, w_scaling)
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 

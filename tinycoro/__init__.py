@@ -38,6 +38,7 @@ from . import sync
 from .channel import Channel
 from .combinators import TaskGroup, timeout, when_all, when_any
 from .sync import Condition, Event, Latch, Mutex, Semaphore, WaitGroup
+from .aio import aio  # the function; the package stays importable as tinycoro.aio.host/bridge
 
 __version__ = "0.1.0"
 
@@ -61,6 +62,7 @@ __all__ = [
     "TaskInfo",
     "TaskGroup",
     "WaitGroup",
+    "aio",
     "current_context",
     "current_task",
     "get_default_scheduler",

@@ -22,7 +22,7 @@ from typing import Callable
 from . import uring
 from .core.errors import ClosedResourceError, oserror
 from .core.local import _local
-from .core.traps import Op, perform_raw
+from .core.traps import Op, foreign_owner, perform_raw
 
 __all__ = ["PendingOps", "close_fd"]
 
@@ -57,6 +57,8 @@ class PendingOps:
         """Run *op* like :func:`~tinycoro.core.traps.perform`; ClosedResourceError if the
         resource is closed before it starts or while it is pending."""
         engine = _local.engine
+        if engine is None:  # an asyncio task: its op runs on the loop's hosted ring
+            engine = foreign_owner()
         with self._lock:
             if self.closed:
                 raise self._error()
@@ -80,6 +82,8 @@ class PendingOps:
             self.closed = True
             pending = list(self._ops.items())
         for op, engine in pending:
+            if engine is None:  # awaited outside any task: its trap refuses it, nothing to cancel
+                continue
             # The op may still be between its trap and its SQE on that engine's thread; a call
             # queued now runs at the engine's next turn, after that step has placed the SQE.
             engine.call_soon(_cancel_on_owner, engine, op)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from .errors import Cancelled
 from .local import _local
-from .traps import Park, park
+from .traps import Park, join_outside, park
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -32,6 +32,15 @@ _Context = contextvars.Context
 _copy_context = contextvars.copy_context
 
 PENDING, DONE = "pending", "done"
+
+
+def describe(task: "Task | None") -> str:
+    """A task's short name, ``<Task 3 'name'>`` (or ``None``). Unlike ``repr(task)`` it does
+    not name what the task waits on, which may be a primitive whose repr names its owner task:
+    with a lock-order deadlock, that would recurse."""
+    if task is None:
+        return "None"
+    return f"<Task {task.id} {task.name!r}>"
 
 
 class Task:
@@ -130,8 +139,9 @@ class Task:
     def __await__(self) -> Generator[Any, Any, Any]:
         if self._state is not DONE:
             me = _local.task
-            if me is None:
-                raise RuntimeError(f"{self!r} awaited outside a tinycoro task")
+            if me is None:  # an asyncio task, say: the installed driver waits (traps seam)
+                yield from join_outside(self)
+                return self.result()
             if me is self:
                 raise RuntimeError(f"{self!r} cannot await itself")
             with self._lock:
@@ -152,7 +162,7 @@ class Task:
         return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
 
     def _short(self) -> str:
-        return f"<Task {self.id} {self.name!r}>"
+        return describe(self)
 
     # -- runtime internals ---------------------------------------------------------------------
     def _wake(self, value: Any = None) -> None:

@@ -84,17 +84,63 @@ _OUTSIDE = (
 )
 
 
-def _check(what: str) -> None:
-    if getattr(_local, "engine", None) is None:
-        raise RuntimeError(_OUTSIDE.format(what))
+# The seam for awaits where no engine runs on the thread (an asyncio task, say): a *driver*
+# installed by a layer above (tinycoro.aio) runs the trap there. ``run(trap)`` returns a
+# generator to ``yield from`` (it yields that event loop's own futures), or None when it cannot
+# serve this thread; ``waiter()`` returns the task-like object that stands for the caller on a
+# primitive's waiter list (with ``_wake(value)``, ``id``, ``name``), or None. Only the
+# ``_local.engine is None`` branches below consult it: the engine's hot path is unchanged.
+# ``owner()`` returns what stands for the engine there: an object with ``call_soon(fn, *args)``
+# (any thread) and ``cancel_op(op)`` (its own thread), as closing a resource needs (rule 10).
+_driver_run: Callable[[Any], Any] | None = None
+_driver_waiter: Callable[[], Any] | None = None
+_driver_owner: Callable[[], Any] | None = None
+
+
+def install_driver(
+    run: Callable[[Any], Any], waiter: Callable[[], Any], owner: Callable[[], Any]
+) -> None:
+    """Install the driver for traps awaited outside any engine (see above)."""
+    global _driver_run, _driver_waiter, _driver_owner
+    _driver_run, _driver_waiter, _driver_owner = run, waiter, owner
+
+
+def foreign_waiter() -> Any:
+    """The caller's stand-in for waiter lists when it is not a tinycoro task, else None."""
+    w = _driver_waiter
+    return w() if w is not None else None
+
+
+def foreign_owner() -> Any:
+    """Where the caller's operations run when no engine runs on this thread, else None."""
+    o = _driver_owner
+    return o() if o is not None else None
+
+
+def _outside(trap: Any):
+    run = _driver_run
+    gen = run(trap) if run is not None else None
+    if gen is None:
+        raise RuntimeError(_OUTSIDE.format(_describe(trap)))
+    return gen
+
+
+def _describe(trap: Any) -> str:
+    """What was awaited, for the error message (built only on the error path)."""
+    if type(trap) is Park:
+        return f"waiting on {trap.what!r}"
+    if trap is YIELD:
+        return "tc.yield_now()"
+    return repr(trap)
 
 
 @types.coroutine
 def perform(op: Op):
     """Run *op* on the current context's ring; return its result, raise ``OSError`` if < 0."""
     if _local.engine is None:
-        _check(repr(op))
-    res = yield op
+        res = yield from _outside(op)
+    else:
+        res = yield op
     if res < 0:
         raise oserror(res, op.what)
     return res
@@ -104,7 +150,7 @@ def perform(op: Op):
 def perform_raw(op: Op):
     """Like :func:`perform` but return a negative result instead of raising (timeouts)."""
     if _local.engine is None:
-        _check(repr(op))
+        return (yield from _outside(op))
     return (yield op)
 
 
@@ -112,7 +158,7 @@ def perform_raw(op: Op):
 def park(ticket: Park):
     """Suspend until woken; return the value the waker passed to ``task._wake``."""
     if _local.engine is None:
-        _check(f"waiting on {ticket.what!r}")
+        return (yield from _outside(ticket))
     return (yield ticket)
 
 
@@ -120,5 +166,11 @@ def park(ticket: Park):
 def yield_now() -> types.GeneratorType:
     """Go to the back of the ready queue, letting every other ready task run first."""
     if _local.engine is None:
-        _check("tc.yield_now()")
+        yield from _outside(YIELD)
+        return
     yield YIELD
+
+
+def join_outside(task: Any):
+    """Wait for *task* to finish where no tinycoro task runs (``await task`` in asyncio)."""
+    return _outside(task)

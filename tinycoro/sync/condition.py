@@ -24,6 +24,7 @@ import threading
 from typing import Any, Callable
 
 from ..core.local import _local
+from ..core.traps import foreign_waiter
 from ._interrupts import keep_one
 from ._lot import ParkingLot, wake_all
 from .mutex import Mutex, MutexStatistics
@@ -61,6 +62,8 @@ class Condition:
         """
         m = self._mutex
         me = _local.task
+        if me is None:
+            me = foreign_waiter()
         if me is None or not m._locked or m._owner is not me:
             raise RuntimeError(f"{self!r}.wait() must be called by the task holding {m!r}")
         if predicate is None:

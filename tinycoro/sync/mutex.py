@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.local import _local
-from ..core.task import Task
-from ._lot import ParkingLot, _describe
+from ..core.task import Task, describe
+from ..core.traps import foreign_waiter
+from ._lot import ParkingLot
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Mutex:
     async def lock(self) -> None:
         """Acquire the mutex, waiting in FIFO order behind earlier waiters if it is held."""
         task = _local.task
+        if task is None:
+            task = foreign_waiter()  # an asyncio task owns it through its stand-in
         mu = self._mu
         mu.acquire()
         if not self._locked:  # free implies no waiters (the invariant above)
@@ -74,12 +77,14 @@ class Mutex:
             if self._locked:
                 return False
             self._locked = True
-            self._owner = _local.task
+            self._owner = _local.task or foreign_waiter()
             return True
 
     def unlock(self) -> None:
         """Release the mutex, handing it straight to the first waiter if there is one."""
         me = _local.task
+        if me is None:
+            me = foreign_waiter()
         mu = self._mu
         mu.acquire()
         owner = self._owner
@@ -97,7 +102,7 @@ class Mutex:
         mu.release()
         if not locked:
             raise RuntimeError(f"unlock() of an unlocked {self!r}")
-        raise RuntimeError(f"unlock() of {self!r} by {_describe(me)}, which does not hold it")
+        raise RuntimeError(f"unlock() of {self!r} by {describe(me)}, which does not hold it")
 
     def locked(self) -> bool:
         return self._locked
@@ -128,6 +133,8 @@ class Mutex:
     async def __aenter__(self) -> "Mutex":
         # The uncontended path of lock(), inlined: one coroutine frame less per acquisition.
         task = _local.task
+        if task is None:
+            task = foreign_waiter()
         mu = self._mu
         mu.acquire()
         if not self._locked:
@@ -145,4 +152,4 @@ class Mutex:
     def __repr__(self) -> str:
         if not self._locked:
             return "<Mutex unlocked>"
-        return f"<Mutex locked by {_describe(self._owner)} waiters={len(self._lot)}>"
+        return f"<Mutex locked by {describe(self._owner)} waiters={len(self._lot)}>"
