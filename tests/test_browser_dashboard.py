@@ -43,7 +43,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TASKS_BETWEEN = 10_000  # tasks each context finishes between the two captures (~10-20 s of plots)
+TASKS_BETWEEN = 4000  # tasks each context finishes between the two captures (a few s of plots)
 
 
 def _missing(what: str) -> None:
