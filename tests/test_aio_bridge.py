@@ -118,9 +118,10 @@ def test_asyncio_side_cancellation_surfaces_as_tc_cancelled(contexts, no_leaks):
 
 
 def test_tc_timeout_around_tc_aio(contexts, no_leaks):
-    finished = []
+    started, finished = [], []
 
     async def slow():
+        started.append("cancelled on the asyncio side")  # unless cancelled before it began
         try:
             await asyncio.sleep(3600)
         finally:
@@ -136,7 +137,10 @@ def test_tc_timeout_around_tc_aio(contexts, no_leaks):
         return value
 
     assert run(main(), contexts) == "in time"
-    assert finished == ["cancelled on the asyncio side"]
+    # The asyncio task had unwound before TimeoutError reached the tinycoro task. (On a busy
+    # machine the timeout can expire before the asyncio task began: it is then cancelled
+    # before its first step, and its body never runs at all.)
+    assert finished == started
 
 
 def test_tinycoro_awaitables_inside_the_companion_loop(contexts, no_leaks, tmp_path):
