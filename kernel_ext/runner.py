@@ -10,35 +10,39 @@ Interrupts (the kernel's SIGINT) and why they are handled the way they are
 --------------------------------------------------------------------------
 Python runs a signal handler on the main thread between two bytecodes. The default handler
 raises ``KeyboardInterrupt`` right there, which could be in the middle of the engine's own
-bookkeeping (half-way through moving a task between its queues, or after a CQE was reaped but
-before the task was made ready) and leave the engine inconsistent for the next cell. So while
-a cell runs, :class:`CellRunner` installs its own handler, which decides by *where* the signal
-landed:
+bookkeeping (in ``_step`` between resuming the cell and acting on what it yielded, after a
+CQE was reaped but before the task was made ready) and leave the engine inconsistent, or
+finish the cell task while its coroutine is still suspended (DESIGN rule 12). So while a
+cell runs, :class:`CellRunner` installs its own handler, which decides by *where* the signal
+landed (:func:`tinycoro.core._ki.user_code_interrupted`):
 
-* If the interrupted frames between the engine's ``_step`` and the signal are all the cell's
-  own code (or IPython's), i.e. the cell is computing between two awaits, it raises
-  ``KeyboardInterrupt`` there, exactly as a plain cell would be interrupted. The exception
-  unwinds only frames that are not tinycoro's; the engine sees an ordinary task failure.
-* Otherwise (the thread is asleep in ``os.eventfd_read``, or inside tinycoro code) it does not
-  raise. It queues a call on the engine (a lock-free deque append; the handler must not take
-  a lock the interrupted code may hold) and writes the engine's eventfd; the interrupted read
-  returns (EINTR counts as a wake-up), and on its next turn the engine asks for
-  ``KeyboardInterrupt`` at the cell's pending await (``task._interrupt``, the mechanism behind
-  ``Task.cancel``). It cancels the pending io_uring operation in the kernel (or takes the task
-  off the waiter list it is parked on) and throws ``KeyboardInterrupt`` into the cell only once
-  the operation's completion has arrived, so no buffer is released while the kernel owns it.
+* If the interrupted frame and every frame out to the cell coroutine's outermost frame are
+  the cell's own code (or IPython's, or a library's), i.e. the cell computes between two
+  awaits, it raises ``KeyboardInterrupt`` there, exactly as a plain cell would be
+  interrupted. The exception unwinds only frames that are not tinycoro's; the engine sees an
+  ordinary task failure.
+* Otherwise (the thread is asleep in the engine's sleep point, or in tinycoro code, or the
+  step frame itself was interrupted) it does not raise. It queues a call on the engine (a
+  lock-free deque append; the handler must not take a lock the interrupted code may hold)
+  that asks for ``KeyboardInterrupt`` at the cell's pending await (``task._interrupt``, the
+  mechanism behind ``Task.cancel``): the pending io_uring operation is cancelled in the
+  kernel (or the task taken off the waiter list it is parked on) and ``KeyboardInterrupt``
+  is thrown into the cell once the operation's completion has arrived, so no buffer is
+  released while the kernel owns it.
 
 Either way the cell's ``finally`` blocks run (and may still await), IPython shows
-``KeyboardInterrupt``, and the runner returns only once the cell coroutine has finished.
+``KeyboardInterrupt``, and the runner returns only once the cell coroutine has finished. A
+``KeyboardInterrupt`` raised by the handler has the handler's own frame as its innermost
+traceback entry; while a cell runs, the runner registers an IPython custom exception handler
+(``set_custom_exc``, only if none is set) that shows it without that frame, as a plain cell's
+interrupt looks.
 
-One gap remains in any Python program that blocks in a system call: if the signal arrives in
-the few instructions after the engine's last look at its queues and before the ``read`` system
-call starts, there is no EINTR, and Python runs the handler only when the thread next executes
-bytecode, i.e. at the next wake-up. For a cell parked on a primitive that could be never. So
-while a cell runs, a tiny *tick* task on the same guest engine sleeps in
-:data:`TICK` second steps; its timer completion wakes the thread, and a late handler runs
-then. The worst-case interrupt latency is one tick; the cost is a few wake-ups a second, and
-only while a cell is running.
+Waking up: a signal that arrives just before the engine blocks in ``read(2)`` of its eventfd
+interrupts no system call, and Python runs the handler only when the thread next executes
+bytecode. So while a cell runs, ``signal.set_wakeup_fd`` points at a socket on which the cell's
+engine keeps an io_uring receive in flight (:class:`~tinycoro.core._ki.SignalWakeup`): the C
+level handler writes it the moment the signal arrives, the completion writes the eventfd, and
+the handler runs at once. No polling; the previous wakeup fd is restored after the cell.
 """
 
 from __future__ import annotations
@@ -46,44 +50,45 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any, Callable, Coroutine
 
+from tinycoro.core import _ki
 from tinycoro.core.engine import Engine
-from tinycoro.core.errors import Cancelled
 from tinycoro.core.local import _local
-from tinycoro.core.runtime import sleep
 from tinycoro.core.task import Task
 
-__all__ = ["CellRunner", "TICK"]
+__all__ = ["CellRunner"]
 
-TICK = 0.25  # seconds: the worst-case delay of an interrupt that missed the eventfd read
-
-_STEP_CODE = Engine._step.__code__
-_OWN_PACKAGES = ("tinycoro", "kernel_ext")
+_ki.protect_package(__name__.partition(".")[0])  # the runner's own frames are runtime code
 
 
-def _is_own(frame: FrameType) -> bool:
-    name = frame.f_globals.get("__name__") or ""
-    return name.split(".", 1)[0] in _OWN_PACKAGES
+def _ipython_shell() -> Any:
+    """The running IPython shell, if IPython is in use at all (the runner also runs bare)."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
 
 
-def _in_cell_code(frame: FrameType | None) -> bool:
-    """True if every frame from *frame* out to the engine's ``_step`` is not tinycoro's own:
-    the cell is running its own Python code, where raising is as safe as in a plain cell."""
-    while frame is not None:
-        if frame.f_code is _STEP_CODE:
-            return True
-        if _is_own(frame):
-            return False
-        frame = frame.f_back
-    return False
+def _without_handler_frame(tb: TracebackType | None) -> TracebackType | None:
+    """*tb* without the entries of the SIGINT handler's frame (always the innermost one)."""
+    head = tb
+    while head is not None and head.tb_frame.f_code is _HANDLER_CODE:
+        head = head.tb_next
+    entry = head
+    while entry is not None and entry.tb_next is not None:
+        if entry.tb_next.tb_frame.f_code is _HANDLER_CODE:
+            entry.tb_next = entry.tb_next.tb_next
+        else:
+            entry = entry.tb_next
+    return head
 
 
-async def _tick() -> None:
-    """Wake the cell's thread every TICK s, so a signal handler Python deferred gets to run."""
-    while True:
-        await sleep(TICK)
+def _show_interrupt(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset=None):
+    """IPython custom exception handler for KeyboardInterrupt in a cell: show it as a plain
+    cell's interrupt is shown, without the runner's handler frame."""
+    tb = _without_handler_frame(tb)
+    shell.showtraceback((etype, value.with_traceback(tb), tb), tb_offset=tb_offset)
+    return []  # shown already
 
 
 class CellRunner:
@@ -124,25 +129,34 @@ class CellRunner:
                 "another awaiting cell is running on the tinycoro runner in another thread (an "
                 "ipykernel subshell?); the cell engine serves one cell at a time"
             )
+        # The cell is known to the handler before the handler exists: an interrupt from here
+        # on is delivered to it (at its first await if it has not started yet).
+        task = self.running = Task(coro, engine, name="<cell>")
         try:
-            restore = self._install_sigint()
+            restore, wakeup = self._install_sigint()
         except BaseException:  # e.g. the kernel's KeyboardInterrupt, just before we took over
+            self.running = None
             self._busy.release()
             coro.close()
             raise
         try:
-            task = Task(coro, engine, name="<cell>")
-            tick = Task(_tick(), engine, name="<cell interrupt tick>")
-            self.running = task
-            engine.push(task)
-            engine.push(tick)
+            watcher = None
+            if wakeup is not None:
+                watcher = Task(wakeup.watch(), engine, name="<cell signal wakeup>")
+            for t in (task, watcher):
+                if t is not None:
+                    engine.live.add(t)  # so that engine.abandon() finds it wherever it is
+                    engine.push(t)
             try:
                 engine.run(until=task)
                 self.running = None  # from here on, a SIGINT is too late for this cell
-                tick.cancel()
-                engine.run(until=tick)
+                if watcher is not None:
+                    watcher.cancel()
+                    engine.run(until=watcher)  # its receive is cancelled and reaped
             except BaseException as exc:  # the engine itself failed mid-turn
-                self._abandon(task, tick, exc)
+                # Never leave the cell suspended: cancel and wait out its I/O, take it off any
+                # waiter list, close its coroutine (finally blocks run) and finish it with exc.
+                engine.abandon(exc)
                 raise
         finally:
             self.running = None
@@ -151,6 +165,9 @@ class CellRunner:
             if self._close_after:
                 self._close_after = False
                 self.close()
+        exc = task.exception()
+        if exc is not None:
+            raise exc.with_traceback(_without_handler_frame(exc.__traceback__))
         return task.result()
 
     # -- interrupts ---------------------------------------------------------------------------
@@ -160,58 +177,53 @@ class CellRunner:
         task = self.running
         if task is None or task.done():
             return  # the cell is returning; the interrupt arrived too late to matter
-        if _local.task is task and _in_cell_code(frame):
+        if _local.task is task and _ki.user_code_interrupted(frame, task):
             raise KeyboardInterrupt  # the cell computes between awaits: interrupt it right here
         # Nothing here may take a lock: the handler may have interrupted this very thread
         # while it held one (Task._interrupt takes the task module's lock). A deque append
-        # and an eventfd write are safe; the engine does the rest on its next turn.
+        # (and an eventfd write if the engine sleeps) is safe; the engine does the rest.
         self.engine.call_soon(self._interrupt_cell, task)
-        self.engine.wake()
 
     @staticmethod
     def _interrupt_cell(task: Task) -> None:
         """On the engine's own turn: deliver KeyboardInterrupt at the cell's pending await."""
         task._interrupt(KeyboardInterrupt())
 
-    def _install_sigint(self) -> Callable[[], None]:
+    def _install_sigint(self) -> tuple[Callable[[], None], _ki.SignalWakeup | None]:
+        """Install the cell's SIGINT handler and signal wakeup; return (restore, wakeup)."""
         if threading.current_thread() is not threading.main_thread():
-            return lambda: None  # signals are only delivered to the main thread anyway
+            return (lambda: None), None  # signals are only handled on the main thread anyway
         handler = self._on_sigint
         previous = signal.signal(signal.SIGINT, handler)
         if previous is None:  # installed from C; the best stand-in is Python's default
             previous = signal.default_int_handler
+        try:
+            wakeup = _ki.SignalWakeup()
+        except BaseException:
+            signal.signal(signal.SIGINT, previous)
+            raise
+        unshow = self._install_show_interrupt()
 
         def restore() -> None:
+            unshow()
+            wakeup.close()
             if signal.getsignal(signal.SIGINT) == handler:
                 signal.signal(signal.SIGINT, previous)
 
+        return restore, wakeup
+
+    @staticmethod
+    def _install_show_interrupt() -> Callable[[], None]:
+        shell = _ipython_shell()
+        if shell is None or getattr(shell, "custom_exceptions", None) != ():
+            return lambda: None  # somebody else's custom handler: leave it alone
+
+        def restore() -> None:
+            if shell.custom_exceptions == (KeyboardInterrupt,):
+                shell.set_custom_exc((), None)  # IPython's own default state
+
+        shell.set_custom_exc((KeyboardInterrupt,), _show_interrupt)
         return restore
-
-    def _abandon(self, cell: Task, tick: Task, exc: BaseException) -> None:
-        """Last resort when ``engine.run`` itself raised: never leave the cell suspended.
-
-        Cancel and wait out what the cell has in the kernel (its buffers must outlive the
-        operations), then close the coroutines, which runs their ``finally`` blocks (an
-        ``await`` inside one of them fails, since nothing can drive it any more).
-        """
-        engine = self.engine
-        try:
-            engine._drain()
-        finally:
-            engine.ready.clear()
-            engine.calls.clear()
-            engine.parked.clear()
-            engine.stop_requested = False
-            for task, outcome in ((cell, exc), (tick, Cancelled())):
-                if task.done():
-                    continue
-                coro = task._coro
-                try:
-                    coro.close()
-                except BaseException as e:  # noqa: BLE001 - a finally block that awaited
-                    print(f"tinycoro: {task.name} did not close cleanly: {e!r}", file=sys.stderr)
-                task._finish(None, outcome)
-                task._retrieved = True  # the runner re-raises it; nothing to log at collection
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
@@ -221,3 +233,6 @@ class CellRunner:
             return
         if not self.engine.ring.closed:
             self.engine.close()
+
+
+_HANDLER_CODE = CellRunner._on_sigint.__code__

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -60,3 +63,28 @@ def in_eventfd_read(engine, thread: threading.Thread | None = None) -> bool:
     except OSError:
         return True
     return len(fields) > 1 and fields[0] == str(_SYS_READ) and int(fields[1], 16) == engine.ring.efd
+
+
+@pytest.fixture(scope="session")
+def kernel_dirs(tmp_path_factory) -> list[str]:
+    """A kernels directory with "plain" (this interpreter's ipykernel) and "tinycoro" (written
+    by the installer CLI, as a user would)."""
+    root = tmp_path_factory.mktemp("jupyter")
+    plain = root / "share" / "jupyter" / "kernels" / "plain"
+    plain.mkdir(parents=True)
+    (plain / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "plain",
+                "language": "python",
+            }
+        )
+    )
+    subprocess.run(
+        [sys.executable, "-m", "kernel_ext", "install", "--prefix", str(root), "--contexts", "2"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return [str(root / "share" / "jupyter" / "kernels")]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import tinycoro as tc
 from tinycoro.core.local import _local
 from tinycoro.testing import is_blocked, wait_blocked
 
-__all__ = ["run", "spawn_here", "until", "wait_blocked", "is_blocked", "Cancelled"]
+__all__ = ["run", "spawn_here", "until", "wait_blocked", "is_blocked", "settle", "Cancelled"]
 
 Cancelled = tc.Cancelled
 DEADLOCK = 20.0  # a test that deadlocks fails with DeadlockError instead of hanging
@@ -52,3 +53,37 @@ def spawn_here(coro: Any) -> tc.Task:
             assert task.context == me
             return task
     raise AssertionError("round-robin dispatch expected")
+
+
+def _quiet_marker(sched: tc.Scheduler) -> tuple[int, ...] | None:
+    """A progress marker while every context of *sched* sleeps with nothing to do, else None.
+
+    Reads the engines' own state (the same reads as the scheduler's deadlock watchdog): a
+    context that is awake, or has a ready task, a pending call (a cancel on its way) or I/O,
+    is not quiet. Wake-ups and steps are counted, so two equal markers in a row mean no
+    context ran anything in between.
+    """
+    engines = sched._engines  # no public seam for this yet (see the health report)
+    for e in engines:
+        if not e.sleeping or e.ready or e.calls or e.inflight or e.unsubmitted:
+            return None
+    return tuple(e.wakeups for e in engines) + tuple(e.steps for e in engines)
+
+
+def settle(sched: tc.Scheduler, timeout: float = 30.0) -> None:
+    """Block the calling thread (not a context) until *sched* is quiescent: every wake-up,
+    hand-over and cancel already requested has been carried out, and every task is parked or
+    done. Why two equal markers suffice: work only moves by a push or a call onto a context,
+    both appended *before* the eventfd write, so an in-flight hand-over shows up as a ready
+    task or a pending call, and one already carried out changes a context's step count.
+    Fails loudly instead of hanging."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        marker = _quiet_marker(sched)
+        if marker is not None and marker == last:
+            return
+        last = marker
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the scheduler never went quiet: {sched.stats()!r}")
+        time.sleep(0.0002)

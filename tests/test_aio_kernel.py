@@ -10,7 +10,6 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
-from test_kernel_protocol import kernel_dirs  # noqa: E402,F401 - the "plain" kernelspec fixture
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(90)]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
 
 import pytest
 

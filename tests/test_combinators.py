@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 
@@ -65,13 +64,11 @@ def test_when_all_returns_results_in_argument_order(contexts):
 def test_when_all_first_failure_cancels_the_rest_then_raises_it(contexts):
     async def main():
         ended, forever = tracker()
-        t0 = time.monotonic()
         ready = tc.Latch(2)
         with pytest.raises(ValueError, match="boom"):
             await tc.when_all(
                 forever("a", ready), fail_after(ValueError("boom"), 3, ready), forever("b", ready)
             )
-        assert time.monotonic() - t0 < 5
         return sorted(ended)  # both were cancelled, and had finished, before when_all raised
 
     assert run(main(), contexts) == ["a", "b"]
@@ -158,12 +155,24 @@ def test_when_any_and_when_all_adopt_tasks(contexts):
 
 
 def test_when_any_with_a_sleep_race(contexts):
-    async def main():
-        return await tc.when_any(tc.sleep(5), value_after("now", 10), tc.sleep(3))
+    started, cancelled, finished = [], [], []
 
-    t0 = time.monotonic()
+    async def sleep(seconds):
+        started.append(seconds)
+        try:
+            await tc.sleep(seconds)
+        except Cancelled:
+            cancelled.append(seconds)
+            raise
+        finished.append(seconds)
+
+    async def main():
+        return await tc.when_any(sleep(5), value_after("now", 10), sleep(3))
+
     assert run(main(), contexts) == (1, "now")
-    assert time.monotonic() - t0 < 2  # the sleeps were cancelled in the kernel
+    # the losing sleeps were cancelled (or never started), not waited out: run() returns only
+    # once every task has ended, so a sleep that was not cancelled would show up as finished
+    assert finished == [] and sorted(cancelled) == sorted(started)
 
 
 # -- timeout ---------------------------------------------------------------------------------
@@ -177,11 +186,9 @@ def test_timeout_interrupts_a_parked_wait_and_an_io_op(contexts):
                 await e.wait()
         assert t.expired()
         assert e.statistics().waiters == 0  # the wait was aborted, not left behind
-        t0 = time.monotonic()
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError):  # raised only if the sleep was interrupted
             async with tc.timeout(0.05):
                 await tc.sleep(30)  # an io_uring timeout op, cancelled in the kernel
-        assert time.monotonic() - t0 < 5
         m = tc.Mutex()
         await m.lock()
 
@@ -246,10 +253,7 @@ def test_timeout_racing_the_end_of_the_body_never_leaks(contexts):
     async def main():
         rng = random.Random(1234 + contexts)
         outcomes = {"timeout": 0, "done": 0}
-        deadline = time.monotonic() + 3.0
-        rounds = 0
-        while rounds < 3000 and time.monotonic() < deadline:
-            rounds += 1
+        for _ in range(1500):  # bounded by count: the coverage does not depend on load
             try:
                 async with tc.timeout(rng.choice([0, 0, 1e-5, 1e-4])):
                     for _ in range(rng.randrange(4)):
@@ -454,7 +458,7 @@ def test_a_stuck_task_group_is_reported_as_a_deadlock(contexts):
     with pytest.raises(tc.DeadlockError) as ei:
         run(main(), contexts, deadlock_timeout=0.2)
     whats = [w for _t, w in ei.value.parked]
-    assert any(w.startswith("<TaskGroup exited children=[Task ") and ".stuck'" in w for w in whats)
+    assert any(w.startswith("<TaskGroup exited children=[<Task ") and ".stuck'>" in w for w in whats)
 
 
 def test_misuse_is_reported_at_the_call_and_leaves_no_unawaited_coroutine():

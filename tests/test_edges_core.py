@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import resource
 import threading
-import time
 
 import pytest
 
@@ -256,3 +255,171 @@ def test_huge_sleep_sleeps_until_cancelled(seconds, caplog):
 
     tc.run(main(), contexts=2)
     assert not [r for r in caplog.records if r.name == "tinycoro"]
+
+
+# -- an expired deadline fires at the first await, every time --------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("seconds", [0, -1])
+def test_expired_timeout_fires_at_the_first_await_every_time(contexts, seconds, tmp_path):
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 64)
+
+    async def main():
+        f = await tc.io.open(path, "rb")
+        expired = 0
+        try:
+            for i in range(300):
+                reached = False
+                try:
+                    async with tc.timeout(seconds):
+                        reached = True
+                        if i % 2:
+                            await tc.yield_now()
+                        else:
+                            await f.read_at(16, 0)
+                        raise AssertionError("the await after an expired deadline returned")
+                except TimeoutError:
+                    expired += reached
+        finally:
+            await f.close()
+        return expired
+
+    assert tc.run(main(), contexts=contexts) == 300
+
+
+@pytest.mark.timeout(60)
+def test_deadlines_fire_for_parked_and_sleeping_tasks_and_are_no_deadlock(contexts):
+    async def parked(ev):
+        with pytest.raises(TimeoutError):
+            async with tc.timeout(0.05):
+                await ev.wait()  # nothing else is pending: only the deadline can wake it
+        return "timed out"
+
+    async def main():
+        ev = tc.Event()
+        tasks = [tc.spawn(parked(ev)) for _ in range(6)]
+        with pytest.raises(TimeoutError):
+            async with tc.timeout(0.05):
+                await tc.sleep(30)
+        async with tc.timeout(5) as t:  # does not fire
+            await tc.sleep(0.001)
+        assert not t.expired()
+        return [await t for t in tasks]
+
+    assert tc.run(main(), contexts=contexts, deadlock_timeout=0.02) == ["timed out"] * 6
+
+
+# -- a descriptor returned after its task was abandoned is closed, not leaked ----------------
+
+
+@pytest.mark.timeout(30)
+def test_abandon_closes_a_descriptor_that_an_orphaned_open_returned(tmp_path):
+    from tinycoro.core.engine import Engine
+    from tinycoro.core.task import Task
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    sched = tc.Scheduler(1).start()
+    engine = Engine(None, sched, 64, guest=True)
+    try:
+        fds = open_fds()
+
+        def interrupt():
+            raise KeyboardInterrupt
+
+        async def opener():
+            # Blocks in the kernel (O_CREAT makes io_uring open in a worker) until a reader
+            # opens the FIFO.
+            op = Op(uring.prep_openat, os.fsencode(fifo), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600, -100, returns_fd=True)
+            return await perform(op)
+
+        async def driver():
+            await wait_blocked(o)
+            engine.call_soon(interrupt)  # the engine stops with the open in the kernel
+            await tc.Event().wait()
+
+        o = Task(opener(), engine, name="opener")
+        d = Task(driver(), engine, name="driver")
+        engine.push(o)
+        engine.push(d)
+        with pytest.raises(KeyboardInterrupt):
+            engine.run(until=d)
+        # A reader arrives: the open succeeds in the kernel, but its task is about to be
+        # abandoned. Wait (outside the engine) for that completion to be posted.
+        reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            wait_until(lambda: engine.ring.cq_ready() > 0, what="the open's completion")
+            engine.abandon(None)
+            assert o.cancelled()
+        finally:
+            os.close(reader)
+        assert open_fds() == fds  # the writer end the kernel opened was closed by the engine
+    finally:
+        engine.close()
+        sched.stop()
+
+
+# -- testing.wait_blocked parks -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_wait_blocked_parks_until_the_tasks_block_and_is_bounded(contexts):
+    go = threading.Event()
+
+    async def busy_then_blocked(ev):
+        while not go.is_set():  # runnable, not blocked, until the test thread says so
+            await tc.yield_now()
+        await ev.wait()
+
+    async def watcher(t):
+        await wait_blocked(t)
+        return "blocked"
+
+    with tc.Scheduler(contexts) as s:
+        ev = tc.Event()
+        t = s.submit(busy_then_blocked(ev))
+        w = s.submit(watcher(t))
+        wait_until(lambda: any(i.id == w.id and i.state == "parked" for i in s.tasks()), what="watcher parked")
+        go.set()
+        done = threading.Event()
+        w._add_done_callback(lambda _t: done.set())
+        assert done.wait(10) and w.result() == "blocked"
+        ev.set()
+
+        async def never():
+            finished = s.submit(tc.sleep(0))
+            while not finished.done():
+                await tc.yield_now()
+            with pytest.raises(RuntimeError, match="never blocked"):
+                await wait_blocked(finished, seconds=0.05)
+
+        s.run_sync(never(), timeout=10)
+
+
+# -- Scheduler.stats() is a pure snapshot ----------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_stats_is_pure_and_the_first_snapshot_already_shows_busy():
+    go = threading.Event()
+
+    async def spin():
+        while not go.is_set():
+            await tc.yield_now()
+
+    with tc.Scheduler(1) as s:
+        t = s.submit(spin())
+        try:
+            # Measuring one awake stretch (the engine never sleeps while spin() yields), not
+            # synchronising: busy is the awake fraction of wall time, preempted or not.
+            threading.Event().wait(0.3)
+            first = s.stats().contexts[0].busy  # no earlier call primed a sampling window
+            again = s.stats().contexts[0].busy  # and that call did not move one either
+            assert first > 0.5 and again > 0.5
+        finally:
+            go.set()
+        done = threading.Event()
+        t._add_done_callback(lambda _t: done.set())
+        assert done.wait(10)

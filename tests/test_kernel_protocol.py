@@ -8,11 +8,8 @@ idle status), never on sleeps.
 
 from __future__ import annotations
 
-import json
 import queue
 import re
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -28,31 +25,6 @@ from jupyter_client.manager import KernelManager
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(60)]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@pytest.fixture(scope="module")
-def kernel_dirs(tmp_path_factory) -> list[str]:
-    """A kernels directory with "plain" (this interpreter's ipykernel) and "tinycoro" (written
-    by the installer CLI, as a user would)."""
-    root = tmp_path_factory.mktemp("jupyter")
-    plain = root / "share" / "jupyter" / "kernels" / "plain"
-    plain.mkdir(parents=True)
-    (plain / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": "plain",
-                "language": "python",
-            }
-        )
-    )
-    subprocess.run(
-        [sys.executable, "-m", "kernel_ext", "install", "--prefix", str(root), "--contexts", "2"],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return [str(root / "share" / "jupyter" / "kernels")]
 
 
 @dataclass

@@ -19,7 +19,6 @@ pytest.importorskip("ipykernel")
 
 import test_kernel_protocol as kp
 
-kernel_dirs = kp.kernel_dirs  # the module's kernelspecs fixture, shared
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(120)]
 

@@ -10,8 +10,10 @@ import os
 import signal
 import threading
 
+import pytest
+
 import tinycoro as tc
-from conftest import in_eventfd_read, tinycoro_threads, wait_until
+from conftest import in_eventfd_read, open_fds, tinycoro_threads, wait_until
 from tinycoro.core.engine import Engine
 from tinycoro.core.task import Task
 
@@ -58,3 +60,117 @@ def test_context_thread_survives_a_signal():
     finally:
         sched.stop()
         signal.signal(signal.SIGUSR1, previous)
+
+
+# -- Ctrl-C around tc.run (DESIGN rules 12 and 13) --------------------------------------------
+async def _workers(n: int, log: list[str], all_started: "tc.Latch | None" = None) -> None:
+    async def worker(i: int) -> None:
+        log.append(f"started {i}")
+        if all_started is not None:
+            all_started.count_down()
+        try:
+            while True:
+                await (tc.yield_now() if i % 2 else tc.sleep(0.001))
+        finally:
+            await tc.sleep(0.001)  # a finally block that awaits still completes
+            log.append(f"finally {i}")
+
+    tasks = [tc.spawn(worker(i)) for i in range(n)]
+    try:
+        for t in tasks:
+            await t
+    finally:
+        log.append("finally main")
+
+
+def _check_unwound(log: list[str], fds_before: set[int]) -> None:
+    started = {e.split()[1] for e in log if e.startswith("started ")}
+    finished = {e.split()[1] for e in log if e.startswith("finally ") and e != "finally main"}
+    assert started and started == finished
+    assert "finally main" in log
+    assert not tinycoro_threads()
+    assert open_fds() == fds_before  # every ring and eventfd closed
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_while_tasks_run_cancels_them_and_raises(contexts):
+    log: list[str] = []
+
+    async def main():
+        started = tc.Latch(4)
+
+        async def interrupter():
+            await started.wait()
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, while every worker runs
+
+        tc.spawn(interrupter())
+        await _workers(4, log, started)
+
+    fds = open_fds()
+    with pytest.raises(KeyboardInterrupt):
+        tc.run(main(), contexts=contexts)
+    _check_unwound(log, fds)
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_during_start_up_still_cancels_and_joins(contexts, monkeypatch):
+    """The signal is handled while loop() starts the context threads, before it waits: it used
+    to escape from there, leaving the threads running and no finally block run."""
+    log: list[str] = []
+    start_threads = tc.Scheduler._start_threads
+
+    def start_then_interrupt(self):
+        start_threads(self)
+        signal.raise_signal(signal.SIGINT)  # handled at the next bytecode, right here
+
+    monkeypatch.setattr(tc.Scheduler, "_start_threads", start_then_interrupt)
+    fds = open_fds()
+    with pytest.raises(KeyboardInterrupt):
+        tc.run(_workers(3, log), contexts=contexts)
+    assert not tinycoro_threads() and open_fds() == fds
+    started = {e.split()[1] for e in log if e.startswith("started ")}
+    assert started == {e.split()[1] for e in log if e.startswith("finally ") and e != "finally main"}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_before_the_scheduler_exists_runs_nothing(monkeypatch):
+    """Interrupted while tc.run builds the scheduler: no task starts, nothing is left."""
+    ran = []
+
+    async def main():
+        ran.append(True)
+
+    build = tc.Scheduler.__init__
+
+    def build_then_interrupt(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(tc.Scheduler, "__init__", build_then_interrupt)
+    fds = open_fds()
+    with pytest.raises(KeyboardInterrupt):
+        tc.run(main(), contexts=2)
+    assert ran == [] and not tinycoro_threads() and open_fds() == fds
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_tc_run_leaves_a_custom_sigint_handler_alone():
+    seen = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+
+        async def main():
+            os.kill(os.getpid(), signal.SIGINT)
+            await tc.sleep(0.01)
+            return "done"
+
+        assert tc.run(main(), contexts=1) == "done"
+        assert seen == [signal.SIGINT] and signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -105,7 +105,7 @@ def test_try_lock_and_misuse_errors():
         assert not m.try_lock()
         me = tc.current_task()
         assert m.statistics() == tc.sync.MutexStatistics(True, me, 0)
-        assert repr(m) == f"<Mutex locked by Task {me.id} {me.name!r} waiters=0>"
+        assert repr(m) == f"<Mutex locked by <Task {me.id} {me.name!r}> waiters=0>"
         with pytest.raises(RuntimeError, match="not reentrant"):
             await m.lock()
 

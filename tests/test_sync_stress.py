@@ -1,5 +1,5 @@
-"""Seeded random stress of the races that matter, across context threads, bounded in time and
-rounds: set/wait, done/wait, close/recv, cancel/unlock (mutex, semaphore, condition) and
+"""Seeded random stress of the races that matter, across context threads, bounded by counts of
+rounds (never by time, so what a run covers does not depend on how loaded the machine is): set/wait, done/wait, close/recv, cancel/unlock (mutex, semaphore, condition) and
 timeouts interrupting lock waits. Plus one run mixing mutex, event, latch and wait group.
 
 Each round is spawned with random yields on every side, so who gets to the primitive's lock
@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 import sys
 import threading
-import time
 
 import pytest
 
@@ -22,7 +21,6 @@ import tinycoro as tc
 from sync_helpers import Cancelled, run, yield_n
 
 SEEDS = [1, 2]
-BUDGET = 0.6  # seconds of rounds per test run (plus the last round)
 
 
 @pytest.fixture(autouse=True)
@@ -38,21 +36,13 @@ async def jitter(rng: random.Random, most: int = 3) -> None:
         await tc.yield_now()
 
 
-def rounds(max_rounds: int):
-    deadline = time.monotonic() + BUDGET
-    for i in range(max_rounds):
-        if i and time.monotonic() > deadline:
-            return
-        yield i
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_event_set_races_wait(contexts, seed):
     async def main():
         rng = random.Random(seed)
         n = 0
-        for r in rounds(2000):
+        for r in range(1000):
             e = tc.Event()
 
             async def waiter(delay):
@@ -69,7 +59,7 @@ def test_event_set_races_wait(contexts, seed):
             n += 1
         return n
 
-    assert run(main(), contexts, deadlock_timeout=5) > 0
+    assert run(main(), contexts, deadlock_timeout=5) == 1000  # every round ran to its end
 
 
 @pytest.mark.timeout(60)
@@ -78,7 +68,7 @@ def test_waitgroup_and_latch_done_races_wait(contexts, seed):
     async def main():
         rng = random.Random(seed)
         n = 0
-        for r in rounds(2000):
+        for r in range(800):
             k = rng.randrange(1, 6)
             use_latch = r % 2 == 1
             gate = tc.Latch(k) if use_latch else tc.WaitGroup()
@@ -108,7 +98,7 @@ def test_waitgroup_and_latch_done_races_wait(contexts, seed):
             n += 1
         return n
 
-    assert run(main(), contexts, deadlock_timeout=5) > 0
+    assert run(main(), contexts, deadlock_timeout=5) == 800  # every round ran to its end
 
 
 @pytest.mark.timeout(60)
@@ -117,7 +107,7 @@ def test_channel_close_races_send_and_recv(contexts, seed):
     async def main():
         rng = random.Random(seed)
         n = 0
-        for r in rounds(1000):
+        for r in range(400):
             ch = tc.Channel(rng.choice([0, 0, 1, 2, 8]))
             sent: list[tuple[int, int]] = []
 
@@ -154,7 +144,7 @@ def test_channel_close_races_send_and_recv(contexts, seed):
             n += 1
         return n
 
-    assert run(main(), contexts, deadlock_timeout=5) > 0
+    assert run(main(), contexts, deadlock_timeout=5) == 400  # every round ran to its end
 
 
 @pytest.mark.timeout(60)
@@ -163,7 +153,7 @@ def test_mutex_and_semaphore_cancel_races_unlock(contexts, seed):
     async def main():
         rng = random.Random(seed)
         n = 0
-        for r in rounds(500):
+        for r in range(400):
             use_sem = r % 2 == 1
             permits = rng.randrange(1, 3) if use_sem else 1
             prim = tc.Semaphore(permits) if use_sem else tc.Mutex()
@@ -202,7 +192,7 @@ def test_mutex_and_semaphore_cancel_races_unlock(contexts, seed):
             n += 1
         return n
 
-    assert run(main(), contexts, deadlock_timeout=5) > 0
+    assert run(main(), contexts, deadlock_timeout=5) == 400  # every round ran to its end
 
 
 @pytest.mark.timeout(60)
@@ -215,7 +205,7 @@ def test_condition_notify_races_cancel_and_no_notify_is_lost(contexts, seed):
     async def main():
         rng = random.Random(seed)
         n = 0
-        for r in rounds(300):
+        for r in range(150):
             m = tc.Mutex()
             has_item, has_room = tc.Condition(m), tc.Condition(m)
             slot: list[int] = []
@@ -263,7 +253,7 @@ def test_condition_notify_races_cancel_and_no_notify_is_lost(contexts, seed):
             n += 1
         return n
 
-    assert run(main(), contexts, deadlock_timeout=5) > 0
+    assert run(main(), contexts, deadlock_timeout=5) == 150  # every round ran to its end
 
 
 @pytest.mark.timeout(60)
@@ -293,9 +283,8 @@ def test_timeouts_interrupting_lock_waits_keep_the_mutex_consistent(contexts, se
                     state["timeouts"] += 1
             await tc.yield_now()  # a leaked interrupt would surface here
 
-        deadline = time.monotonic() + BUDGET
         total = 0
-        while total < 3000 and time.monotonic() < deadline:
+        while total < 1500:
             batch = [worker(rng.choice([0, 1e-5, 1e-4, 1e-3])) for _ in range(20)]
             await tc.when_all(*batch)
             total += len(batch)

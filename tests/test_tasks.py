@@ -229,7 +229,7 @@ def test_bad_arguments():
     async def main():
         with pytest.raises(TypeError, match="seconds"):
             await tc.sleep("1")
-        with pytest.raises(ValueError, match="inf"):
-            await tc.sleep(float("inf"))
+        with pytest.raises(TypeError, match="seconds"):
+            await tc.sleep(float("nan"))
 
     tc.run(main(), contexts=1)

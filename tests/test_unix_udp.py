@@ -310,3 +310,39 @@ def test_close_ends_a_recv_on_a_unix_stream(tmp_path, contexts):
             await c.close()
 
     tc.run(main(), contexts=contexts)
+
+
+def test_connect_tries_each_address_of_a_name(monkeypatch):
+    # The resolver's answer is fixed here (a name with an IPv6 address where nothing listens,
+    # then the IPv4 one where the listener is); the connections are real.
+    real = socket.getaddrinfo
+
+    def two_addresses(host, port, *args, **kwargs):
+        if host != "dual.test":
+            return real(host, port, *args, **kwargs)
+        return [
+            (socket.AF_INET6, socket.SOCK_STREAM, 6, "", ("::1", port, 0, 0)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+
+    async def main():
+        lst = await tc.net.listen("127.0.0.1", 0)
+        conn = await tc.net.connect("dual.test", lst.port)
+        peer = await lst.accept()
+        await conn.sendall(b"second address")
+        got = await peer.recv()
+        for c in (conn, peer, lst):
+            await c.close()
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+        probe.close()
+        with pytest.raises(ConnectionRefusedError):  # every address refused: the last error
+            await tc.net.connect("dual.test", free)
+        return got
+
+    before = open_fds()
+    assert tc.run(main(), contexts=1) == b"second address"
+    assert open_fds() == before

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from .core.checks import check_int
 from .core.errors import ChannelClosed
 from .sync._lot import ParkingLot, wake_all
 
@@ -59,8 +60,7 @@ class Channel(Generic[T]):
     __slots__ = ("_mu", "_capacity", "_buf", "_senders", "_receivers", "_closed")
 
     def __init__(self, capacity: int = 0) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise TypeError(f"Channel capacity must be an int, got {capacity!r}")
+        check_int("Channel capacity", capacity)
         if capacity < 0:
             raise ValueError(f"Channel capacity must be >= 0 (0 = rendezvous), got {capacity}")
         self._mu = threading.Lock()

@@ -82,6 +82,8 @@ class PendingOps:
             self.closed = True
             pending = list(self._ops.items())
         for op, engine in pending:
+            if engine is None:  # awaited outside any task: its trap refuses it, nothing to cancel
+                continue
             # The op may still be between its trap and its SQE on that engine's thread; a call
             # queued now runs at the engine's next turn, after that step has placed the SQE.
             engine.call_soon(_cancel_on_owner, engine, op)

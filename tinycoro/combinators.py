@@ -30,17 +30,17 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 import threading
+import time
 from types import TracebackType
 from typing import Any, Awaitable, Coroutine
 
+from .core.checks import check_seconds
 from .core.errors import Cancelled
 from .core.local import _local
-from .core.runtime import sleep, spawn, spawn_watched
-from .core.task import Task
+from .core.runtime import spawn_watched
+from .core.task import Task, describe
 from .sync._interrupts import ScopeSignal, keep_one
-from .sync._lot import _describe
 from .sync.event import Event
 
 __all__ = ["TaskGroup", "timeout", "when_all", "when_any"]
@@ -48,6 +48,8 @@ __all__ = ["TaskGroup", "timeout", "when_all", "when_any"]
 log = logging.getLogger("tinycoro")
 
 _IDLE, _ARMED, _FIRED, _EXITED = "idle", "armed", "fired", "exited"
+_NEVER = 1e15  # seconds: a timeout this long (~30 million years) is no deadline at all
+_perf = time.perf_counter
 
 # The innermost active scope of each task. Only a task's own thread reads or writes its entry
 # (scopes are entered and exited by the task itself), so plain dict operations suffice.
@@ -136,34 +138,29 @@ class timeout(_Scope):
     first await. If the deadline passes just as the block finishes, the block completes
     normally and nothing is delivered later (``expired()`` then tells it fired).
 
-    The deadline is kept by a small timer task (a ``tc.sleep`` on some context), cancelled as
-    soon as the block exits.
+    The deadline is kept by the task's own engine (a heap of deadlines per context, as trio
+    keeps one per run): each turn, and at the bounded sleep point, the engine fires the scopes
+    whose time has passed, on the task's own thread. An expired deadline is queued as an
+    interrupt at once, so it is delivered at the very next await.
     """
 
-    __slots__ = ("_seconds", "_timer")
+    __slots__ = ("_seconds", "_entry")
 
     def __init__(self, seconds: float | None) -> None:
         super().__init__()
-        number = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-        if seconds is not None and (not number or math.isnan(seconds)):
-            raise TypeError(f"timeout() takes a number of seconds or None, got {seconds!r}")
-        self._seconds = seconds
-        self._timer: Task | None = None
+        self._seconds = check_seconds("seconds", seconds, allow_none=True)
+        self._entry: list | None = None
 
     async def __aenter__(self) -> "timeout":
-        self._enter()
+        task = self._enter()
         s = self._seconds
-        if s is not None and s != math.inf:
-            try:
-                self._timer = spawn(self._run_timer(max(0.0, float(s))), name=f"timeout({s})")
-            except BaseException:
-                self._exit(None)
-                raise
+        if s is None or s >= _NEVER:
+            return self
+        if s <= 0:
+            self._fire()  # delivered at the first await, every time
+        else:
+            self._entry = task._engine.add_deadline(_perf() + s, self)
         return self
-
-    async def _run_timer(self, seconds: float) -> None:
-        await sleep(seconds)
-        self._fire()
 
     async def __aexit__(
         self,
@@ -172,9 +169,10 @@ class timeout(_Scope):
         tb: TracebackType | None,
     ) -> None:
         ours = self._exit(exc)
-        timer = self._timer
-        if timer is not None and not timer.done():
-            timer.cancel()
+        entry = self._entry
+        if entry is not None:
+            self._entry = None
+            self._task._engine.remove_deadline(entry)
         if ours:
             raise TimeoutError(f"timed out after {self._seconds} s") from exc
 
@@ -317,7 +315,7 @@ class TaskGroup(_Scope):
 
     def __repr__(self) -> str:
         children = list(self._children)  # one C-level copy under the GIL: safe from any thread
-        names = ", ".join(sorted(_describe(t) for t in children)[:4])
+        names = ", ".join(sorted(describe(t) for t in children)[:4])
         more = ", ..." if len(children) > 4 else ""
         return f"<TaskGroup {self._state} children=[{names}{more}]>"
 

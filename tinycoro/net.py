@@ -89,15 +89,27 @@ async def _getaddrinfo(host: str, port: int, type: int) -> list:
     return value
 
 
-async def _resolve(host: Any, port: Any, type: int = socket.SOCK_STREAM) -> tuple[int, str]:
-    """(family, numeric host) for *host*; names go through :func:`_getaddrinfo`."""
+async def _resolve_all(
+    host: Any, port: Any, type: int = socket.SOCK_STREAM, family: int = 0
+) -> list[tuple[int, str]]:
+    """Every (family, numeric host) for *host*, resolver order; names go through
+    :func:`_getaddrinfo`, numeric addresses do not."""
     _check_host_port(host, port)
-    family = _family_for(host)
-    if family:
-        return family, host
+    numeric_family = _family_for(host)
+    if numeric_family:
+        return [(numeric_family, host)]
     infos = await _getaddrinfo(host, port, type)
-    family, _, _, _, addr = infos[0]
-    return family, addr[0]
+    out = [(fam, addr[0]) for fam, _, _, _, addr in infos if not family or fam == family]
+    if not out:
+        raise OSError(f"{host!r} has no {socket.AddressFamily(family).name} address")
+    return out
+
+
+async def _resolve(
+    host: Any, port: Any, type: int = socket.SOCK_STREAM, family: int = 0
+) -> tuple[int, str]:
+    """The first (family, numeric host) for *host*."""
+    return (await _resolve_all(host, port, type, family))[0]
 
 
 def _closed_error(kind: str):
@@ -388,7 +400,7 @@ class UdpSocket(_Socket):
         if not isinstance(address, tuple) or len(address) < 2:
             raise TypeError(f"address must be a (host, port) tuple, got {address!r}")
         host, port = address[0], address[1]
-        family, numeric = await _resolve(host, port, socket.SOCK_DGRAM)
+        family, numeric = await _resolve(host, port, socket.SOCK_DGRAM, self.family)
         if family != self.family:
             raise ValueError(f"address {address!r} is not of this socket's family "
                              f"({socket.AddressFamily(self.family).name})")
@@ -454,17 +466,25 @@ async def connect(
             raise TypeError(f"server_hostname must be a str or None, got {server_hostname!r}")
     elif server_hostname is not None:
         raise ValueError("server_hostname is only meaningful with ssl=")
-    family, numeric = await _resolve(host, port)
-    sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        addr = uring.sockaddr_in(family, numeric, port)
-        op = Op(uring.prep_connect, sock.fileno(), addr)  # the op keeps `addr` alive
-        op.what = f"{host}:{port}"
-        await perform(op)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    except BaseException:
-        sock.close()
-        raise
+    # A name may resolve to several addresses (::1 and 127.0.0.1 for localhost, say): try
+    # each in the resolver's order, as socket.create_connection does; raise the last error.
+    candidates = await _resolve_all(host, port)
+    for i, (family, numeric) in enumerate(candidates):
+        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            addr = uring.sockaddr_in(family, numeric, port)
+            op = Op(uring.prep_connect, sock.fileno(), addr)  # the op keeps `addr` alive
+            op.what = f"{host}:{port}"
+            await perform(op)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            break
+        except OSError:
+            sock.close()
+            if i == len(candidates) - 1:
+                raise
+        except BaseException:
+            sock.close()
+            raise
     stream = TcpStream(sock)
     if ssl is None:
         return stream

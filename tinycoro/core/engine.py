@@ -13,18 +13,49 @@ Facts about waking a context, which the loop below is built around:
   appends first and reads ``sleeping`` second. Under the GIL each of those steps is atomic, so
   either the sleeper's second look sees the new item or the pusher sees ``sleeping`` and writes
   the eventfd. A stale write only costs one extra turn of the loop.
+* The kernel's half of rule 4 is the eventfd toggle: ``notify_on(True)`` is a plain store of
+  a flag in the shared CQ ring, and the look at the CQ that follows is a load of its tail
+  (acquire). The kernel publishes a CQE by storing the tail (release) and then reads the flag
+  to decide whether to signal the eventfd. Store-then-load on both sides is the pattern that
+  needs a full barrier on *each* side (x86 may satisfy a load before an earlier store is
+  visible), or both may miss the other: a lost wake-up. Our side gets one from taking and
+  releasing an uncontended lock between the two (a locked instruction on x86; a release
+  followed by an acquire on arm64), cheap next to the sleep it guards. The kernel's side
+  (``io_eventfd_signal`` reading ``cq_flags`` after ``io_commit_cqring``) is the kernel's to
+  order; we did not verify it barrier by barrier. Were a wake-up lost there, a context with a
+  deadline pending would still wake at the deadline (its sleep is bounded), and one with
+  parked tasks would show in the deadlock watchdog.
 * One turn runs exactly the tasks that were ready when the turn began (as asyncio's
   ``_run_once`` does): a task that yields goes behind them, so nobody starves.
 * SQEs prepared during a turn are submitted together at its end: one ``io_uring_enter`` for the
   whole batch, which is what makes the ring pay off (DESIGN section 7).
+
+Seams (what other layers may call; everything else here is private):
+
+* ``push(task)``, ``call_soon(fn, *args)``, ``wake()``: any thread.
+* ``run(until=None)``: drive the engine on the calling thread. A *guest* engine
+  (``Engine(None, scheduler, entries, guest=True)``, the notebook cell's) runs with
+  ``until=cell_task``, takes no part in the stop protocol and can be run again and again.
+* ``abandon(error)``: owner thread, when ``run`` has stopped or failed: cancel and wait out
+  every operation in the kernel, take every parked task off its waiter list, close every
+  unfinished coroutine and finish its task with *error* (or ``tc.Cancelled``), unreported.
+  It finishes the tasks in ``live``, in flight, parked or ready: the owner of a guest engine
+  adds the tasks it creates itself to ``engine.live``, so that one popped mid-step is
+  finished too. The scheduler's own shutdown and crash paths use it as well.
+* ``cancel_op(op)``: owner thread, cancel one operation in the kernel (closing a resource).
+* ``add_deadline(when, scope)`` / ``remove_deadline(entry)``: owner thread, ``tc.timeout``.
+* ``Scheduler.context_idle(engine)`` is the engine's one call into the scheduler (the stop
+  protocol), and ``scheduler.failure_hook`` the one attribute it reads.
 """
 
 from __future__ import annotations
 
 import errno
+import heapq
 import itertools
 import logging
 import os
+import select
 import threading
 import time
 import traceback
@@ -46,7 +77,8 @@ _prep_nop = uring.prep_nop
 _prep_cancel = uring.prep_cancel
 _perf = time.perf_counter
 log = logging.getLogger("tinycoro")
-FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro tasks
+FAILURES_KEPT = 20
+BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over  # recent failures remembered per context, for %tinycoro tasks
 
 
 def _block(efd: int) -> None:
@@ -98,6 +130,7 @@ class Engine:
         self.unsubmitted = 0
         self.own_inflight = 0  # our own SQEs in the kernel (async-cancels, placeholder NOPs)
         self._wake_lock = threading.RLock()
+        self._fence = threading.Lock()  # only ever taken and released at once: see _sleep
         self.tasks_run = 0  # tasks finished on this context
         self.ops = 0  # io_uring completions reaped (own cancel requests included), cumulative
         self.failed = 0  # tasks that failed (not Cancelled) with nobody waiting on them
@@ -106,6 +139,18 @@ class Engine:
         self.wakeups = 0  # returns from the sleep point; the deadlock watchdog's progress clock
         self.sleep_total = 0.0  # seconds spent blocked in the sleep point
         self.sleep_since = 0.0  # perf_counter() when the current sleep began, 0 when awake
+        # Two (perf_counter, sleep_total) samples at least BUSY_WINDOW apart, taken by this
+        # engine as it wakes and replaced as one tuple, so a reader on another thread always
+        # sees a consistent pair: busy() is then a pure function of the engine's own state.
+        t = _perf()
+        self._samples = ((t, 0.0), (t, 0.0))
+        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine: a heap of
+        # [when, seq, scope]; a removed entry has scope None and stays until it surfaces.
+        self._deadlines: list[list] = []
+        self._dead_deadlines = 0
+        self._deadline_seq = itertools.count()
+        self._poller: select.poll | None = None
+        self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self._ids = itertools.count(CANCEL_UD + 1)
         self._cqes: list[tuple[int, int]] = []
         self.thread_ident: int | None = None
@@ -171,10 +216,14 @@ class Engine:
                     for _ in range(n):
                         step(ready.popleft())
                     _local.task = None  # once per turn: no task code runs between two steps
+                    if self.watchers:
+                        self._check_watchers()
                 if self.unsubmitted:
                     self._submit()
                 if self.inflight or self.own_inflight:
                     self._reap()
+                if self._deadlines:
+                    self._fire_deadlines()
                 if until is not None and until._state is DONE:
                     return
                 if ready or calls:
@@ -202,6 +251,9 @@ class Engine:
         ring = self.ring
         self.sleeping = True
         ring.notify_on(True)
+        fence = self._fence  # a full barrier between the flag store and the CQ tail load below
+        fence.acquire()
+        fence.release()
         try:
             if ring.cq_ready():
                 self._reap()
@@ -212,14 +264,97 @@ class Engine:
                 return
             self.sleep_since = t0 = _perf()
             try:
-                _block(ring.efd)
+                if self._deadlines and not draining:
+                    when = self._fire_deadlines()
+                    if not self.calls:  # a deadline that just fired queued its delivery
+                        self._block_until(when)
+                else:
+                    _block(ring.efd)
             finally:
                 self.sleep_since = 0.0
-                self.sleep_total += _perf() - t0
+                t1 = _perf()
+                self.sleep_total += t1 - t0
                 self.wakeups += 1
+                newer = self._samples[1]
+                if t1 - newer[0] >= BUSY_WINDOW:
+                    self._samples = (newer, (t1, self.sleep_total))
         finally:
             ring.notify_on(False)
             self.sleeping = False
+
+    # -- deadlines (tc.timeout) -------------------------------------------------------------
+    def add_deadline(self, when: float, scope: Any) -> list:
+        """Call ``scope._fire()`` on this engine's thread once ``perf_counter()`` passes
+        *when*; owner thread only. Returns the entry for :meth:`remove_deadline`."""
+        entry = [when, next(self._deadline_seq), scope]
+        heapq.heappush(self._deadlines, entry)
+        return entry
+
+    def remove_deadline(self, entry: list) -> None:
+        """Forget a deadline (its scope exited); owner thread only. Lazy: the entry is marked
+        and dropped when it surfaces, or all at once when the dead outnumber the live."""
+        if entry[2] is None:
+            return
+        entry[2] = None
+        self._dead_deadlines += 1
+        heap = self._deadlines
+        if self._dead_deadlines > 64 and 2 * self._dead_deadlines > len(heap):
+            heap[:] = [e for e in heap if e[2] is not None]
+            heapq.heapify(heap)
+            self._dead_deadlines = 0
+
+    def has_deadlines(self) -> bool:
+        """True while a scope's deadline is pending here (the deadlock watchdog asks)."""
+        return len(self._deadlines) > self._dead_deadlines
+
+    def _fire_deadlines(self) -> float | None:
+        """Fire every deadline that has passed; return the next one, or None."""
+        heap = self._deadlines
+        now = _perf()
+        while heap:
+            entry = heap[0]
+            scope = entry[2]
+            if scope is None:
+                heapq.heappop(heap)
+                self._dead_deadlines -= 1
+                continue
+            if entry[0] > now:
+                return entry[0]
+            heapq.heappop(heap)
+            entry[2] = None
+            try:
+                scope._fire()  # queues the scope's interrupt on its task (call_soon)
+            except BaseException:  # noqa: BLE001 - one broken scope must not stop the others
+                log.exception("while firing the deadline of %r", scope)
+        return None
+
+    def _block_until(self, when: float | None) -> None:
+        """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
+        (the next deadline). poll(2) releases the GIL like the read does."""
+        if when is None:
+            _block(self.ring.efd)
+            return
+        delay = when - _perf()
+        if delay <= 0:
+            return
+        poller = self._poller
+        if poller is None:
+            poller = self._poller = select.poll()
+            poller.register(self.ring.efd, select.POLLIN)
+        # poll(2) takes whole milliseconds (a C int): round up, and cap at ~24 days.
+        if poller.poll(min(int(delay * 1000) + 1, 2**31 - 1)):
+            _block(self.ring.efd)  # readable: consume the count (only this thread reads it)
+
+    # -- tinycoro.testing.wait_blocked --------------------------------------------------------
+    def watch_blocked(self, watch: Any) -> None:
+        """Look at *watch* (``watch.check()``) at the end of every turn until it is done."""
+        self.watchers.append(watch)
+        watch.check()
+
+    def _check_watchers(self) -> None:
+        for w in self.watchers:
+            w.check()
+        self.watchers = [w for w in self.watchers if not w.done]
 
     def _step(self, task: Task) -> None:
         """Resume *task* once and act on the trap it yields next."""
@@ -491,6 +626,9 @@ class Engine:
                 _local.engine = None
             self.live.clear()
             self.ready.clear()  # a wake that was on its way for an abandoned task
+            self._deadlines.clear()
+            self._dead_deadlines = 0
+            self.watchers.clear()
 
     def _abort_parked(self) -> None:
         """Take every parked task off the waiter list it is on (rule 13)."""
@@ -537,6 +675,18 @@ class Engine:
                 state, what = ("ready" if id(t) in ready else "running"), ""
             out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))
         return out
+
+    def busy(self, now: float) -> float:
+        """Fraction of the time since a sample at least BUSY_WINDOW old that this engine spent
+        awake, in [0, 1]; any thread, no side effect."""
+        older, newer = self._samples
+        base = newer if now - newer[0] >= BUSY_WINDOW else older
+        dt = now - base[0]
+        if dt <= 0:
+            return 0.0
+        since = self.sleep_since
+        asleep = self.sleep_total + (now - since if since else 0.0) - base[1]
+        return min(1.0, max(0.0, 1.0 - asleep / dt))
 
     def load(self) -> int:
         return len(self.ready) + len(self.inflight) + len(self.parked)

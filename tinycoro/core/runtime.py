@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextvars
 import errno
-import math
 import types
 from typing import Any, Callable, Coroutine
 
 from .. import uring
+from . import _ki
+from .checks import check_seconds
 from .errors import DeadlockError, oserror
 from .local import _local
 from .scheduler import Scheduler, _check_coro
@@ -27,6 +28,9 @@ __all__ = [
 ]
 
 _ETIME = -errno.ETIME
+# The longest single kernel timeout we ask for (~31 years): the binding's timespec overflows
+# (EINVAL) somewhere past 1e12 s; longer sleeps are made of several.
+LONGEST_TIMEOUT = 1e9
 _CoroutineType = types.CoroutineType
 _default: Scheduler | None = None
 
@@ -47,20 +51,23 @@ def run(
     if _local.engine is not None:
         coro.close()
         raise RuntimeError("tc.run() cannot be called from inside a tinycoro task; await instead")
-    try:
-        sched = Scheduler(contexts, dispatch=dispatch)
-    except BaseException:
-        coro.close()
-        raise
-    task = sched.submit_watched(coro, _observed)  # its outcome is returned or raised here
-    try:
-        sched.loop(deadlock_timeout=deadlock_timeout)
-    except DeadlockError as deadlock:
-        # Tasks left parked because *coro* failed: its failure is the cause worth seeing.
-        if task.done() and task.exception() is not None:
-            raise deadlock from task.exception()
-        raise
-    return task.result()
+    # Ctrl-C from here on is recorded and acted on by loop() (or raised on the way out): never
+    # raised in the middle of building the scheduler or submitting the task.
+    with _ki.defer_sigint():
+        try:
+            sched = Scheduler(contexts, dispatch=dispatch)
+        except BaseException:
+            coro.close()
+            raise
+        task = sched.submit_watched(coro, _observed)  # its outcome is returned or raised here
+        try:
+            sched.loop(deadlock_timeout=deadlock_timeout)
+        except DeadlockError as deadlock:
+            # Tasks left parked because *coro* failed: its failure is the cause worth seeing.
+            if task.done() and task.exception() is not None:
+                raise deadlock from task.exception()
+            raise
+        return task.result()
 
 
 def _observed(task: Task) -> None:
@@ -107,18 +114,22 @@ def spawn_watched(
 async def sleep(seconds: float) -> None:
     """Suspend for *seconds* on an io_uring timeout; other tasks on the context keep running.
 
-    ``sleep(0)`` is a plain :func:`yield_now`.
+    ``sleep(0)`` (or less) is a plain :func:`yield_now`. Any length is accepted: beyond what
+    one kernel timeout can express, it sleeps in steps of ~31 years, so ``sleep(math.inf)``
+    sleeps until cancelled.
     """
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or math.isnan(seconds):
-        raise TypeError(f"sleep() takes a number of seconds, got {seconds!r}")
+    seconds = check_seconds("seconds", seconds)
     if seconds <= 0:
         await yield_now()
         return
-    if math.isinf(seconds):
-        raise ValueError("sleep(inf): wait on an Event instead of sleeping forever")
-    res = await perform_raw(Op(uring.prep_timeout, uring.timespec(seconds), 0, 0))
-    if res < 0 and res != _ETIME:
-        raise oserror(res)
+    while True:
+        step = seconds if seconds < LONGEST_TIMEOUT else LONGEST_TIMEOUT
+        res = await perform_raw(Op(uring.prep_timeout, uring.timespec(step), 0, 0))
+        if res < 0 and res != _ETIME:
+            raise oserror(res)
+        seconds -= step
+        if seconds <= 0:
+            return
 
 
 def current_context() -> int | None:

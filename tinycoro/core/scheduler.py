@@ -22,13 +22,13 @@ import contextvars
 import inspect
 import itertools
 import logging
-import math
-import os
 import threading
 import time
 import types
 from typing import Any, Callable, Coroutine
 
+from . import _ki
+from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
 from .errors import DeadlockError
 from .local import _local
@@ -37,9 +37,11 @@ from .task import Task
 
 log = logging.getLogger("tinycoro")
 
+__all__ = ["DISPATCH", "Scheduler"]  # DISPATCH: re-exported for the notebook layer
+
 _CoroutineType = types.CoroutineType
-DISPATCH = ("round_robin", "least_loaded")
 _sched_ids = itertools.count()
+INTERRUPT_UNWIND = 1.0  # seconds cancelled tasks get to unwind after Ctrl-C, then are closed
 WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no timeout is given
 
 
@@ -52,13 +54,11 @@ def _check_coro(coro: Any, where: str) -> None:
 
 
 def _check_timeout(name: str, value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
-    if value < 0:
+    """A timeout in seconds: None (no limit) or a number >= 0."""
+    value = check_seconds(name, value, allow_none=True)
+    if value is not None and value < 0:
         raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return float(value)
+    return value
 
 
 class Scheduler:
@@ -75,16 +75,9 @@ class Scheduler:
         dispatch: str = "round_robin",
         ring_entries: int = 256,
     ) -> None:
-        if contexts is None:
-            contexts = os.cpu_count() or 1
-        if isinstance(contexts, bool) or not isinstance(contexts, int) or contexts < 1:
-            raise ValueError(f"contexts must be a positive int or None, got {contexts!r}")
-        if dispatch not in DISPATCH:
-            raise ValueError(f"dispatch must be one of {DISPATCH}, got {dispatch!r}")
-        if isinstance(ring_entries, bool) or not isinstance(ring_entries, int) or not (
-            1 <= ring_entries <= 32768
-        ):
-            raise ValueError(f"ring_entries must be an int in 1..32768, got {ring_entries!r}")
+        contexts = check_contexts(contexts)
+        dispatch = check_dispatch(dispatch)
+        check_int("ring_entries", ring_entries, min=1, max=32768)
         self.id = next(_sched_ids)
         # Called as failure_hook(task, exc) on the task's context thread, inside the task's
         # contextvars.Context, when a task fails (not tc.Cancelled) with nothing awaiting it.
@@ -101,9 +94,6 @@ class Scheduler:
         self._crash: BaseException | None = None
         self._closed = False
         self._rr = itertools.count()
-        self._stats_lock = threading.Lock()
-        self._busy_sample: tuple[float, list[float]] | None = None
-        self._busy: list[float] = [0.0] * contexts
         self._engines: list[Engine] = []
         # Called once each, in order, when the scheduler shuts down, after its context threads
         # have been joined (tc.aio stops the scheduler's companion asyncio loop this way).
@@ -247,21 +237,40 @@ class Scheduler:
         if self._closed:
             raise RuntimeError("this Scheduler is closed")
         self._mode = "loop"
-        with self._lock:
-            if self._token == 0:
-                self._finish_locked()
-        self._start_threads()
-        deadlock: DeadlockError | None = None
-        try:
-            deadlock = self._watch(deadlock_timeout)
-        except BaseException:  # KeyboardInterrupt in the caller: cancel everything, clean up
-            self._shutdown(cancel_timeout=1.0)
-            raise
+        # Ctrl-C on the main thread is recorded, never raised inside this bookkeeping (DESIGN
+        # rule 12); it wakes _watch through a call on context 0 (_ki.SigintDeferred).
+        with _ki.defer_sigint() as interrupt:
+            with self._lock:
+                if self._token == 0:
+                    self._finish_locked()
+            if not interrupt.pending:  # interrupted while the caller set up: start nothing
+                self._start_threads()
+            interrupt.set_waker(self._wake_on_interrupt)
+            deadlock: DeadlockError | None = None
+            try:
+                if not interrupt.pending:
+                    deadlock = self._watch(deadlock_timeout)
+            except BaseException:  # KeyboardInterrupt where no handler could be installed
+                self._shutdown(cancel_timeout=INTERRUPT_UNWIND)
+                raise
+            finally:
+                interrupt.set_waker(None)
+            if interrupt.pending:  # like asyncio.run: cancel, unwind, join, then raise
+                self._shutdown(cancel_timeout=INTERRUPT_UNWIND)
+                raise KeyboardInterrupt
         self._shutdown(cancel_timeout=0.0)
         if self._crash is not None:
             raise RuntimeError("a tinycoro context crashed") from self._crash
         if deadlock is not None:
             raise deadlock
+
+    def _wake_on_interrupt(self) -> None:
+        """From the SIGINT handler (main thread, any bytecode): wake ``_watch`` at once.
+
+        Only lock-free steps are allowed here, so the wake-up is a call queued on context 0
+        (deque append + eventfd write); that context sets ``_done`` from its own thread.
+        """
+        self._engines[0].call_soon(self._done.set)
 
     def _watch(self, deadlock_timeout: float | None) -> DeadlockError | None:
         """Wait for the token to reach 0, watching for the all-parked state meanwhile."""
@@ -294,6 +303,8 @@ class Scheduler:
         parked = 0
         for e in self._engines:
             if not e.sleeping or e.ready or e.calls or e.inflight or e.unsubmitted:
+                return None
+            if e.has_deadlines():  # a timeout scope will wake a parked task
                 return None
             parked += len(e.parked)
         if not parked or any(busy() for busy in self.busy_elsewhere):
@@ -409,8 +420,10 @@ class Scheduler:
 
     # -- statistics ---------------------------------------------------------------------------
     def stats(self) -> SchedulerStats:
-        """A consistent-enough snapshot for widgets and tests; any thread, no locks held long."""
-        busy = self._sample_busy()
+        """A consistent-enough snapshot for widgets and tests; any thread, no locks, and no
+        side effect (each engine keeps its own busy samples)."""
+        now = time.perf_counter()
+        running = bool(self._threads) and not self._closed
         ctxs = tuple(
             ContextStats(
                 id=e.id,
@@ -419,14 +432,13 @@ class Scheduler:
                 io_inflight=len(e.inflight),
                 parked=len(e.parked),
                 tasks_run=e.tasks_run,
-                busy=busy[e.id],
+                busy=e.busy(now) if running else 0.0,
                 stop_flag=e.stop_flag,
                 sleeping=e.sleeping,
                 ops=e.ops,
             )
             for e in self._engines
         )
-        running = bool(self._threads) and not self._closed
         return SchedulerStats(
             stop_token=self._token,
             accepting=self._accepting,
@@ -449,23 +461,3 @@ class Scheduler:
         out = [f for e in self._engines for f in list(e.failures)]
         out.sort(key=lambda f: f.when)
         return tuple(out)
-
-    def _sample_busy(self, min_interval: float = 0.1) -> list[float]:
-        now = time.perf_counter()
-        with self._stats_lock:
-            asleep = []
-            for e in self._engines:
-                since = e.sleep_since
-                asleep.append(e.sleep_total + (now - since if since else 0.0))
-            prev = self._busy_sample
-            if prev is None:
-                self._busy_sample = (now, asleep)
-            elif now - prev[0] >= min_interval:
-                dt = now - prev[0]
-                running = bool(self._threads) and not self._closed
-                self._busy = [
-                    min(1.0, max(0.0, 1.0 - (a - b) / dt)) if running else 0.0
-                    for a, b in zip(asleep, prev[1])
-                ]
-                self._busy_sample = (now, asleep)
-            return list(self._busy)

@@ -34,6 +34,15 @@ _copy_context = contextvars.copy_context
 PENDING, DONE = "pending", "done"
 
 
+def describe(task: "Task | None") -> str:
+    """A task's short name, ``<Task 3 'name'>`` (or ``None``). Unlike ``repr(task)`` it does
+    not name what the task waits on, which may be a primitive whose repr names its owner task:
+    with a lock-order deadlock, that would recurse."""
+    if task is None:
+        return "None"
+    return f"<Task {task.id} {task.name!r}>"
+
+
 class Task:
     """A coroutine scheduled on one context. ``await task`` joins it.
 
@@ -153,7 +162,7 @@ class Task:
         return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
 
     def _short(self) -> str:
-        return f"<Task {self.id} {self.name!r}>"
+        return describe(self)
 
     # -- runtime internals ---------------------------------------------------------------------
     def _wake(self, value: Any = None) -> None:

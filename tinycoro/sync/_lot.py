@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..core.local import _local
-from ..core.task import Task
+from ..core.task import Task, describe
 from ..core.traps import Park, foreign_waiter, park
 
 _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
@@ -62,7 +62,7 @@ class Waiter:
             return True
 
     def __repr__(self) -> str:
-        return f"<Waiter {_describe(self.task)} queued={self.queued}>"
+        return f"<Waiter {describe(self.task)} queued={self.queued}>"
 
 
 class ParkingLot:
@@ -86,9 +86,6 @@ class ParkingLot:
 
     def __bool__(self) -> bool:
         return self._live > 0
-
-    def __iter__(self) -> Iterator[Waiter]:
-        return (w for w in self._queue if w.queued)
 
     def enqueue(self, item: Any = None) -> Waiter:
         """Queue the calling task at the back; lock held. Call :meth:`park` once unlocked."""
@@ -136,11 +133,3 @@ def wake_all(waiters: list[Waiter], value: Any) -> None:
     """Reschedule every popped waiter with *value*; call with the primitive's lock released."""
     for w in waiters:
         w.task._wake(value)
-
-
-def _describe(task: Task | None) -> str:
-    """A short, non-recursive name for a task (``repr(task)`` names what it waits on, which may be
-    a primitive whose repr names its owner task: a lock-order deadlock would recurse)."""
-    if task is None:
-        return "None"
-    return f"Task {task.id} {task.name!r}"

@@ -12,13 +12,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from ..core.checks import check_int
 from ._lot import ParkingLot, Waiter, wake_all
-
-
-def _check_int(name: str, n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int, got {n!r}")
-    return n
 
 
 @dataclass(frozen=True)
@@ -69,11 +64,11 @@ class Latch(_Counter):
     __slots__ = ()
 
     def __init__(self, count: int) -> None:
-        super().__init__(max(0, _check_int("Latch count", count)))
+        super().__init__(max(0, check_int("Latch count", count)))
 
     def count_down(self, n: int = 1) -> None:
         """Decrease the count by *n* (clamped at zero); at zero, release every waiter."""
-        if _check_int("count_down(n)", n) < 0:
+        if check_int("count_down(n)", n) < 0:
             raise ValueError(f"count_down(n) needs n >= 0, got {n}")
         with self._mu:
             if self._count == 0 or n == 0:
@@ -93,7 +88,7 @@ class WaitGroup(_Counter):
 
     def add(self, n: int = 1) -> None:
         """Add *n* (may be negative) to the count; below zero raises ``ValueError``."""
-        _check_int("add(n)", n)
+        check_int("add(n)", n)
         with self._mu:
             count = self._count + n
             if count < 0:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.local import _local
-from ..core.task import Task
+from ..core.task import Task, describe
 from ..core.traps import foreign_waiter
-from ._lot import ParkingLot, _describe
+from ._lot import ParkingLot
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Mutex:
         mu.release()
         if not locked:
             raise RuntimeError(f"unlock() of an unlocked {self!r}")
-        raise RuntimeError(f"unlock() of {self!r} by {_describe(me)}, which does not hold it")
+        raise RuntimeError(f"unlock() of {self!r} by {describe(me)}, which does not hold it")
 
     def locked(self) -> bool:
         return self._locked
@@ -152,4 +152,4 @@ class Mutex:
     def __repr__(self) -> str:
         if not self._locked:
             return "<Mutex unlocked>"
-        return f"<Mutex locked by {_describe(self._owner)} waiters={len(self._lot)}>"
+        return f"<Mutex locked by {describe(self._owner)} waiters={len(self._lot)}>"

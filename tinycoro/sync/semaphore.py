@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.checks import check_int
 from ._lot import ParkingLot
 
 
@@ -26,8 +27,7 @@ class Semaphore:
     __slots__ = ("_mu", "_value", "_lot")
 
     def __init__(self, value: int = 1) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"Semaphore value must be an int, got {value!r}")
+        check_int("Semaphore value", value)
         if value < 0:
             raise ValueError(f"Semaphore value must be >= 0, got {value}")
         self._mu = threading.Lock()
