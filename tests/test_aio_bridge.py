@@ -183,8 +183,10 @@ def test_waiting_on_asyncio_is_not_a_deadlock(contexts, no_leaks):
 
 def test_scheduler_stop_cancels_pending_aio_calls(no_leaks):
     finished = []
+    started = tc.Event()
 
     async def forever():
+        started.set()  # from the companion loop's thread
         try:
             await asyncio.sleep(3600)
         finally:
@@ -193,16 +195,11 @@ def test_scheduler_stop_cancels_pending_aio_calls(no_leaks):
     s = tc.Scheduler(2).start()
     t = s.submit(tc.aio(forever()))
     try:
-        tc_wait = s.submit(wait_blocked(t))
-        s.run_sync(_join(tc_wait), timeout=30)
+        s.run_sync(started.wait(), timeout=30)
     finally:
         s.stop(timeout=10)
     assert t.cancelled()
     assert finished == [True]
-
-
-async def _join(t):
-    return await t
 
 
 def test_bad_arguments_and_outside_use(no_leaks):
