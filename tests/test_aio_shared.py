@@ -53,7 +53,7 @@ def test_mutex_stress_two_asyncio_and_two_tinycoro_tasks(arun, contexts):
                 await tc.yield_now()  # works in both worlds: let the others queue up
                 state["n"] = v + 1
                 with m._mu:  # test-only look at the queue head (see above)
-                    head = next(iter(m._lot), None)
+                    head = next((w for w in m._lot._queue if w.queued), None)
                 heads.append(head.task if head is not None else None)
         return rounds
 
