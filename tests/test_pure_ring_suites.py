@@ -20,8 +20,8 @@ from tinycoro import uring
 HERE = Path(__file__).resolve().parent
 
 # Every suite of the runtime (core, I/O, sync, combinators, channels, the ring itself); not the
-# Jupyter, notebook, dashboard, browser, kernel-interrupt, lint and benchmark suites, which
-# exercise no more of the ring.
+# Jupyter, notebook, dashboard, browser, interrupt, model-based, lint and benchmark suites,
+# which exercise no more of the ring.
 NOT_RUNTIME = (
     "test_kernel_",
     "test_magics",
@@ -32,6 +32,8 @@ NOT_RUNTIME = (
     "test_aio_kernel",
     "test_interrupts_kernel",
     "test_lint",
+    "test_interrupts_script",  # signal handling in child processes: no ring path of its own
+    "test_stateful_",  # the primitives' logic against models: the same on either ring
 )
 SUITES = sorted(
     p.name
