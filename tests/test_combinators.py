@@ -458,7 +458,7 @@ def test_a_stuck_task_group_is_reported_as_a_deadlock(contexts):
     with pytest.raises(tc.DeadlockError) as ei:
         run(main(), contexts, deadlock_timeout=0.2)
     whats = [w for _t, w in ei.value.parked]
-    assert any(w.startswith("<TaskGroup exited children=[<Task ") and ".stuck'>" in w for w in whats)
+    assert any(w.startswith("<TaskGroup waiting for children [<Task ") and ".stuck'>" in w for w in whats)
 
 
 def test_misuse_is_reported_at_the_call_and_leaves_no_unawaited_coroutine():

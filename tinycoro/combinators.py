@@ -317,6 +317,9 @@ class TaskGroup(_Scope):
         children = list(self._children)  # one C-level copy under the GIL: safe from any thread
         names = ", ".join(sorted(describe(t) for t in children)[:4])
         more = ", ..." if len(children) > 4 else ""
+        # After the body, the group is still open while it waits for its children.
+        if self._exiting and not self._closed:
+            return f"<TaskGroup waiting for children [{names}{more}]>"
         return f"<TaskGroup {self._state} children=[{names}{more}]>"
 
 

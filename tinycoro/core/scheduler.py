@@ -33,7 +33,7 @@ from .engine import Engine
 from .errors import DeadlockError
 from .local import _local
 from .stats import ContextStats, FailureInfo, SchedulerStats, TaskInfo
-from .task import Task
+from .task import Task, describe
 
 log = logging.getLogger("tinycoro")
 
@@ -322,7 +322,9 @@ class Scheduler:
                     items = []
             for task, ticket in items:
                 what = ticket.what
-                entries.append((repr(task), what._short() if type(what) is Task else repr(what)))
+                # The task by name only: its repr names what it waits on, said once below.
+                name = f"<Task {task.id} {task.name!r} on context {e.id}>"
+                entries.append((name, describe(what) if type(what) is Task else repr(what)))
         lines = "\n".join(f"  {t} waits on {w}" for t, w in entries)
         msg = (
             f"deadlock: for {seconds:.1f} s every context was idle with no I/O or timer pending, "
