@@ -110,7 +110,7 @@ class Mutex:
                 raise RuntimeError(f"{self!r}: this task already holds it (Mutex is not reentrant)")
             self._contended = True
             waiter = self._lot.enqueue()
-            first = self._settle_locked()
+            first = self._settle_locked() if self._free else None  # usually held: skip the call
         finally:
             mu.release()
         if first is waiter:  # the mutex was free after all and nobody queued before us
@@ -176,6 +176,8 @@ class Mutex:
     # -- internals --------------------------------------------------------------------------
     def _take_locked(self) -> bool:
         """Take the token if it is there (a fast-path lock may take it first meanwhile)."""
+        if not self._free:  # the common case under contention: no exception raised and caught
+            return False
         try:
             self._free.pop()
         except KeyError:
