@@ -273,6 +273,54 @@ def test_awaiting_asyncio_gives_a_clear_type_error_and_the_kernel_survives(tc_ke
     assert tc_kernel.ok("await tc.sleep(0.01); 'alive'").result() == "'alive'"
 
 
+MIXED_CELLS_PENDING = pytest.mark.xfail(
+    strict=True,
+    reason="issue 10 item 4: the cell runner is still the guest tinycoro engine, so asyncio "
+    "awaitables in a cell raise TypeError (docs/jupyter.md, 'Which loop runs a cell')",
+)
+
+
+@MIXED_CELLS_PENDING
+def test_a_cell_awaits_asyncio_and_tinycoro_together(tc_kernel):
+    """After %load_ext, asyncio awaitables and tinycoro awaitables share a cell (issue 10.4)."""
+    r = tc_kernel.ok(
+        "import asyncio\n"
+        "await asyncio.sleep(0.01)\n"
+        "await tc.sleep(0.01)\n"
+        "async def two():\n"
+        "    await tc.sleep(0.001)\n"
+        "    return 2\n"
+        "r = await asyncio.gather(tc.sleep(0.01), asyncio.sleep(0.01, result=1), tc.spawn(two()))\n"
+        "print(r, tc.current_task() is None, asyncio.current_task() is not None)\n"
+    )
+    assert r.stdout().strip() == "[None, 1, 2] True True"
+    # the same loop serves every cell: an asyncio task from one cell is awaited in the next
+    tc_kernel.ok("pending = asyncio.ensure_future(asyncio.sleep(0.01, result='kept'))\nawait asyncio.sleep(0)")
+    assert tc_kernel.ok("await pending").result() == "'kept'"
+
+
+@MIXED_CELLS_PENDING
+def test_an_asyncio_streams_client_talks_to_a_tinycoro_server_task(tc_kernel):
+    r = tc_kernel.ok(
+        "import asyncio\n"
+        "async def echo(port_box):\n"
+        "    lst = await tc.net.listen('127.0.0.1', 0)\n"
+        "    port_box.set(lst.port)\n"
+        "    conn = await lst.accept()\n"
+        "    while data := await conn.recv():\n"
+        "        await conn.sendall(data.upper())\n"
+        "    await conn.close(); await lst.close()\n"
+        "box = tc.Event()\n"
+        "server = tc.spawn(echo(box))\n"
+        "reader, writer = await asyncio.open_connection('127.0.0.1', await box.wait())\n"
+        "writer.write(b'hello'); await writer.drain()\n"
+        "got = await reader.readexactly(5)\n"
+        "writer.close(); await writer.wait_closed(); await server\n"
+        "print(got)\n"
+    )
+    assert r.stdout().strip() == "b'HELLO'"
+
+
 # -- interrupts --------------------------------------------------------------------------------
 INTERRUPTED_WITHIN = 5.0  # s: a test timeout on the reply, generous for a loaded machine
 
@@ -307,6 +355,30 @@ def test_interrupt_during_a_long_sleep(tc_kernel):
     assert tc_kernel.ok("await tc.sleep(0.05); 'next cell works'").result() == "'next cell works'"
     r = tc_kernel.ok("await tc.when_all(*(tc.spawn(tc.sleep(0.01)) for _ in range(4)))")
     assert r.result() == "[None, None, None, None]"
+
+
+@MIXED_CELLS_PENDING
+def test_interrupt_during_a_long_asyncio_sleep(tc_kernel):
+    content, msgs = _interrupt_after_started(
+        tc_kernel,
+        "import asyncio\n"
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    await asyncio.sleep(30)\n"
+        "finally:\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    await tc.sleep(0.01)\n"
+        "    print('finally ran')\n",
+    )
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
+    out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    assert "finally ran" in out
+    errors = [m["content"] for m in msgs if m["msg_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["KeyboardInterrupt"]
+    tb = _ANSI.sub("", "\n".join(errors[0]["traceback"]))
+    assert "await asyncio.sleep(30)" in tb and "CancelledError" not in tb
+    r = tc_kernel.ok("await asyncio.sleep(0.01); await tc.sleep(0.01); 'next cell works'")
+    assert r.result() == "'next cell works'"
 
 
 def test_interrupt_while_parked_leaves_spawned_tasks_alone(tc_kernel):
