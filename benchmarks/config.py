@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO / "build" / "benchmarks"  # git-ignored (build/)
-ECHO_LOAD_SRC = REPO.parent / "shared" / "tools" / "echo_load.c"
+ECHO_LOAD_SRC = REPO / "benchmarks" / "echo_load.c"  # the project's own load generator
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class Config:
     file_ops: int  # random 4 KiB operations per repetition (io_uring, executor, sync)
     aiofiles_ops: int  # aiofiles is slow: fewer ops keep one repetition short
     inflight: int
+    # 4b. O_DIRECT
+    direct_mib: int
+    direct_ops: int  # random 4 KiB reads per repetition (fio psync does a quarter of them)
     # 5. echo
     echo_conns: int
     echo_seconds: float
@@ -58,6 +61,8 @@ FULL = Config(
     file_ops=60_000,
     aiofiles_ops=20_000,
     inflight=64,
+    direct_mib=256,
+    direct_ops=60_000,
     echo_conns=50,
     echo_seconds=3.0,
     profile=True,
@@ -75,6 +80,7 @@ QUICK = FULL.with_(
     mutex_iters=500,
     file_ops=40_000,
     aiofiles_ops=6_000,
+    direct_ops=30_000,
     echo_seconds=1.0,
     profile=False,
 )
@@ -94,6 +100,8 @@ TINY = FULL.with_(
     file_mib=1,
     file_ops=512,
     aiofiles_ops=128,
+    direct_mib=4,
+    direct_ops=256,
     echo_seconds=0.2,
     profile=False,
 )

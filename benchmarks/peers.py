@@ -1,12 +1,21 @@
-"""Running coroutines on the peers: asyncio's default loop and uvloop, and what is installed."""
+"""Running coroutines on the peers: asyncio's default loop and uvloop, and what is installed;
+uringio in a virtual environment of its own (it needs Python >= 3.12)."""
 
 from __future__ import annotations
 
 import asyncio
+import glob
 import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any, Coroutine
 
 import tinycoro as tc
+
+from .config import BUILD_DIR
 
 ASYNCIO = "asyncio"
 UVLOOP = "uvloop"
@@ -33,3 +42,66 @@ def run_on(loop: str, coro: Coroutine[Any, Any, Any]) -> Any:
 def run_tc(coro: Coroutine[Any, Any, Any], contexts: int) -> Any:
     """Run *coro* on a fresh tinycoro Scheduler with *contexts* contexts."""
     return tc.run(coro, contexts=contexts)
+
+
+# -- uringio -------------------------------------------------------------------------------------
+URINGIO = "uringio"
+URINGIO_VENV = BUILD_DIR / "uringio-venv"
+_uringio: tuple[str | None, str | None] | None = None
+
+
+def _python312() -> str | None:
+    """A Python >= 3.12 interpreter: $TINYCORO_BENCH_PY312, this one, one on PATH, or pyenv's."""
+    if os.environ.get("TINYCORO_BENCH_PY312"):
+        return os.environ["TINYCORO_BENCH_PY312"]
+    if sys.version_info >= (3, 12):
+        return sys.executable
+    # 3.12 first: uringio 0.4.4 ships wheels for it (it fails to build on 3.13 here)
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found = sorted(glob.glob(os.path.join(root, "versions", "3.1[2-9]*", "bin", "python3")))
+    for name in ("python3.12", "python3.13"):
+        path = shutil.which(name)
+        if path and "/shims/" not in path:  # a pyenv shim fails unless a version is selected
+            found.append(path)
+    return found[0] if found else None
+
+
+def uringio_python(create: bool = True) -> tuple[str | None, str | None]:
+    """(python, None) for a virtual environment that has uringio, made on first use in
+    ``build/benchmarks/uringio-venv`` (only an existing one with ``create=False``); or (None,
+    why it cannot be had). The first answer holds for the rest of the run."""
+    global _uringio
+    if _uringio is None:
+        _uringio = _make_uringio_venv(create)
+    return _uringio
+
+
+def _make_uringio_venv(create: bool) -> tuple[str | None, str | None]:
+    py = URINGIO_VENV / "bin" / "python"
+    probe = [str(py), "-c", "import uringio"]
+    if py.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return str(py), None
+    if not create:
+        return None, "uringio's virtual environment is made by full and --quick runs only"
+    base = _python312()
+    if base is None:
+        return None, "uringio needs Python >= 3.12 and none was found (set TINYCORO_BENCH_PY312)"
+    try:
+        URINGIO_VENV.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([base, "-m", "venv", "--clear", str(URINGIO_VENV)], check=True,
+                       capture_output=True, text=True, timeout=300)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "uringio"], check=True,
+                       capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.SubprocessError) as e:
+        err = getattr(e, "stderr", None) or str(e)
+        lines = [ln for ln in str(err).strip().splitlines() if not ln.startswith("WARNING")]
+        return None, f"uringio could not be installed: {(lines or ['?'])[-1][:160]}"
+    if subprocess.run(probe, capture_output=True).returncode != 0:
+        return None, "uringio installed but does not import"
+    return str(py), None
+
+
+def uringio_env() -> dict[str, str]:
+    """The environment for ``python -m benchmarks.uringio_peer`` from this repository."""
+    repo = str(Path(__file__).resolve().parent.parent)
+    return dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -11,11 +11,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
 
-from . import config, machine, report, w_aio_file, w_echo, w_file, w_mutex, w_scaling, w_spawn, w_switch
+from . import (
+    config, machine, report, w_aio_file, w_direct, w_echo, w_file, w_mutex, w_scaling, w_spawn, w_switch,
+)
 from .harness import CaseResult, format_tables, run_case
 
 WORKLOADS: dict[str, ModuleType] = {
-    m.NAME: m for m in (w_switch, w_spawn, w_mutex, w_file, w_aio_file, w_echo, w_scaling)
+    m.NAME: m for m in (w_switch, w_spawn, w_mutex, w_file, w_direct, w_aio_file, w_echo, w_scaling)
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 
@@ -89,7 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         "the series rotates every repetition; each rate is timed inside its event loop.",
         "Echo servers run one per process (uvloop with its event loop policy); the client is "
         f"echo_load (C, epoll), {cfg.echo_conns} connections, {cfg.echo_seconds:g} s per run; "
-        "p99 is echo_load's 99th percentile round trip.",
+        "p99 is echo_load's 99th percentile round trip; server CPU is the server process's "
+        "user + system time over the run divided by its requests.",
+        "uringio runs in its own virtual environment on Python >= 3.12 (build/benchmarks/"
+        "uringio-venv, made by the runner); fio (Debian package) is the O_DIRECT peer.",
     ]
     section = report.generated_section(
         results,

@@ -1,9 +1,9 @@
 """5. TCP echo: 50 connections, 64 B and 4 KiB messages, closed loop, driven by echo_load.
 
-The C load generator (``../shared/tools/echo_load.c``) is compiled once with ``gcc -O2`` into
-the git-ignored ``build/benchmarks/``. Each server runs in its own process (see
-:mod:`benchmarks.echo_server`), started once per run and kept warm; the repetitions alternate
-between servers. Without gcc or the source, the echo cases are reported as skipped with the
+The C load generator (``benchmarks/echo_load.c``, carried in this repository) is compiled once
+with the system C compiler into the git-ignored ``build/benchmarks/``. Each server runs in its
+own process (see :mod:`benchmarks.echo_server`), started once per run and kept warm; the
+repetitions alternate between servers. Without gcc or the source, the echo cases are reported as skipped with the
 reason.
 """
 
@@ -22,18 +22,21 @@ from pathlib import Path
 
 from .config import BUILD_DIR, ECHO_LOAD_SRC, REPO, Config
 from .harness import Case, Ratio, Sample, Series
-from .peers import missing
+from .peers import URINGIO, missing, uringio_env, uringio_python
 
 NAME = "echo"
 WORKLOAD = "TCP echo"
 SIZES = (64, 4096)
-PEERS = ("asyncio streams", "asyncio protocol", "uvloop protocol")
+PEERS = ("asyncio streams", "asyncio protocol", "uvloop protocol", URINGIO)
 _KIND = {
     "tinycoro": "tinycoro",
     "asyncio streams": "asyncio-streams",
     "asyncio protocol": "asyncio-protocol",
     "uvloop protocol": "uvloop-protocol",
+    URINGIO: URINGIO,  # benchmarks/uringio_peer.py in its own virtual environment
 }
+# issue 11: >= 1.0x uvloop (0.85x is the floor), >= 2x uringio, >= 2.5x asyncio streams
+TARGETS = {"asyncio streams": 2.5, "uvloop protocol": 1.0, URINGIO: 2.0}
 _OUT = re.compile(r"rps=(\S+) p50_us=(\S+) p99_us=(\S+) errors=(\d+)")
 
 
@@ -55,7 +58,7 @@ def build_echo_load(src: Path | None = None) -> Path:
             out_dir.mkdir(parents=True, exist_ok=True)
             if exe.exists() and exe.stat().st_mtime >= src.stat().st_mtime:
                 return exe
-            subprocess.run([gcc, "-O2", "-o", str(exe), str(src)], check=True, capture_output=True, text=True)
+            subprocess.run([gcc, "-O2", "-o", str(exe), str(src), "-lm"], check=True, capture_output=True, text=True)
             return exe
         except PermissionError:
             continue  # a read-only checkout: build in the temp dir instead
@@ -71,6 +74,11 @@ class EchoServer:
         self.kind = kind
         cmd = [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
         penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if kind == URINGIO:
+            py, why = uringio_python()
+            if py is None:
+                raise RuntimeError(why)
+            cmd, penv = [py, "-m", "benchmarks.uringio_peer", "echo"], uringio_env()
         penv.update(env or {})
         self.proc = subprocess.Popen(
             cmd, cwd=str(REPO), env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -165,7 +173,8 @@ def series_for(exe: Path | None, srv: EchoServer | str, cfg: Config, size: int, 
 
 def build(cfg: Config, stack: ExitStack) -> list[Case]:
     labels = ("tinycoro",) + PEERS
-    targets = {"asyncio streams": 2.5, "uvloop protocol": 0.7}
+    targets = TARGETS
+    uringio_python(create=cfg.mode != "tiny")  # decided once per run, before any server starts
     try:
         exe: Path | None = build_echo_load()
         skip = None

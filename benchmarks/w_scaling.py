@@ -26,7 +26,7 @@ def _label(n: int) -> str:
 def _echo_case(cfg: Config, stack: ExitStack) -> Case:
     labels = {_label(n): ("tinycoro", n) for n in cfg.scale_contexts}
     base = _label(cfg.scale_contexts[0])
-    ratios = [Ratio(lb, base, 0.9 if n == 2 else None) for lb, (_, n) in list(labels.items())[1:]]
+    ratios = [Ratio(lb, base, 1.0 if n == 2 else None) for lb, (_, n) in list(labels.items())[1:]]
     case = f"echo 64 B, {cfg.echo_conns} conns"
     try:
         exe = w_echo.build_echo_load()

@@ -3,6 +3,13 @@
 Everything above this module speaks in terms of :class:`Ring` (one io_uring instance plus the
 eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
 
+There are two rings with one interface. ``CRing`` compiles the per-operation methods
+(``get_sqe``, ``submit``, ``reap``, ...) in ``tinycoro/_cring.pyx``, which cimports the binding's
+declarations and so pays no Python call per completion; ``PyRing`` is the same in pure Python.
+``Ring`` is ``CRing`` when the extension was built, else ``PyRing``; ``TINYCORO_PURE_RING=1``
+forces ``PyRing``. ``COMPILED`` says which is in use and ``WHY_PURE`` why, when it is the
+pure one. Both create and close the ring through the same Python code (``_Lifecycle``).
+
 Facts about the binding (``liburing`` 2024.5.3, kernel 6.18), measured on the 2-core CI machine.
 They are why the code below looks the way it does:
 
@@ -38,6 +45,7 @@ They are why the code below looks the way it does:
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 from socket import AF_UNIX as _AF_UNIX
 
@@ -45,6 +53,9 @@ import liburing as _L
 
 __all__ = [
     "Ring",
+    "PyRing",
+    "CRing",
+    "COMPILED",
     "IoUringUnavailable",
     "sockaddr_in",
     "prep_nop",
@@ -144,15 +155,15 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
     return IoUringUnavailable(f"cannot create an io_uring instance: {exc}. {hint}")
 
 
-class Ring:
-    """One io_uring instance and the eventfd that its completions signal.
+class _Lifecycle:
+    """Creating and closing one io_uring instance and its eventfd: shared by both rings.
 
-    Created on any thread, then used only by the one thread that owns it (DESIGN rule 2).
+    A subclass provides ``__slots__`` for ``_ring``, ``efd``, ``entries`` and ``_open``.
     """
 
-    __slots__ = ("_ring", "_cqe", "efd", "entries", "_open")
+    __slots__ = ()
 
-    def __init__(self, entries: int) -> None:
+    def _setup(self, entries: int) -> None:
         if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
             raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
         ring = _L.io_uring()
@@ -174,12 +185,44 @@ class Ring:
             _L.io_uring_queue_exit(ring)
             raise
         self._ring = ring
-        self._cqe = _L.io_uring_cqe()
         self.efd = efd
         self.entries = entries
         self._open = True
         # Completions post to the eventfd only while the owner sleeps (see notify_on).
         _L.io_uring_cq_eventfd_toggle(ring, False)
+
+    def close(self) -> None:
+        """Unregister and close. The caller first waits for every in-flight CQE (rule 8)."""
+        if not self._open:
+            return
+        self._open = False
+        try:
+            _L.io_uring_unregister_eventfd(self._ring)
+        except OSError:
+            pass
+        _L.io_uring_queue_exit(self._ring)
+        # Forget the number before closing it: a late wake() from another thread must not
+        # write into whatever file reuses this descriptor number next.
+        efd, self.efd = self.efd, -1
+        os.close(efd)
+
+    @property
+    def closed(self) -> bool:
+        return not self._open
+
+
+class PyRing(_Lifecycle):
+    """One io_uring instance and the eventfd that its completions signal, in pure Python.
+
+    Created on any thread, then used only by the one thread that owns it (DESIGN rule 2).
+    The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE_RING=1``.
+    """
+
+    __slots__ = ("_ring", "_cqe", "efd", "entries", "_open")
+
+    def __init__(self, entries: int) -> None:
+        self._setup(entries)
+        self._cqe = _L.io_uring_cqe()
 
     # -- submission ---------------------------------------------------------------------------
     def get_sqe(self):
@@ -231,22 +274,33 @@ class Ring:
         """Let completions write the eventfd (before sleeping) or not (while awake)."""
         _eventfd_toggle(self._ring, enabled)
 
-    # -- teardown -----------------------------------------------------------------------------
-    def close(self) -> None:
-        """Unregister and close. The caller first waits for every in-flight CQE (rule 8)."""
-        if not self._open:
-            return
-        self._open = False
-        try:
-            _L.io_uring_unregister_eventfd(self._ring)
-        except OSError:
-            pass
-        _L.io_uring_queue_exit(self._ring)
-        # Forget the number before closing it: a late wake() from another thread must not
-        # write into whatever file reuses this descriptor number next.
-        efd, self.efd = self.efd, -1
-        os.close(efd)
 
-    @property
-    def closed(self) -> bool:
-        return not self._open
+def _load_compiled():
+    """The compiled module, or None and the reason it is not used."""
+    if os.environ.get("TINYCORO_PURE_RING", "") not in ("", "0"):
+        return None, "TINYCORO_PURE_RING is set"
+    try:
+        return importlib.import_module("tinycoro._cring"), None
+    except ImportError as exc:  # not built (a pure install), or built for another binding
+        return None, f"the compiled ring is not available: {exc}"
+
+
+_cring, WHY_PURE = _load_compiled()
+
+if _cring is not None:
+
+    class CRing(_cring.RingCore, _Lifecycle):
+        """The same ring with its per-operation methods compiled (``tinycoro/_cring.pyx``)."""
+
+        __slots__ = ("efd", "entries", "_open")
+
+        def __init__(self, entries: int) -> None:
+            self._setup(entries)
+
+else:
+    CRing = None  # type: ignore[assignment,misc]
+
+#: True when :class:`Ring` is the compiled ring; ``WHY_PURE`` says why it is not otherwise.
+COMPILED: bool = CRing is not None
+#: The ring the engine uses, as ``Ring(entries)``.
+Ring = CRing if CRing is not None else PyRing

@@ -1,0 +1,193 @@
+/* echo_load: the benchmarks' closed-loop TCP echo client (one thread, epoll, non-blocking).
+ *
+ *   echo_load HOST PORT CONNS BYTES SECONDS
+ *
+ * Opens CONNS connections to HOST:PORT, then on every connection: write BYTES, read until
+ * BYTES came back (and check that they are the bytes sent), repeat, for SECONDS. Prints one
+ * line for the runner:
+ *
+ *   rps=<round trips per second> p50_us=<median round trip> p99_us=<99th pct> errors=<n>
+ *
+ * Latencies go into a histogram of 1/16-octave buckets (about 4 % wide) from 1 us up, so the
+ * client keeps no per-request memory and costs the same at any rate. Built by the runner with
+ * the system C compiler (benchmarks/w_echo.py) into build/benchmarks/.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SUB 16                 /* buckets per doubling */
+#define NBUCKETS (SUB * 32)    /* 1 us .. 2^32 us */
+
+struct conn {
+    int fd;
+    size_t off;          /* bytes of the current message written (writing) or read (reading) */
+    int reading;
+    int want_out;        /* polled for EPOLLOUT (else EPOLLIN) */
+    double started;      /* when the current message's first byte was written */
+};
+
+static uint64_t hist[NBUCKETS];
+static uint64_t nsamples;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void record(double seconds) {
+    double us = seconds * 1e6;
+    int b = us <= 1.0 ? 0 : (int)(log2(us) * SUB);
+    if (b >= NBUCKETS) b = NBUCKETS - 1;
+    hist[b]++;
+    nsamples++;
+}
+
+/* The upper edge of the bucket holding the q-quantile, in microseconds. */
+static double quantile(double q) {
+    if (nsamples == 0) return 0.0;
+    uint64_t want = (uint64_t)ceil(q * (double)nsamples), seen = 0;
+    for (int b = 0; b < NBUCKETS; b++) {
+        seen += hist[b];
+        if (seen >= want && seen > 0) return exp2((double)(b + 1) / SUB);
+    }
+    return exp2((double)NBUCKETS / SUB);
+}
+
+/* A blocking connect (the server may be slow to accept), then non-blocking for the run. */
+static int dial(const struct sockaddr_in *sa) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) < 0) {
+        close(fd);
+        return -1;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Move connection c on by what its socket allows now, with the fewest system calls: one
+ * recv when it waits for the echo, then (the message complete) one send of the next message.
+ * Returns the number of round trips completed (0 or 1), or -1 on an error (a reset, an early
+ * close, or echoed bytes that differ from those sent). */
+static int advance(struct conn *c, const char *msg, char *buf, size_t n, double *t) {
+    int rounds = 0;
+    if (c->reading) {
+        ssize_t r = recv(c->fd, buf + c->off, n - c->off, 0);
+        if (r < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+        if (r == 0) return -1; /* the server closed the connection mid-run */
+        c->off += (size_t)r;
+        if (c->off < n) return 0;
+        if (memcmp(buf, msg, n) != 0) return -1; /* an echo must return the bytes sent */
+        *t = now();
+        record(*t - c->started);
+        rounds = 1;
+        c->reading = 0;
+        c->off = 0;
+    }
+    if (c->off == 0) c->started = *t;
+    while (c->off < n) {
+        ssize_t w = send(c->fd, msg + c->off, n - c->off, MSG_NOSIGNAL);
+        if (w < 0) return (errno == EAGAIN || errno == EINTR) ? rounds : -1;
+        c->off += (size_t)w;
+    }
+    c->reading = 1;
+    c->off = 0;
+    return rounds;
+}
+
+/* Poll c for writing only while a message waits for room in its socket buffer. */
+static void watch(int ep, struct conn *c, uint32_t id) {
+    int want_out = !c->reading && c->off > 0;
+    if (want_out == c->want_out) return;
+    c->want_out = want_out;
+    struct epoll_event ev = {.events = want_out ? EPOLLOUT : EPOLLIN, .data.u32 = id};
+    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: %s HOST PORT CONNS BYTES SECONDS\n", argv[0]);
+        return 2;
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[2]))};
+    if (inet_pton(AF_INET, argv[1], &sa.sin_addr) != 1) {
+        fprintf(stderr, "echo_load: bad IPv4 address %s\n", argv[1]);
+        return 2;
+    }
+    int nconn = atoi(argv[3]);
+    long nbytes = atol(argv[4]);
+    double seconds = atof(argv[5]);
+    if (nconn < 1 || nbytes < 1 || seconds <= 0) {
+        fprintf(stderr, "echo_load: CONNS and BYTES must be >= 1 and SECONDS > 0\n");
+        return 2;
+    }
+    size_t n = (size_t)nbytes;
+    char *msg = malloc(n), *buf = malloc(n);
+    struct conn *conns = calloc((size_t)nconn, sizeof *conns);
+    struct epoll_event *events = calloc((size_t)nconn, sizeof *events);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (!msg || !buf || !conns || !events || ep < 0) {
+        perror("echo_load: setup");
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) msg[i] = (char)('a' + i % 26);
+
+    for (int i = 0; i < nconn; i++) {
+        conns[i].fd = dial(&sa);
+        if (conns[i].fd < 0) {
+            fprintf(stderr, "echo_load: connect %s:%s: %s\n", argv[1], argv[2], strerror(errno));
+            return 1;
+        }
+        /* level-triggered: a connection is polled for whichever direction it waits on */
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
+        epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev);
+    }
+
+    long done = 0, errors = 0;
+    double t = now(), start = t, end = start + seconds;
+    for (int i = 0; i < nconn; i++) { /* every connection starts its first message */
+        int k = advance(&conns[i], msg, buf, n, &t);
+        if (k < 0) errors++; else done += k;
+        watch(ep, &conns[i], (uint32_t)i);
+    }
+    while (t < end && errors == 0) {
+        int ready = epoll_wait(ep, events, nconn, 100);
+        if (ready < 0 && errno != EINTR) {
+            perror("echo_load: epoll_wait");
+            return 1;
+        }
+        t = now();
+        for (int e = 0; e < ready; e++) {
+            struct conn *c = &conns[events[e].data.u32];
+            int k = advance(c, msg, buf, n, &t);
+            if (k < 0) { errors++; break; }
+            done += k;
+            watch(ep, c, events[e].data.u32);
+        }
+    }
+    double elapsed = now() - start;
+    for (int i = 0; i < nconn; i++) close(conns[i].fd);
+    printf("rps=%.0f p50_us=%.1f p99_us=%.1f errors=%ld\n", (double)done / elapsed, quantile(0.50),
+           quantile(0.99), errors);
+    return 0;
+}

@@ -1,0 +1,135 @@
+"""7. O_DIRECT: 4 KiB random reads that reach the device, 64 in flight, against fio.
+
+Page-cache reads never block, so they cannot show what io_uring is for; O_DIRECT reads always
+go to the device. Peers:
+
+* ``tinycoro``: 64 tasks on one context, each with its own ``tc.io.aligned_buffer(4096)``,
+  doing ``await f.readinto_at(buf, off)`` on one file opened with ``tc.io.open(path, "rb",
+  direct=True)``;
+* ``fio io_uring``: ``fio --ioengine=io_uring --iodepth=64 --direct=1``, the device's reach
+  from a C program with the same depth;
+* ``fio psync``: ``fio --ioengine=psync --direct=1``, one blocking ``pread`` at a time.
+
+The file lives in the temp directory (it must be on a file system that supports O_DIRECT; the
+case says so and skips where it does not). fio is the Debian package ``fio``; without it the fio
+rows say "skipped: fio not installed".
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import mmap
+import os
+import shutil
+import subprocess
+import tempfile
+from contextlib import ExitStack
+
+import tinycoro as tc
+
+from .config import Config
+from .harness import Case, Ratio, Sample, Series
+from .peers import run_tc
+from .w_file import offsets, tc_timed_workers
+
+NAME = "direct"
+WORKLOAD = "O_DIRECT 4 KiB random"
+BLOCK = 4096
+
+
+def tc_missing() -> str | None:
+    """Why tinycoro cannot run this workload yet, or None."""
+    io = tc.io
+    has_open = "direct" in inspect.signature(io.open).parameters
+    if not (has_open and hasattr(io, "aligned_buffer") and hasattr(io.AsyncFile, "readinto_at")):
+        return ("tinycoro has no O_DIRECT reads yet (needs tc.io.open(..., direct=True), "
+                "tc.io.aligned_buffer and AsyncFile.readinto_at)")
+    return None
+
+
+def fio_missing() -> str | None:
+    return None if shutil.which("fio") else "fio not installed (apt-get install fio)"
+
+
+def direct_file(cfg: Config, stack: ExitStack) -> tuple[str | None, str | None]:
+    """(path, None) of a fresh ``cfg.direct_mib`` MiB file that O_DIRECT can read, or
+    (None, reason). Removed when *stack* closes."""
+    d = tempfile.mkdtemp(prefix="tinycoro-bench-direct-")
+    stack.callback(shutil.rmtree, d, True)
+    path = os.path.join(d, "direct.bin")
+    chunk = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(cfg.direct_mib):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError as e:
+        return None, f"O_DIRECT not supported in {d}: {e.strerror}"
+    try:
+        buf = mmap.mmap(-1, BLOCK)  # page-aligned
+        os.preadv(fd, [buf], 0)
+    except OSError as e:
+        return None, f"O_DIRECT reads fail in {d}: {e.strerror}"
+    finally:
+        os.close(fd)
+    # the pages written above are cached; O_DIRECT bypasses them, but drop them anyway
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    return path, None
+
+
+async def tc_direct_reads(path: str, offs: list[int], inflight: int) -> Sample:
+    f = await tc.io.open(path, "rb", direct=True)
+
+    async def reader(i: int) -> None:
+        buf = tc.io.aligned_buffer(BLOCK)
+        readinto_at = f.readinto_at
+        for off in offs[i::inflight]:
+            if await readinto_at(buf, off) != BLOCK:
+                raise RuntimeError(f"short O_DIRECT read at {off}")
+
+    try:
+        return await tc_timed_workers(reader, inflight, len(offs))
+    finally:
+        await f.close()
+
+
+def run_fio(path: str, engine: str, depth: int, ops: int, size_mib: int) -> Sample:
+    """One fio job of *ops* random 4 KiB O_DIRECT reads; its read IOPS."""
+    cmd = [
+        "fio", "--name=tinycoro-bench", f"--filename={path}", "--readonly", "--direct=1",
+        "--rw=randread", f"--bs={BLOCK}", f"--ioengine={engine}", f"--iodepth={depth}",
+        f"--size={size_mib}M", f"--io_size={ops * BLOCK}", "--norandommap",
+        "--output-format=json",
+    ]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"fio failed ({out.returncode}): {out.stderr.strip()[-300:]}")
+    report = json.loads(out.stdout[out.stdout.index("{"):])
+    iops = float(report["jobs"][0]["read"]["iops"])
+    if iops <= 0:
+        raise RuntimeError("fio reported no reads")
+    return Sample(iops)
+
+
+def build(cfg: Config, stack: ExitStack) -> list[Case]:
+    k = cfg.inflight
+    labels = ("tinycoro", "fio io_uring", "fio psync")
+    ratios = [Ratio("tinycoro", "fio io_uring", 0.9), Ratio("tinycoro", "fio psync", 4.0)]
+    case = f"reads, {k} in flight, {cfg.direct_mib} MiB"
+    path, skip = direct_file(cfg, stack)
+    if path is None:
+        return [Case(WORKLOAD, case, "ops/s", [Series(lb) for lb in labels], ratios, skip=skip)]
+    offs = offsets(cfg.with_(file_mib=cfg.direct_mib), cfg.direct_ops, seed=11)
+    mib, ctx = cfg.direct_mib, cfg.contexts
+    series = [
+        Series("tinycoro", lambda: run_tc(tc_direct_reads(path, offs, k), ctx), skip=tc_missing()),
+        Series("fio io_uring", lambda: run_fio(path, "io_uring", k, cfg.direct_ops, mib), skip=fio_missing()),
+        # one read at a time: fewer of them keep a repetition about as long as the others
+        Series("fio psync", lambda: run_fio(path, "psync", 1, cfg.direct_ops // 4, mib), skip=fio_missing()),
+    ]
+    return [Case(WORKLOAD, case, "ops/s", series, ratios)]

@@ -1,0 +1,84 @@
+"""Build the optional compiled ring, ``tinycoro._cring`` (everything else is in pyproject.toml).
+
+The extension cimports the ``liburing`` binding's ``.pxd`` files and includes its bundled
+headers, so it needs Cython and liburing at build time (both are in ``[build-system]
+requires``). It is optional: when Cython, the binding or the C compiler is missing, or the
+compile fails, the install still succeeds and tinycoro runs on the pure-Python ring
+(``tinycoro.uring.COMPILED`` is then False). The build says so on stderr.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+SOURCE = os.path.join("tinycoro", "_cring.pyx")
+
+
+def _warn(msg: str) -> None:
+    sys.stderr.write(f"tinycoro: {msg}; installing with the pure-Python ring\n")
+
+
+def _liburing_dir() -> str | None:
+    """The installed binding's package directory, without importing it."""
+    spec = importlib.util.find_spec("liburing")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that reports a failed compile and carries on without that extension.
+
+    A failed extension is dropped from ``self.extensions``, so that an editable install does
+    not then try to copy its missing library into the source tree, and no output lists it.
+    """
+
+    def build_extensions(self) -> None:
+        self.check_extensions_list(self.extensions)
+        built = []
+        for ext in self.extensions:
+            try:
+                self.build_extension(ext)
+            except Exception as e:  # noqa: BLE001 - any compiler failure means: no compiled ring
+                _warn(f"building {ext.name} failed ({type(e).__name__}: {e})")
+            else:
+                built.append(ext)
+        self.extensions = built
+
+
+def _extensions() -> list:
+    if os.environ.get("TINYCORO_NO_EXTENSION") == "1":
+        _warn("TINYCORO_NO_EXTENSION=1")
+        return []
+    pkg = _liburing_dir()
+    if pkg is None:
+        _warn("the liburing binding is not importable at build time")
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _warn("Cython is not installed at build time")
+        return []
+    from setuptools import Extension
+
+    ext = Extension(
+        "tinycoro._cring",
+        [SOURCE],
+        # the binding's .pxd files name "../include/liburing.h" relative to its lib/ directory
+        include_dirs=[os.path.join(pkg, "lib"), os.path.join(pkg, "include")],
+        extra_compile_args=["-O2"],
+        optional=True,
+    )
+    try:
+        return cythonize([ext], include_path=[os.path.dirname(pkg)], quiet=True)
+    except Exception as e:  # noqa: BLE001 - a Cython error also means: no compiled ring
+        _warn(f"cythonizing {SOURCE} failed ({type(e).__name__}: {e})")
+        return []
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

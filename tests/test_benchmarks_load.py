@@ -1,0 +1,122 @@
+"""The benchmarks' own peers: the echo_load client in benchmarks/, and the O_DIRECT rows' skips.
+
+echo_load is compiled with the system C compiler and driven against real loopback servers
+(threads with blocking sockets), one that echoes and one that corrupts a byte. No timings are
+asserted: only that requests happened and that a wrong echo is an error.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+from contextlib import ExitStack, contextmanager
+from typing import Iterator
+
+import pytest
+
+from benchmarks import config, w_direct, w_echo
+
+needs_cc = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler")
+
+
+@contextmanager
+def echo_server(corrupt: bool = False) -> Iterator[int]:
+    """A threaded loopback echo server; with *corrupt*, every echoed chunk has its first byte
+    changed. Yields the port; closes everything on exit."""
+    lst = socket.create_server(("127.0.0.1", 0))
+    conns: list[socket.socket] = []
+    threads: list[threading.Thread] = []
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    if corrupt:
+                        data = bytes([data[0] ^ 0xFF]) + data[1:]
+                    conn.sendall(data)
+                except OSError:
+                    return
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = lst.accept()
+            except OSError:
+                return  # the listener was closed
+            conns.append(conn)
+            t = threading.Thread(target=serve, args=(conn,), daemon=True)
+            threads.append(t)
+            t.start()
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    try:
+        yield lst.getsockname()[1]
+    finally:
+        lst.shutdown(socket.SHUT_RDWR)
+        lst.close()
+        acceptor.join(10)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for t in threads:
+            t.join(10)
+        assert not acceptor.is_alive() and not any(t.is_alive() for t in threads)
+
+
+def test_the_load_generator_is_carried_in_the_repository() -> None:
+    assert config.ECHO_LOAD_SRC.is_file()
+    assert config.ECHO_LOAD_SRC.resolve().is_relative_to(config.REPO)
+
+
+@needs_cc
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [64, 70_000])  # one segment; more than a socket buffer takes
+def test_echo_load_drives_a_real_echo_server(size: int) -> None:
+    exe = w_echo.build_echo_load()
+    with echo_server() as port:
+        sample = w_echo.run_load(exe, port, conns=4, size=size, seconds=0.3)
+    assert sample.value > 0
+    assert sample.p50_us is not None and sample.p99_us is not None
+    assert 0 < sample.p50_us <= sample.p99_us
+
+
+@needs_cc
+@pytest.mark.timeout(60)
+def test_echo_load_reports_an_echo_that_differs() -> None:
+    exe = w_echo.build_echo_load()
+    with echo_server(corrupt=True) as port:
+        with pytest.raises(RuntimeError, match="errors=[1-9]"):
+            w_echo.run_load(exe, port, conns=2, size=64, seconds=0.3)
+
+
+def test_direct_rows_say_when_fio_is_missing(monkeypatch) -> None:
+    monkeypatch.setattr(w_direct.shutil, "which", lambda _name: None)
+    with ExitStack() as stack:
+        (case,) = w_direct.build(config.TINY, stack)
+    fio = [s for s in case.series if s.label.startswith("fio")]
+    assert [s.label for s in fio] == ["fio io_uring", "fio psync"]
+    assert all(s.skip == "fio not installed (apt-get install fio)" for s in fio)
+
+
+def test_direct_tinycoro_row_names_what_is_missing() -> None:
+    import inspect
+
+    import tinycoro as tc
+
+    has_api = (
+        "direct" in inspect.signature(tc.io.open).parameters
+        and hasattr(tc.io, "aligned_buffer")
+        and hasattr(tc.io.AsyncFile, "readinto_at")
+    )
+    reason = w_direct.tc_missing()
+    if has_api:
+        assert reason is None
+    else:
+        assert reason is not None and "tc.io.aligned_buffer" in reason
