@@ -1,31 +1,51 @@
-"""Live scheduler dashboard: an ipywidgets table fed by one refresher thread.
+"""Live scheduler dashboard: current numbers and the last minute of history, per context.
 
-Layout (one row per context)::
+Layout (one row per context; ``~~~`` are SVG sparklines over the last 60 seconds)::
 
-    tinycoro · round_robin · stop token 2 · accepting · running
-    context  busy            queued  I/O in flight  parked  tasks run  stop flag
-    ctx 0    [#####     ] 52%     3             12       0      10231          1
-    ctx 1    [###       ] 31%     0              4       1       9870          1
+    tinycoro · round_robin · running · accepting work · stop token 2 of 2 ●● · failed unobserved 0
+    context stop flag    busy now       busy, I/O   I/O ops/s, queued I/O in parked tasks, tasks
+                                        1 min ops/s 1 min             flight       1 min  finished
+    ctx 0   1 · has work [#####   ] 52% ~~~~~ 1,204 ~~~~~           3   12     0   ~~~~~  10231
+    ctx 1   1 · has work [###     ] 31% ~~~~~   980 ~~~~~           0    4     1   ~~~~~   9870
+    ▸ live tasks (37)
+
+Why SVG sparklines in plain ``ipywidgets.HTML``: ``python -m benchmarks.dashboard_widgets``
+times one refresh of 4 contexts x 4 series x 60 points in a real ipykernel 7.4 (new data set on
+the widgets, serialised and sent as comm messages; best of 3 kernels, 2 busy cores): this
+dashboard 0.64 ms and 12.7 KiB (it draws 5 series per context and the numbers too); bqplot
+1.05 ms and 8.2 KiB (numpy arrays sent as binary buffers); naive per-series SVG strings 2.9 ms;
+a plotly FigureWidget 8.0 ms and 22 KiB (and it needs anywidget); ipympl 381 ms and 1.1 MiB
+(matplotlib renders a PNG in the kernel on every draw). What makes this one cheap is sending the
+whole table as ONE widget value: a comm message costs about as much as rendering a row, so the
+first version, with one widget per number (about 50), took 66 ms. bqplot comes close, but it
+brings pandas, numpy, bqscales and a d3 front end; this needs nothing beyond ipywidgets, runs no
+JS build step, and its plots are plain SVG path text that a test can read from the DOM.
 
 Threading model (cf. ``tqdm.notebook``): widgets are created on the thread that asks for a
-dashboard; from then on one :class:`Refresher` thread per scheduler is the only code that sets
-their traits. It reads ``Scheduler.stats()`` (cheap, thread-safe) a few times a second and
-applies each snapshot under ``hold_sync``, so each widget sends at most one comm message per
-tick and only when a value changed. Because it is a plain thread it keeps refreshing while a
-cell blocks the main thread. It is started with an empty ``contextvars.Context()`` so that it
-inherits nothing from the cell that created it, and it ends (after rendering the final
-"stopped" state) when the scheduler stops.
+dashboard; from then on one :class:`Refresher` thread is the only code that sets their traits.
+It reads ``Scheduler.stats()`` a few times a second, keeps the history itself (so it does not
+matter whether ``stats()`` advances anything), and applies each snapshot under ``hold_sync``,
+so each widget sends at most one comm message per tick and only when a value changed. Being a
+plain thread, it keeps refreshing while a cell blocks the main thread. It is started with an
+empty ``contextvars.Context()`` so that it inherits nothing from the cell that created it, and
+it ends (after rendering the final "stopped" state) when the scheduler stops;
+:meth:`Refresher.follow` points it, with its dashboards, at a new scheduler and starts it again.
 
 ipywidgets is imported only by this module, and only the dashboard needs it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import contextvars
+import html
+import math
+import re
 import threading
+import time
 import weakref
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
 
 import tinycoro as tc
 
@@ -36,11 +56,31 @@ try:  # guarded: everything but the dashboard works without ipywidgets
 except ImportError:  # pragma: no cover - exercised only where ipywidgets is missing
     _w = None
 
-__all__ = ["Dashboard", "Refresher", "REFRESH_INTERVAL"]
+__all__ = ["Dashboard", "History", "Refresher", "REFRESH_INTERVAL", "cell_text", "sparkline"]
 
 REFRESH_INTERVAL = 0.25  # seconds: four refreshes a second
-COLUMNS = ("context", "busy", "", "queued", "I/O in flight", "parked", "tasks run", "stop flag")
-FIELDS = ("queued", "io_inflight", "parked", "tasks_run", "stop_flag")
+SPAN = 60.0  # seconds of history in each plot
+STEP = 1.0  # seconds between two kept points of history (the newest point moves every tick)
+TASKS_EVERY = 4  # refresh the (open) task list every 4th tick: once a second
+TASKS_SHOWN = 50  # rows of the task list; the title counts all of them
+
+# Column heads, and what each number counts (shown as the head's tooltip).
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("context", "one thread with its own ready queue, io_uring ring and eventfd"),
+    ("stop flag", "1 while the context has work; 0 once it reached its terminal state"),
+    ("busy now", "share of wall time the context spent running tasks, not asleep"),
+    ("busy, 1 min", "busy share over the last 60 s, 0-100%"),
+    ("I/O ops/s", "io_uring operations completed per second"),
+    ("I/O ops/s, 1 min", "io_uring completions per second over the last 60 s"),
+    ("queued", "tasks in the ready queue"),
+    ("I/O in flight", "io_uring operations started (or about to be) and not yet completed"),
+    ("parked", "tasks waiting on a primitive or a join"),
+    ("tasks, 1 min", "queued, I/O in flight and parked over the last 60 s"),
+    ("tasks finished", "tasks that ran to their end on this context, cumulative"),
+)
+COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
+          "parked": "#c0392b"}
+PLOT_W, PLOT_H = 150, 30
 
 _Base: Any = _w.VBox if _w is not None else object
 
@@ -53,17 +93,239 @@ def _need_widgets() -> None:
         )
 
 
+# -- history ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Point:
+    """One context at one moment, as plotted."""
+
+    t: float  # time.monotonic()
+    busy: float
+    ops_rate: float  # completions per second since the previous kept point
+    queued: int
+    inflight: int
+    parked: int
+
+
+class History:
+    """The last minute of one scheduler's per-context numbers: one kept point a second, plus
+    a newest point that each refresh replaces (so the plots move at the refresh rate while
+    holding 61 points, not 240). Rates come from the cumulative ``ops`` counters."""
+
+    def __init__(self, span: float = SPAN, step: float = STEP) -> None:
+        self.span = span
+        self.step = step
+        self._kept: list[collections.deque[Point]] = []
+        self._last: list[Point | None] = []
+        self._ops: list[tuple[float, int]] = []  # (t, ops) at the newest kept point
+
+    def add(self, now: float, stats: tc.SchedulerStats) -> None:
+        n = len(stats.contexts)
+        if len(self._kept) != n:  # first sample, or another scheduler: start afresh
+            self._kept = [collections.deque() for _ in range(n)]
+            self._last = [None] * n
+            self._ops = [(now, c.ops) for c in stats.contexts]
+        for i, c in enumerate(stats.contexts):
+            t0, ops0 = self._ops[i]
+            dt = now - t0
+            last, kept = self._last[i], self._kept[i]
+            if dt >= 0.2:
+                rate = (c.ops - ops0) / dt
+            else:  # too short a window for a rate: keep the one shown last
+                rate = last.ops_rate if last else kept[-1].ops_rate if kept else 0.0
+            point = Point(now, c.busy if stats.running else 0.0, max(0.0, rate), c.queued,
+                          c.io_inflight + c.io_pending, c.parked)
+            if not kept or now - kept[-1].t >= self.step:
+                kept.append(point)
+                self._ops[i] = (now, c.ops)
+                while kept and now - kept[0].t > self.span:
+                    kept.popleft()
+                self._last[i] = None
+            else:
+                self._last[i] = point
+
+    def points(self, ctx: int) -> list[Point]:
+        """The kept points of context *ctx*, oldest first, then the newest one."""
+        if ctx >= len(self._kept):
+            return []
+        out = list(self._kept[ctx])
+        last = self._last[ctx]
+        if last is not None:
+            out.append(last)
+        return out
+
+
+# -- rendering --------------------------------------------------------------------------------
+def _path(ts: Sequence[float], vs: Sequence[float], now: float, top: float) -> str:
+    """SVG path data for one series: x spans the last SPAN seconds, y 0..top, in whole
+    pixels (after ``M`` further coordinate pairs are implicit line-tos)."""
+    sx = PLOT_W / SPAN
+    sy = (PLOT_H - 2) / top
+    x0 = (SPAN - now) * sx + 0.5  # x = (t - (now - SPAN)) * sx, rounded
+    y0 = PLOT_H - 0.5
+    return "M" + " ".join([f"{int(t * sx + x0)} {int(y0 - v * sy)}" for t, v in zip(ts, vs)])
+
+
+def sparkline(
+    ts: Sequence[float],
+    series: Iterable[tuple[str, Sequence[float]]],
+    now: float,
+    top: float,
+    label: str,
+    css: str,
+) -> str:
+    """A small SVG of one or more series over the last minute, with its scale as a caption
+    (*label* is HTML)."""
+    paths = "".join(
+        f'<path class="tc-series-{name}" d="{_path(ts, vs, now, top)}" fill="none" '
+        f'stroke="{COLORS[name]}" stroke-width="1.3"/>'
+        for name, vs in series
+        if len(vs) >= 1
+    )
+    return (
+        f'<div class="tc-plot {css}" style="line-height:0">'
+        f'<svg width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}">'
+        f'<rect width="{PLOT_W}" height="{PLOT_H}" fill="#f6f6f6"/>{paths}</svg>'
+        f'<div style="font-size:9px;line-height:10px;color:#777">{label}</div></div>'
+    )
+
+
+def _nice_top(value: float) -> float:
+    """The smallest 1-2-5 step at or above *value*, at least 1: a y scale that moves rarely."""
+    if value <= 1:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(value))
+    return next(m * scale for m in (1, 2, 5, 10) if m * scale >= value)
+
+
+def _count(n: float) -> str:
+    return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,.0f}"
+
+
+def _plots(points: list[Point], now: float) -> tuple[str, str, str]:
+    ts = [p.t for p in points]
+    busy = sparkline(ts, [("busy", [p.busy for p in points])], now, 1.0,
+                     "0-100%, last 60 s", "tc-plot-busy")
+    ops_top = _nice_top(max((p.ops_rate for p in points), default=0.0))
+    ops = sparkline(ts, [("ops", [p.ops_rate for p in points])], now, ops_top,
+                    f"0-{_count(ops_top)}/s, last 60 s", "tc-plot-ops")
+    queue_top = _nice_top(max((max(p.queued, p.inflight, p.parked) for p in points), default=0))
+    queues = sparkline(
+        ts,
+        [("queued", [p.queued for p in points]), ("inflight", [p.inflight for p in points]),
+         ("parked", [p.parked for p in points])],
+        now, queue_top,
+        f"0-{_count(queue_top)}: " + ", ".join(
+            f'<span style="color:{COLORS[k]}">{name}</span>'
+            for k, name in (("queued", "queued"), ("inflight", "in flight"), ("parked", "parked"))
+        ),
+        "tc-plot-queues",
+    )
+    return busy, ops, queues
+
+
 def _summary(stats: tc.SchedulerStats, dispatch: str) -> str:
     state = "running" if stats.running else "stopped"
-    accepting = "accepting" if stats.accepting else "not accepting"
+    accepting = "accepting work" if stats.accepting else "not accepting work"
+    flags = "".join(
+        f'<span title="context {c.id}: stop flag {c.stop_flag}" '
+        f'style="color:{"#2e8b3a" if c.stop_flag else "#bbb"}">&#9679;</span>'
+        for c in stats.contexts
+    )
+    failed = stats.failed
+    fail_style = ' style="color:#c0392b"' if failed else ""
     return (
-        f"<b>tinycoro</b> &middot; {dispatch} &middot; stop token <b>{stats.stop_token}</b>"
-        f" &middot; {accepting} &middot; {state}"
+        f"<b>tinycoro</b> &middot; {dispatch} &middot; {state} &middot; {accepting} &middot; "
+        f'<span title="contexts whose stop flag is 1">stop token <b>{stats.stop_token}</b>'
+        f" of {len(stats.contexts)}</span> {flags} &middot; "
+        f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
+        f'nobody awaited, cumulative">failed unobserved <b>{failed}</b></span>'
+    )
+
+
+def _flag(flag: int) -> str:
+    return f"{flag} · has work" if flag else f"{flag} · idle"
+
+
+def _bar(busy: float) -> str:
+    color = "#4caf50" if busy < 0.8 else "#ff9800"
+    return (
+        '<div style="width:70px;height:9px;background:#e6e6e6;display:inline-block">'
+        f'<div style="width:{busy:.0%};height:9px;background:{color}"></div></div>'
+    )
+
+
+_TD = '<td class="tc-ctx-{c} tc-{f}" style="padding:1px 6px{style}">{v}</td>'
+_NUM = ";text-align:right"
+_CSS = "white-space:nowrap;padding:2px 6px;text-align:left"
+
+
+def _table(stats: tc.SchedulerStats, history: History | None, now: float) -> str:
+    """Every context's row: its numbers, then its plots. One string, so one comm message a
+    tick for the whole table (each widget message costs about as much as rendering a row)."""
+    head = "".join(
+        f'<th title="{html.escape(what)}" style="{_CSS}">{name}</th>'
+        for name, what in COLUMNS
+    )
+    rows = []
+    for i, c in enumerate(stats.contexts):
+        busy = c.busy if stats.running else 0.0
+        points = history.points(i) if history is not None else []
+        if points:
+            busy_svg, ops_svg, queue_svg = _plots(points, now)
+            rate = _count(points[-1].ops_rate)
+        else:
+            busy_svg = ops_svg = queue_svg = ""
+            rate = "0"
+        cells = (
+            ("name", f"ctx {c.id}", ""),
+            ("stop_flag", _flag(c.stop_flag), ""),
+            ("busy", f'{_bar(busy)} <span class="tc-busy-pct">{busy:.0%}</span>', ""),
+            ("busy-plot", busy_svg, ""),
+            ("ops-rate", rate, _NUM),
+            ("ops-plot", ops_svg, ""),
+            ("queued", c.queued, _NUM),
+            ("io_inflight", c.io_inflight + c.io_pending, _NUM),
+            ("parked", c.parked, _NUM),
+            ("queues-plot", queue_svg, ""),
+            ("tasks_run", c.tasks_run, _NUM),
+        )
+        rows.append("<tr>" + "".join(
+            _TD.format(c=c.id, f=f, style=style, v=v) for f, v, style in cells) + "</tr>")
+    return (
+        '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
+        f'white-space:nowrap"><tr>{head}</tr>{"".join(rows)}</table>'
+    )
+
+
+def cell_text(table: str, ctx: int, field: str) -> str:
+    """The text of one cell of a rendered table (tests read the dashboard with this, from the
+    widget or from its comm messages): *field* is a column key such as ``tasks_run``."""
+    m = re.search(f'<td class="tc-ctx-{ctx} tc-{re.escape(field)}"[^>]*>(.*?)</td>', table)
+    if m is None:
+        raise KeyError(f"no cell {field!r} for context {ctx}")
+    return re.sub(r"<[^>]+>", "", m.group(1)).strip()
+
+
+def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
+    if not infos:
+        return "<i>no live tasks</i>"
+    rows = "".join(
+        f"<tr><td>{i.id}</td><td>{html.escape(i.name)}</td><td>{i.context}</td>"
+        f"<td>{i.state}</td><td>{html.escape(i.waits_on)}</td><td>{i.age:.1f} s</td></tr>"
+        for i in infos[:TASKS_SHOWN]
+    )
+    more = len(infos) - TASKS_SHOWN
+    tail = f"<div>... and {more} more</div>" if more > 0 else ""
+    return (
+        '<table class="tc-tasks" style="font-size:11px">'
+        "<tr><th>id</th><th>name</th><th>context</th><th>state</th><th>waits on</th>"
+        f"<th>age</th></tr>{rows}</table>{tail}"
     )
 
 
 class Dashboard(_Base):  # type: ignore[misc, valid-type]
-    """A table of per-context load for one scheduler; display it as a cell's result.
+    """Per-context load of one scheduler, now and over the last minute; display it as a
+    cell's result.
 
     Its text form (``repr``, the ``text/plain`` output) names only the number of contexts, so
     notebooks comparing outputs (nbval) see the same text on every run.
@@ -71,32 +333,23 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
 
     def __init__(self, scheduler: tc.Scheduler) -> None:
         _need_widgets()
-        self.scheduler = scheduler
-        self.contexts = scheduler.contexts
+        self._summary = _w.HTML(_dom_classes=("tc-summary",))
+        self._table = _w.HTML(_dom_classes=("tc-table-widget",))
+        self._tasks = _w.HTML("<i>open to list the live tasks</i>")
+        self._tasks_box = _w.Accordion(children=[self._tasks], selected_index=None,
+                                       _dom_classes=("tc-task-list",))
+        self._tasks_box.set_title(0, "live tasks")
+        self._bind(scheduler)
+        super().__init__([self._summary, self._table, self._tasks_box],
+                         _dom_classes=("tinycoro-dashboard",))
+
+    def _bind(self, scheduler: tc.Scheduler) -> None:
+        """Show *scheduler* (at creation, and on the refresher thread after a follow)."""
         stats = scheduler.stats()
-        self._summary = _w.HTML(_summary(stats, scheduler.dispatch), _dom_classes=("tc-summary",))
-        cells: list[Any] = [
-            _w.HTML(f"<b>{c}</b>", _dom_classes=("tc-head",)) for c in COLUMNS
-        ]
-        self._rows: list[tuple[Any, Any, dict[str, Any]]] = []
-        for c in stats.contexts:
-            dom = f"tc-ctx-{c.id}"
-            bar = _w.FloatProgress(
-                value=0.0, min=0.0, max=1.0, _dom_classes=(dom, "tc-busy"),
-                layout=_w.Layout(width="140px"),
-            )
-            pct = _w.Label("0%", _dom_classes=(dom, "tc-busy-pct"))
-            labels = {f: _w.Label(str(getattr(c, f)), _dom_classes=(dom, f"tc-{f}")) for f in FIELDS}
-            cells += [_w.Label(f"ctx {c.id}", _dom_classes=(dom, "tc-name")), bar, pct]
-            cells += [labels[f] for f in FIELDS]
-            self._rows.append((bar, pct, labels))
-        grid = _w.GridBox(
-            cells,
-            layout=_w.Layout(
-                grid_template_columns="70px 150px 50px repeat(5, 100px)", grid_gap="2px 8px"
-            ),
-        )
-        super().__init__([self._summary, grid], _dom_classes=("tinycoro-dashboard",))
+        self._summary.value = _summary(stats, scheduler.dispatch)
+        self._table.value = _table(stats, None, 0.0)
+        self.contexts = scheduler.contexts  # after the table: readers see rows, then the count
+        self.scheduler = scheduler
 
     def __repr__(self) -> str:
         return f"<tinycoro dashboard: {self.contexts} contexts>"
@@ -107,22 +360,29 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
             bundle["text/plain"] = repr(self)
         return bundle
 
-    def apply(self, stats: tc.SchedulerStats) -> None:
-        """Show one snapshot. Called only by the refresher thread."""
-        widgets = [self._summary]
-        for bar, pct, labels in self._rows:
-            widgets += [bar, pct, *labels.values()]
-        with contextlib.ExitStack() as hold:
-            for widget in widgets:
-                hold.enter_context(widget.hold_sync())
+    def shown(self, ctx: int, field: str) -> str:
+        """What the table shows now for context *ctx* in column *field* (e.g. ``tasks_run``,
+        ``queued``, ``stop_flag``, ``ops-rate``)."""
+        return cell_text(self._table.value, ctx, field)
+
+    @property
+    def tasks_open(self) -> bool:
+        """Whether the user expanded the live-task list (it is refreshed only then)."""
+        return self._tasks_box.selected_index == 0
+
+    def apply(self, stats: tc.SchedulerStats, history: History | None = None,
+              now: float | None = None, tasks: Sequence[tc.TaskInfo] | None = None) -> None:
+        """Show one snapshot (and the history that ends with it). Called only by the
+        refresher thread."""
+        if now is None:
+            now = time.monotonic()
+        with self._summary.hold_sync(), self._table.hold_sync(), self._tasks.hold_sync(), \
+                self._tasks_box.hold_sync():
             self._summary.value = _summary(stats, self.scheduler.dispatch)
-            for (bar, pct, labels), c in zip(self._rows, stats.contexts):
-                busy = c.busy if stats.running else 0.0
-                bar.value = busy
-                bar.bar_style = "success" if busy < 0.8 else "warning"
-                pct.value = f"{busy:.0%}"
-                for f, label in labels.items():
-                    label.value = str(getattr(c, f))
+            self._table.value = _table(stats, history, now)
+            if tasks is not None:
+                self._tasks_box.set_title(0, f"live tasks ({len(tasks)})")
+                self._tasks.value = _task_table(tasks)
 
 
 class Refresher:
@@ -132,6 +392,7 @@ class Refresher:
         self.scheduler = scheduler
         self.interval = interval
         self.ticks = 0
+        self.history = History()
         self._boards: "weakref.WeakSet[Dashboard]" = weakref.WeakSet()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -143,17 +404,27 @@ class Refresher:
 
     def dashboard(self) -> Dashboard:
         """A new dashboard for this scheduler; the refresher thread starts with the first."""
-        board = Dashboard(self.scheduler)
         with self._lock:
+            board = Dashboard(self.scheduler)
             self._boards.add(board)
             if self._thread is None:
-                ctx = contextvars.Context()  # inherit nothing from the cell that asked
-                self._thread = threading.Thread(
-                    target=ctx.run, args=(self._run,), name="tinycoro-dashboard", daemon=True
-                )
-                with signals_blocked():  # like the contexts: signals belong to the main thread
-                    self._thread.start()
+                self._start()
         return board
+
+    def follow(self, scheduler: tc.Scheduler) -> "Refresher":
+        """Show *scheduler* from now on, in every dashboard of this refresher (after
+        ``%tinycoro restart``): the history starts afresh, the rows are rebuilt by the
+        refresher thread, and the thread starts again if it ended with the old scheduler."""
+        self.stop()
+        with self._lock:
+            self.scheduler = scheduler
+            self.history = History()
+            self._stop = threading.Event()
+            if self._boards:
+                self._start()
+            else:
+                self._thread = None
+        return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Render the final state and end the thread (idempotent)."""
@@ -162,18 +433,36 @@ class Refresher:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
-    def _run(self) -> None:
+    def _start(self) -> None:
+        ctx = contextvars.Context()  # inherit nothing from the cell that asked
+        self._thread = threading.Thread(
+            target=ctx.run, args=(self._run, self.scheduler, self._stop),
+            name="tinycoro-dashboard", daemon=True,
+        )
+        with signals_blocked():  # like the contexts: signals belong to the main thread
+            self._thread.start()
+
+    def _run(self, scheduler: tc.Scheduler, stop: threading.Event) -> None:
+        history = self.history
         while True:
-            stats = self.scheduler.stats()
+            stats = scheduler.stats()
+            now = time.monotonic()
+            history.add(now, stats)
             with self._lock:
                 boards = list(self._boards)
+            tasks = None
+            if self.ticks % TASKS_EVERY == 0 or not stats.running:
+                if any(b.tasks_open for b in boards):
+                    tasks = scheduler.tasks()
             for board in boards:
                 try:
-                    board.apply(stats)
+                    if board.scheduler is not scheduler:
+                        board._bind(scheduler)
+                    board.apply(stats, history, now, tasks)
                 except Exception:  # noqa: BLE001 - a closed widget or a gone kernel: drop it
                     with self._lock:
                         self._boards.discard(board)
             self.ticks += 1
-            if not stats.running or self._stop.is_set():
+            if not stats.running or stop.is_set():
                 return
-            self._stop.wait(self.interval)
+            stop.wait(self.interval)

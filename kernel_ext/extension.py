@@ -223,10 +223,13 @@ class Extension:
         old = self.scheduler
         contexts = check_contexts(old.contexts if contexts is None else contexts)
         dispatch = check_dispatch(old.dispatch if dispatch is None else dispatch)
+        refresher = self.refresher  # its dashboards follow the new scheduler
         self.stop_scheduler()
         new = start_scheduler(contexts, dispatch)
         with self._lock:
             self.scheduler = new
+            if refresher is not None:
+                self.refresher = refresher.follow(new)
         self.engine.scheduler = new
         tc.set_default_scheduler(new)
         return new

@@ -22,6 +22,8 @@ pytest.importorskip("ipykernel")
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
+from kernel_ext.dashboard import cell_text
+
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(60)]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -431,8 +433,7 @@ def test_dashboard_comm_messages_change_while_a_load_runs(tc_kernel):
     assert "application/vnd.jupyter.widget-view+json" in result["content"]["data"]
     states = _widget_states(r.msgs)
     by_class = {tuple(s.get("_dom_classes", ())): cid for cid, s in states.items()}
-    tasks_run = {c: by_class[(f"tc-ctx-{c}", "tc-tasks_run")] for c in (0, 1)}
-    busy = {c: by_class[(f"tc-ctx-{c}", "tc-busy")] for c in (0, 1)}
+    table = by_class[("tc-table-widget",)]
     summary = by_class[("tc-summary",)]
 
     # A real load on both contexts, running in the background after its cell returned. The
@@ -451,14 +452,17 @@ def test_dashboard_comm_messages_change_while_a_load_runs(tc_kernel):
     )
     seen: dict[str, list[Any]] = {}
 
+    def shown(field: str, c: int) -> list[str]:
+        return [cell_text(v, c, field) for v in seen.get(table, [])]
+
     def moved() -> bool:
-        counts = [{int(v) for v in seen.get(tasks_run[c], [])} for c in (0, 1)]
-        busy_seen = [max(seen.get(busy[c], [0.0])) for c in (0, 1)]
-        return all(len(v) >= 3 for v in counts) and all(b > 0.05 for b in busy_seen)
+        counts = [{int(v) for v in shown("tasks_run", c)} for c in (0, 1)]
+        busy_seen = [max((int(v.rstrip("%")) for v in shown("busy", c)), default=0) for c in (0, 1)]
+        return all(len(v) >= 3 for v in counts) and all(b > 5 for b in busy_seen)
 
     updates = tc_kernel.comm_updates(moved, seen, timeout=30)
     for c in (0, 1):
-        values = [int(v) for v in seen[tasks_run[c]]]
+        values = [int(v) for v in shown("tasks_run", c)]
         assert values == sorted(values), values  # a counter, shown in order
     tokens = [u["value"] for cid, u in updates if cid == summary and "value" in u]
     assert any("stop token <b>2</b>" in v for v in tokens), tokens  # both contexts had work
@@ -474,7 +478,7 @@ def test_dashboard_updates_while_the_main_thread_is_blocked(tc_kernel):
     r = tc_kernel.ok("%tinycoro dashboard")
     states = _widget_states(r.msgs)
     by_class = {tuple(s.get("_dom_classes", ())): cid for cid, s in states.items()}
-    counters = [by_class[(f"tc-ctx-{c}", "tc-tasks_run")] for c in (0, 1)]
+    table = by_class[("tc-table-widget",)]
     # no await in this cell: it runs synchronously and blocks the main thread throughout,
     # while tasks submitted to the scheduler finish on the contexts
     r = tc_kernel.ok(
@@ -485,7 +489,9 @@ def test_dashboard_updates_while_the_main_thread_is_blocked(tc_kernel):
         "        sched.submit(tc.sleep(0))\n"
         "    time.sleep(0.15)\n"
     )
-    values = [int(v) for cid in counters for v in _updates(r.msgs, cid, "value")]
+    values = [
+        int(cell_text(v, c, "tasks_run")) for v in _updates(r.msgs, table, "value") for c in (0, 1)
+    ]
     assert len(set(values)) >= 3, values
 
 

@@ -330,7 +330,7 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
     run_ok(loaded, "await tc.when_all(*(tc.spawn(tc.sleep(0)) for _ in range(20)))")
 
     def tasks_run() -> int:
-        return sum(int(labels["tasks_run"].value) for _, _, labels in board._rows)
+        return sum(int(board.shown(c, "tasks_run")) for c in (0, 1))
 
     wait_until(lambda: tasks_run() >= 20, what="the dashboard to show the tasks run")
     assert "stop token" in board._summary.value and "running" in board._summary.value
