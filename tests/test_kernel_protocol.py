@@ -341,6 +341,16 @@ def _interrupt_after_started(k: Kernel, code: str) -> tuple[dict[str, Any], list
     return reply["content"], msgs
 
 
+def _interrupted_after_finally(content: dict[str, Any], msgs: list) -> str:
+    """Assert the cell ended in one KeyboardInterrupt after printing 'finally ran'; return
+    that error's traceback text."""
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
+    assert "finally ran" in "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    errors = [m["content"] for m in msgs if m["msg_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["KeyboardInterrupt"]
+    return _ANSI.sub("", "\n".join(errors[0]["traceback"]))
+
+
 def test_interrupt_during_a_long_sleep(tc_kernel):
     content, msgs = _interrupt_after_started(
         tc_kernel,
@@ -350,10 +360,7 @@ def test_interrupt_during_a_long_sleep(tc_kernel):
         "finally:\n"
         "    print('finally ran')\n",
     )
-    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
-    out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
-    assert "finally ran" in out
-    assert [m["content"]["ename"] for m in msgs if m["msg_type"] == "error"] == ["KeyboardInterrupt"]
+    _interrupted_after_finally(content, msgs)
     assert tc_kernel.ok("await tc.sleep(0.05); 'next cell works'").result() == "'next cell works'"
     r = tc_kernel.ok("await tc.when_all(*(tc.spawn(tc.sleep(0.01)) for _ in range(4)))")
     assert r.result() == "[None, None, None, None]"
@@ -372,12 +379,7 @@ def test_interrupt_during_a_long_asyncio_sleep(tc_kernel):
         "    await tc.sleep(0.01)\n"
         "    print('finally ran')\n",
     )
-    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
-    out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
-    assert "finally ran" in out
-    errors = [m["content"] for m in msgs if m["msg_type"] == "error"]
-    assert [e["ename"] for e in errors] == ["KeyboardInterrupt"]
-    tb = _ANSI.sub("", "\n".join(errors[0]["traceback"]))
+    tb = _interrupted_after_finally(content, msgs)
     assert "await asyncio.sleep(30)" in tb and "CancelledError" not in tb
     r = tc_kernel.ok("await asyncio.sleep(0.01); await tc.sleep(0.01); 'next cell works'")
     assert r.result() == "'next cell works'"
