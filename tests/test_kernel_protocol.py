@@ -268,21 +268,6 @@ def test_exception_in_an_awaiting_cell_shows_a_normal_traceback(tc_kernel):
     assert tc_kernel.ok("await tc.sleep(0); 1").result() == "1"
 
 
-def test_awaiting_asyncio_gives_a_clear_type_error_and_the_kernel_survives(tc_kernel):
-    r = tc_kernel.run("import asyncio\nawait asyncio.sleep(1)")
-    assert r.status == "error" and r.content["ename"] == "TypeError"
-    assert "asyncio" in r.content["evalue"] and "tinycoro" in r.content["evalue"]
-    assert tc_kernel.ok("await tc.sleep(0.01); 'alive'").result() == "'alive'"
-
-
-MIXED_CELLS_PENDING = pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 item 4: the cell runner is still the guest tinycoro engine, so asyncio "
-    "awaitables in a cell raise TypeError (docs/jupyter.md, 'Which loop runs a cell')",
-)
-
-
-@MIXED_CELLS_PENDING
 def test_a_cell_awaits_asyncio_and_tinycoro_together(tc_kernel):
     """After %load_ext, asyncio awaitables and tinycoro awaitables share a cell (issue 10.4)."""
     r = tc_kernel.ok(
@@ -293,15 +278,14 @@ def test_a_cell_awaits_asyncio_and_tinycoro_together(tc_kernel):
         "    await tc.sleep(0.001)\n"
         "    return 2\n"
         "r = await asyncio.gather(tc.sleep(0.01), asyncio.sleep(0.01, result=1), tc.spawn(two()))\n"
-        "print(r, tc.current_task() is None, asyncio.current_task() is not None)\n"
+        "print(r, tc.current_task() is not None)\n"
     )
-    assert r.stdout().strip() == "[None, 1, 2] True True"
+    assert r.stdout().strip() == "[None, 1, 2] True"  # the cell is a tinycoro task
     # the same loop serves every cell: an asyncio task from one cell is awaited in the next
     tc_kernel.ok("pending = asyncio.ensure_future(asyncio.sleep(0.01, result='kept'))\nawait asyncio.sleep(0)")
     assert tc_kernel.ok("await pending").result() == "'kept'"
 
 
-@MIXED_CELLS_PENDING
 def test_an_asyncio_streams_client_talks_to_a_tinycoro_server_task(tc_kernel):
     r = tc_kernel.ok(
         "import asyncio\n"
@@ -366,7 +350,6 @@ def test_interrupt_during_a_long_sleep(tc_kernel):
     assert r.result() == "[None, None, None, None]"
 
 
-@MIXED_CELLS_PENDING
 def test_interrupt_during_a_long_asyncio_sleep(tc_kernel):
     content, msgs = _interrupt_after_started(
         tc_kernel,

@@ -35,9 +35,11 @@ from .traps import Op, perform_raw
 if TYPE_CHECKING:  # pragma: no cover
     from .task import Task
 
-__all__ = ["user_code_interrupted", "defer_sigint", "SigintDeferred", "SignalWakeup"]
+__all__ = ["user_code_interrupted", "user_frames_to", "defer_sigint", "SigintDeferred", "SignalWakeup"]
 
-_RUNTIME_PACKAGES = {"tinycoro"}
+# asyncio's and the selector's modules are runtime code too: a cell run as an asyncio task
+# (kernel_ext) is interrupted in them only at a pending await, never in the middle of a loop turn.
+_RUNTIME_PACKAGES = {"tinycoro", "asyncio", "selectors"}
 
 
 def protect_package(name: str) -> None:
@@ -61,7 +63,16 @@ def user_code_interrupted(frame: FrameType | None, task: "Task") -> bool:
     frame at all (the engine loop, its sleep point, the runner), means runtime code: the
     interrupt must be deferred to a safe point.
     """
-    outer = getattr(task._coro, "cr_frame", None)  # None once the coroutine has finished
+    return user_frames_to(frame, getattr(task._coro, "cr_frame", None))
+
+
+def user_frames_to(frame: FrameType | None, outer: FrameType | None) -> bool:
+    """True if *frame* and every frame out to *outer* (a task's outermost coroutine frame;
+    None once it finished) are not runtime code, so KeyboardInterrupt may be raised at *frame*.
+
+    The test behind :func:`user_code_interrupted`, for any task kind (an asyncio task passes
+    ``task.get_coro().cr_frame``).
+    """
     if outer is None:
         return False
     while frame is not None:
@@ -179,6 +190,23 @@ class SignalWakeup:
                 self._forward(bytes(buf[:res]))
             elif res < 0 and -res not in (errno.EAGAIN, errno.EINTR):
                 return  # the socket is gone; nothing left to watch
+
+    def fileno(self) -> int:
+        """The end to watch for readability (an asyncio loop's ``add_reader``)."""
+        return self._rsock.fileno()
+
+    def drain(self) -> None:
+        """Read what the C handler wrote (a reader callback); pass other signals on."""
+        while True:
+            try:
+                data = self._rsock.recv(64)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # closed under us
+            if not data:
+                return
+            self._forward(data)
 
     def _forward(self, data: bytes) -> None:
         others = data.replace(_SIGINT_BYTE, b"")
