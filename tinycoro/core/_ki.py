@@ -35,10 +35,12 @@ from .traps import Op, perform_raw
 if TYPE_CHECKING:  # pragma: no cover
     from .task import Task
 
-__all__ = ["user_code_interrupted", "user_frames_to", "defer_sigint", "SigintDeferred", "SignalWakeup"]
+__all__ = [
+    "user_code_interrupted", "user_frames_to", "defer_sigint", "SigintDeferred", "SignalWakeup",
+]
 
-# asyncio's and the selector's modules are runtime code too: a cell run as an asyncio task
-# (kernel_ext) is interrupted in them only at a pending await, never in the middle of a loop turn.
+# asyncio's and the selector's modules are runtime code too: a notebook cell that calls into
+# asyncio (scheduling a timer, turning its loop) is interrupted at its pending await instead.
 _RUNTIME_PACKAGES = {"tinycoro", "asyncio", "selectors"}
 
 
@@ -70,8 +72,8 @@ def user_frames_to(frame: FrameType | None, outer: FrameType | None) -> bool:
     """True if *frame* and every frame out to *outer* (a task's outermost coroutine frame;
     None once it finished) are not runtime code, so KeyboardInterrupt may be raised at *frame*.
 
-    The test behind :func:`user_code_interrupted`, for any task kind (an asyncio task passes
-    ``task.get_coro().cr_frame``).
+    The test behind :func:`user_code_interrupted`, for any outermost frame (the notebook cell
+    runner passes the cell coroutine's own frame, inside its forwarding wrapper).
     """
     if outer is None:
         return False
@@ -190,23 +192,6 @@ class SignalWakeup:
                 self._forward(bytes(buf[:res]))
             elif res < 0 and -res not in (errno.EAGAIN, errno.EINTR):
                 return  # the socket is gone; nothing left to watch
-
-    def fileno(self) -> int:
-        """The end to watch for readability (an asyncio loop's ``add_reader``)."""
-        return self._rsock.fileno()
-
-    def drain(self) -> None:
-        """Read what the C handler wrote (a reader callback); pass other signals on."""
-        while True:
-            try:
-                data = self._rsock.recv(64)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return  # closed under us
-            if not data:
-                return
-            self._forward(data)
 
     def _forward(self, data: bytes) -> None:
         others = data.replace(_SIGINT_BYTE, b"")
