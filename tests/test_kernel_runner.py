@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import in_eventfd_read, tinycoro_threads, wait_until
+from conftest import in_eventfd_read, open_fds, tinycoro_threads, wait_until
 from IPython.core.interactiveshell import InteractiveShell
 
 import kernel_ext
@@ -109,9 +109,10 @@ def test_a_future_of_another_loop_is_a_clear_error(sh):
     assert sh.run_cell("await tc.sleep(0); 'kernel survives'").result == "kernel survives"
 
 
-def test_a_cell_awaits_asyncio_and_tinycoro_together(sh):
+def test_a_cell_awaits_asyncio_and_tinycoro_together(sh, contexts):
     """The cell is a tinycoro task (combinators, tc.timeout, current_task work) and asyncio
     awaitables in it run on the runner's loop; asyncio tasks there may await tinycoro."""
+    sh.run_line_magic("tinycoro", f"restart -n {contexts}")
     res = sh.run_cell(
         "import asyncio\n"
         "async def two():\n"
@@ -133,6 +134,55 @@ def test_a_cell_awaits_asyncio_and_tinycoro_together(sh):
     assert res.result == ([None, 1, 2], [2, "a"], True, True, 2)
     loop = kernel_ext.get_extension(sh).runner.cell_loop.loop
     assert not [t for t in asyncio.all_tasks(loop) if not t.done()]  # the timeout cancelled it
+
+
+def test_an_asyncio_streams_client_and_a_tinycoro_server_in_one_cell(sh, contexts):
+    sh.run_line_magic("tinycoro", f"restart -n {contexts}")
+    res = sh.run_cell(
+        "import asyncio\n"
+        "async def echo(port_box):\n"
+        "    lst = await tc.net.listen('127.0.0.1', 0)\n"
+        "    port_box.set(lst.port)\n"
+        "    conn = await lst.accept()\n"
+        "    while data := await conn.recv():\n"
+        "        await conn.sendall(data.upper())\n"
+        "    await conn.close(); await lst.close()\n"
+        "box = tc.Event()\n"
+        "server = tc.spawn(echo(box))\n"
+        "reader, writer = await asyncio.open_connection('127.0.0.1', await box.wait())\n"
+        "got = []\n"
+        "for i in range(20):\n"
+        "    writer.write(b'line %d\\n' % i); await writer.drain()\n"
+        "    got.append(await reader.readline())\n"
+        "writer.close(); await writer.wait_closed(); await server\n"
+        "got == [b'LINE %d\\n' % i for i in range(20)]\n"
+    )
+    assert res.error_in_exec is None and res.result is True
+
+
+def test_unload_closes_the_cell_loop_and_its_ring_and_leaves_no_descriptor(monkeypatch):
+    from tinycoro.aio import host
+
+    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
+    shell = InteractiveShell.instance()
+    saved = (shell.loop_runner, shell.autoawait)
+    before = open_fds()
+    shell.run_line_magic("load_ext", "tinycoro")
+    try:
+        loop = kernel_ext.get_extension(shell).runner.cell_loop.loop
+        res = shell.run_cell(
+            "import asyncio, tinycoro as tc\n"
+            "left = asyncio.ensure_future(asyncio.sleep(3600))  # never awaited: cancelled at unload\n"
+            "await asyncio.gather(tc.sleep(0.001), asyncio.sleep(0.001))\n"
+        )
+        assert res.error_in_exec is None and host.hosted_ring_open(loop)
+    finally:
+        shell.run_line_magic("unload_ext", "tinycoro")
+        shell.loop_runner, shell.autoawait = saved
+    assert loop.is_closed() and not host.hosted_ring_open(loop)
+    assert shell.user_ns["left"].cancelled()
+    assert not tinycoro_threads()
+    assert open_fds() <= before
 
 
 def test_runner_refuses_to_nest(sh):
