@@ -20,8 +20,21 @@ from tinycoro import uring
 HERE = Path(__file__).resolve().parent
 
 # Every suite of the runtime (core, I/O, sync, combinators, channels, the ring itself); not the
-# Jupyter, notebook, browser and benchmark suites, which exercise no more of the ring.
-NOT_RUNTIME = ("test_kernel_", "test_magics", "test_notebook_", "test_browser_", "test_benchmarks_")
+# Jupyter, notebook, dashboard, browser, interrupt, model-based, lint and benchmark suites,
+# which exercise no more of the ring.
+NOT_RUNTIME = (
+    "test_kernel_",
+    "test_magics",
+    "test_notebook_",
+    "test_browser_",
+    "test_dashboard",
+    "test_benchmarks_",
+    "test_aio_kernel",
+    "test_interrupts_kernel",
+    "test_lint",
+    "test_interrupts_script",  # signal handling in child processes: no ring path of its own
+    "test_stateful_",  # the primitives' logic against models: the same on either ring
+)
 SUITES = sorted(
     p.name
     for p in HERE.glob("test_*.py")

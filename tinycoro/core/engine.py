@@ -454,7 +454,8 @@ class Engine:
             msg = (
                 f"{task.name} awaited an asyncio object ({type(y).__name__}) inside a tinycoro "
                 "task. tinycoro tasks run on tinycoro contexts, not on an asyncio event loop: "
-                "use tinycoro's awaitables (tc.sleep, tc.io, tc.net, tc.Event, ...) instead"
+                "run it with `await tc.aio(...)`, or use tinycoro's awaitables (tc.sleep, "
+                "tc.io, tc.net, tc.Event, ...) instead"
             )
         else:
             msg = f"{task.name} yielded {y!r}, which is not a tinycoro trap"
