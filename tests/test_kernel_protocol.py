@@ -19,6 +19,7 @@ import pytest
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
+from conftest import ECHO_SERVER_CELL, TWO_CELL
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
@@ -274,10 +275,8 @@ def test_a_cell_awaits_asyncio_and_tinycoro_together(tc_kernel):
         "import asyncio\n"
         "await asyncio.sleep(0.01)\n"
         "await tc.sleep(0.01)\n"
-        "async def two():\n"
-        "    await tc.sleep(0.001)\n"
-        "    return 2\n"
-        "r = await asyncio.gather(tc.sleep(0.01), asyncio.sleep(0.01, result=1), tc.spawn(two()))\n"
+        + TWO_CELL
+        + "r = await asyncio.gather(tc.sleep(0.01), asyncio.sleep(0.01, result=1), tc.spawn(two()))\n"
         "print(r, tc.current_task() is not None)\n"
     )
     assert r.stdout().strip() == "[None, 1, 2] True"  # the cell is a tinycoro task
@@ -288,18 +287,8 @@ def test_a_cell_awaits_asyncio_and_tinycoro_together(tc_kernel):
 
 def test_an_asyncio_streams_client_talks_to_a_tinycoro_server_task(tc_kernel):
     r = tc_kernel.ok(
-        "import asyncio\n"
-        "async def echo(port_box):\n"
-        "    lst = await tc.net.listen('127.0.0.1', 0)\n"
-        "    port_box.set(lst.port)\n"
-        "    conn = await lst.accept()\n"
-        "    while data := await conn.recv():\n"
-        "        await conn.sendall(data.upper())\n"
-        "    await conn.close(); await lst.close()\n"
-        "box = tc.Event()\n"
-        "server = tc.spawn(echo(box))\n"
-        "reader, writer = await asyncio.open_connection('127.0.0.1', await box.wait())\n"
-        "writer.write(b'hello'); await writer.drain()\n"
+        ECHO_SERVER_CELL
+        + "writer.write(b'hello'); await writer.drain()\n"
         "got = await reader.readexactly(5)\n"
         "writer.close(); await writer.wait_closed(); await server\n"
         "print(got)\n"

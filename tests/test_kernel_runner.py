@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import in_eventfd_read, open_fds, tinycoro_threads, wait_until
+from conftest import ECHO_SERVER_CELL, TWO_CELL, in_eventfd_read, open_fds, tinycoro_threads, wait_until
 from IPython.core.interactiveshell import InteractiveShell
 
 import kernel_ext
@@ -115,10 +115,8 @@ def test_a_cell_awaits_asyncio_and_tinycoro_together(sh, contexts):
     sh.run_line_magic("tinycoro", f"restart -n {contexts}")
     res = sh.run_cell(
         "import asyncio\n"
-        "async def two():\n"
-        "    await tc.sleep(0.001)\n"
-        "    return 2\n"
-        "await asyncio.sleep(0)\n"
+        + TWO_CELL
+        + "await asyncio.sleep(0)\n"
         "await asyncio.sleep(0.01)\n"
         "r = await asyncio.gather(tc.sleep(0.01), asyncio.sleep(0.01, result=1), tc.spawn(two()))\n"
         "w = await tc.when_all(two(), tc.aio(asyncio.sleep(0.01, result='a')))\n"
@@ -139,18 +137,8 @@ def test_a_cell_awaits_asyncio_and_tinycoro_together(sh, contexts):
 def test_an_asyncio_streams_client_and_a_tinycoro_server_in_one_cell(sh, contexts):
     sh.run_line_magic("tinycoro", f"restart -n {contexts}")
     res = sh.run_cell(
-        "import asyncio\n"
-        "async def echo(port_box):\n"
-        "    lst = await tc.net.listen('127.0.0.1', 0)\n"
-        "    port_box.set(lst.port)\n"
-        "    conn = await lst.accept()\n"
-        "    while data := await conn.recv():\n"
-        "        await conn.sendall(data.upper())\n"
-        "    await conn.close(); await lst.close()\n"
-        "box = tc.Event()\n"
-        "server = tc.spawn(echo(box))\n"
-        "reader, writer = await asyncio.open_connection('127.0.0.1', await box.wait())\n"
-        "got = []\n"
+        ECHO_SERVER_CELL
+        + "got = []\n"
         "for i in range(20):\n"
         "    writer.write(b'line %d\\n' % i); await writer.drain()\n"
         "    got.append(await reader.readline())\n"
