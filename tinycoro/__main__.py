@@ -14,6 +14,7 @@ import tempfile
 import time
 
 import tinycoro as tc
+from tinycoro import uring
 
 
 def _table(stats: tc.SchedulerStats, title: str) -> str:
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"tinycoro {tc.__version__}: {args.contexts} contexts ({args.dispatch}), "
-        f"Python {platform.python_version()}, Linux {platform.release()}"
+        f"Python {platform.python_version()}, Linux {platform.release()}, "
+        f"{'compiled' if uring.COMPILED else 'pure-Python'} ring"
     )
     sched = tc.Scheduler(args.contexts, dispatch=args.dispatch)
     samples: list[tc.SchedulerStats] = []
