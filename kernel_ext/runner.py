@@ -5,6 +5,8 @@ to ``shell.loop_runner`` on the kernel's main thread. :class:`CellRunner` drives
 as a tinycoro :class:`~tinycoro.core.task.Task` on a *guest* engine: the main thread acts as a
 temporary context with its own ready queue, io_uring ring and eventfd for as long as the cell
 runs, while ``tc.spawn`` from the cell dispatches to the extension's long-lived scheduler.
+The cell's asyncio awaitables are forwarded to a private asyncio loop that a second task on the
+same engine turns (:mod:`kernel_ext.cell_loop`), so a cell awaits both kinds.
 
 Interrupts (the kernel's SIGINT) and why they are handled the way they are
 --------------------------------------------------------------------------
@@ -58,6 +60,8 @@ from tinycoro.core.engine import Engine
 from tinycoro.core.local import _local
 from tinycoro.core.task import Task
 
+from .cell_loop import CellLoop
+
 __all__ = ["CellRunner"]
 
 _ki.protect_package(__name__.partition(".")[0])  # the runner's own frames are runtime code
@@ -100,7 +104,9 @@ class CellRunner:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.cell_loop = CellLoop()  # serves the cells' asyncio awaitables
         self.running: Task | None = None  # the cell task being driven, if any
+        self._cell: Coroutine[Any, Any, Any] | None = None  # its coroutine (IPython's)
         self.interrupts = 0  # SIGINTs received while a cell ran
         self._close_after = False
         self._busy = threading.Lock()  # one cell at a time: the guest engine has one owner
@@ -131,35 +137,38 @@ class CellRunner:
             )
         # The cell is known to the handler before the handler exists: an interrupt from here
         # on is delivered to it (at its first await if it has not started yet).
-        task = self.running = Task(coro, engine, name="<cell>")
+        cell_loop = self.cell_loop
+        self._cell = coro
+        task = self.running = Task(cell_loop.forward(coro), engine, name="<cell>")
         try:
             restore, wakeup = self._install_sigint()
         except BaseException:  # e.g. the kernel's KeyboardInterrupt, just before we took over
-            self.running = None
+            self.running = self._cell = None
             self._busy.release()
+            task._coro.close()
             coro.close()
             raise
         try:
-            watcher = None
+            helpers = [Task(cell_loop.drive(), engine, name="<cell asyncio loop>")]
             if wakeup is not None:
-                watcher = Task(wakeup.watch(), engine, name="<cell signal wakeup>")
-            for t in (task, watcher):
-                if t is not None:
-                    engine.live.add(t)  # so that engine.abandon() finds it wherever it is
-                    engine.push(t)
+                helpers.append(Task(wakeup.watch(), engine, name="<cell signal wakeup>"))
+            for t in (task, *helpers):
+                engine.live.add(t)  # so that engine.abandon() finds it wherever it is
+                engine.push(t)
             try:
-                engine.run(until=task)
-                self.running = None  # from here on, a SIGINT is too late for this cell
-                if watcher is not None:
-                    watcher.cancel()
-                    engine.run(until=watcher)  # its receive is cancelled and reaped
+                with cell_loop.running():
+                    engine.run(until=task)
+                    self.running = None  # from here on, a SIGINT is too late for this cell
+                    for t in helpers:
+                        t.cancel()
+                        engine.run(until=t)  # its poll or receive is cancelled and reaped
             except BaseException as exc:  # the engine itself failed mid-turn
                 # Never leave the cell suspended: cancel and wait out its I/O, take it off any
                 # waiter list, close its coroutine (finally blocks run) and finish it with exc.
                 engine.abandon(exc)
                 raise
         finally:
-            self.running = None
+            self.running = self._cell = None
             restore()
             self._busy.release()
             if self._close_after:
@@ -177,7 +186,12 @@ class CellRunner:
         task = self.running
         if task is None or task.done():
             return  # the cell is returning; the interrupt arrived too late to matter
-        if _local.task is task and _ki.user_code_interrupted(frame, task):
+        cell = self._cell
+        if (
+            _local.task is task
+            and cell is not None
+            and _ki.user_frames_to(frame, getattr(cell, "cr_frame", None))
+        ):
             raise KeyboardInterrupt  # the cell computes between awaits: interrupt it right here
         # Nothing here may take a lock: the handler may have interrupted this very thread
         # while it held one (Task._interrupt takes the task module's lock). A deque append
@@ -233,6 +247,7 @@ class CellRunner:
             return
         if not self.engine.ring.closed:
             self.engine.close()
+        self.cell_loop.close()
 
 
 _HANDLER_CODE = CellRunner._on_sigint.__code__

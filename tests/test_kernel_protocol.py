@@ -19,6 +19,7 @@ import pytest
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
+from conftest import ECHO_SERVER_CELL, TWO_CELL
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
@@ -268,11 +269,31 @@ def test_exception_in_an_awaiting_cell_shows_a_normal_traceback(tc_kernel):
     assert tc_kernel.ok("await tc.sleep(0); 1").result() == "1"
 
 
-def test_awaiting_asyncio_gives_a_clear_type_error_and_the_kernel_survives(tc_kernel):
-    r = tc_kernel.run("import asyncio\nawait asyncio.sleep(1)")
-    assert r.status == "error" and r.content["ename"] == "TypeError"
-    assert "asyncio" in r.content["evalue"] and "tinycoro" in r.content["evalue"]
-    assert tc_kernel.ok("await tc.sleep(0.01); 'alive'").result() == "'alive'"
+def test_a_cell_awaits_asyncio_and_tinycoro_together(tc_kernel):
+    """After %load_ext, asyncio awaitables and tinycoro awaitables share a cell (issue 10.4)."""
+    r = tc_kernel.ok(
+        "import asyncio\n"
+        "await asyncio.sleep(0.01)\n"
+        "await tc.sleep(0.01)\n"
+        + TWO_CELL
+        + "r = await asyncio.gather(tc.sleep(0.01), asyncio.sleep(0.01, result=1), tc.spawn(two()))\n"
+        "print(r, tc.current_task() is not None)\n"
+    )
+    assert r.stdout().strip() == "[None, 1, 2] True"  # the cell is a tinycoro task
+    # the same loop serves every cell: an asyncio task from one cell is awaited in the next
+    tc_kernel.ok("pending = asyncio.ensure_future(asyncio.sleep(0.01, result='kept'))\nawait asyncio.sleep(0)")
+    assert tc_kernel.ok("await pending").result() == "'kept'"
+
+
+def test_an_asyncio_streams_client_talks_to_a_tinycoro_server_task(tc_kernel):
+    r = tc_kernel.ok(
+        ECHO_SERVER_CELL
+        + "writer.write(b'hello'); await writer.drain()\n"
+        "got = await reader.readexactly(5)\n"
+        "writer.close(); await writer.wait_closed(); await server\n"
+        "print(got)\n"
+    )
+    assert r.stdout().strip() == "b'HELLO'"
 
 
 # -- interrupts --------------------------------------------------------------------------------
@@ -293,6 +314,16 @@ def _interrupt_after_started(k: Kernel, code: str) -> tuple[dict[str, Any], list
     return reply["content"], msgs
 
 
+def _interrupted_after_finally(content: dict[str, Any], msgs: list) -> str:
+    """Assert the cell ended in one KeyboardInterrupt after printing 'finally ran'; return
+    that error's traceback text."""
+    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
+    assert "finally ran" in "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
+    errors = [m["content"] for m in msgs if m["msg_type"] == "error"]
+    assert [e["ename"] for e in errors] == ["KeyboardInterrupt"]
+    return _ANSI.sub("", "\n".join(errors[0]["traceback"]))
+
+
 def test_interrupt_during_a_long_sleep(tc_kernel):
     content, msgs = _interrupt_after_started(
         tc_kernel,
@@ -302,13 +333,28 @@ def test_interrupt_during_a_long_sleep(tc_kernel):
         "finally:\n"
         "    print('finally ran')\n",
     )
-    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
-    out = "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
-    assert "finally ran" in out
-    assert [m["content"]["ename"] for m in msgs if m["msg_type"] == "error"] == ["KeyboardInterrupt"]
+    _interrupted_after_finally(content, msgs)
     assert tc_kernel.ok("await tc.sleep(0.05); 'next cell works'").result() == "'next cell works'"
     r = tc_kernel.ok("await tc.when_all(*(tc.spawn(tc.sleep(0.01)) for _ in range(4)))")
     assert r.result() == "[None, None, None, None]"
+
+
+def test_interrupt_during_a_long_asyncio_sleep(tc_kernel):
+    content, msgs = _interrupt_after_started(
+        tc_kernel,
+        "import asyncio\n"
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    await asyncio.sleep(30)\n"
+        "finally:\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    await tc.sleep(0.01)\n"
+        "    print('finally ran')\n",
+    )
+    tb = _interrupted_after_finally(content, msgs)
+    assert "await asyncio.sleep(30)" in tb and "CancelledError" not in tb
+    r = tc_kernel.ok("await asyncio.sleep(0.01); await tc.sleep(0.01); 'next cell works'")
+    assert r.result() == "'next cell works'"
 
 
 def test_interrupt_while_parked_leaves_spawned_tasks_alone(tc_kernel):

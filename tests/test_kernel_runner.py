@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import in_eventfd_read, tinycoro_threads, wait_until
+from conftest import ECHO_SERVER_CELL, TWO_CELL, in_eventfd_read, open_fds, tinycoro_threads, wait_until
 from IPython.core.interactiveshell import InteractiveShell
 
 import kernel_ext
@@ -97,24 +97,80 @@ def test_exception_shows_a_normal_traceback(sh, capsys):
     assert sh.run_cell("await tc.sleep(0); 'fine'").result == "fine"
 
 
-def test_awaiting_an_asyncio_future_is_a_clear_type_error(sh):
+def test_a_future_of_another_loop_is_a_clear_error(sh):
     loop = asyncio.new_event_loop()
     try:
         sh.user_ns["fut"] = loop.create_future()
         res = sh.run_cell("await fut")
     finally:
         loop.close()
-    assert isinstance(res.error_in_exec, TypeError)
-    assert "asyncio" in str(res.error_in_exec) and "tinycoro" in str(res.error_in_exec)
+    assert isinstance(res.error_in_exec, RuntimeError)
+    assert "different loop" in str(res.error_in_exec)
     assert sh.run_cell("await tc.sleep(0); 'kernel survives'").result == "kernel survives"
 
 
-def test_asyncio_sleep_without_a_loop_fails_cleanly(sh):
-    # In a real kernel an asyncio loop is running and this is the TypeError above (see
-    # test_kernel_protocol); in a bare shell asyncio itself refuses first.
-    res = sh.run_cell("import asyncio\nawait asyncio.sleep(1)")
-    assert isinstance(res.error_in_exec, (TypeError, RuntimeError))
-    assert sh.run_cell("await tc.sleep(0); 2").result == 2
+def test_a_cell_awaits_asyncio_and_tinycoro_together(sh, contexts):
+    """The cell is a tinycoro task (combinators, tc.timeout, current_task work) and asyncio
+    awaitables in it run on the runner's loop; asyncio tasks there may await tinycoro."""
+    sh.run_line_magic("tinycoro", f"restart -n {contexts}")
+    res = sh.run_cell(
+        "import asyncio\n"
+        + TWO_CELL
+        + "await asyncio.sleep(0)\n"
+        "await asyncio.sleep(0.01)\n"
+        "r = await asyncio.gather(tc.sleep(0.01), asyncio.sleep(0.01, result=1), tc.spawn(two()))\n"
+        "w = await tc.when_all(two(), tc.aio(asyncio.sleep(0.01, result='a')))\n"
+        "try:\n"
+        "    async with tc.timeout(0.05):\n"
+        "        await asyncio.sleep(30)\n"
+        "    timed_out = False\n"
+        "except TimeoutError:\n"
+        "    timed_out = True\n"
+        "(r, w, timed_out, tc.current_task() is not None, await asyncio.wait_for(two(), 5))\n"
+    )
+    assert res.error_in_exec is None
+    assert res.result == ([None, 1, 2], [2, "a"], True, True, 2)
+    loop = kernel_ext.get_extension(sh).runner.cell_loop.loop
+    assert not [t for t in asyncio.all_tasks(loop) if not t.done()]  # the timeout cancelled it
+
+
+def test_an_asyncio_streams_client_and_a_tinycoro_server_in_one_cell(sh, contexts):
+    sh.run_line_magic("tinycoro", f"restart -n {contexts}")
+    res = sh.run_cell(
+        ECHO_SERVER_CELL
+        + "got = []\n"
+        "for i in range(20):\n"
+        "    writer.write(b'line %d\\n' % i); await writer.drain()\n"
+        "    got.append(await reader.readline())\n"
+        "writer.close(); await writer.wait_closed(); await server\n"
+        "got == [b'LINE %d\\n' % i for i in range(20)]\n"
+    )
+    assert res.error_in_exec is None and res.result is True
+
+
+def test_unload_closes_the_cell_loop_and_its_ring_and_leaves_no_descriptor(monkeypatch):
+    from tinycoro.aio import host
+
+    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
+    shell = InteractiveShell.instance()
+    saved = (shell.loop_runner, shell.autoawait)
+    before = open_fds()
+    shell.run_line_magic("load_ext", "tinycoro")
+    try:
+        loop = kernel_ext.get_extension(shell).runner.cell_loop.loop
+        res = shell.run_cell(
+            "import asyncio, tinycoro as tc\n"
+            "left = asyncio.ensure_future(asyncio.sleep(3600))  # never awaited: cancelled at unload\n"
+            "await asyncio.gather(tc.sleep(0.001), asyncio.sleep(0.001))\n"
+        )
+        assert res.error_in_exec is None and host.hosted_ring_open(loop)
+    finally:
+        shell.run_line_magic("unload_ext", "tinycoro")
+        shell.loop_runner, shell.autoawait = saved
+    assert loop.is_closed() and not host.hosted_ring_open(loop)
+    assert shell.user_ns["left"].cancelled()
+    assert not tinycoro_threads()
+    assert open_fds() <= before
 
 
 def test_runner_refuses_to_nest(sh):
@@ -163,6 +219,30 @@ def test_interrupt_during_sleep_runs_finally_and_next_cell_works(sh, capsys):
     ext = kernel_ext.get_extension(sh)
     assert ext.runner.running is None and not ext.engine.inflight and not ext.engine.ready
     assert sh.run_cell("await tc.sleep(0.01); 'next'").result == "next"
+
+
+@pytest.mark.parametrize("sleep", ["asyncio.sleep(30)", "asyncio.gather(asyncio.sleep(30), tc.sleep(30))"])
+def test_interrupt_during_an_asyncio_await_runs_finally_and_next_cell_works(sh, capsys, sleep):
+    def parked() -> bool:
+        ext = kernel_ext.get_extension(sh)
+        task = ext.runner.running
+        return task is not None and task._waiting is not None and ext.engine.sleeping
+
+    interrupt_when(parked, "the cell to wait on asyncio")
+    res = sh.run_cell(
+        "import asyncio\n"
+        f"try:\n    await {sleep}\n"
+        "finally:\n    await asyncio.sleep(0.001)\n    print('finally ran')"
+    )
+    assert isinstance(res.error_in_exec, KeyboardInterrupt)
+    out = _plain(capsys.readouterr().out)
+    assert "finally ran" in out and "KeyboardInterrupt" in out
+    assert "cell_loop" not in out and "_on_sigint" not in out  # no runtime frame shown
+    ext = kernel_ext.get_extension(sh)
+    assert ext.runner.running is None and not ext.engine.inflight and not ext.engine.ready
+    loop = ext.runner.cell_loop.loop
+    assert not [t for t in asyncio.all_tasks(loop) if not t.done()]  # gather's children too
+    assert sh.run_cell("await asyncio.sleep(0.01); 'next'").result == "next"
 
 
 def test_interrupt_while_parked_on_a_join(sh):

@@ -19,10 +19,10 @@ import os
 import threading
 from typing import Callable
 
-from . import uring
 from .core.errors import ClosedResourceError, oserror
 from .core.local import _local
 from .core.traps import Op, foreign_owner, perform_raw
+from .uring import prep_close  # bound once: no module attribute lookup per close
 
 __all__ = ["PendingOps", "close_fd"]
 
@@ -100,7 +100,7 @@ async def close_fd(fd: int) -> None:
     its descriptor). A successful io_uring close is never followed by ``os.close``, which could
     hit another file that reused the number.
     """
-    op = Op(uring.prep_close, fd)
+    op = Op(prep_close, fd)
     try:
         res = await perform_raw(op)
     except BaseException as exc:

@@ -17,6 +17,17 @@ import os
 from typing import Any, Union
 
 from . import uring
+# bound once: no module attribute lookup per operation
+from .uring import (
+    prep_fsync,
+    prep_mkdirat,
+    prep_openat,
+    prep_read,
+    prep_renameat,
+    prep_statx,
+    prep_unlinkat,
+    prep_write,
+)
 from .closing import PendingOps, close_fd
 from .core.checks import check_int, is_int
 from .core.traps import Op, perform
@@ -301,7 +312,7 @@ class AsyncFile:
         while got < size:
             want = min(size - got, MAX_RW)
             n = await ops.perform(
-                Op(uring.prep_read, self._fd, view[got:] if got else view, want, offset + got)
+                Op(prep_read, self._fd, view[got:] if got else view, want, offset + got)
             )
             if n == 0:
                 break
@@ -377,13 +388,13 @@ class AsyncFile:
             chunk = view[done:]
             off = offset if offset == _CURRENT_POSITION else offset + done
             done += await ops.perform(
-                Op(uring.prep_write, self._fd, chunk, min(total - done, MAX_RW), off)
+                Op(prep_write, self._fd, chunk, min(total - done, MAX_RW), off)
             )
         return total
 
     async def fsync(self) -> None:
         self._check_open()
-        await self._ops.perform(Op(uring.prep_fsync, self._fd, 0))
+        await self._ops.perform(Op(prep_fsync, self._fd, 0))
 
     async def close(self) -> None:
         """Close the file (an io_uring close). Closing twice is a no-op.
@@ -421,7 +432,7 @@ async def open(  # noqa: A001
         flags |= os.O_DIRECT
     raw = _path_bytes(path)
     name = os.fsdecode(raw)
-    op = Op(uring.prep_openat, raw, flags, perms, _AT_FDCWD, returns_fd=True)  # keeps `raw` alive
+    op = Op(prep_openat, raw, flags, perms, _AT_FDCWD, returns_fd=True)  # keeps `raw` alive
     op.what = name
     fd = await perform(op)
     return AsyncFile(fd, name, mode, readable, writable, append, direct)
@@ -467,7 +478,7 @@ async def stat(path: PathLike, *, follow_symlinks: bool = True) -> os.stat_resul
     raw = _path_bytes(path)
     buf = uring.statx()
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
-    op = Op(uring.prep_statx, buf, raw, flags, uring.STATX_BASIC_STATS, _AT_FDCWD)
+    op = Op(prep_statx, buf, raw, flags, uring.STATX_BASIC_STATS, _AT_FDCWD)
     op.what = os.fsdecode(raw)
     await perform(op)
     return _stat_result(buf)
@@ -476,7 +487,7 @@ async def stat(path: PathLike, *, follow_symlinks: bool = True) -> os.stat_resul
 async def rename(src: PathLike, dst: PathLike) -> None:
     """Rename *src* to *dst* (an io_uring renameat); replaces *dst* like ``os.rename``."""
     a, b = _path_bytes(src, "src"), _path_bytes(dst, "dst")
-    op = Op(uring.prep_renameat, a, b, _AT_FDCWD, _AT_FDCWD, 0)
+    op = Op(prep_renameat, a, b, _AT_FDCWD, _AT_FDCWD, 0)
     op.what = os.fsdecode(a)
     await perform(op)
 
@@ -484,7 +495,7 @@ async def rename(src: PathLike, dst: PathLike) -> None:
 async def unlink(path: PathLike) -> None:
     """Remove the file *path* (an io_uring unlinkat)."""
     raw = _path_bytes(path)
-    op = Op(uring.prep_unlinkat, raw, 0, _AT_FDCWD)
+    op = Op(prep_unlinkat, raw, 0, _AT_FDCWD)
     op.what = os.fsdecode(raw)
     await perform(op)
 
@@ -492,7 +503,7 @@ async def unlink(path: PathLike) -> None:
 async def rmdir(path: PathLike) -> None:
     """Remove the empty directory *path* (an io_uring unlinkat with AT_REMOVEDIR)."""
     raw = _path_bytes(path)
-    op = Op(uring.prep_unlinkat, raw, uring.AT_REMOVEDIR, _AT_FDCWD)
+    op = Op(prep_unlinkat, raw, uring.AT_REMOVEDIR, _AT_FDCWD)
     op.what = os.fsdecode(raw)
     await perform(op)
 
@@ -501,6 +512,6 @@ async def mkdir(path: PathLike, mode: int = 0o777) -> None:
     """Create the directory *path* (an io_uring mkdirat); *mode* before the umask."""
     mode = check_int("mode", mode, min=0, max=0o7777)
     raw = _path_bytes(path)
-    op = Op(uring.prep_mkdirat, raw, mode, _AT_FDCWD)
+    op = Op(prep_mkdirat, raw, mode, _AT_FDCWD)
     op.what = os.fsdecode(raw)
     await perform(op)

@@ -24,6 +24,17 @@ import threading
 from typing import Any
 
 from . import uring
+# bound once: no module attribute lookup per operation
+from .uring import (
+    prep_accept,
+    prep_connect,
+    prep_poll_add,
+    prep_recv,
+    prep_send,
+    prep_sendto,
+    prep_shutdown,
+    prep_splice,
+)
 from .closing import PendingOps, close_fd
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
@@ -196,7 +207,7 @@ class Stream(_Socket):
                 self._rview = memoryview(self._rbuf)
             # If this await is cancelled, Cancelled is raised only after the kernel posted the
             # recv's completion, so the shared buffer is free again by then.
-            n = await self._ops.perform(Op(uring.prep_recv, self._fd, self._rbuf, max_bytes, 0))
+            n = await self._ops.perform(Op(prep_recv, self._fd, self._rbuf, max_bytes, 0))
             return bytes(self._rview[:n])
         finally:
             self._receiving.release()
@@ -208,7 +219,7 @@ class Stream(_Socket):
         if not view:
             return 0
         n = min(len(view), MAX_RW)
-        return await self._ops.perform(Op(uring.prep_send, self._fd, view, n, _MSG_NOSIGNAL))
+        return await self._ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
 
     async def sendall(self, data: Any) -> None:
         """Send all of *data*, however many operations that takes."""
@@ -219,7 +230,7 @@ class Stream(_Socket):
             total = len(data)
             if not total:
                 return
-            n = await ops.perform(Op(uring.prep_send, self._fd, data, total, _MSG_NOSIGNAL))
+            n = await ops.perform(Op(prep_send, self._fd, data, total, _MSG_NOSIGNAL))
             if n == total:
                 return
             data = memoryview(data)[n:]
@@ -227,13 +238,13 @@ class Stream(_Socket):
         self._check_open()
         while view:
             n = min(len(view), MAX_RW)
-            n = await ops.perform(Op(uring.prep_send, self._fd, view, n, _MSG_NOSIGNAL))
+            n = await ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
             view = view[n:]
 
     async def shutdown_write(self) -> None:
         """Half-close: the peer's recv returns b"" while we can still receive."""
         self._check_open()
-        await self._ops.perform(Op(uring.prep_shutdown, self._fd, socket.SHUT_WR))
+        await self._ops.perform(Op(prep_shutdown, self._fd, socket.SHUT_WR))
 
     async def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
         """Send *count* bytes of *file* from *offset* (to EOF if None) without copying them
@@ -259,13 +270,13 @@ class Stream(_Socket):
             move = uring.SPLICE_F_MOVE
             while count is None or total < count:
                 want = size if count is None else min(size, count - total)
-                n = await perform(Op(uring.prep_splice, ffd, offset + total, pw, -1, want, move))
+                n = await perform(Op(prep_splice, ffd, offset + total, pw, -1, want, move))
                 if n == 0:
                     break  # EOF
                 moved = 0
                 while moved < n:
                     moved += await self._ops.perform(
-                        Op(uring.prep_splice, pr, -1, self._fd, -1, n - moved, move)
+                        Op(prep_splice, pr, -1, self._fd, -1, n - moved, move)
                     )
                 total += n
             return total
@@ -288,7 +299,7 @@ class Listener(_Socket):
     _stream = Stream
 
     async def _accept_raw(self) -> Stream:
-        op = Op(uring.prep_accept, self._fd, None, socket.SOCK_CLOEXEC, returns_fd=True)
+        op = Op(prep_accept, self._fd, None, socket.SOCK_CLOEXEC, returns_fd=True)
         fd = await self._ops.perform(op)
         return self._stream(self._wrap(fd))
 
@@ -408,7 +419,7 @@ class UdpSocket(_Socket):
         addr = uring.sockaddr_in(family, numeric, port)
         if not view:
             return self._sock.sendto(b"", (numeric, port))  # the binding refuses empty buffers
-        op = Op(uring.prep_sendto, self._fd, view, len(view), addr, 0)  # keeps addr alive
+        op = Op(prep_sendto, self._fd, view, len(view), addr, 0)  # keeps addr alive
         op.what = f"{host}:{port}"
         return await self._ops.perform(op)
 
@@ -420,7 +431,7 @@ class UdpSocket(_Socket):
             try:
                 data, addr = self._sock.recvfrom(max_bytes, socket.MSG_DONTWAIT)
             except BlockingIOError:
-                await self._ops.perform(Op(uring.prep_poll_add, self._fd, select.POLLIN))
+                await self._ops.perform(Op(prep_poll_add, self._fd, select.POLLIN))
                 continue
             return data, addr[:2]
 
@@ -473,7 +484,7 @@ async def connect(
         sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             addr = uring.sockaddr_in(family, numeric, port)
-            op = Op(uring.prep_connect, sock.fileno(), addr)  # the op keeps `addr` alive
+            op = Op(prep_connect, sock.fileno(), addr)  # the op keeps `addr` alive
             op.what = f"{host}:{port}"
             await perform(op)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -520,7 +531,7 @@ async def connect_unix(path: Any) -> UnixStream:
         raise ValueError(f"path is too long for a Unix socket ({len(raw)} bytes, at most 107)")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
-        op = Op(uring.prep_connect, sock.fileno(), uring.sockaddr_un(raw))
+        op = Op(prep_connect, sock.fileno(), uring.sockaddr_un(raw))
         op.what = os.fsdecode(raw)
         await perform(op)
     except BaseException:

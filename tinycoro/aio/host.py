@@ -353,9 +353,6 @@ class AioWaiter:
     def __repr__(self) -> str:
         return f"<asyncio task {self.name!r}>"
 
-    def _short(self) -> str:
-        return repr(self)
-
     def _wake(self, value: Any = None) -> None:
         if threading.get_ident() == self._thread:
             self._deliver(value)

@@ -35,9 +35,13 @@ from .traps import Op, perform_raw
 if TYPE_CHECKING:  # pragma: no cover
     from .task import Task
 
-__all__ = ["user_code_interrupted", "defer_sigint", "SigintDeferred", "SignalWakeup"]
+__all__ = [
+    "user_code_interrupted", "user_frames_to", "defer_sigint", "SigintDeferred", "SignalWakeup",
+]
 
-_RUNTIME_PACKAGES = {"tinycoro"}
+# asyncio's and the selector's modules are runtime code too: a notebook cell that calls into
+# asyncio (scheduling a timer, turning its loop) is interrupted at its pending await instead.
+_RUNTIME_PACKAGES = {"tinycoro", "asyncio", "selectors"}
 
 
 def protect_package(name: str) -> None:
@@ -61,7 +65,16 @@ def user_code_interrupted(frame: FrameType | None, task: "Task") -> bool:
     frame at all (the engine loop, its sleep point, the runner), means runtime code: the
     interrupt must be deferred to a safe point.
     """
-    outer = getattr(task._coro, "cr_frame", None)  # None once the coroutine has finished
+    return user_frames_to(frame, getattr(task._coro, "cr_frame", None))
+
+
+def user_frames_to(frame: FrameType | None, outer: FrameType | None) -> bool:
+    """True if *frame* and every frame out to *outer* (a task's outermost coroutine frame;
+    None once it finished) are not runtime code, so KeyboardInterrupt may be raised at *frame*.
+
+    The test behind :func:`user_code_interrupted`, for any outermost frame (the notebook cell
+    runner passes the cell coroutine's own frame, inside its forwarding wrapper).
+    """
     if outer is None:
         return False
     while frame is not None:

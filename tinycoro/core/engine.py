@@ -66,7 +66,7 @@ from .. import uring
 from .errors import Cancelled
 from .stats import FailureInfo, TaskInfo
 from .local import _local
-from .task import DONE, Task
+from .task import DONE, Task, describe
 from .traps import YIELD, Op, Park
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -491,11 +491,11 @@ class Engine:
         try:
             if hook is None:
                 exc_info = (type(exc), exc, exc.__traceback__)
-                log.error("%s failed and nothing awaits it", task._short(), exc_info=exc_info)
+                log.error("%s failed and nothing awaits it", describe(task), exc_info=exc_info)
             else:
                 task._context.run(hook, task, exc)
         except BaseException:  # noqa: BLE001 - a broken hook must not take the context down
-            log.exception("tinycoro failure_hook raised while reporting %s", task._short())
+            log.exception("tinycoro failure_hook raised while reporting %s", describe(task))
 
     def _submit(self) -> None:
         try:
@@ -622,7 +622,7 @@ class Engine:
                 try:
                     task._context.run(task._coro.close)
                 except BaseException as e:  # noqa: BLE001 - e.g. a finally block that awaited
-                    log.warning("%s did not close cleanly: %r", task._short(), e)
+                    log.warning("%s did not close cleanly: %r", describe(task), e)
                 finally:
                     _local.task = None
                 task._retrieved = True  # the caller reports this ending, not the GC
@@ -653,7 +653,7 @@ class Engine:
                 if ticket.undo is not None:
                     ticket.undo(task._value)
             except BaseException:  # noqa: BLE001 - never stop the others' cleanup
-                log.exception("while taking %s off %r", task._short(), ticket.what)
+                log.exception("while taking %s off %r", describe(task), ticket.what)
 
     def close(self) -> None:
         """Close the ring and eventfd; the engine must have drained (no op in flight).
@@ -676,7 +676,7 @@ class Engine:
                 state, what = "io", repr(waiting)
             elif type(waiting) is Park:
                 w = waiting.what
-                state, what = "parked", (w._short() if type(w) is Task else repr(w))
+                state, what = "parked", (describe(w) if type(w) is Task else repr(w))
             else:
                 state, what = ("ready" if id(t) in ready else "running"), ""
             out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))

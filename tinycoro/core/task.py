@@ -158,11 +158,8 @@ class Task:
             w = self._waiting
             what = getattr(w, "what", None) or w
             # A task waiting on a task is named briefly: a join cycle must not recurse.
-            state = f"waiting on {what._short() if type(what) is Task else repr(what)}"
+            state = f"waiting on {describe(what) if type(what) is Task else repr(what)}"
         return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
-
-    def _short(self) -> str:
-        return describe(self)
 
     # -- runtime internals ---------------------------------------------------------------------
     def _wake(self, value: Any = None) -> None:
