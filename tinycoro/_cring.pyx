@@ -41,7 +41,6 @@ from liburing.queue cimport (
     io_uring_cq_ready,
     io_uring_peek_cqe,
     io_uring_cqe_seen,
-    io_uring_cq_has_overflow,
     io_uring_cq_eventfd_toggle,
 )
 from liburing.time cimport timespec
@@ -176,7 +175,7 @@ cdef class RingCore:
         return io_uring_sq_ready(self._ring)
 
     # -- completion -------------------------------------------------------------------------
-    def reap(self, list out not None, Py_ssize_t limit=1 << 30):
+    def reap(self, list out not None):
         """Append ``(user_data, res)`` for each ready CQE to *out*; return how many.
 
         ``io_uring_peek_cqe`` flushes the kernel's CQ overflow list when it has to, so no
@@ -185,7 +184,7 @@ cdef class RingCore:
         cdef io_uring ring = self._ring
         cdef io_uring_cqe cqe = self._cqe
         cdef Py_ssize_t n = 0
-        while n < limit and io_uring_peek_cqe(ring, cqe) == 0:
+        while io_uring_peek_cqe(ring, cqe) == 0:
             out.append((cqe.ptr.user_data, cqe.ptr.res))
             io_uring_cqe_seen(ring, cqe)
             n += 1
@@ -230,9 +229,6 @@ cdef class RingCore:
 
     def cq_ready(self):
         return io_uring_cq_ready(self._ring)
-
-    def has_overflow(self):
-        return io_uring_cq_has_overflow(self._ring)
 
     def notify_on(self, bint enabled):
         """Let completions write the eventfd (before sleeping) or not (while awake)."""

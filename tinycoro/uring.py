@@ -24,7 +24,7 @@ They are why the code below looks the way it does:
   an eventfd with the ring and blocks in ``os.eventfd_read``, which releases the GIL.
 * ``io_uring_prep_openat`` stores a ``char*`` into the path object. If that object dies before
   the SQE is submitted, the kernel reads freed memory (seen: ENOENT for a path that exists). The
-  caller must keep the path bytes alive; an :class:`~tinycoro.core.ops.Op` keeps its arguments.
+  caller must keep the path bytes alive; an :class:`~tinycoro.core.traps.Op` keeps its arguments.
 * ``io_uring_peek_batch_cqe(ring, cqes, n)`` with ``n > 1`` writes ``n`` pointers into a field
   that holds one: memory corruption. ``io_uring_for_each_cqe`` is a macro loop with an empty body.
   The only safe way to reap is ``io_uring_peek_cqe`` + ``io_uring_cqe_seen``, one CQE at a time.
@@ -92,7 +92,6 @@ _sq_ready = _L.io_uring_sq_ready
 _cq_ready = _L.io_uring_cq_ready
 _peek_cqe = _L.io_uring_peek_cqe
 _cqe_seen = _L.io_uring_cqe_seen
-_cq_has_overflow = _L.io_uring_cq_has_overflow
 _eventfd_toggle = _L.io_uring_cq_eventfd_toggle
 
 # -- SQE preparation. Each takes the SQE first; the engine sets user_data afterwards. -----------
@@ -170,12 +169,13 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
 class _Lifecycle:
     """Creating and closing one io_uring instance and its eventfd: shared by both rings.
 
-    A subclass provides ``__slots__`` for ``_ring``, ``efd``, ``entries`` and ``_open``.
+    A subclass provides ``__slots__`` for ``_ring``, ``efd`` and ``_open``.
     """
 
     __slots__ = ()
 
     def _setup(self, entries: int) -> None:
+        # (not tinycoro.core.checks: this bottom layer imports nothing of tinycoro's)
         if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
             raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
         ring = _L.io_uring()
@@ -198,7 +198,6 @@ class _Lifecycle:
             raise
         self._ring = ring
         self.efd = efd
-        self.entries = entries
         self._open = True
         # Completions post to the eventfd only while the owner sleeps (see notify_on).
         _L.io_uring_cq_eventfd_toggle(ring, False)
@@ -230,7 +229,7 @@ class PyRing(_Lifecycle):
     The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE_RING=1``.
     """
 
-    __slots__ = ("_ring", "_cqe", "efd", "entries", "_open")
+    __slots__ = ("_ring", "_cqe", "efd", "_open")
 
     def __init__(self, entries: int) -> None:
         self._setup(entries)
@@ -281,7 +280,7 @@ class PyRing(_Lifecycle):
         return _sq_ready(self._ring)
 
     # -- completion ---------------------------------------------------------------------------
-    def reap(self, out: list, limit: int = 1 << 30) -> int:
+    def reap(self, out: list) -> int:
         """Append ``(user_data, res)`` for each ready CQE to *out*; return how many.
 
         Every attribute read is a call into the binding (~0.28 us here), so only what the
@@ -292,7 +291,7 @@ class PyRing(_Lifecycle):
         peek = _peek_cqe
         seen = _cqe_seen
         n = 0
-        while n < limit and peek(ring, cqe) == 0:
+        while peek(ring, cqe) == 0:
             out.append((cqe.user_data, cqe.res))
             seen(ring, cqe)
             n += 1
@@ -334,9 +333,6 @@ class PyRing(_Lifecycle):
     def cq_ready(self) -> int:
         return _cq_ready(self._ring)
 
-    def has_overflow(self) -> bool:
-        return _cq_has_overflow(self._ring)
-
     def notify_on(self, enabled: bool) -> None:
         """Let completions write the eventfd (before sleeping) or not (while awake)."""
         _eventfd_toggle(self._ring, enabled)
@@ -359,7 +355,7 @@ if _cring is not None:
     class CRing(_cring.RingCore, _Lifecycle):
         """The same ring with its per-operation methods compiled (``tinycoro/_cring.pyx``)."""
 
-        __slots__ = ("efd", "entries", "_open")
+        __slots__ = ("efd", "_open")
 
         def __init__(self, entries: int) -> None:
             self._setup(entries)
