@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, run, spawn_here, until, wait_blocked
+from sync_helpers import Cancelled, is_blocked, run, spawn_here, until, wait_blocked
 
 
 @pytest.mark.timeout(60)
@@ -287,7 +287,7 @@ def test_cancel_storm_keeps_fifo_order_of_the_survivors(contexts):
 
 @pytest.mark.timeout(120)
 def test_fast_path_races_across_threads_keep_exclusion_and_lose_no_waiter(contexts):
-    """The uncontended path takes no threading.Lock (a token popped from a dict): with the GIL
+    """The uncontended path takes no threading.Lock (it pops a token): with the GIL
     switching threads every microsecond, tasks on every context race lock and unlock without
     yielding inside, so fast takes, fast releases and queued waiters interleave at every
     bytecode. Exclusion must hold, every waiter must get the lock (a stranded one hangs the
@@ -329,3 +329,94 @@ def test_fast_path_races_across_threads_keep_exclusion_and_lose_no_waiter(contex
         sys.setswitchinterval(old)
     assert state == {"inside": 0, "count": 40 * 400, "overlaps": 0}
     assert stats == tc.sync.MutexStatistics(locked=False, owner=None, waiters=0)
+
+
+async def _noop() -> None:
+    return None
+
+
+def _spawn_elsewhere(coro, contexts: int) -> tc.Task:
+    """Spawn *coro* on a context other than the caller's (round-robin dispatch)."""
+    me = tc.current_task().context
+    for _ in range(2 * contexts + 1):
+        probe = tc.spawn(_noop())
+        if (probe.context + 1) % contexts != me:
+            task = tc.spawn(coro)
+            assert task.context != me
+            return task
+    raise AssertionError("round-robin dispatch expected")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("contexts", [2, 4])
+@pytest.mark.parametrize("pause", range(8))
+def test_a_waiter_that_queues_at_any_point_of_a_fast_unlock_is_not_stranded(contexts, pause):
+    """A deterministic interleaving of the fast unlock with a newcomer's lock: the unlocking
+    task's thread is stopped (sys.settrace) before the *pause*-th line of ``unlock`` it runs,
+    a second task on another context locks meanwhile (it takes the token or parks), then the
+    unlock finishes. Whatever the stop point, the mutex is never free while that task waits,
+    and it gets the lock. Putting the token back *after* reading ``_contended`` (the reversed
+    order the module doc argues against) strands the waiter at one of these stop points."""
+    import sys
+
+    code = tc.Mutex.unlock.__code__
+    resume = threading.Event()
+    stopped_inside: list[bool] = []
+
+    async def main():
+        m = tc.Mutex()
+        paused = tc.Event()
+        seen: dict[str, object] = {}
+
+        def tracer(frame, event, arg):
+            if frame.f_code is not code:
+                return None
+            lines = 0
+
+            def line(frame, event, arg):
+                nonlocal lines
+                if event == "line":
+                    if lines == pause:
+                        stopped_inside.append(True)
+                        paused.set()
+                        assert resume.wait(30), "never resumed"  # blocks this context's thread
+                    lines += 1
+                return line
+
+            return line
+
+        async def unlocker():
+            await m.lock()
+            old = sys.gettrace()
+            sys.settrace(tracer)
+            try:
+                m.unlock()
+            finally:
+                sys.settrace(old)
+            stats = m.statistics()
+            seen["free with a waiter"] = not stats.locked and stats.waiters > 0
+            paused.set()  # the stop point was past the end of unlock: nothing stopped
+
+        async def newcomer():
+            await m.lock()
+            seen["newcomer got it"] = True
+            m.unlock()
+
+        u = _spawn_elsewhere(unlocker(), contexts)
+        await paused.wait()
+        w = spawn_here(newcomer())
+        await until(lambda: w.done() or is_blocked(w))
+        resume.set()
+        await u
+        if seen["free with a waiter"]:
+            m._settle()  # the waiter is stranded: let it finish, then report
+            await w
+            raise AssertionError(f"the mutex was free while a task waited (stop point {pause})")
+        await w
+        assert seen["newcomer got it"]
+        return m.statistics()
+
+    stats = run(main(), contexts)
+    assert stats == tc.sync.MutexStatistics(locked=False, owner=None, waiters=0)
+    if pause <= 2:
+        assert stopped_inside, "the fast unlock has at least three lines to stop at"
