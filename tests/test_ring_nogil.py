@@ -1,8 +1,10 @@
-"""The compiled ring's submit, which enters the kernel without the GIL (tinycoro/_cring.pyx).
+"""The submit path: the compiled ring's submit, which enters the kernel without the GIL
+(tinycoro/_cring.pyx), and the engine's early submit in a long turn.
 
-It is a re-implementation of liburing's submit for the rings tinycoro sets up, so these tests
-pin what it must keep: the count it returns, SQEs the kernel did not take being handed over by
-the next submit, the kernel's errno, and several context threads submitting at the same time.
+The compiled submit is a re-implementation of liburing's for the rings tinycoro sets up, so
+these tests pin what it must keep: the count it returns, SQEs the kernel did not take being
+handed over by the next submit, the kernel's errno, and several context threads submitting at
+the same time.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import pytest
 
 import tinycoro as tc
 from tinycoro import uring
+from tinycoro.core import engine as engine_mod
+from tinycoro.core.local import _local
+from tinycoro.core.traps import Op, perform
 
-pytestmark = pytest.mark.skipif(uring.CRing is None, reason=f"compiled ring: {uring.WHY_PURE}")
+compiled = pytest.mark.skipif(uring.CRing is None, reason=f"compiled ring: {uring.WHY_PURE}")
 
 
 def _queue_nops(ring, uds) -> None:
@@ -23,6 +28,7 @@ def _queue_nops(ring, uds) -> None:
         ring.queue(uring.prep_nop, (), ud)
 
 
+@compiled
 def test_submit_returns_what_the_kernel_took_and_zero_when_nothing_is_queued():
     ring = uring.CRing(8)
     try:
@@ -37,6 +43,7 @@ def test_submit_returns_what_the_kernel_took_and_zero_when_nothing_is_queued():
         ring.close()
 
 
+@compiled
 def test_sqes_left_by_a_failed_enter_go_with_the_next_submit():
     """The tail is published before io_uring_enter; when the enter fails (here: the ring fd
     is not a ring for a moment, EOPNOTSUPP), the next submit hands those SQEs over."""
@@ -65,6 +72,7 @@ def test_sqes_left_by_a_failed_enter_go_with_the_next_submit():
         ring.close()
 
 
+@compiled
 def test_a_full_sq_is_submitted_by_queue_and_nothing_is_lost():
     """``queue`` on a full SQ submits through the same path, then takes an SQE again."""
     ring = uring.CRing(4)
@@ -108,3 +116,29 @@ def test_contexts_submitting_at_once_each_get_their_own_completions(tmp_path, co
             await f.close()
 
     assert tc.run(main(), contexts=contexts) == tasks * reads
+
+
+@pytest.mark.timeout(30)
+def test_a_long_turn_submits_before_it_ends():
+    """Tasks that start an op in one turn: every SUBMIT_EARLY SQEs go to the kernel at once,
+    not at the end of the turn. A NOP completes inside io_uring_enter, so the last task of
+    the turn finds the earlier ones' completions already posted."""
+    early = engine_mod.SUBMIT_EARLY
+    n = 2 * early + 3
+    seen: list[int] = []
+
+    async def nop() -> None:
+        await perform(Op(uring.prep_nop))
+
+    async def last() -> None:
+        seen.append(_local.engine.ring.cq_ready())
+        await perform(Op(uring.prep_nop))
+
+    async def main() -> None:
+        # Spawned before main awaits: all n + 1 run in the next turn of this one context.
+        tasks = [tc.spawn(nop()) for _ in range(n)] + [tc.spawn(last())]
+        for t in tasks:
+            await t
+
+    tc.run(main(), contexts=1)
+    assert seen == [(n // early) * early]
