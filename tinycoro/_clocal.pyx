@@ -29,13 +29,16 @@ cdef inline object _get(PyObject *p):
     return None if p == NULL else <object>p
 
 
-cdef inline PyObject *_own(object new):
-    """A new reference to *new*, or NULL for None (the setter drops the old one after)."""
-    cdef PyObject *p = NULL
-    if new is not None:
-        p = <PyObject *>new
-        Py_XINCREF(p)
-    return p
+cdef inline void _store(PyObject **slot, object value):
+    """Own a reference to *value* (NULL for None) in *slot*, then drop the old one: last, so
+    a finalizer that this runs already sees the new value."""
+    cdef PyObject *old = slot[0]
+    cdef PyObject *new = NULL
+    if value is not None:
+        new = <PyObject *>value
+        Py_XINCREF(new)
+    slot[0] = new
+    Py_XDECREF(old)
 
 
 cdef class Local:
@@ -47,10 +50,7 @@ cdef class Local:
 
     @engine.setter
     def engine(self, value):
-        global tinycoro_local_engine
-        cdef PyObject *old = tinycoro_local_engine
-        tinycoro_local_engine = _own(value)
-        Py_XDECREF(old)  # last: a finalizer it runs sees the new value already
+        _store(&tinycoro_local_engine, value)
 
     @property
     def task(self):
@@ -58,7 +58,4 @@ cdef class Local:
 
     @task.setter
     def task(self, value):
-        global tinycoro_local_task
-        cdef PyObject *old = tinycoro_local_task
-        tinycoro_local_task = _own(value)
-        Py_XDECREF(old)
+        _store(&tinycoro_local_task, value)
