@@ -314,7 +314,7 @@ def test_close_on_another_context_while_reading_inline(tmp_path):
 def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_path):
     """One task reads a cached file in a tight loop; another task on the same context counts
     yield_now()s. The counter finishes, and between two of its steps the reader completes at
-    most INLINE_BUDGET reads inline plus the one that suspends through the ring."""
+    most INLINE_BUDGET reads (then it suspends; a cache miss makes it suspend sooner)."""
     data = os.urandom(64 * PAGE)
     path = tmp_path / "loop"
     _cached_file(path, data)
@@ -359,7 +359,7 @@ def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_
         reads, seen = s.run_sync(main(), timeout=100)
     assert reads < limit, "the counter never ran while the reader read"
     gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET + 1, gaps
+    assert max(gaps) <= INLINE_BUDGET, gaps
 
 
 @settings(max_examples=25, deadline=None)

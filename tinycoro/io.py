@@ -39,7 +39,7 @@ from .closing import PendingOps, close_fd
 from .core.checks import check_int, is_int
 from .core.errors import ClosedResourceError
 from .core.local import _local
-from .core.traps import Op, perform
+from .core.traps import Op, perform, yield_now
 
 __all__ = [
     "AsyncFile",
@@ -231,7 +231,8 @@ class AsyncFile:
         self._pos = 0
         self._ops = PendingOps(_closed_file_error(name))
         # Reads try the page cache inline first (see _cached); off for O_DIRECT, for anything
-        # but a regular file, and once the file system refuses RWF_NOWAIT.
+        # but a regular file, once the file system refuses RWF_NOWAIT, and once closed, so
+        # read_at's fast path needs no other check.
         self._inline = inline and readable and not direct
         # Read-ahead for readline: bytes of the file starting at offset _lstart. Any write
         # through this object drops it, so it never shows stale content of its own writes.
@@ -289,33 +290,26 @@ class AsyncFile:
         """Up to *size* bytes at *offset*; short only at EOF."""
         # The hot path of random reads, kept to one coroutine frame when the page cache has
         # the bytes: exact-int arguments in range skip the checks' calls (anything else, bool
-        # and int subclasses included, takes them), and the inline read is tried right here.
+        # and int subclasses included, takes them), and the inline read is done right here.
         if not (type(size) is int and type(offset) is int
                 and 0 <= size <= MAX_OFFSET and 0 <= offset <= MAX_OFFSET):
             size = check_int("size", size, min=0, max=MAX_OFFSET)
             offset = _check_offset(offset)
-        if self._fd < 0 or not self._readable:
-            self._check_readable()
-        if not (self._inline and size):
-            return await self._pread(size, offset)
-        buf = bytearray(size)
-        # _cached's first attempt, inline (see there for why it is safe): a call less.
-        engine = _local.engine
-        if engine is not None and engine.inline_left > 0:
-            engine.inline_left -= 1
-            try:
-                got = _preadv(self._fd, (buf,), offset, _RWF_NOWAIT)
-            except OSError:
-                got = -1
-            else:
-                if self._ops.closed:
-                    raise ClosedResourceError("the file was closed while this read ran")
+        if self._inline and size:  # open, readable, a regular file, not O_DIRECT
+            engine = _local.engine
+            if engine is not None:  # (an asyncio task's reads go to its loop's hosted ring)
+                if engine.inline_left <= 0:
+                    await yield_now()  # this step's inline budget is spent (see _cached)
+                engine.inline_left -= 1
+                buf = bytearray(size)
+                got = self._cached(buf, size, offset)
                 if got == size:
                     return bytes(buf)
-        got = self._cached(buf, offset)
-        if got < 0:  # the cache did not hold it all: the ring reads the rest
-            got = await self._ring_read(memoryview(buf), offset, ~got)
-        return bytes(buf) if got == size else bytes(memoryview(buf)[:got])
+                if got < 0:  # the cache did not hold it all: the ring reads the rest
+                    got = await self._ring_read(memoryview(buf), offset, ~got)
+                return bytes(memoryview(buf)[:got])
+        self._check_readable()
+        return await self._pread(size, offset)
 
     async def readinto(self, buf: Any) -> int:
         """Read into *buf* (any writable buffer) from the current position; 0 at EOF."""
@@ -355,18 +349,23 @@ class AsyncFile:
         if size == 0:
             return 0
         if self._inline:
-            got = self._cached(view, offset)
-            if got >= 0:
-                return got
-            return await self._ring_read(view, offset, ~got)
+            engine = _local.engine
+            if engine is not None:
+                if engine.inline_left <= 0:
+                    await yield_now()  # this step's inline budget is spent (see _cached)
+                engine.inline_left -= 1
+                got = self._cached(view, size, offset)
+                if got >= 0:
+                    return got
+                return await self._ring_read(view, offset, ~got)
         if self.direct and not checked:
             _check_direct(view, size, offset)
         return await self._ring_read(view, offset, 0)
 
-    def _cached(self, buf: Any, offset: int) -> int:
+    def _cached(self, buf: Any, size: int, offset: int) -> int:
         """Read *buf*'s range from the page cache, inline: the byte count when that is the
         whole answer (``len(buf)``, or less at EOF); ``~got`` when the ring must read on from
-        *got* (a page not cached, the step's inline budget spent, no engine on this thread).
+        *got* (a page that is not cached, an error).
 
         ``preadv2(RWF_NOWAIT)`` copies what the page cache holds and never waits for the disk:
         it fails with EAGAIN when the first page is not cached, returns short when a later one
@@ -380,36 +379,32 @@ class AsyncFile:
         close sets it before the descriptor goes, so a number closed (and maybe reused)
         during the call is never read as this file's bytes. Errors other than EAGAIN go to
         the ring, which reports them with their errno as before. A miss costs one failed
-        syscall (~1 us), next to the ring read's several. EOPNOTSUPP (a file system without
-        RWF_NOWAIT) switches the file to ring-only reads for good.
+        syscall (~1 us) next to the ring read's several; it also starts the read-ahead the
+        ring read would start (RWF_NOWAIT does not imply IOCB_NOIO here). EOPNOTSUPP (a file
+        system without RWF_NOWAIT) switches the file to ring-only reads for good.
 
-        Each attempt takes one of the step's ``engine.inline_left``: once they are spent the
-        read goes through the ring, so a task reading a cached file in a loop still suspends
-        (and lets the other tasks of its context run) every INLINE_BUDGET reads.
+        Fairness: the callers take one of the step's ``engine.inline_left`` per read and
+        suspend with ``yield_now()`` when none is left, so a task reading a cached file in a
+        loop lets the other tasks of its context run every INLINE_BUDGET reads. A yield
+        (~1 us) is the cheapest suspension; a ring read would cost ~4 us to the same end.
         """
-        engine = _local.engine
-        if engine is None:  # an asyncio task: its ring is the loop's hosted one
-            return ~0
-        size = len(buf)
         fd = self._fd
         got = 0
-        while engine.inline_left > 0:
-            engine.inline_left -= 1
+        while True:
             try:
                 n = _preadv(fd, (memoryview(buf)[got:] if got else buf,), offset + got,
                             _RWF_NOWAIT)
             except BlockingIOError:
-                break
+                return ~got
             except OSError as e:
                 if e.errno == errno.EOPNOTSUPP:
                     self._inline = False
-                break
+                return ~got
             if self._ops.closed:
                 raise ClosedResourceError("the file was closed while this read ran")
             got += n
             if n == 0 or got == size:
                 return got
-        return ~got
 
     async def _ring_read(self, view: memoryview, offset: int, got: int) -> int:
         """Fill *view* from *offset* through the ring, its first *got* bytes being there
@@ -516,6 +511,7 @@ class AsyncFile:
         if not self._ops.close() or self._fd < 0:
             return
         fd, self._fd = self._fd, -1
+        self._inline = False
         self._lbuf = b""
         await close_fd(fd)
 

@@ -47,7 +47,7 @@ Seams (what other layers may call; everything else here is private):
 * ``inline_left``: owner thread, how many operations the running step may still complete
   without suspending (page-cache file reads done inline: :mod:`tinycoro.io`); every step starts
   with ``INLINE_BUDGET``. A layer that completes work inline takes one per operation and
-  suspends through the ring once it is 0, so no task can hold its context for longer.
+  suspends (``yield_now``) once it is 0, so no task can hold its context for longer.
 * ``Scheduler.context_idle(engine)`` is the engine's one call into the scheduler (the stop
   protocol), and ``scheduler.failure_hook`` the one attribute it reads.
 """
@@ -81,9 +81,10 @@ _perf = time.perf_counter
 log = logging.getLogger("tinycoro")
 FAILURES_KEPT = 20
 # Operations one step may complete inline (see ``inline_left``): 16 page-cache reads of 4 KiB
-# are ~40 us of the context's time; the read after them suspends, so the others wait at most
-# that long per turn for a task that reads a cached file in a loop, and the suspension's cost
-# (one ring round trip, ~3 us) is spread over 16 reads.
+# are ~40 us of the context's time; the read after them suspends (yield_now), so the others
+# wait at most that long per turn for a task that reads a cached file in a loop, and the
+# suspension's cost (~1 us) is spread over 16 reads: 16, 64 and an unbounded budget measured
+# the same ~4 us per read (64 tasks reading a cached file on one context).
 INLINE_BUDGET = 16
 BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over  # recent failures remembered per context, for %tinycoro tasks
 
