@@ -1,4 +1,5 @@
-"""Build the optional compiled ring, ``tinycoro._cring`` (everything else is in pyproject.toml).
+"""Build the optional compiled ring, ``tinycoro._cring``, and ``tinycoro._cfile``, the
+page-cache read (everything else is in pyproject.toml).
 
 The extension cimports the ``liburing`` binding's ``.pxd`` files and includes its bundled
 headers, so it needs Cython and liburing at build time (both are in ``[build-system]
@@ -17,6 +18,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 SOURCE = os.path.join("tinycoro", "_cring.pyx")
+FILE_SOURCE = os.path.join("tinycoro", "_cfile.pyx")  # plain libc: needs no binding
 
 
 def _warn(msg: str) -> None:
@@ -74,8 +76,9 @@ def _extensions() -> list:
         extra_compile_args=["-O2"],
         optional=True,
     )
+    cfile = Extension("tinycoro._cfile", [FILE_SOURCE], extra_compile_args=["-O2"], optional=True)
     try:
-        return cythonize([ext], include_path=[os.path.dirname(pkg)], quiet=True)
+        return cythonize([ext, cfile], include_path=[os.path.dirname(pkg)], quiet=True)
     except Exception as e:  # noqa: BLE001 - a Cython error also means: no compiled ring
         _warn(f"cythonizing {SOURCE} failed ({type(e).__name__}: {e})")
         return []
