@@ -362,6 +362,42 @@ def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_
     assert max(gaps) <= INLINE_BUDGET, gaps
 
 
+def test_cancel_reaches_a_task_reading_a_cached_file_in_a_loop(contexts, tmp_path):
+    """Inline reads do not suspend, but the budget's yield does: a cancel lands there, within
+    INLINE_BUDGET reads of the reader's next step, and the file stays usable."""
+    data = os.urandom(16 * PAGE)
+    path = tmp_path / "cancel"
+    _cached_file(path, data)
+    limit = 1_000_000
+
+    with tc.Scheduler(contexts) as s:
+        async def main():
+            f = await tc.io.open(path)
+            reads = 0
+            started = tc.Event()
+
+            async def reader():
+                nonlocal reads
+                while reads < limit:
+                    await f.read_at(PAGE, (reads % 16) * PAGE)
+                    reads += 1
+                    if reads == 100:
+                        started.set()
+
+            t = tc.spawn(reader())
+            await started.wait()
+            t.cancel()
+            with pytest.raises(tc.Cancelled):
+                await t
+            after = await f.read_at(PAGE, 0)
+            await f.close()
+            return reads, after
+
+        reads, after = s.run_sync(main(), timeout=30)
+    assert 100 <= reads < limit
+    assert after == data[:PAGE]
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 3 * PAGE)), min_size=1, max_size=30))
 def test_reads_equal_pread_at_random_offsets(tmp_path_factory, spans):
