@@ -310,6 +310,24 @@ def test_close_on_another_context_while_reading_inline(tmp_path):
     assert kind in (ValueError, tc.ClosedResourceError) and n >= 100
 
 
+class _LoopReader:
+    """A task body that reads a cached file page after page in a tight loop, until *stop* is
+    set or *limit* reads are done (so a test cannot hang on it); ``started`` is set after the
+    first 100 reads."""
+
+    def __init__(self, f, pages: int, limit: int, stop: tc.Event | None = None) -> None:
+        self.f, self.pages, self.limit, self.stop = f, pages, limit, stop
+        self.reads = 0
+        self.started = tc.Event()
+
+    async def __call__(self) -> None:
+        while self.reads < self.limit and not (self.stop and self.stop.is_set()):
+            await self.f.read_at(PAGE, (self.reads % self.pages) * PAGE)
+            self.reads += 1
+            if self.reads == 100:
+                self.started.set()
+
+
 @pytest.mark.timeout(120)
 def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_path):
     """One task reads a cached file in a tight loop; another task on the same context counts
@@ -323,25 +341,19 @@ def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_
     with tc.Scheduler(contexts) as s:
         async def main():
             f = await tc.io.open(path)
-            reads = 0
             done = tc.Event()
-
-            async def reader():
-                nonlocal reads
-                while not done.is_set() and reads < limit:
-                    await f.read_at(PAGE, (reads % 64) * PAGE)
-                    reads += 1
+            loop = _LoopReader(f, 64, limit, done)
 
             async def counter():
                 seen = []
                 for _ in range(50):
-                    seen.append(reads)
+                    seen.append(loop.reads)
                     await tc.yield_now()
                 if tc.current_context() == r.context:
                     done.set()  # only the counter that shares the reader's context ends it
                 return seen
 
-            r = tc.spawn(reader())
+            r = tc.spawn(loop())
             # Round robin: within `contexts` spawns one counter lands on the reader's context.
             others = []
             while True:
@@ -354,7 +366,7 @@ def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_
             for o in others:
                 await o
             await f.close()
-            return reads, seen
+            return loop.reads, seen
 
         reads, seen = s.run_sync(main(), timeout=100)
     assert reads < limit, "the counter never ran while the reader read"
@@ -373,25 +385,15 @@ def test_cancel_reaches_a_task_reading_a_cached_file_in_a_loop(contexts, tmp_pat
     with tc.Scheduler(contexts) as s:
         async def main():
             f = await tc.io.open(path)
-            reads = 0
-            started = tc.Event()
-
-            async def reader():
-                nonlocal reads
-                while reads < limit:
-                    await f.read_at(PAGE, (reads % 16) * PAGE)
-                    reads += 1
-                    if reads == 100:
-                        started.set()
-
-            t = tc.spawn(reader())
-            await started.wait()
+            loop = _LoopReader(f, 16, limit)
+            t = tc.spawn(loop())
+            await loop.started.wait()
             t.cancel()
             with pytest.raises(tc.Cancelled):
                 await t
             after = await f.read_at(PAGE, 0)
             await f.close()
-            return reads, after
+            return loop.reads, after
 
         reads, after = s.run_sync(main(), timeout=30)
     assert 100 <= reads < limit
