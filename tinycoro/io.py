@@ -326,9 +326,9 @@ class AsyncFile:
         if self._inline and size:  # open, readable, a regular file, not O_DIRECT
             engine = _local.engine
             if engine is not None:  # (an asyncio task's reads go to its loop's hosted ring)
-                if engine.inline_left <= 0:
-                    await yield_now()  # this step's inline budget is spent (see _cached)
-                engine.inline_left -= 1
+                if not engine.inline_ok():
+                    await yield_now()  # budget spent, or an interrupt is due (see _cached)
+                    engine.inline_ok()  # a new step: this read counts in its budget
                 # See _cached for why an inline read keeps every guarantee of the ring's.
                 try:
                     data = _pread_nowait(self._fd, size, offset)
@@ -383,9 +383,9 @@ class AsyncFile:
         if self._inline:
             engine = _local.engine
             if engine is not None:
-                if engine.inline_left <= 0:
-                    await yield_now()  # this step's inline budget is spent (see _cached)
-                engine.inline_left -= 1
+                if not engine.inline_ok():
+                    await yield_now()  # budget spent, or an interrupt is due (see _cached)
+                    engine.inline_ok()  # a new step: this read counts in its budget
                 got = self._cached(view, size, offset)
                 if got >= 0:
                     return got
@@ -415,9 +415,10 @@ class AsyncFile:
         ring read would start (RWF_NOWAIT does not imply IOCB_NOIO here). EOPNOTSUPP (a file
         system without RWF_NOWAIT) switches the file to ring-only reads for good.
 
-        Fairness: the callers take one of the step's ``engine.inline_left`` per read and
-        suspend with ``yield_now()`` when none is left, so a task reading a cached file in a
-        loop lets the other tasks of its context run every INLINE_BUDGET reads. A yield
+        Fairness and interrupts: the callers ask ``engine.inline_ok()`` before each read and
+        suspend with ``yield_now()`` on False, so a task reading a cached file in a loop lets
+        the other tasks of its context run every INLINE_BUDGET reads, and a cancel or an
+        expired ``tc.timeout`` still lands at the read's await, as on the ring. A yield
         (~1 us) is the cheapest suspension; a ring read would cost ~4 us to the same end.
         """
         fd = self._fd
