@@ -1,12 +1,14 @@
-"""Build the optional compiled ring, ``tinycoro._cring``, and the compiled per-thread state,
-``tinycoro._clocal`` (everything else is in pyproject.toml).
+"""Build the optional compiled modules (everything else is in pyproject.toml): the ring,
+``tinycoro._cring``; the per-thread state, ``tinycoro._clocal``; the page-cache read,
+``tinycoro._cfile``.
 
 The extension cimports the ``liburing`` binding's ``.pxd`` files and includes its bundled
 headers, so it needs Cython and liburing at build time (both are in ``[build-system]
 requires``). It is optional: when Cython, the binding or the C compiler is missing, or the
 compile fails, the install still succeeds and tinycoro runs on the pure-Python ring
-(``tinycoro.uring.COMPILED`` is then False). The build says so on stderr. ``_clocal`` needs
-only Cython; without it ``tinycoro.core.local`` uses a ``threading.local``.
+(``tinycoro.uring.COMPILED`` is then False). The build says so on stderr. ``_clocal`` and
+``_cfile`` need only Cython and libc; without them ``tinycoro.core.local`` uses a
+``threading.local`` and ``tinycoro.io`` calls ``os.preadv``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,11 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 SOURCE = os.path.join("tinycoro", "_cring.pyx")
-LOCAL_SOURCE = os.path.join("tinycoro", "_clocal.pyx")
+# Plain Cython + libc: these need no binding.
+PLAIN_SOURCES = {
+    "tinycoro._clocal": os.path.join("tinycoro", "_clocal.pyx"),
+    "tinycoro._cfile": os.path.join("tinycoro", "_cfile.pyx"),
+}
 
 
 def _warn(msg: str) -> None:
@@ -58,22 +64,24 @@ def _extensions() -> list:
     if os.environ.get("TINYCORO_NO_EXTENSION") == "1":
         _warn("TINYCORO_NO_EXTENSION=1")
         return []
-    return _ring_extension() + _local_extension()
+    return _ring_extension() + _plain_extensions()
 
 
-def _local_extension() -> list:
+def _plain_extensions() -> list:
     try:
         from Cython.Build import cythonize
     except ImportError:
-        return []  # _ring_extension said so (or the binding was missing first): threading.local
+        return []  # _ring_extension said so (or the binding was missing first)
     from setuptools import Extension
 
-    ext = Extension("tinycoro._clocal", [LOCAL_SOURCE], extra_compile_args=["-O2"], optional=True)
-    try:
-        return cythonize([ext], quiet=True)
-    except Exception as e:  # noqa: BLE001 - then tinycoro.core.local uses threading.local
-        sys.stderr.write(f"tinycoro: cythonizing {LOCAL_SOURCE} failed ({type(e).__name__}: {e})\n")
-        return []
+    out = []
+    for name, source in PLAIN_SOURCES.items():
+        ext = Extension(name, [source], extra_compile_args=["-O2"], optional=True)
+        try:
+            out += cythonize([ext], quiet=True)
+        except Exception as e:  # noqa: BLE001 - that module's pure-Python fallback is used
+            sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")
+    return out
 
 
 def _ring_extension() -> list:

@@ -1,0 +1,426 @@
+"""Page-cache reads completed inline (preadv2 with RWF_NOWAIT) and the ring path they fall back
+to: which path a read takes, that both give os.pread's bytes, and that a task reading a cached
+file in a loop still lets the other tasks of its context run."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tinycoro as tc
+from tinycoro.testing import wait_blocked
+from tinycoro.core.engine import INLINE_BUDGET
+from tinycoro.io import FILE_READS_ENV
+
+PAGE = 4096
+pytestmark = pytest.mark.timeout(60)
+
+
+def _ops(s: tc.Scheduler) -> int:
+    """io_uring completions reaped so far on the calling task's context (read on it)."""
+    return s.stats().contexts[tc.current_context()].ops
+
+
+def _cached_file(path, data: bytes) -> None:
+    """Write *data* to *path* and read it back, so every page of it is in the page cache."""
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        assert f.read() == data
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+
+
+def _resident(path) -> list[bool]:
+    """Which pages of *path* are in the page cache, by mincore(2) on a mapping of it. Unlike a
+    read, even an RWF_NOWAIT one (which starts read-ahead on a miss here), it does no I/O."""
+    size = os.path.getsize(path)
+    pages = -(-size // PAGE)
+    vec = (ctypes.c_ubyte * pages)()
+    # A private (copy-on-write) mapping, so ctypes may take its address; nothing touches it.
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
+        start = ctypes.c_char.from_buffer(m)
+        try:
+            if _libc.mincore(ctypes.addressof(start), size, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+        finally:
+            del start  # the mapping cannot close while ctypes holds a pointer into it
+    return [b & 1 == 1 for b in vec]
+
+
+def _evict(path, keep_first_page: bool = False) -> None:
+    """Drop *path*'s pages from the page cache (all, or all but page 0), checked by mincore.
+
+    POSIX_FADV_DONTNEED skips a page still held in a per-CPU LRU batch, so it is repeated
+    until mincore agrees (a bounded number of times)."""
+    want = None
+    for _ in range(50):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            if keep_first_page:
+                # Page 0 alone: FADV_RANDOM turns read-ahead off for this read.
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+                os.pread(fd, PAGE, 0)
+        finally:
+            os.close(fd)
+        got = _resident(path)
+        want = [keep_first_page] + [False] * (len(got) - 1)
+        if got == want:
+            return
+    pytest.fail(f"could not evict {path} from the page cache: {got} is not {want}")
+
+
+def _page_cache_fs(path) -> bool:
+    """False on tmpfs and the like, where files live in the page cache and cannot be evicted."""
+    out = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True)
+    return out.stdout.strip() not in ("tmpfs", "ramfs")
+
+
+def test_cached_reads_complete_without_the_ring(contexts, tmp_path):
+    data = os.urandom(8 * PAGE + 123)
+    path = tmp_path / "cached"
+    _cached_file(path, data)
+
+    with tc.Scheduler(contexts) as s:
+        async def main():
+            f = await tc.io.open(path)
+            before = _ops(s)
+            got = [await f.read_at(PAGE, 3 * PAGE), await f.read_at(10, len(data) - 4)]
+            buf = bytearray(PAGE)
+            got.append((await f.readinto_at(buf, PAGE), bytes(buf)))
+            got.append(await f.read(100))
+            got.append((await f.readinto(memoryview(buf)[:50]), bytes(buf[:50])))
+            got.append(await f.readline())
+            used = _ops(s) - before  # read on the same step as `before`: nothing else ran here
+            await f.close()
+            return got, used
+
+        got, used = s.run_sync(main(), timeout=30)
+    nl = data.find(b"\n", 150)
+    assert got == [
+        data[3 * PAGE:4 * PAGE], data[-4:], (PAGE, data[PAGE:2 * PAGE]), data[:100],
+        (50, data[100:150]), data[150:nl + 1] if nl >= 0 else data[150:],
+    ]
+    assert used == 0, f"{used} cached reads went through the ring"
+
+
+def test_the_switch_sends_cached_reads_through_the_ring(tmp_path, monkeypatch):
+    monkeypatch.setenv(FILE_READS_ENV, "ring")
+    data = os.urandom(4 * PAGE)
+    path = tmp_path / "cached"
+    _cached_file(path, data)
+
+    with tc.Scheduler(1) as s:
+        async def main():
+            async with await tc.io.open(path) as f:
+                before = _ops(s)
+                got = [await f.read_at(PAGE, i * PAGE) for i in range(4)]
+                return got, _ops(s) - before
+
+        got, used = s.run_sync(main(), timeout=30)
+    assert b"".join(got) == data
+    assert used == 4
+
+
+def test_an_uncached_page_is_read_right(contexts, tmp_path):
+    """A page not in the cache: the inline attempt misses and one io_uring read does it. Here
+    the miss itself starts read-ahead (RWF_NOWAIT does not imply IOCB_NOIO on this kernel),
+    and the VM's disk can finish it before the kernel looks again, so the attempt may also
+    return the bytes: the test asserts at most one ring read, not exactly one."""
+    if not _page_cache_fs(tmp_path):
+        pytest.skip("the temporary directory is on tmpfs: nothing can be evicted")
+    data = os.urandom(4 * PAGE)
+    path = tmp_path / "cold"
+    _cached_file(path, data)
+    _evict(path)
+
+    with tc.Scheduler(contexts) as s:
+        async def main():
+            async with await tc.io.open(path) as f:
+                before = _ops(s)
+                got = await f.read_at(PAGE, 2 * PAGE)
+                return got, _ops(s) - before
+
+        got, used = s.run_sync(main(), timeout=30)
+    assert got == data[2 * PAGE:3 * PAGE]
+    assert used <= 1
+
+
+def test_a_short_nowait_read_is_not_eof(contexts, tmp_path):
+    """The first page cached, the rest not: RWF_NOWAIT returns one page, which is not EOF;
+    the rest comes through the ring (or inline, when the read-ahead the miss starts is done
+    first), and the caller gets the whole range either way."""
+    if not _page_cache_fs(tmp_path):
+        pytest.skip("the temporary directory is on tmpfs: nothing can be evicted")
+    data = os.urandom(16 * PAGE)
+    path = tmp_path / "half"
+    _cached_file(path, data)
+    _evict(path, keep_first_page=True)
+
+    with tc.Scheduler(contexts) as s:
+        async def main():
+            async with await tc.io.open(path) as f:
+                before = _ops(s)
+                got = await f.read_at(4 * PAGE, 0)
+                return got, _ops(s) - before
+
+        got, used = s.run_sync(main(), timeout=30)
+    assert got == data[:4 * PAGE]
+    assert used <= 1
+
+
+def test_eof_is_seen_inline(contexts, tmp_path):
+    data = os.urandom(PAGE + 10)
+    path = tmp_path / "eof"
+    _cached_file(path, data)
+
+    with tc.Scheduler(contexts) as s:
+        async def main():
+            async with await tc.io.open(path) as f:
+                before = _ops(s)
+                got = [
+                    await f.read_at(100, len(data)),  # at EOF
+                    await f.read_at(100, len(data) + 5 * PAGE),  # past it
+                    await f.read_at(PAGE, PAGE),  # straddling it: short
+                    await f.readinto_at(bytearray(10), len(data)),
+                    await f.read(),  # everything, then the empty read that ends it
+                ]
+                return got, _ops(s) - before
+
+        got, used = s.run_sync(main(), timeout=30)
+    assert got == [b"", b"", data[PAGE:], 0, data]
+    assert used == 0
+
+
+def test_fifo_reads_go_through_the_ring_and_close_ends_them(contexts, tmp_path):
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    # Held open for writing, so that opening the FIFO for reading does not wait for a writer.
+    wfd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        with tc.Scheduler(contexts) as s:
+            async def main():
+                f = await tc.io.open(path)
+                os.write(wfd, b"hello")
+                first = await f.read(5)
+
+                async def reader():
+                    return await f.read(10)
+
+                t = tc.spawn(reader())
+                await wait_blocked(t)  # suspended in an io_uring read of the FIFO
+                await f.close()
+                with pytest.raises(tc.ClosedResourceError):
+                    await t
+                return first
+
+            assert s.run_sync(main(), timeout=30) == b"hello"
+    finally:
+        os.close(wfd)
+
+
+def test_o_direct_reads_stay_on_the_ring(tmp_path):
+    data = os.urandom(4 * PAGE)
+    path = tmp_path / "direct"
+    _cached_file(path, data)
+
+    with tc.Scheduler(1) as s:
+        async def main():
+            try:
+                f = await tc.io.open(path, direct=True)
+            except OSError as e:  # a file system without O_DIRECT
+                pytest.skip(f"O_DIRECT refused here: {e}")
+            async with f:
+                buf = tc.io.aligned_buffer(PAGE)
+                before = _ops(s)
+                n = await f.readinto_at(buf, PAGE)
+                return n, bytes(buf), _ops(s) - before
+
+        n, got, used = s.run_sync(main(), timeout=30)
+    assert (n, got) == (PAGE, data[PAGE:2 * PAGE])
+    assert used == 1
+
+
+def test_a_file_system_without_nowait_falls_back_to_the_ring():
+    """procfs files are regular files that refuse RWF_NOWAIT (EOPNOTSUPP): read through the
+    ring, with the same bytes as a plain read."""
+    with open("/proc/version", "rb") as pf:
+        want = pf.read()
+
+    with tc.Scheduler(1) as s:
+        async def main():
+            async with await tc.io.open("/proc/version") as f:
+                before = _ops(s)
+                first = await f.read_at(4096, 0)
+                second = await f.read_at(4096, 0)
+                return first, second, _ops(s) - before
+
+        first, second, used = s.run_sync(main(), timeout=30)
+    assert first == second == want
+    assert used == 4  # each read: the ring's short read, then the empty one that is EOF
+
+
+def test_close_on_another_context_while_reading_inline(tmp_path):
+    """A reader on one context, closing from another: the reader ends with the file's closed
+    errors, never with bytes from a descriptor number reused meanwhile, never a crash."""
+    data = os.urandom(64 * PAGE)
+    path = tmp_path / "shared"
+    _cached_file(path, data)
+
+    with tc.Scheduler(2) as s:
+        async def main():
+            f = await tc.io.open(path)
+            reading = tc.Event()
+
+            async def reader():
+                n = 0
+                try:
+                    while n < 1_000_000:
+                        off = (n % 64) * PAGE
+                        assert await f.read_at(PAGE, off) == data[off:off + PAGE]
+                        n += 1
+                        if n == 100:
+                            reading.set()
+                except (ValueError, tc.ClosedResourceError) as e:
+                    return type(e), n
+                return None, n
+
+            async def closer():
+                await reading.wait()
+                await f.close()
+                # Reuse the number at once: a read that used it would see other bytes.
+                other = await tc.io.open(path)
+                await other.close()
+
+            r = tc.spawn(reader())
+            c = tc.spawn(closer())
+            await c
+            return await r
+
+        kind, n = s.run_sync(main(), timeout=30)
+    assert kind in (ValueError, tc.ClosedResourceError) and n >= 100
+
+
+class _LoopReader:
+    """A task body that reads a cached file page after page in a tight loop, until *stop* is
+    set or *limit* reads are done (so a test cannot hang on it); ``started`` is set after the
+    first 100 reads."""
+
+    def __init__(self, f, pages: int, limit: int, stop: tc.Event | None = None) -> None:
+        self.f, self.pages, self.limit, self.stop = f, pages, limit, stop
+        self.reads = 0
+        self.started = tc.Event()
+
+    async def __call__(self) -> None:
+        while self.reads < self.limit and not (self.stop and self.stop.is_set()):
+            await self.f.read_at(PAGE, (self.reads % self.pages) * PAGE)
+            self.reads += 1
+            if self.reads == 100:
+                self.started.set()
+
+
+@pytest.mark.timeout(120)
+def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_path):
+    """One task reads a cached file in a tight loop; another task on the same context counts
+    yield_now()s. The counter finishes, and between two of its steps the reader completes at
+    most INLINE_BUDGET reads (then it suspends; a cache miss makes it suspend sooner)."""
+    data = os.urandom(64 * PAGE)
+    path = tmp_path / "loop"
+    _cached_file(path, data)
+    limit = 200_000  # bounds the test if the reader never let the counter run
+
+    with tc.Scheduler(contexts) as s:
+        async def main():
+            f = await tc.io.open(path)
+            done = tc.Event()
+            loop = _LoopReader(f, 64, limit, done)
+
+            async def counter():
+                seen = []
+                for _ in range(50):
+                    seen.append(loop.reads)
+                    await tc.yield_now()
+                if tc.current_context() == r.context:
+                    done.set()  # only the counter that shares the reader's context ends it
+                return seen
+
+            r = tc.spawn(loop())
+            # Round robin: within `contexts` spawns one counter lands on the reader's context.
+            others = []
+            while True:
+                c = tc.spawn(counter())
+                if c.context == r.context:
+                    break
+                others.append(c)
+            await r
+            seen = await c
+            for o in others:
+                await o
+            await f.close()
+            return loop.reads, seen
+
+        reads, seen = s.run_sync(main(), timeout=100)
+    assert reads < limit, "the counter never ran while the reader read"
+    gaps = [b - a for a, b in zip(seen, seen[1:])]
+    assert max(gaps) <= INLINE_BUDGET, gaps
+
+
+def test_cancel_reaches_a_task_reading_a_cached_file_in_a_loop(contexts, tmp_path):
+    """Inline reads do not suspend, but the budget's yield does: a cancel lands there, within
+    INLINE_BUDGET reads of the reader's next step, and the file stays usable."""
+    data = os.urandom(16 * PAGE)
+    path = tmp_path / "cancel"
+    _cached_file(path, data)
+    limit = 1_000_000
+
+    with tc.Scheduler(contexts) as s:
+        async def main():
+            f = await tc.io.open(path)
+            loop = _LoopReader(f, 16, limit)
+            t = tc.spawn(loop())
+            await loop.started.wait()
+            t.cancel()
+            with pytest.raises(tc.Cancelled):
+                await t
+            after = await f.read_at(PAGE, 0)
+            await f.close()
+            return loop.reads, after
+
+        reads, after = s.run_sync(main(), timeout=30)
+    assert 100 <= reads < limit
+    assert after == data[:PAGE]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 3 * PAGE)), min_size=1, max_size=30))
+def test_reads_equal_pread_at_random_offsets(tmp_path_factory, spans):
+    path = tmp_path_factory.mktemp("pread") / "data"
+    if not path.exists():
+        _cached_file(path, os.urandom(9 * PAGE + 777))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        want = [os.pread(fd, size, off) for off, size in spans]
+    finally:
+        os.close(fd)
+
+    async def main():
+        async with await tc.io.open(path) as f:
+            got = []
+            for off, size in spans:
+                got.append(await f.read_at(size, off))
+                buf = bytearray(size)
+                n = await f.readinto_at(buf, off)
+                got.append(bytes(buf[:n]))
+            return got
+
+    got = tc.run(main(), contexts=1)
+    assert got == [w for w in want for _ in (0, 1)]
