@@ -1,7 +1,7 @@
-"""Sends that complete at once do not go through the ring (issue 11): the fast path is taken,
-the ring takes over when the socket buffer is full, bytes stay in order across the two, errors
-keep their errno, close and cancel behave as before, and a sending loop cannot starve its
-context."""
+"""The per-request paths of a stream (issue 11): the guarantees any faster send or recv must
+keep. Bytes stay in order across sends that fit the socket buffer and sends that must wait;
+errors keep their errno; close and cancel end what waits; one stream serves tasks on every
+context; exactly one task at a time may receive."""
 
 from __future__ import annotations
 
@@ -12,15 +12,9 @@ import struct
 import pytest
 
 import tinycoro as tc
-from tinycoro import net
-from tinycoro.testing import wait_blocked
+from tinycoro.testing import is_blocked, wait_blocked
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _ops(sched: tc.Scheduler) -> int:
-    """io_uring completions reaped on every context so far."""
-    return sum(c.ops for c in sched.stats().contexts)
 
 
 def _small_buffers(stream, sndbuf: int = 16384, rcvbuf: int = 16384) -> None:
@@ -53,54 +47,9 @@ def _run(coro_fn, contexts: int):
         return sched.run_sync(coro_fn(sched), timeout=50)
 
 
-def test_a_send_that_fits_never_reaches_the_ring(contexts):
-    msgs = [bytes([i]) * (1 + i) for i in range(20)]
-
-    async def main(sched):
-        client, server = await _pair()
-        before = _ops(sched)
-        for m in msgs[:10]:
-            await client.sendall(m)  # the bytes fast path
-        await client.sendall(bytearray(msgs[10]))  # the buffer-protocol path
-        await client.sendall(memoryview(msgs[11]))
-        for m in msgs[12:]:
-            assert await client.send(m) == len(m)
-        after = _ops(sched)
-        got = await _read_exactly(server, sum(map(len, msgs)))
-        for s in (client, server):
-            await s.close()
-        return after - before, got
-
-    ring_ops, got = _run(main, contexts)
-    assert ring_ops == 0  # not one send went through the ring
-    assert got == b"".join(msgs)
-
-
-def test_a_full_socket_buffer_falls_back_to_the_ring(contexts):
-    big = bytes(range(256)) * 4096  # 1 MiB: far more than both small buffers hold
-
-    async def main(sched):
-        client, server = await _pair()
-        _small_buffers(client)
-        _small_buffers(server)
-        before = _ops(sched)
-        sender = tc.spawn(client.sendall(big))
-        await wait_blocked(sender)  # suspended on a ring send: the peer reads nothing yet
-        got = await _read_exactly(server, len(big))
-        await sender
-        after = _ops(sched)
-        for s in (client, server):
-            await s.close()
-        return after - before, got
-
-    ring_ops, got = _run(main, contexts)
-    assert ring_ops > 0
-    assert got == big
-
-
-def test_bytes_stay_in_order_across_fast_and_ring_sends(contexts):
-    # Numbered records, small ones (taken at once) between large ones (partly taken at once,
-    # the rest through the ring while the reader, maybe on another context, drains).
+def test_bytes_stay_in_order_across_sends_that_fit_and_sends_that_wait(contexts):
+    # Numbered records, small ones (the socket buffer takes them at once) between large ones
+    # (the send must wait for room while the reader, maybe on another context, drains).
     sizes = [8, 300_000, 16, 40, 200_000, 8, 8, 500_000, 64] * 3
     records = [struct.pack("!I", i) + bytes([i % 251]) * n for i, n in enumerate(sizes)]
     stream = b"".join(records)
@@ -198,7 +147,7 @@ def test_close_ends_a_send_pending_in_the_ring(contexts):
 
 def test_a_pending_cancel_is_delivered_before_anything_is_sent():
     # A cancel (here a timeout that expires at the first await) requested before the send is
-    # delivered at it, as when every send went through the ring: the bytes are not sent.
+    # delivered at it: the bytes are not sent.
     async def main(sched):
         client, server = await _pair()
         with pytest.raises(TimeoutError):
@@ -214,39 +163,6 @@ def test_a_pending_cancel_is_delivered_before_anything_is_sent():
         return got
 
     assert _run(main, 1) == b"kept"
-
-
-def test_a_sending_loop_lets_the_other_tasks_of_its_context_run():
-    # The sender's sends all fit in the socket buffer, so none has to wait; still, after a
-    # bounded number of them it suspends and the other ready task on its context runs.
-    n = 4 * net._SENDS_PER_STEP
-
-    async def main(sched):
-        client, server = await _pair()
-        ran = []
-
-        async def other():
-            ran.append(True)
-
-        async def sender():
-            for i in range(n):
-                await client.sendall(b"x")
-                if ran:
-                    return i + 1
-            return n
-
-        s = tc.spawn(sender())  # contexts=1: both are ready on this context, sender first
-        o = tc.spawn(other())
-        sent_before_other_ran = await s
-        await o
-        got = await _read_exactly(server, sent_before_other_ran)
-        for st in (client, server):
-            await st.close()
-        return sent_before_other_ran, got
-
-    sent, got = _run(main, 1)
-    assert sent <= net._SENDS_PER_STEP + 1
-    assert got == b"x" * sent
 
 
 def test_a_stream_shared_by_tasks_on_every_context(contexts):
@@ -279,29 +195,37 @@ def test_a_stream_shared_by_tasks_on_every_context(contexts):
     assert seen == {t: per_task - 1 for t in range(tasks)}
 
 
-def test_a_stream_under_a_default_socket_timeout_never_blocks_its_context():
-    # socket.setdefaulttimeout gives new sockets a timeout, and CPython's send() then polls
-    # for room before it sends: on a full buffer that would hold the context's thread for the
-    # whole timeout. The stream clears the timeout, so the send suspends its task instead.
+def test_exactly_one_of_several_racing_receivers_gets_the_stream(contexts):
+    # Receivers on every context race for the stream's one receive buffer: one of them waits
+    # for data, every other one is refused at once; once the winner has its bytes, the
+    # stream receives again.
+    racers = 8
+
     async def main(sched):
         client, server = await _pair()
-        _small_buffers(client)
-        _small_buffers(server)
-        first = tc.spawn(client.sendall(b"t" * (1 << 20)))
-        await wait_blocked(first)  # the buffer is full now
-        second = tc.spawn(client.send(b"x"))
-        await wait_blocked(second)  # would only happen after 20 s with the thread stuck
-        got = await _read_exactly(server, (1 << 20) + 1)
-        await first
-        assert await second == 1
+
+        async def receive():
+            try:
+                return await server.recv()
+            except RuntimeError as e:
+                assert "already receiving" in str(e)
+                return None
+
+        tasks = [tc.spawn(receive()) for _ in range(racers)]
+        # The refused ones finish at once, the winner blocks in its recv: wait for that state.
+        while not all(t.done() or is_blocked(t) for t in tasks):
+            await tc.yield_now()
+        refused = sum(t.done() for t in tasks)
+        winners = [t for t in tasks if not t.done()]
+        await client.sendall(b"first")
+        results = [await t for t in tasks]
+        await client.sendall(b"second")
+        again = await server.recv()
         for s in (client, server):
             await s.close()
-        return got
+        return refused, len(winners), results, again
 
-    old = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(20)
-    try:
-        got = _run(main, 1)
-    finally:
-        socket.setdefaulttimeout(old)
-    assert got.count(b"x") == 1 and got.count(b"t") == 1 << 20
+    refused, winners, results, again = _run(main, contexts)
+    assert winners == 1 and refused == racers - 1
+    assert sorted(results, key=lambda r: r is not None) == [None] * (racers - 1) + [b"first"]
+    assert again == b"second"

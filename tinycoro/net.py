@@ -38,7 +38,6 @@ from .uring import (
 from .closing import PendingOps, close_fd
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
-from .core.local import _local
 from .core.traps import Op, perform
 from .io import MAX_OFFSET, MAX_RW, _as_bytes_view, _path_bytes
 from .sync import Event
@@ -64,62 +63,6 @@ _MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 _RECV_BUFFER = 65536
 _PIPE_SIZE = 1 << 20  # sendfile's pipe; the default 64 KiB costs 16x more splices per MiB
 _MAX_BACKLOG = 0x7FFFFFFF
-_SEND_NOW = socket.MSG_DONTWAIT | _MSG_NOSIGNAL
-
-
-# -- sends that complete at once ------------------------------------------------------------------
-# A send whose bytes fit in the socket buffer completes in the system call, so ``send`` and
-# ``sendall`` first try ``send(MSG_DONTWAIT)`` on the context's thread and go through the ring
-# (a suspension, an SQE, a CQE) only for what the buffer did not take. asyncio's
-# ``sock_sendall`` and uvloop's ``transport.write`` do the same. It is correct because
-# MSG_DONTWAIT never blocks the thread (Stream keeps its socket in blocking mode, so CPython
-# does not poll first either), the bytes are in the kernel before the call returns (order with
-# a later ring send is kept: that one is queued after this returns), and errors are the same
-# errno the ring would have returned. A stream closed by another context has a detached socket
-# object (fd -1), so the call fails with EBADF instead of touching a reused descriptor number;
-# the descriptor is released only after that detach, as for a ring op prepared before a close.
-#
-# What it changes is that such an ``await`` no longer suspends. Two rules keep the old
-# guarantees: a task with a cancel (or a timeout's signal) pending takes the ring path, whose
-# trap delivers it before anything is sent, exactly as before; and a task gets at most
-# _SENDS_PER_STEP immediate sends per step (one resumption) before a send suspends, so a task
-# that sends in a loop to a fast reader cannot starve the other tasks of its context (asyncio
-# has that starvation; trio checkpoints on every send). Echo-like handlers, which suspend in
-# recv between two sends, always take the fast path.
-_SENDS_PER_STEP = 64
-
-
-class _SendBudget(threading.local):
-    """Per thread: the step (engine turn, task) the immediate sends are counted for."""
-
-    steps = -1
-    task = 0
-    left = 0
-
-
-_budget = _SendBudget()
-
-
-def _may_send_now() -> bool:
-    """Whether the calling task may send without suspending (see above); counts the send."""
-    engine = _local.engine
-    if engine is None:  # an asyncio task (tc.aio's hosted ring): always the ring path
-        return False
-    task = _local.task
-    if task is None or task._interrupts is not None:  # a pending cancel: the trap delivers it
-        return False
-    # engine.steps grows at the start of every turn in which tasks run, and a task is stepped
-    # at most once per turn, so (steps, task) names one step of one task.
-    b = _budget
-    steps = engine.steps
-    tid = id(task)
-    if b.steps != steps or b.task != tid:
-        b.steps, b.task, b.left = steps, tid, _SENDS_PER_STEP - 1
-        return True
-    if b.left:
-        b.left -= 1
-        return True
-    return False
 
 
 # -- addresses -----------------------------------------------------------------------------------
@@ -230,22 +173,17 @@ class Stream(_Socket):
 
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
-        # The fast send below calls sock.send(); on a socket with a timeout (from
-        # socket.setdefaulttimeout) CPython polls for writability first, which would block the
-        # context's thread. A blocking-mode descriptor is what io_uring serves best anyway.
-        if sock.gettimeout() is not None:
-            sock.settimeout(None)
         # One receive buffer per stream, reused by every recv: allocating (and zero-filling)
         # 64 KiB per call cut echo throughput by 3.6x in DESIGN.md's measurements.
         self._rbuf = bytearray(_RECV_BUFFER)
         self._rview = memoryview(self._rbuf)
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
-        # from different threads, so "is anyone receiving? then I am" must be one atomic step.
-        # The right to receive is a token, the one element of this set (the idiom of
-        # sync/mutex.py): ``pop()`` takes it (KeyError when another task holds it), ``add(0)``
-        # gives it back. Each is a single C call on a one-element set, atomic under the GIL,
-        # so of two threads that pop at once exactly one gets it. A threading.Lock did the same
-        # with two lock operations per recv, ~450 ns each on the CI machine.
+        # from different threads, so "is anyone receiving? then I am" must be one atomic step
+        # (a flag tested, then set, is not). The right to receive is a token, the one element
+        # of this set (the idiom of sync/mutex.py): ``pop()`` takes it (KeyError when another
+        # task holds it), ``add(0)`` gives it back. Each is a single C call on a one-element
+        # set, atomic under the GIL, so of two threads that pop at once exactly one gets it.
+        # A threading.Lock did the same for ~200 ns more per recv (acquire + release).
         self._recv_token = {0}
 
     def __repr__(self) -> str:
@@ -269,7 +207,9 @@ class Stream(_Socket):
             token.pop()
         except KeyError:
             self._check_open()
-            raise RuntimeError(f"another task is already receiving on this {type(self).__name__}") from None
+            raise RuntimeError(
+                f"another task is already receiving on this {type(self).__name__}"
+            ) from None
         try:
             rbuf = self._rbuf
             if max_bytes > len(rbuf):
@@ -282,56 +222,30 @@ class Stream(_Socket):
         finally:
             token.add(0)
 
-    def _send_now(self, data: Any) -> int:
-        """Send what the socket buffer takes right now, without waiting: the byte count, 0 when
-        the buffer is full or this task should suspend instead (see :func:`_may_send_now`)."""
-        if not _may_send_now():
-            return 0
-        try:
-            return self._sock.send(data, _SEND_NOW)
-        except BlockingIOError:
-            return 0
-        except OSError:
-            # Closed meanwhile (by a task on another context: detach() left the socket object
-            # with fd -1, so this was EBADF and no other file was touched): say so as the ring
-            # path does. Any other error keeps its errno (EPIPE, ECONNRESET...).
-            self._check_open()
-            raise
-
     async def send(self, data: Any) -> int:
         """Send some of *data*; returns how many bytes the kernel took."""
         view = _as_bytes_view(data, "send")
         self._check_open()
         if not view:
             return 0
-        return self._send_now(view) or await self._ops.perform(
-            Op(prep_send, self._fd, view, min(len(view), MAX_RW), _MSG_NOSIGNAL)
-        )
+        n = min(len(view), MAX_RW)
+        return await self._ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
 
     async def sendall(self, data: Any) -> None:
         """Send all of *data*, however many operations that takes."""
         ops = self._ops
         if type(data) is bytes and len(data) <= MAX_RW:
-            # Fast path for what recv() returns: the bytes object itself goes to the socket
+            # Fast path for what recv() returns: the bytes object itself goes to the kernel
             # (no memoryview); a loopback send almost always takes everything at once.
             total = len(data)
             if not total:
                 return
-            n = self._send_now(data)
+            n = await ops.perform(Op(prep_send, self._fd, data, total, _MSG_NOSIGNAL))
             if n == total:
                 return
-            if not n:
-                n = await ops.perform(Op(prep_send, self._fd, data, total, _MSG_NOSIGNAL))
-                if n == total:
-                    return
-            view = memoryview(data)[n:]
-        else:
-            view = _as_bytes_view(data, "sendall")
-            self._check_open()
-            if not view:
-                return
-            view = view[self._send_now(view):]
-        # The socket buffer is full: the rest goes through the ring, which waits for room.
+            data = memoryview(data)[n:]
+        view = _as_bytes_view(data, "sendall")
+        self._check_open()
         while view:
             n = min(len(view), MAX_RW)
             n = await ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
