@@ -229,3 +229,32 @@ def test_exactly_one_of_several_racing_receivers_gets_the_stream(contexts):
     assert winners == 1 and refused == racers - 1
     assert sorted(results, key=lambda r: r is not None) == [None] * (racers - 1) + [b"first"]
     assert again == b"second"
+
+
+def test_recv_after_cancelled_recvs_and_changing_sizes(contexts):
+    # Every recv must be cancellable in the kernel and see the size it asked for, also when
+    # the stream's earlier recvs were cancelled or asked for other sizes.
+    async def main(sched):
+        client, server = await _pair()
+        for _ in range(3):
+            r = tc.spawn(server.recv())
+            await wait_blocked(r)
+            r.cancel()
+            with pytest.raises(tc.Cancelled):
+                async with tc.timeout(10):  # a cancel that never reached the kernel: TimeoutError
+                    await r
+        got = []
+        for size in (3, 3, 100_000, 5, 65536):
+            await client.sendall(b"0123456789")
+            chunk = await server.recv(size)
+            got.append(chunk)
+            rest = 10 - len(chunk)
+            if rest:
+                got.append(await _read_exactly(server, rest))
+        for s in (client, server):
+            await s.close()
+        return got
+
+    got = _run(main, contexts)
+    assert got[0] == b"012" and got[2] == b"012"
+    assert b"".join(got) == b"0123456789" * 5
