@@ -258,3 +258,31 @@ def test_recv_after_cancelled_recvs_and_changing_sizes(contexts):
     got = _run(main, contexts)
     assert got[0] == b"012" and got[2] == b"012"
     assert b"".join(got) == b"0123456789" * 5
+
+
+def test_sends_waiting_for_room_can_be_cancelled_one_after_another(contexts):
+    # Each of several sends that must wait (the buffer is full) is cancelled in the kernel,
+    # sends nothing, and the stream goes on: the bytes that arrive are exactly the big send's.
+    big = b"b" * (1 << 20)
+
+    async def main(sched):
+        client, server = await _pair()
+        _small_buffers(client)
+        _small_buffers(server)
+        first = tc.spawn(client.sendall(big))
+        await wait_blocked(first)  # the buffer is full
+        for _ in range(3):
+            t = tc.spawn(client.sendall(b"c" * 100))
+            await wait_blocked(t)
+            t.cancel()
+            with pytest.raises(tc.Cancelled):
+                async with tc.timeout(10):  # a cancel that never reached the kernel: TimeoutError
+                    await t
+        got = await _read_exactly(server, len(big))
+        await first
+        await client.close()
+        assert await server.recv() == b""  # nothing of the cancelled sends follows
+        await server.close()
+        return got
+
+    assert _run(main, contexts) == big
