@@ -286,3 +286,31 @@ def test_sends_waiting_for_room_can_be_cancelled_one_after_another(contexts):
         return got
 
     assert _run(main, contexts) == big
+
+
+def test_a_stream_keeps_no_task_alive_after_its_operations():
+    # The stream reuses its operations' objects; they must not hold on to the last task that
+    # received or sent (its result, its coroutine) while the stream lives on.
+    import gc
+    import weakref
+
+    async def main(sched):
+        client, server = await _pair()
+
+        async def echo_once():
+            await server.sendall(await server.recv())
+            return bytearray(1 << 20)  # a result worth keeping alive, if it were kept
+
+        t = tc.spawn(echo_once())
+        await client.sendall(b"ping")
+        assert await _read_exactly(client, 4) == b"ping"
+        await t
+        ref = weakref.ref(t)
+        del t
+        gc.collect()
+        alive = ref() is not None
+        for s in (client, server):
+            await s.close()
+        return alive
+
+    assert _run(main, 1) is False

@@ -234,7 +234,10 @@ class Stream(_Socket):
                 op.cancelling = False
             # If this await is cancelled, Cancelled is raised only after the kernel posted the
             # recv's completion, so the shared buffer (and the op) are free again by then.
-            n = await self._ops.perform(op)
+            try:
+                n = await self._ops.perform(op)
+            finally:
+                op.task = None  # the stream must not keep its last receiving task alive
             return bytes(self._rview[:n])
         finally:
             token.add(0)
@@ -272,6 +275,7 @@ class Stream(_Socket):
                     n = await ops.perform(op)
                 finally:
                     op.args = ()
+                    op.task = None
                     token.add(0)
             if n == total:
                 return
