@@ -14,6 +14,8 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import is_blocked, wait_blocked
 
+from test_close_races import _pair  # a connected (client, server) pair of TcpStreams
+
 pytestmark = pytest.mark.timeout(60)
 
 
@@ -24,12 +26,14 @@ def _small_buffers(stream, sndbuf: int = 16384, rcvbuf: int = 16384) -> None:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
 
 
-async def _pair():
-    lst = await tc.net.listen()
-    client = await tc.net.connect("127.0.0.1", lst.port)
-    server = await lst.accept()
-    await lst.close()
-    return client, server
+async def _stuck_sender(payload: bytes):
+    """A connected pair with small buffers, and a task blocked sending *payload* on it."""
+    client, server = await _pair()
+    _small_buffers(client)
+    _small_buffers(server)
+    sender = tc.spawn(client.sendall(payload))
+    await wait_blocked(sender)  # the buffer is full: the rest waits in the ring
+    return client, server, sender
 
 
 async def _read_exactly(stream, n: int) -> bytes:
@@ -128,11 +132,7 @@ def test_close_ends_a_send_pending_in_the_ring(contexts):
     big = b"z" * (1 << 20)
 
     async def main(sched):
-        client, server = await _pair()
-        _small_buffers(client)
-        _small_buffers(server)
-        sender = tc.spawn(client.sendall(big))
-        await wait_blocked(sender)
+        client, server, sender = await _stuck_sender(big)
 
         async def closer():
             await client.close()
@@ -266,11 +266,7 @@ def test_sends_waiting_for_room_can_be_cancelled_one_after_another(contexts):
     big = b"b" * (1 << 20)
 
     async def main(sched):
-        client, server = await _pair()
-        _small_buffers(client)
-        _small_buffers(server)
-        first = tc.spawn(client.sendall(big))
-        await wait_blocked(first)  # the buffer is full
+        client, server, first = await _stuck_sender(big)
         for _ in range(3):
             t = tc.spawn(client.sendall(b"c" * 100))
             await wait_blocked(t)
