@@ -15,12 +15,16 @@ implements the same methods with the same results (``PyRing``): keep the two in 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.dict cimport PyDict_GetItem, PyDict_DelItem
 from cpython.object cimport PyObject
+from cpython.exc cimport PyErr_CheckSignals
+from libc.errno cimport errno, EINTR, EINVAL
 
 import errno as _errno
+import os as _os
 import liburing as _L
 
 from liburing.lib.uring cimport (
     __io_uring,
+    __io_uring_sq,
     __io_uring_sqe,
     __io_uring_get_sqe,
     __io_uring_sqe_set_data64,
@@ -36,7 +40,6 @@ from liburing.queue cimport (
     io_uring,
     io_uring_cqe,
     io_uring_sqe,
-    io_uring_submit,
     io_uring_sq_ready,
     io_uring_cq_ready,
     io_uring_peek_cqe,
@@ -44,6 +47,25 @@ from liburing.queue cimport (
     io_uring_cq_eventfd_toggle,
 )
 from liburing.time cimport timespec
+from liburing.lib.io_uring cimport (
+    __IORING_SQ_CQ_OVERFLOW,
+    __IORING_SQ_TASKRUN,
+    __IORING_ENTER_GETEVENTS,
+    __IORING_SETUP_SQPOLL,
+    __IORING_SETUP_IOPOLL,
+)
+
+
+cdef extern from "<unistd.h>" nogil:
+    long syscall(long number, ...)
+
+
+cdef extern from "<sys/syscall.h>" nogil:
+    long SYS_io_uring_enter
+
+
+cdef extern from "<signal.h>" nogil:
+    int _NSIG
 
 # Defined once for both rings in tinycoro.uring, which imports this module after defining them.
 from tinycoro.uring import RingBusy, SKIP_UD
@@ -62,6 +84,49 @@ cdef object _TIMEOUT = _L.io_uring_prep_timeout
 
 
 cdef char _EMPTY[1]
+
+
+cdef int _submit_nogil(__io_uring* ring) noexcept nogil:
+    """``io_uring_submit`` for our rings, callable without the GIL: the submitted count, or
+    ``-errno``.
+
+    Why not the binding's ``io_uring_submit``, which is declared ``nogil`` too: Cython checks
+    for an exception after every call of it (``PyGILState_Ensure`` + ``PyErr_Occurred``), so
+    each submit would take the GIL twice on the way back, and on two contexts the second
+    take waits for the other thread's switch interval. Here the system call happens without
+    the GIL and only its result crosses back.
+
+    Why it is released at all: for a socket operation ``io_uring_enter`` does the work inline
+    (a loopback TCP send runs the whole TCP path, the receiver's wake-up included), for an
+    O_DIRECT read it builds the bio and kicks the device. Microseconds during which another
+    context's thread can run Python instead of waiting for this one.
+
+    This is liburing's ``__io_uring_submit`` (queue.c) for a ring set up with no flags, as
+    ``_Lifecycle._setup`` does (no SQPOLL, no IOPOLL, ring fd not registered), and only for
+    those: publish the SQ tail, then enter the kernel with the number of SQEs it has not
+    consumed yet. A plain store of the tail is enough without SQPOLL: only this thread
+    writes it and the kernel reads it inside the system call that follows. GETEVENTS is
+    added when the kernel asks for it (overflowed CQ, pending task work), as liburing does.
+    """
+    cdef __io_uring_sq* sq = &ring.sq
+    cdef unsigned int tail = sq.sqe_tail
+    cdef unsigned int flags = 0
+    cdef unsigned int pending
+    cdef long ret
+    if ring.flags & (__IORING_SETUP_SQPOLL | __IORING_SETUP_IOPOLL) or ring.int_flags & 1:
+        return -EINVAL  # 1: liburing's INT_FLAG_REG_RING; none of these is ever set up here
+    if sq.sqe_head != tail:
+        sq.sqe_head = tail
+        sq.ktail[0] = tail
+    pending = tail - (<volatile unsigned int*>sq.khead)[0]
+    if (<volatile unsigned int*>sq.kflags)[0] & (__IORING_SQ_CQ_OVERFLOW | __IORING_SQ_TASKRUN):
+        flags = __IORING_ENTER_GETEVENTS
+    if pending == 0 and flags == 0:
+        return 0
+    ret = syscall(SYS_io_uring_enter, ring.enter_ring_fd, pending, 0, flags, NULL, _NSIG // 8)
+    if ret < 0:
+        return -errno
+    return <int>ret
 
 
 cdef inline void* _buffer(object obj, size_t nbytes, bint writable) except NULL:
@@ -164,12 +229,18 @@ cdef class RingCore:
         return sqe
 
     def submit(self):
-        """Hand every prepared SQE to the kernel. Retries while the kernel says EINTR."""
+        """Hand every prepared SQE to the kernel, without the GIL. Retries after EINTR (once
+        the signal handlers have run: one that raises ends the retry, PEP 475)."""
+        cdef __io_uring* ring = &self._ring.ptr
+        cdef int n
         while True:
-            try:
-                return io_uring_submit(self._ring)
-            except InterruptedError:
-                continue
+            with nogil:
+                n = _submit_nogil(ring)
+            if n >= 0:
+                return n
+            if n != -EINTR:
+                raise OSError(-n, _os.strerror(-n))
+            PyErr_CheckSignals()  # raises what a signal handler raised (KeyboardInterrupt)
 
     def sq_ready(self):
         return io_uring_sq_ready(self._ring)

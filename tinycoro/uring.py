@@ -22,6 +22,10 @@ They are why the code below looks the way it does:
 * Every waiting call (``io_uring_wait_cqe`` and friends) holds the GIL for the whole wait: another
   Python thread is frozen meanwhile. A context therefore never waits in the binding; it registers
   an eventfd with the ring and blocks in ``os.eventfd_read``, which releases the GIL.
+  Submitting holds it too: ``PyRing.submit`` goes through the binding and keeps the GIL for
+  the whole ``io_uring_enter``; ``CRing.submit`` makes the system call itself, without it
+  (``_submit_nogil`` in ``_cring.pyx`` says why the binding's ``nogil`` declaration is not
+  enough), so another context's Python runs while the kernel does a batch's inline work.
 * ``io_uring_prep_openat`` stores a ``char*`` into the path object. If that object dies before
   the SQE is submitted, the kernel reads freed memory (seen: ENOENT for a path that exists). The
   caller must keep the path bytes alive; an :class:`~tinycoro.core.traps.Op` keeps its arguments.
