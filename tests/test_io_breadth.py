@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tinycoro as tc
-from tinycoro.io import DIRECT_ALIGN, _address
+from tinycoro.io import DIRECT_ALIGN, _address, _address_py
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -226,6 +226,21 @@ def test_aligned_buffer_is_page_aligned_and_writable():
         tc.io.aligned_buffer(0)
     with pytest.raises(TypeError, match="size"):
         tc.io.aligned_buffer(4096.0)
+
+
+def test_buffer_address_agrees_with_the_ctypes_spelling():
+    # The O_DIRECT alignment check uses the compiled address when it is built: it must name
+    # the same byte as the Python spelling for every kind of buffer, slices included.
+    data = bytearray(8192)
+    arr = __import__("array").array("d", range(16))
+    aligned = tc.io.aligned_buffer(8192)
+    keep = [data, arr, aligned, b"abc", b""]
+    views = [memoryview(data), memoryview(data)[4097:], memoryview(arr).cast("B"), aligned,
+             aligned[DIRECT_ALIGN:], memoryview(b"abc"), memoryview(b"")]
+    for v in views:
+        assert _address(v) == _address_py(v), v
+    assert _address(aligned[1:]) % DIRECT_ALIGN == 1
+    del keep
 
 
 def _direct_dir(tmp_path: Path) -> Path:

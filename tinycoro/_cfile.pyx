@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Page-cache reads in one call: ``preadv2(RWF_NOWAIT)`` straight into a new ``bytes``.
+"""Page-cache reads in one call: ``preadv2(RWF_NOWAIT)`` straight into a new ``bytes``; and
+the address of a buffer, which O_DIRECT reads check for alignment.
 
 The Python spelling, ``os.preadv(fd, (bytearray(size),), offset, os.RWF_NOWAIT)`` and then
 ``bytes(buf)``, zero-fills a buffer, parses an iovec sequence and copies the result once more:
@@ -9,6 +10,7 @@ until anyone else sees it). :mod:`tinycoro.io` uses the Python spelling when thi
 not built, or when ``TINYCORO_PURE_RING`` asks for the pure-Python paths.
 """
 
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.errno cimport EAGAIN, errno
 
@@ -56,3 +58,16 @@ def pread_nowait(int fd, Py_ssize_t size, long long offset):
     if n == size:
         return data
     return data[:n]
+
+
+def buffer_address(obj):
+    """The address of the first byte of *obj*'s buffer (read-only buffers included).
+
+    ``tinycoro.io`` checks it on every O_DIRECT ``readinto_at``; through ctypes that check
+    cost ~3.5 us per read here, a sixth of the context's time per O_DIRECT read.
+    """
+    cdef Py_buffer view
+    PyObject_GetBuffer(obj, &view, PyBUF_SIMPLE)
+    cdef size_t addr = <size_t>view.buf
+    PyBuffer_Release(&view)
+    return addr
