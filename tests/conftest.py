@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -18,6 +19,18 @@ CONTEXT_COUNTS = (1, 2, 4)
 def contexts(request) -> int:
     """Run the test once per context count: 1, 2 and 4 threads."""
     return request.param
+
+
+@contextlib.contextmanager
+def switch_interval(seconds: float):
+    """Hand the GIL between threads every *seconds* instead of every 5 ms, so that the sides
+    of a cross-context race interleave at many more points."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
 
 
 def open_fds() -> set[int]:

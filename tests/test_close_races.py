@@ -8,13 +8,11 @@ racing closers closes the descriptor.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 import tinycoro as tc
 
-from conftest import open_fds
+from conftest import open_fds, switch_interval
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,12 +21,8 @@ ROUNDS = 100
 
 @pytest.fixture(autouse=True)
 def _switch_often():
-    # Hand the GIL between the context threads every microsecond instead of every 5 ms, so
-    # the two sides of each race interleave at many more points.
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(old)
+    with switch_interval(1e-6):
+        yield
 
 
 async def _together(arrived: list, n: int) -> None:

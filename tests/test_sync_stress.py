@@ -12,12 +12,12 @@ pytest timeout.
 from __future__ import annotations
 
 import random
-import sys
 import threading
 
 import pytest
 
 import tinycoro as tc
+from conftest import switch_interval
 from sync_helpers import Cancelled, run, yield_n
 
 SEEDS = [1, 2]
@@ -25,10 +25,8 @@ SEEDS = [1, 2]
 
 @pytest.fixture(autouse=True)
 def fine_grained_thread_switches():
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    yield
-    sys.setswitchinterval(old)
+    with switch_interval(1e-5):
+        yield
 
 
 async def jitter(rng: random.Random, most: int = 3) -> None:
