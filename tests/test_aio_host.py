@@ -79,6 +79,21 @@ def test_io_error_keeps_errno(arun, tmp_path):
     arun(main())
 
 
+def test_a_bad_sqe_argument_fails_at_the_await_and_the_ring_goes_on(arun):
+    # Rule 11 on the hosted ring: the prep raises, the ring queues a NOP in that SQE's place,
+    # and the next operation on the same ring works.
+    from tinycoro import uring
+    from tinycoro.core.traps import Op, perform
+
+    async def main():
+        with pytest.raises(TypeError):
+            await perform(Op(uring.prep_nop, "not an argument of a NOP"))
+        assert await perform(Op(uring.prep_nop)) == 0
+        await tc.sleep(0)
+
+    arun(main())
+
+
 def test_tc_sleep_does_not_block_other_asyncio_tasks(arun):
     # While one task awaits tc.sleep, another keeps running: it counts to a fixed number and
     # then sets an Event, so the sleeper cannot have blocked the loop (ordering, not time).

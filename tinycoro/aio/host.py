@@ -44,7 +44,7 @@ from ..core.task import Task
 from ..core.traps import YIELD, Op, Park, install_driver
 
 HOST_RING_ENTRIES = 256
-_SKIP_UD = 1  # user_data of our own cancel SQEs (and of a failed prep's NOP)
+_SKIP_UD = uring.SKIP_UD  # user_data of our own cancel SQEs (and of a failed prep's NOP)
 _get_running_loop = asyncio._get_running_loop  # the C accessor asyncio itself uses; no raise
 _current_task = asyncio.current_task
 _CancelledError = asyncio.CancelledError
@@ -120,30 +120,27 @@ class LoopHost:
     def start(self, op: Op, loop: asyncio.AbstractEventLoop) -> _Pending:
         """Prepare *op*'s SQE; it is submitted at the end of this loop iteration."""
         ring = self.ring or self._open_ring(loop)
-        sqe = self._get_sqe(ring)
+        ud = next(self._ids)
         try:
-            op.prep(sqe, *op.args)
+            self._queue(ring, op.prep, op.args, ud)
         except BaseException:
-            # The SQE is taken: turn it into a no-op whose completion is ignored (rule 11).
-            uring.prep_nop(sqe)
-            sqe.user_data = _SKIP_UD
+            # A bad argument: the ring queued a NOP with SKIP_UD in the SQE's place (rule 11),
+            # whose completion nothing waits for; it still has to reach the kernel.
             self._schedule_flush(loop)
             raise
-        op.ud = ud = next(self._ids)
-        sqe.user_data = ud
+        op.ud = ud
         p = _Pending(op, loop.create_future())
         self.inflight[ud] = p
         self._schedule_flush(loop)
         return p
 
-    def _get_sqe(self, ring: uring.Ring) -> Any:
-        """A free SQE; if the kernel says EBUSY (its CQ overflowed), reap first (rule 5)."""
+    def _queue(self, ring: uring.Ring, prep: Any, args: tuple, ud: int) -> None:
+        """``ring.queue``; when the kernel takes no more SQEs (its CQ overflowed), reap, then
+        queue again (rule 5), as the engine does."""
         while True:
             try:
-                return ring.get_sqe()
-            except OSError as e:
-                if e.errno not in (errno.EBUSY, errno.EAGAIN):
-                    raise
+                return ring.queue(prep, args, ud)
+            except uring.RingBusy:
                 self._reap()
 
     # -- the engine-like seam closing.PendingOps uses (DESIGN rule 10) -----------------------
@@ -170,9 +167,7 @@ class LoopHost:
         if p.done or op.cancelling or self.ring is None:
             return
         op.cancelling = True
-        sqe = self._get_sqe(self.ring)
-        uring.prep_cancel(sqe, op.ud, 0)
-        sqe.user_data = _SKIP_UD
+        self._queue(self.ring, uring.prep_cancel, (op.ud, 0), _SKIP_UD)
         self._schedule_flush(loop)
 
     def _schedule_flush(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -252,9 +247,7 @@ def _drain(ring: uring.Ring, inflight: dict[int, _Pending]) -> None:
     for p in inflight.values():
         if not p.op.cancelling:
             p.op.cancelling = True
-            sqe = ring.get_sqe()
-            uring.prep_cancel(sqe, p.op.ud, 0)
-            sqe.user_data = _SKIP_UD
+            ring.queue(uring.prep_cancel, (p.op.ud, 0), _SKIP_UD)
     out: list[tuple[int, int]] = []
     while True:
         ring.submit()

@@ -82,7 +82,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _prep_cancel = uring.prep_cancel
 _perf = time.perf_counter
 log = logging.getLogger("tinycoro")
-FAILURES_KEPT = 20
+FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro tasks
 # Operations one step may complete inline (see ``inline_ok``): 16 page-cache reads of 4 KiB
 # are ~40 us of the context's time; the read after them suspends (yield_now), so the others
 # wait at most that long per turn for a task that reads a cached file in a loop, and the
@@ -96,7 +96,7 @@ INLINE_BUDGET = 16
 # time. With 16 it sleeps 5-8%. The price is one io_uring_enter per 16 SQEs instead of one per
 # turn: about 0.1 us per operation next to the 1-2 us an SQE costs in Python.
 SUBMIT_EARLY = 16
-BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over  # recent failures remembered per context, for %tinycoro tasks
+BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over
 
 
 def _block(efd: int) -> None:
