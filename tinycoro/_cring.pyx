@@ -266,8 +266,9 @@ cdef class RingCore:
         how many CQEs were reaped.
 
         The plain case, an op whose task still waits and that either succeeded or was not
-        being cancelled, is finished here: the op leaves *inflight*, ``task._value = res``
-        and the task is appended to *ready*. Everything else is appended to *rest* as
+        being cancelled, is finished here: the op leaves *inflight* and lets go of its task
+        (so an op kept for reuse keeps no task alive), ``task._value = res`` and the task is
+        appended to *ready*. Everything else is appended to *rest* as
         ``(ud, res, op)`` (op None for the engine's own SQEs) for the engine to decide.
         """
         cdef io_uring ring = self._ring
@@ -294,6 +295,7 @@ cdef class RingCore:
             if task is None or (res < 0 and op.cancelling):
                 rest.append((ud, res, op))
                 continue
+            op.task = None
             task._value = res
             append(task)
         return n

@@ -225,19 +225,15 @@ class Stream(_Socket):
                     rbuf = self._rbuf = bytearray(max_bytes)
                     self._rview = memoryview(rbuf)
                 op = self._recv_op = Op(prep_recv, self._fd, rbuf, max_bytes, 0)
-            else:
-                # The holder of the token owns the op, and the previous recv's CQE has arrived
-                # (see below), so nothing in the kernel or an engine uses it now: only a
-                # cancel's mark is left to clear (the engine sets ud and task anew). A cancel
-                # that close() queued for the previous recv finds a new ud on the op, which is
-                # not in flight anyway: once closed, perform() refuses before the ring.
-                op.cancelling = False
+            # Reusing the op is safe: the holder of the token owns it, and the previous recv's
+            # CQE has arrived (below), so nothing in the kernel or an engine uses it now; the
+            # engine gives it a new ud and task and clears a cancel's mark when it starts it,
+            # and lets go of the task when it completes. A cancel that close() queued for the
+            # previous recv finds a new ud on the op, not in flight: once closed, perform()
+            # refuses before the ring.
             # If this await is cancelled, Cancelled is raised only after the kernel posted the
             # recv's completion, so the shared buffer (and the op) are free again by then.
-            try:
-                n = await self._ops.perform(op)
-            finally:
-                op.task = None  # the stream must not keep its last receiving task alive
+            n = await self._ops.perform(op)
             return bytes(self._rview[:n])
         finally:
             token.add(0)
@@ -270,12 +266,10 @@ class Stream(_Socket):
                 # caller's bytes as soon as the send is over.
                 op = self._send_op
                 op.args = (self._fd, data, total, _MSG_NOSIGNAL)
-                op.cancelling = False
                 try:
                     n = await ops.perform(op)
                 finally:
                     op.args = ()
-                    op.task = None
                     token.add(0)
             if n == total:
                 return

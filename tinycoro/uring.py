@@ -306,8 +306,9 @@ class PyRing(_Lifecycle):
         how many CQEs were reaped.
 
         The plain case, an op whose task still waits and that either succeeded or was not
-        being cancelled, is finished here: the op leaves *inflight*, ``task._value = res``
-        and the task is appended to *ready*. Everything else is appended to *rest* as
+        being cancelled, is finished here: the op leaves *inflight* and lets go of its task
+        (so an op kept for reuse keeps no task alive), ``task._value = res`` and the task is
+        appended to *ready*. Everything else is appended to *rest* as
         ``(ud, res, op)`` (op None for the engine's own SQEs) for the engine to decide.
         """
         ring = self._ring
@@ -330,6 +331,7 @@ class PyRing(_Lifecycle):
             if task is None or (res < 0 and op.cancelling):
                 rest.append((ud, res, op))
                 continue
+            op.task = None
             task._value = res
             append(task)
         return n

@@ -129,6 +129,7 @@ class LoopHost:
             self._schedule_flush(loop)
             raise
         op.ud = ud
+        op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
         p = _Pending(op, loop.create_future())
         self.inflight[ud] = p
         self._schedule_flush(loop)

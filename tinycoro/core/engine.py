@@ -453,6 +453,7 @@ class Engine:
         else:
             self.unsubmitted += 1
         op.task = task
+        op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
         self.inflight[ud] = op
         task._waiting = op
         # Only now, with the op in the in-flight table: its CQE may be reaped (by _submit's
@@ -563,6 +564,7 @@ class Engine:
                 self.own_inflight -= 1
                 continue
             task = op.task
+            op.task = None  # delivered: the op lets go of its task, as complete() does
             if task is None:  # orphaned at shutdown: nobody will take what it returns
                 if res >= 0 and op.returns_fd:
                     _close_quietly(res)
