@@ -142,7 +142,8 @@ class TlsStream:
     def _check_send(self) -> None:
         self._check_open()
         if self._broken is not None:
-            raise BrokenPipeError(errno.EPIPE, f"this TlsStream cannot send any more: {self._broken}")
+            raise BrokenPipeError(errno.EPIPE, f"this TlsStream cannot send any more: "
+                                  f"{self._broken}")
 
     def _call(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, bool, bool, int]:
         """``fn(*args)`` on the SSLObject: (result, wants input, left output in the BIO, the
