@@ -362,6 +362,7 @@ class TcpListener(Listener):
         super().__init__(sock)
         self.host, self.port = sock.getsockname()[:2]
         self.ssl = ssl_context
+        self._handshakes: set[Stream] = set()  # connections whose TLS handshake accept() runs
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.host}:{self.port}"
@@ -378,21 +379,38 @@ class TcpListener(Listener):
         self._check_open()
         if self.ssl is None:
             return await self._accept_raw()
-        from .tls import TlsStream, handshake_failed
+        from .tls import handshake, handshake_failed
 
         while True:
             raw = await self._accept_raw()
-            tls = TlsStream(raw, self.ssl, server_side=True)
+            peer = _peer(raw)  # for the log: a failed handshake closes raw
+            # In the set before looking at `closed`; close() sets `closed` before it looks at
+            # the set: so close() closes this connection, or this accept sees it closed.
+            self._handshakes.add(raw)
             try:
-                await tls.do_handshake()
+                if not self.closed:
+                    tls = await handshake(raw, self.ssl, server_side=True)  # closes raw on failure
             except handshake_failed as exc:
-                log.warning("tinycoro: TLS handshake with %s failed, dropped: %s", _peer(raw), exc)
+                if not self.closed:  # the client's doing, not close()'s
+                    log.warning("tinycoro: TLS handshake with %s failed, dropped: %s", peer, exc)
+                    continue
+            finally:
+                self._handshakes.discard(raw)
+            if self.closed:  # closed before, during or right after the handshake
                 await raw.close()
-                continue
-            except BaseException:
-                await raw.close()
-                raise
+                self._check_open()
             return tls
+
+    async def close(self) -> None:
+        """Close the listener, and the connections whose TLS handshake an ``accept()`` is
+        still running (a client that connected and never spoke), so that accept ends at once
+        with ``tc.ClosedResourceError`` (DESIGN rule 10)."""
+        try:
+            await super().close()
+        finally:
+            # `closed` is set by now, also if that close was interrupted (its first step)
+            for raw in list(self._handshakes):
+                await raw.close()
 
 
 def _peer(stream: Stream) -> Any:
@@ -539,15 +557,9 @@ async def connect(
     stream = TcpStream(sock)
     if ssl is None:
         return stream
-    from .tls import TlsStream
+    from .tls import handshake
 
-    tls = TlsStream(stream, ssl, server_side=False, server_hostname=server_hostname or host)
-    try:
-        await tls.do_handshake()
-    except BaseException:
-        await stream.close()
-        raise
-    return tls
+    return await handshake(stream, ssl, server_side=False, server_hostname=server_hostname or host)
 
 
 async def listen_unix(path: Any, backlog: int = 128) -> UnixListener:
