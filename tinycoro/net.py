@@ -247,6 +247,18 @@ class Stream(_Socket):
         n = min(len(view), MAX_RW)
         return await self._ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
 
+    async def send_nowait(self, data: Any) -> int:
+        """Send what the socket takes right now (MSG_DONTWAIT): BlockingIOError (EAGAIN) if it
+        takes nothing. For a last best-effort message, e.g. TLS close_notify, that must never
+        wait for the peer."""
+        view = _as_bytes_view(data, "send_nowait")
+        self._check_open()
+        if not view:
+            return 0
+        n = min(len(view), MAX_RW)
+        flags = _MSG_NOSIGNAL | socket.MSG_DONTWAIT
+        return await self._ops.perform(Op(prep_send, self._fd, view, n, flags))
+
     async def sendall(self, data: Any) -> None:
         """Send all of *data*, however many operations that takes."""
         ops = self._ops

@@ -44,18 +44,15 @@ data, as on plain TCP.
 from __future__ import annotations
 
 import errno
-import socket
 import ssl
 import threading
 from typing import Any, Callable
 
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
-from .core.local import _local
-from .core.traps import Op, yield_now
+from .core.traps import checkpoint_if_cancelled
 from .io import MAX_RW, _as_bytes_view
 from .sync import Mutex
-from .uring import prep_send
 
 __all__ = ["TlsStream", "check_context", "handshake", "handshake_failed"]
 
@@ -63,7 +60,6 @@ _RECV = 65536
 # Plaintext encrypted per write: bounds the ciphertext held in memory at once.
 _CHUNK = 1 << 18
 # close_notify is sent only if the socket takes it at once: close never waits for the peer.
-_NOWAIT = getattr(socket, "MSG_NOSIGNAL", 0) | socket.MSG_DONTWAIT
 # What a failed handshake raises: certificate and protocol errors, and the peer going away.
 handshake_failed = (ssl.SSLError, ssl.CertificateError, OSError)
 
@@ -217,12 +213,10 @@ class TlsStream:
     async def _write(self, chunk: memoryview) -> int:
         """Encrypt *chunk* and put it on the wire; the caller holds ``_writer``."""
         while True:
-            task = _local.task
-            if task is not None and task._interrupts is not None:
-                # A cancel or an expired timeout is on its way to this task's next await: take
-                # it here, before the chunk is encrypted, where it leaves the stream whole,
-                # rather than at the send of ciphertext that could then never be sent.
-                await yield_now()
+            # A cancel or an expired timeout on its way to this task is taken here, before the
+            # chunk is encrypted, where it leaves the stream whole, rather than at the send of
+            # ciphertext that could then never be sent.
+            await checkpoint_if_cancelled()
             await self._wire.lock()
             try:
                 self._check_send()
@@ -317,19 +311,13 @@ class TlsStream:
                             pass  # SSLWantReadError: the peer's close_notify is not awaited
                         data = self._out.read()
                     if data:
-                        await self._send_nowait(data)
+                        await self._raw.send_nowait(data)
                 finally:
                     self._wire.unlock()
         except OSError:
             pass  # EAGAIN (the socket's buffer is full), a reset: close_notify is best effort
         finally:
             await self._raw.close()
-
-    async def _send_nowait(self, data: bytes) -> None:
-        """As much of *data* as the socket takes without waiting (an io_uring send with
-        MSG_DONTWAIT, pending on the stream's own table like its other operations)."""
-        raw = self._raw
-        await raw._ops.perform(Op(prep_send, raw.fileno(), data, len(data), _NOWAIT))
 
     async def __aenter__(self) -> "TlsStream":
         return self
