@@ -1,0 +1,117 @@
+"""The asyncio loop of awaiting cells, in a real kernel (issue 18, defects 7 and 8).
+
+After ``%load_ext tinycoro`` the loop that serves a cell's asyncio work says it runs while the
+cell runs (asyncio libraries check ``is_running()``), and it keeps serving asyncio background
+tasks between cells, as ipykernel's own loop does in a plain kernel. asyncio awaitables inside
+tasks spawned from a cell fail with the TypeError that names ``tc.aio``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import test_kernel_protocol as kp
+
+pytestmark = [pytest.mark.kernel, pytest.mark.timeout(90)]
+
+
+@pytest.fixture(scope="module")
+def tck(kernel_dirs):
+    k = kp._start(kernel_dirs, "plain")
+    try:
+        k.ok("%load_ext tinycoro\nimport asyncio, tinycoro as tc")
+        yield k
+    finally:
+        k.shutdown()
+
+
+def test_the_cells_loop_reports_running_in_an_awaiting_cell(tck):
+    r = tck.ok(
+        "await tc.sleep(0)\n"
+        "loop = asyncio.get_running_loop()\n"
+        "await asyncio.sleep(0)\n"
+        "from tornado.ioloop import IOLoop  # what dask's LoopRunner looks at\n"
+        "print(loop.is_running(), asyncio.get_running_loop() is loop,"
+        " IOLoop.current().asyncio_loop is loop)\n"
+    )
+    assert r.stdout().strip() == "True True True"
+
+
+def test_an_asyncio_background_task_advances_between_cells(tck):
+    # The task prints once its counter reached 3. It was created in an awaiting cell; the test
+    # waits for that line after the cell went idle, i.e. while no cell runs.
+    cell = tck.cell(
+        "beats = 0\n"
+        "async def heartbeat():\n"
+        "    global beats\n"
+        "    while True:\n"
+        "        await asyncio.sleep(0.01)\n"
+        "        beats += 1\n"
+        "        if beats == 3:\n"
+        "            print('three beats', flush=True)\n"
+        "hb = asyncio.create_task(heartbeat())\n"
+        "await asyncio.sleep(0)\n"
+        "print('created', beats, flush=True)\n"
+    )
+    assert tck.stream(cell).startswith("created 0")
+    tck.until(
+        lambda m: m["msg_type"] == "stream" and "three beats" in m["content"]["text"],
+        timeout=20,
+        what="the heartbeat's third beat while the kernel is idle",
+    )
+    # the next cell sees the moved counter; the task also keeps going while a cell awaits
+    r = tck.ok(
+        "seen = beats\n"
+        "while beats < seen + 3:\n"
+        "    await tc.sleep(0.005)\n"
+        "hb.cancel()\n"
+        "(seen >= 3, hb.done() or not hb.cancelled())"
+    )
+    assert r.result() == "(True, True)"
+    # ensure_future from a cell that does not await runs between cells too
+    cell = tck.cell(
+        "async def once():\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    print('ran between cells', flush=True)\n"
+        "f = asyncio.ensure_future(once())\n"
+    )
+    tck.until(
+        lambda m: m["msg_type"] == "stream" and "ran between cells" in m["content"]["text"],
+        timeout=20,
+        what="the sync cell's asyncio task",
+    )
+    assert tck.ok("await asyncio.sleep(0); f.done()").result() == "True"
+
+
+def test_asyncio_in_spawned_tasks_names_tc_aio(tck):
+    r = tck.run("await tc.when_all(asyncio.sleep(0.1), tc.sleep(0.1))")
+    assert r.status == "error" and r.content["ename"] == "TypeError", r.content
+    assert "tc.aio" in r.content["evalue"] and "no running event loop" not in r.content["evalue"]
+    r = tck.run(
+        "async def job():\n"
+        "    await asyncio.sleep(0.01)\n"
+        "await tc.spawn(job())\n"
+    )
+    assert r.status == "error" and r.content["ename"] == "TypeError", r.content
+    assert "tc.aio" in r.content["evalue"]
+    # tc.aio is the way, and it works in the same places
+    r = tck.ok(
+        "async def job():\n"
+        "    return await tc.aio(asyncio.sleep(0.01, result='via tc.aio'))\n"
+        "await tc.when_all(tc.spawn(job()), tc.aio(asyncio.sleep(0.01, result=2)))\n"
+    )
+    assert r.result() == "['via tc.aio', 2]"
+
+
+def test_interrupting_an_asyncio_await_still_works(tck):
+    content, msgs = kp._interrupt_after_started(
+        tck,
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    await asyncio.sleep(30)\n"
+        "finally:\n"
+        "    await asyncio.sleep(0.01)\n"
+        "    print('finally ran')\n",
+    )
+    kp._interrupted_after_finally(content, msgs)
+    assert tck.ok("await asyncio.sleep(0.01); 'next'").result() == "'next'"
