@@ -1,18 +1,28 @@
 """The asyncio loop of awaiting cells, turned by the cell's tinycoro engine (see docs/jupyter.md).
 
 An awaiting cell is a tinycoro task on the guest engine (:mod:`kernel_ext.runner`), so tinycoro's
-awaitables, combinators, ``tc.timeout`` and ``tc.current_task()`` work in it as in any task. For
-its asyncio awaitables, :class:`CellLoop` keeps one private asyncio event loop per extension:
+awaitables, combinators, ``tc.timeout`` and ``tc.current_task()`` work in it as in any task. Its
+asyncio awaitables are served by *the kernel's own asyncio loop*: the one that called the cell
+runner (ipykernel's tornado-on-asyncio loop, which runs on the main thread between cells). So
+asyncio objects a cell makes (futures, ``asyncio.Event``, ``asyncio.create_task``) bind to the
+loop that keeps turning between cells: background asyncio tasks (heartbeats, pools, keep-alives)
+carry on while the kernel is idle, as in a plain kernel, and the loop reports
+``is_running()``, as asyncio libraries (dask's, tornado's) check. Only where no such loop runs
+(IPython without a kernel loop, or a loop that is not a ``SelectorEventLoop``, e.g. uvloop) does
+a private loop of :class:`CellLoop` serve the cell, run (``run_forever``) for the cell's duration
+and idle between cells.
 
-* while a cell runs, that loop is the thread's *running loop*, so ``asyncio.sleep``,
-  ``asyncio.gather``, ``asyncio.open_connection`` and asyncio-based libraries find it;
+* :meth:`CellLoop.run` calls the cell's engine with that loop running on the thread; in the
+  kernel's loop, the asyncio task that called the runner (ipykernel's ``execute_request``) is
+  set aside for the duration, as it would be while awaiting;
 * :meth:`CellLoop.forward` wraps the cell coroutine: an asyncio future the cell awaits is not
   handed to the engine (which refuses it) but waited for on a tinycoro Event that the future's
   done callback sets, and its outcome is then sent into the cell, as an asyncio task would;
-* :meth:`CellLoop.drive`, a second task on the guest engine, turns the loop: one iteration
-  with a zero timeout (``stop()`` then ``run_forever()``, asyncio's documented one-turn idiom),
-  then an io_uring poll on the loop's selector with the next asyncio timer as its deadline. So
-  the engine's one sleep point also waits for asyncio's I/O and timers.
+* :meth:`CellLoop.drive`, a second task on the guest engine, turns the loop while the cell runs:
+  one nested iteration with a zero timeout (``_run_once``, as the loop's own ``run_forever``
+  does), then an io_uring poll on the loop's selector with the next asyncio timer as its
+  deadline. So the engine's one sleep point also waits for asyncio's I/O and timers. Between
+  cells the kernel turns its loop itself.
 
 Inside a turn no tinycoro engine is visible on the thread, so tinycoro awaitables awaited by
 asyncio tasks (``asyncio.gather(tc.sleep(1), ...)``) run on the ring tinycoro hosts on the
@@ -30,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from typing import Any, Coroutine, Generator
+from typing import Any, Callable, Coroutine, Generator, TypeVar
 
 import tinycoro as tc
 from tinycoro import uring
@@ -38,6 +48,8 @@ from tinycoro.core.local import _local
 from tinycoro.core.traps import YIELD, Op, perform_raw
 
 __all__ = ["CellLoop"]
+
+T = TypeVar("T")
 
 
 def _noop() -> None:
@@ -48,28 +60,82 @@ def _is_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
 
-class CellLoop:
-    """The private asyncio loop of one extension's cells, and the tinycoro code that turns it.
+def _turnable(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether *loop*, this thread's running loop, can serve a cell: a running CPython
+    selector loop (ipykernel's), whose iterations the cell's engine can make."""
+    return (
+        isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+        and hasattr(loop, "_run_once")
+        and loop.is_running()
+    )
 
-    It leans on two attributes of CPython's ``BaseEventLoop`` that asyncio has no public name
-    for (``_ready`` and ``_scheduled``, read only) and on the selector's descriptor: the loop is
-    always a ``SelectorEventLoop`` made here, never a user's or uvloop's.
+
+class CellLoop:
+    """The asyncio loop that serves one extension's cells, and the tinycoro code that turns it.
+
+    It leans on CPython's ``BaseEventLoop`` in ways asyncio has no public name for: its
+    ``_run_once`` (one iteration; ``run_forever`` is a loop of it), ``_ready`` and
+    ``_scheduled`` (read only), ``tasks._enter_task``/``_leave_task`` (to set aside the task
+    that called the runner) and the selector's descriptor. :func:`_turnable` checks that the
+    loop is of that kind; otherwise the private ``SelectorEventLoop`` made here serves.
     """
 
     def __init__(self) -> None:
-        self.loop = asyncio.SelectorEventLoop()
-        self._selector_fd = self.loop._selector.fileno()  # type: ignore[attr-defined]
+        self.private = asyncio.SelectorEventLoop()  # for when the thread runs no usable loop
+        self.loop: asyncio.AbstractEventLoop = self.private  # serving this (or the last) cell
 
     # -- the cell's side ----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def running(self):
-        """Make the loop the thread's running loop for the duration (one cell)."""
-        outer = asyncio._get_running_loop()  # ipykernel's, when it runs the cell from its loop
-        asyncio._set_running_loop(self.loop)
+    def run(self, fn: Callable[[], T]) -> T:
+        """Return ``fn()`` (the cell's engine, run to the cell's end), called with the loop that
+        serves the cell running on this thread."""
+        outer = asyncio._get_running_loop()  # ipykernel's, which called the runner
+        if _turnable(outer):
+            self.loop = outer
+            return self._inside(outer, fn)
+        self.loop = loop = self.private
+        outcome: list[Any] = []
+
+        def body() -> None:
+            try:
+                outcome.append(self._inside(loop, fn))
+            except BaseException as e:  # noqa: BLE001 - re-raised outside run_forever
+                outcome.append(_Raised(e))
+            finally:
+                loop.stop()
+
+        asyncio._set_running_loop(None)  # run_forever refuses to start under another loop
         try:
-            yield
+            loop.call_soon(body)
+            loop.run_forever()
         finally:
             asyncio._set_running_loop(outer)
+        if not outcome:  # the loop stopped before body ran (it cannot, but never hide it)
+            raise RuntimeError("the cell's asyncio loop stopped before the cell ran")
+        if isinstance(outcome[0], _Raised):
+            raise outcome[0].exc
+        return outcome[0]
+
+    @staticmethod
+    def _inside(loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> T:
+        """``fn()`` inside one of *loop*'s callbacks, whose nested turns ``fn`` makes."""
+        # The asyncio task that called the runner (ipykernel's execute_request) is set aside,
+        # as it would be while it awaited: asyncio tasks then step in the cell's turns, and in
+        # the cell current_task() is None (it is a tinycoro task, not that one).
+        caller = asyncio.current_task(loop)
+        if caller is not None:
+            asyncio.tasks._leave_task(loop, caller)
+        ready = loop._ready  # type: ignore[attr-defined]
+        waiting = len(ready)
+        try:
+            return fn()
+        finally:
+            # The iteration that runs this callback counted its ready callbacks before running
+            # them, and will pop that many; our turns ran some of them. Leave at least as many
+            # as there were (no-ops), or it would pop from an empty queue.
+            for _ in range(waiting - len(ready)):
+                loop.call_soon(_noop)
+            if caller is not None:
+                asyncio.tasks._enter_task(loop, caller)
 
     def poke(self) -> None:
         """Make the driver turn the loop soon (it may be waiting in its poll)."""
@@ -100,24 +166,23 @@ class CellLoop:
         return interrupt
 
     # -- the driver ----------------------------------------------------------------------------
-    def turn(self) -> None:
-        """One loop iteration with a zero timeout, with no tinycoro engine visible."""
-        loop = self.loop
+    @staticmethod
+    def turn(loop: asyncio.AbstractEventLoop) -> None:
+        """One iteration of *loop* with a zero timeout, with no tinycoro engine visible."""
         engine, task = _local.engine, _local.task
         _local.engine = _local.task = None  # asyncio tasks' tinycoro awaits use the hosted ring
-        asyncio._set_running_loop(None)  # run_forever refuses to start under a running loop
         try:
-            loop.stop()
-            loop.run_forever()
+            loop.call_soon(_noop)  # something is ready: the iteration polls without blocking
+            loop._run_once()  # type: ignore[attr-defined]
         finally:
-            asyncio._set_running_loop(loop)
             _local.engine, _local.task = engine, task
 
     async def drive(self) -> None:
         """Turn the loop while the cell runs (a task on the guest engine; cancel it after)."""
         loop = self.loop
+        selector_fd = loop._selector.fileno()  # type: ignore[attr-defined]
         while True:
-            self.turn()
+            self.turn(loop)
             if loop._ready:  # type: ignore[attr-defined]
                 await tc.yield_now()
                 continue
@@ -126,7 +191,7 @@ class CellLoop:
             if delay is not None and delay <= 0:
                 await tc.yield_now()
                 continue
-            poll = Op(uring.prep_poll_add, self._selector_fd, select.POLLIN)
+            poll = Op(uring.prep_poll_add, selector_fd, select.POLLIN)
             if delay is None:
                 await perform_raw(poll)
             else:
@@ -136,9 +201,11 @@ class CellLoop:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Cancel the asyncio tasks cells left behind, close async generators (the hosted ring
-        with them) and the default executor, and close the loop. No engine runs here."""
-        loop = self.loop
+        """Cancel the asyncio tasks cells left on the private loop, close its async generators
+        (the hosted ring with them) and default executor, and close it. No engine runs here.
+        The kernel's own loop is the kernel's: what cells left there lives on, as in a plain
+        kernel."""
+        loop = self.private
         if loop.is_closed():
             return
         outer = asyncio._get_running_loop()
@@ -156,6 +223,15 @@ class CellLoop:
             asyncio._set_running_loop(outer)
 
 
+class _Raised:
+    """What :meth:`CellLoop.run`'s callback raised, carried out of ``run_forever``."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
 class _Forward:
     """The awaitable behind :meth:`CellLoop.forward` (a generator that drives the cell)."""
 
@@ -166,7 +242,7 @@ class _Forward:
         self._cell = cell
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        cl, cell, loop = self._cl, self._cell, self._cl.loop
+        cl, cell = self._cl, self._cell
         value: Any = None
         exc: BaseException | None = None
         while True:
@@ -179,7 +255,7 @@ class _Forward:
                 y = YIELD
                 cl.poke()
             if not _is_future(y):  # a tinycoro trap (anything else: the engine's TypeError)
-                if loop._ready:  # type: ignore[attr-defined]
+                if cl.loop._ready:  # type: ignore[attr-defined]
                     cl.poke()  # the cell queued asyncio callbacks, then awaits tinycoro
                 try:
                     value = yield y
@@ -187,7 +263,7 @@ class _Forward:
                     exc = e
                 continue
             y._asyncio_future_blocking = False  # what an asyncio task does with it
-            if y.get_loop() is not loop:
+            if y.get_loop() is not cl.loop:
                 exc = RuntimeError(f"the cell awaited {y!r}, attached to a different loop")
                 continue
             exc = yield from cl._await_future(y)

@@ -8,6 +8,8 @@ tasks spawned from a cell fail with the TypeError that names ``tc.aio``.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import test_kernel_protocol as kp
@@ -115,3 +117,70 @@ def test_interrupting_an_asyncio_await_still_works(tck):
     )
     kp._interrupted_after_finally(content, msgs)
     assert tck.ok("await asyncio.sleep(0.01); 'next'").result() == "'next'"
+
+
+# -- in process: the runner called from a running asyncio loop, as ipykernel calls it -----------
+@pytest.fixture
+def sh(monkeypatch):
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
+    shell = InteractiveShell.instance()
+    saved = (shell.loop_runner, shell.autoawait)
+    shell.run_line_magic("load_ext", "tinycoro")
+    shell.run_cell("import asyncio, tinycoro as tc")
+    yield shell
+    shell.run_line_magic("unload_ext", "tinycoro")
+    shell.loop_runner, shell.autoawait = saved
+
+
+def test_cells_run_from_a_loop_use_it_and_its_tasks_go_on_between_cells(sh):
+    """ipykernel runs a cell from a callback of its loop, with other callbacks queued behind it
+    in the same iteration; the cell's asyncio work goes to that loop, which keeps it going."""
+
+    async def kernel():
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        order: list[int] = []
+
+        def cell() -> None:  # one callback of this iteration; five more are queued behind it
+            done.set_result(
+                sh.run_cell(
+                    "beats = 0\n"
+                    "async def heartbeat():\n"
+                    "    global beats\n"
+                    "    while True:\n"
+                    "        await asyncio.sleep(0.001)\n"
+                    "        beats += 1\n"
+                    "hb = asyncio.create_task(heartbeat())\n"
+                    "await asyncio.sleep(0)\n"
+                    "(asyncio.get_running_loop().is_running(), asyncio.current_task())\n"
+                )
+            )
+
+        loop.call_soon(cell)
+        for i in range(5):
+            loop.call_soon(order.append, i)
+        res = await done
+        assert res.error_in_exec is None and res.result == (True, None)
+        assert sh.user_ns["hb"].get_loop() is loop and order == [0, 1, 2, 3, 4]
+        # between cells this loop turns: the heartbeat moves with no cell running
+        async with asyncio.timeout(10):
+            while sh.user_ns["beats"] < 3:
+                await asyncio.sleep(0.001)
+        res = sh.run_cell("seen = beats\nwhile beats < seen + 3:\n    await tc.sleep(0.001)\nhb.cancel()")
+        assert res.error_in_exec is None
+        return asyncio.current_task() is not None  # the calling task was given back
+
+    assert asyncio.run(kernel()) is True
+
+
+def test_without_a_kernel_loop_the_private_loop_runs_during_the_cell(sh):
+    res = sh.run_cell(
+        "loop = asyncio.get_running_loop()\n"
+        "await asyncio.sleep(0)\n"
+        "(loop.is_running(), asyncio.get_running_loop() is loop)\n"
+    )
+    assert res.error_in_exec is None and res.result == (True, True)
+    assert sh.run_cell("await asyncio.sleep(0.001); loop.is_running()").result is True
