@@ -66,3 +66,16 @@ def test_a_task_named_in_the_error_and_asyncio_usable_on_the_thread_afterwards()
     assert _is_the_promised_error(exc)
     # the caller's thread is untouched: asyncio runs here as before
     assert asyncio.run(asyncio.sleep(0, result="fine")) == "fine"
+
+
+def test_blocking_asyncio_run_inside_a_task_is_refused_as_inside_an_asyncio_task():
+    async def main():
+        coro = asyncio.sleep(0)
+        try:
+            asyncio.run(coro)
+        except RuntimeError as e:
+            return str(e)
+        finally:
+            coro.close()
+
+    assert "running event loop" in tc.run(main(), contexts=1)
