@@ -243,6 +243,7 @@ class _Forward:
 
     def __await__(self) -> Generator[Any, Any, Any]:
         cl, cell = self._cl, self._cell
+        loop = cl.loop  # set by CellLoop.run before the cell's first step, which is now
         value: Any = None
         exc: BaseException | None = None
         while True:
@@ -255,7 +256,7 @@ class _Forward:
                 y = YIELD
                 cl.poke()
             if not _is_future(y):  # a tinycoro trap (anything else: the engine's TypeError)
-                if cl.loop._ready:  # type: ignore[attr-defined]
+                if loop._ready:  # type: ignore[attr-defined]
                     cl.poke()  # the cell queued asyncio callbacks, then awaits tinycoro
                 try:
                     value = yield y
@@ -263,7 +264,7 @@ class _Forward:
                     exc = e
                 continue
             y._asyncio_future_blocking = False  # what an asyncio task does with it
-            if y.get_loop() is not cl.loop:
+            if y.get_loop() is not loop:
                 exc = RuntimeError(f"the cell awaited {y!r}, attached to a different loop")
                 continue
             exc = yield from cl._await_future(y)
