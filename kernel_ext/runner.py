@@ -133,8 +133,9 @@ class CellRunner:
         if not self._busy.acquire(blocking=False):
             coro.close()
             raise RuntimeError(
-                "another awaiting cell is running on the tinycoro runner in another thread (an "
-                "ipykernel subshell?); the cell engine serves one cell at a time"
+                "another awaiting cell is running on the tinycoro runner, in another thread (an "
+                "ipykernel subshell?) or around this call (asyncio work of that cell, e.g. a "
+                "widget callback, ran this one); the cell engine serves one cell at a time"
             )
         # The cell is known to the handler before the handler exists: an interrupt from here
         # on is delivered to it (at its first await if it has not started yet).

@@ -187,3 +187,20 @@ def test_without_a_kernel_loop_the_private_loop_runs_during_the_cell(sh):
     )
     assert res.error_in_exec is None and res.result == (True, True)
     assert sh.run_cell("await asyncio.sleep(0.001); loop.is_running()").result is True
+
+
+def test_an_awaiting_cell_run_by_the_cells_own_asyncio_work_is_refused(sh):
+    """A callback on the cells' loop (a widget handler, say) that runs an awaiting cell while
+    a cell runs gets the runner's clear error; the running cell carries on."""
+    res = sh.run_cell(
+        "inner = []\n"
+        "asyncio.get_running_loop().call_soon(\n"
+        "    lambda: inner.append(get_ipython().run_cell('await tc.sleep(0)').error_in_exec))\n"
+        "while not inner:\n"
+        "    await asyncio.sleep(0)\n"
+        "await tc.sleep(0.001)\n"
+        "repr(inner[0])\n"
+    )
+    assert res.error_in_exec is None
+    assert "RuntimeError" in res.result and "one cell at a time" in res.result
+    assert sh.run_cell("await asyncio.sleep(0); await tc.sleep(0); 'next'").result == "next"
