@@ -17,7 +17,9 @@ and idle between cells.
   set aside for the duration, as it would be while awaiting;
 * :meth:`CellLoop.forward` wraps the cell coroutine: an asyncio future the cell awaits is not
   handed to the engine (which refuses it) but waited for on a tinycoro Event that the future's
-  done callback sets, and its outcome is then sent into the cell, as an asyncio task would;
+  done callback sets, and its outcome is then sent into the cell, as an asyncio task would.
+  While the cell's code runs, asyncio's current task is the cell's asyncio face
+  (:class:`_CellTask`), so ``asyncio.timeout`` and ``asyncio.TaskGroup`` work in it;
 * :meth:`CellLoop.drive`, a second task on the guest engine, turns the loop while the cell runs:
   one nested iteration with a zero timeout (``_run_once``, as the loop's own ``run_forever``
   does), then an io_uring poll on the loop's selector with the next asyncio timer as its
@@ -45,11 +47,18 @@ from typing import Any, Callable, Coroutine, Generator, TypeVar
 import tinycoro as tc
 from tinycoro import uring
 from tinycoro.core.local import _local
+from tinycoro.core.task import Task
 from tinycoro.core.traps import YIELD, Op, perform_raw
 
 __all__ = ["CellLoop"]
 
 T = TypeVar("T")
+
+# asyncio's record of the task that runs on a loop (C implementations, no public name): the
+# cell is entered as its own task for each of its steps (_CellTask); the task that called the
+# runner is set aside while the cell runs (CellLoop._inside).
+_enter_task = asyncio.tasks._enter_task
+_leave_task = asyncio.tasks._leave_task
 
 
 def _noop() -> None:
@@ -123,7 +132,7 @@ class CellLoop:
         # the cell current_task() is None (it is a tinycoro task, not that one).
         caller = asyncio.current_task(loop)
         if caller is not None:
-            asyncio.tasks._leave_task(loop, caller)
+            _leave_task(loop, caller)
         ready = loop._ready  # type: ignore[attr-defined]
         waiting = len(ready)
         try:
@@ -135,7 +144,7 @@ class CellLoop:
             for _ in range(waiting - len(ready)):
                 loop.call_soon(_noop)
             if caller is not None:
-                asyncio.tasks._enter_task(loop, caller)
+                _enter_task(loop, caller)
 
     def poke(self) -> None:
         """Make the driver turn the loop soon (it may be waiting in its poll)."""
@@ -163,6 +172,15 @@ class CellLoop:
                 yield from done.wait().__await__()
         except BaseException:  # noqa: BLE001 - a second interrupt: stop waiting for it
             pass
+        if not fut.done():
+            return interrupt
+        if isinstance(interrupt, asyncio.CancelledError):
+            # asyncio's own cancel (of the cell's asyncio face, by asyncio.timeout, say): the
+            # cell takes the future's outcome, as an asyncio task does (CancelledError, or
+            # what a task that absorbed its cancellation returned).
+            return None
+        if not fut.cancelled():
+            fut.exception()  # the interrupt is what the cell sees; not "never retrieved"
         return interrupt
 
     # -- the driver ----------------------------------------------------------------------------
@@ -232,6 +250,68 @@ class _Raised:
         self.exc = exc
 
 
+class _CellTask:
+    """The cell as asyncio sees it: ``asyncio.current_task()`` while the cell's code runs.
+
+    The cell is a tinycoro task, not an asyncio one, but asyncio's structured code asks for
+    the current task and uses a small part of it: ``asyncio.timeout`` (and ``wait_for`` on
+    Python 3.12+) and ``asyncio.TaskGroup`` call ``cancel()``, ``cancelling()`` and
+    ``uncancel()``. ``cancel()`` asks for ``asyncio.CancelledError`` at the cell's pending
+    await through the tinycoro interrupt path (the one a ``tc.timeout`` or the stop button
+    takes): an awaited asyncio future is cancelled and waited for, a pending io_uring
+    operation is cancelled in the kernel. When ``uncancel()`` brings the count back to zero,
+    cancellations still pending are withdrawn, so one that lost a race with the awaited
+    future's completion does not surface at a later await (as Python 3.13's tasks do).
+    """
+
+    __slots__ = ("_task", "_cell", "_loop", "_requests", "_pending")
+
+    def __init__(self, task: Task, cell: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> None:
+        self._task = task
+        self._cell = cell
+        self._loop = loop
+        self._requests = 0
+        self._pending: list[BaseException] = []
+
+    def cancel(self, msg: Any = None) -> bool:
+        exc = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
+        if not self._task._interrupt(exc):
+            return False  # the cell has finished
+        self._requests += 1
+        self._pending.append(exc)
+        return True
+
+    def cancelling(self) -> int:
+        return self._requests
+
+    def uncancel(self) -> int:
+        if self._requests > 0:
+            self._requests -= 1
+            if self._requests == 0:
+                for exc in self._pending:
+                    self._task._withdraw(exc)  # the cell's own thread: it is the owner
+                self._pending.clear()
+        return self._requests
+
+    def done(self) -> bool:
+        return self._task.done()
+
+    def cancelled(self) -> bool:
+        return False  # while asyncio can see it, the cell runs
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def get_name(self) -> str:
+        return "<cell>"
+
+    def get_coro(self) -> Coroutine[Any, Any, Any]:
+        return self._cell
+
+    def __repr__(self) -> str:
+        return f"<the cell, as asyncio's current task; tinycoro {self._task!r}>"
+
+
 class _Forward:
     """The awaitable behind :meth:`CellLoop.forward` (a generator that drives the cell)."""
 
@@ -244,13 +324,17 @@ class _Forward:
     def __await__(self) -> Generator[Any, Any, Any]:
         cl, cell = self._cl, self._cell
         loop = cl.loop  # set by CellLoop.run before the cell's first step, which is now
+        face = _CellTask(_local.task, cell, loop)  # the cell's task is running this
         value: Any = None
         exc: BaseException | None = None
         while True:
+            _enter_task(loop, face)
             try:
                 y = cell.send(value) if exc is None else cell.throw(exc)
             except StopIteration as e:
                 return e.value
+            finally:
+                _leave_task(loop, face)
             value = exc = None
             if y is None:  # asyncio's bare yield (sleep(0)): let the loop turn, then resume
                 y = YIELD

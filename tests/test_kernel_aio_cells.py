@@ -9,6 +9,7 @@ tasks spawned from a cell fail with the TypeError that names ``tc.aio``.
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -88,6 +89,37 @@ def test_an_asyncio_background_task_advances_between_cells(tck):
     assert tck.ok("ev.set()\nawait f").result() == "'made in a cell without await'"
 
 
+def test_asyncio_structured_code_sees_the_cell_as_its_current_task(tck):
+    """asyncio.timeout, asyncio.TaskGroup (and wait_for on Python 3.12+) need a current task,
+    as asyncio libraries do (dask's Server.start wraps its start in asyncio.timeout)."""
+    r = tck.ok(
+        "async def slow():\n"
+        "    await asyncio.sleep(10)\n"
+        "outcomes = []\n"
+        "for body in (asyncio.sleep(10), tc.sleep(10), slow()):\n"
+        "    try:\n"
+        "        async with asyncio.timeout(0.02):\n"
+        "            await body\n"
+        "    except TimeoutError:\n"
+        "        outcomes.append('timed out')\n"
+        "async with asyncio.timeout(10):\n"
+        "    await asyncio.sleep(0)\n"
+        "async def fail():\n"
+        "    await asyncio.sleep(0.001)\n"
+        "    raise ValueError('child')\n"
+        "try:\n"
+        "    async with asyncio.TaskGroup() as g:\n"
+        "        g.create_task(fail())\n"
+        "        g.create_task(asyncio.sleep(10))\n"
+        "except* ValueError as eg:\n"
+        "    outcomes.append(repr(eg.exceptions[0]))\n"
+        "await asyncio.sleep(0.001)\n"
+        "await tc.sleep(0.001)\n"
+        "(outcomes, asyncio.current_task() is not None)"
+    )
+    assert r.result() == "(['timed out', 'timed out', 'timed out', \"ValueError('child')\"], True)"
+
+
 def test_asyncio_in_spawned_tasks_names_tc_aio(tck):
     r = tck.run("await tc.when_all(asyncio.sleep(0.1), tc.sleep(0.1))")
     assert r.status == "error" and r.content["ename"] == "TypeError", r.content
@@ -158,7 +190,7 @@ def test_cells_run_from_a_loop_use_it_and_its_tasks_go_on_between_cells(sh):
                     "        beats += 1\n"
                     "hb = asyncio.create_task(heartbeat())\n"
                     "await asyncio.sleep(0)\n"
-                    "(asyncio.get_running_loop().is_running(), asyncio.current_task())\n"
+                    "(asyncio.get_running_loop().is_running(), asyncio.current_task().get_name())\n"
                 )
             )
 
@@ -166,7 +198,7 @@ def test_cells_run_from_a_loop_use_it_and_its_tasks_go_on_between_cells(sh):
         for i in range(5):
             loop.call_soon(order.append, i)
         res = await done
-        assert res.error_in_exec is None and res.result == (True, None)
+        assert res.error_in_exec is None and res.result == (True, "<cell>")
         assert sh.user_ns["hb"].get_loop() is loop and order == [0, 1, 2, 3, 4]
         # between cells this loop turns: the heartbeat moves with no cell running
         async with asyncio.timeout(10):
@@ -204,3 +236,29 @@ def test_an_awaiting_cell_run_by_the_cells_own_asyncio_work_is_refused(sh):
     assert res.error_in_exec is None
     assert "RuntimeError" in res.result and "one cell at a time" in res.result
     assert sh.run_cell("await asyncio.sleep(0); await tc.sleep(0); 'next'").result == "next"
+
+
+def test_asyncio_cancelling_the_cell_behaves_as_for_an_asyncio_task(sh, caplog):
+    """asyncio.timeout cancels the cell's asyncio face: the awaited future is cancelled and the
+    cell takes its outcome (a task that absorbs the cancellation returns its value), and a
+    cancelled gather's outcome is retrieved, not logged as "never retrieved"."""
+    res = sh.run_cell(
+        "async def stubborn():\n"
+        "    try:\n"
+        "        await asyncio.sleep(10)\n"
+        "    except asyncio.CancelledError:\n"
+        "        return 'kept'\n"
+        "async with asyncio.timeout(0.02):\n"
+        "    kept = await asyncio.ensure_future(stubborn())\n"
+        "try:\n"
+        "    async with asyncio.timeout(0.02):\n"
+        "        await asyncio.gather(asyncio.sleep(10), tc.sleep(10))\n"
+        "except TimeoutError:\n"
+        "    gathered = 'timed out'\n"
+        "await tc.sleep(0.001)\n"
+        "await asyncio.sleep(0.001)\n"
+        "(kept, gathered, asyncio.current_task().cancelling())\n"
+    )
+    gc.collect()
+    assert res.error_in_exec is None and res.result == ("kept", "timed out", 0)
+    assert "never retrieved" not in caplog.text
