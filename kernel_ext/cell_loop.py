@@ -129,7 +129,7 @@ class CellLoop:
         """``fn()`` inside one of *loop*'s callbacks, whose nested turns ``fn`` makes."""
         # The asyncio task that called the runner (ipykernel's execute_request) is set aside,
         # as it would be while it awaited: asyncio tasks then step in the cell's turns, and in
-        # the cell current_task() is None (it is a tinycoro task, not that one).
+        # the cell current_task() is the cell's own face (_CellTask), not that task.
         caller = asyncio.current_task(loop)
         if caller is not None:
             _leave_task(loop, caller)

@@ -79,3 +79,22 @@ def test_blocking_asyncio_run_inside_a_task_is_refused_as_inside_an_asyncio_task
             coro.close()
 
     assert "running event loop" in tc.run(main(), contexts=1)
+
+
+def test_registries_of_loops_drop_the_stand_in():
+    """A registry of asyncio loops that a task's code reached (tornado maps loops to IOLoops
+    and, whenever it makes a new one, drops the entries whose loop is_closed()) must not break
+    on the context threads' stand-in loop later, on another thread."""
+    ioloop = pytest.importorskip("tornado.ioloop")
+    from tornado.platform.asyncio import AsyncIOLoop
+
+    async def main():
+        return await _outcome(_current_ioloop(ioloop))
+
+    exc = tc.run(main(), contexts=1)
+    assert _is_the_promised_error(exc)
+    AsyncIOLoop().close()  # on this thread, after the task: no TypeError from the stand-in
+
+
+async def _current_ioloop(ioloop):
+    ioloop.IOLoop.current().add_callback(print)

@@ -35,7 +35,7 @@ class _NotAsyncio(asyncio.AbstractEventLoop):
     """The stand-in loop: every public method raises the TypeError that names ``tc.aio``."""
 
     def __getattribute__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name == "is_closed":
             return object.__getattribute__(self, name)
         task = _local.task
         who = task.name if task is not None else "code on a tinycoro context"
@@ -45,6 +45,12 @@ class _NotAsyncio(asyncio.AbstractEventLoop):
             module = "asyncio"
         what = f"{module}.{caller.f_code.co_name}"
         raise asyncio_in_task(who, f"asyncio work ({what} needs an asyncio event loop)")
+
+    def is_closed(self) -> bool:
+        """True: it takes no work. Registries of loops that some code on a context reached
+        (tornado's map of loops to IOLoops) drop closed loops, on whatever thread they next
+        look; answering there, instead of raising, keeps the stand-in from breaking them."""
+        return True
 
     def __repr__(self) -> str:
         return "<no asyncio loop: a tinycoro context thread (use tc.aio)>"
