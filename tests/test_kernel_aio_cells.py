@@ -243,13 +243,17 @@ def test_asyncio_cancelling_the_cell_behaves_as_for_an_asyncio_task(sh, caplog):
     cell takes its outcome (a task that absorbs the cancellation returns its value), and a
     cancelled gather's outcome is retrieved, not logged as "never retrieved"."""
     res = sh.run_cell(
+        "started = asyncio.Event()\n"
         "async def stubborn():\n"
+        "    started.set()\n"
         "    try:\n"
         "        await asyncio.sleep(10)\n"
         "    except asyncio.CancelledError:\n"
         "        return 'kept'\n"
+        "t = asyncio.ensure_future(stubborn())\n"
+        "await started.wait()  # cancelled before it ran, it could absorb nothing\n"
         "async with asyncio.timeout(0.02):\n"
-        "    kept = await asyncio.ensure_future(stubborn())\n"
+        "    kept = await t\n"
         "try:\n"
         "    async with asyncio.timeout(0.02):\n"
         "        await asyncio.gather(asyncio.sleep(10), tc.sleep(10))\n"
