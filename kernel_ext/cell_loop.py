@@ -92,6 +92,7 @@ class CellLoop:
     def __init__(self) -> None:
         self.private = asyncio.SelectorEventLoop()  # for when the thread runs no usable loop
         self.loop: asyncio.AbstractEventLoop = self.private  # serving this (or the last) cell
+        self.face: _CellTask | None = None  # the running cell's asyncio face, entered on loop
 
     # -- the cell's side ----------------------------------------------------------------------
     def run(self, fn: Callable[[], T]) -> T:
@@ -184,15 +185,20 @@ class CellLoop:
         return interrupt
 
     # -- the driver ----------------------------------------------------------------------------
-    @staticmethod
-    def turn(loop: asyncio.AbstractEventLoop) -> None:
-        """One iteration of *loop* with a zero timeout, with no tinycoro engine visible."""
+    def turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One iteration of *loop* with a zero timeout, with no tinycoro engine visible and
+        the cell's asyncio face set aside (the loop's tasks step here)."""
         engine, task = _local.engine, _local.task
         _local.engine = _local.task = None  # asyncio tasks' tinycoro awaits use the hosted ring
+        face = self.face
+        if face is not None:
+            _leave_task(loop, face)
         try:
             loop.call_soon(_noop)  # something is ready: the iteration polls without blocking
             loop._run_once()  # type: ignore[attr-defined]
         finally:
+            if face is not None:
+                _enter_task(loop, face)
             _local.engine, _local.task = engine, task
 
     async def drive(self) -> None:
@@ -324,32 +330,37 @@ class _Forward:
     def __await__(self) -> Generator[Any, Any, Any]:
         cl, cell = self._cl, self._cell
         loop = cl.loop  # set by CellLoop.run before the cell's first step, which is now
-        face = _CellTask(_local.task, cell, loop)  # the cell's task is running this
+        # The face is asyncio's current task on the loop for the cell's whole run; only the
+        # turns set it aside (CellLoop.turn), as they are the one place other asyncio tasks
+        # step. Entering it once, not around each step, keeps a cell's step as cheap as before.
+        face = cl.face = _CellTask(_local.task, cell, loop)  # the cell's task is running this
+        _enter_task(loop, face)
         value: Any = None
         exc: BaseException | None = None
-        while True:
-            _enter_task(loop, face)
-            try:
-                y = cell.send(value) if exc is None else cell.throw(exc)
-            except StopIteration as e:
-                return e.value
-            finally:
-                _leave_task(loop, face)
-            value = exc = None
-            if y is None:  # asyncio's bare yield (sleep(0)): let the loop turn, then resume
-                y = YIELD
-                cl.poke()
-            if not _is_future(y):  # a tinycoro trap (anything else: the engine's TypeError)
-                if loop._ready:  # type: ignore[attr-defined]
-                    cl.poke()  # the cell queued asyncio callbacks, then awaits tinycoro
+        try:
+            while True:
                 try:
-                    value = yield y
-                except BaseException as e:  # noqa: BLE001 - delivered to the cell's await
-                    exc = e
-                continue
-            y._asyncio_future_blocking = False  # what an asyncio task does with it
-            if y.get_loop() is not loop:
-                exc = RuntimeError(f"the cell awaited {y!r}, attached to a different loop")
-                continue
-            exc = yield from cl._await_future(y)
-
+                    y = cell.send(value) if exc is None else cell.throw(exc)
+                except StopIteration as e:
+                    return e.value
+                value = exc = None
+                if y is None:  # asyncio's bare yield (sleep(0)): let the loop turn, then resume
+                    y = YIELD
+                    cl.poke()
+                if not _is_future(y):  # a tinycoro trap (anything else: the engine's TypeError)
+                    if loop._ready:  # type: ignore[attr-defined]
+                        cl.poke()  # the cell queued asyncio callbacks, then awaits tinycoro
+                    try:
+                        value = yield y
+                    except BaseException as e:  # noqa: BLE001 - delivered to the cell's await
+                        exc = e
+                    continue
+                y._asyncio_future_blocking = False  # what an asyncio task does with it
+                if y.get_loop() is not loop:
+                    exc = RuntimeError(f"the cell awaited {y!r}, attached to a different loop")
+                    continue
+                exc = yield from cl._await_future(y)
+        finally:
+            cl.face = None
+            if asyncio.current_task(loop) is face:
+                _leave_task(loop, face)
