@@ -154,6 +154,21 @@ def test_interrupting_an_asyncio_await_still_works(tck):
     assert tck.ok("await asyncio.sleep(0.01); 'next'").result() == "'next'"
 
 
+def test_the_loading_cell_serves_asyncio_from_the_kernels_loop_too(kernel_dirs):
+    k = kp._start(kernel_dirs, "plain")
+    try:
+        r = k.ok(
+            "%load_ext tinycoro\n"
+            "import asyncio, tinycoro as tc\n"
+            "await tc.sleep(0)\n"
+            "f = asyncio.ensure_future(asyncio.sleep(0.01, result='kept'))\n"
+            "(asyncio.get_running_loop().is_running(), asyncio.current_task().get_name(), await f)"
+        )
+        assert r.result() == "(True, '<cell>', 'kept')"
+    finally:
+        k.shutdown()
+
+
 # -- in process: the runner called from a running asyncio loop, as ipykernel calls it -----------
 @pytest.fixture
 def sh(monkeypatch):
