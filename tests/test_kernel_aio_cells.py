@@ -1,9 +1,11 @@
 """The asyncio loop of awaiting cells, in a real kernel (issue 18, defects 7 and 8).
 
-After ``%load_ext tinycoro`` the loop that serves a cell's asyncio work says it runs while the
-cell runs (asyncio libraries check ``is_running()``), and it keeps serving asyncio background
-tasks between cells, as ipykernel's own loop does in a plain kernel. asyncio awaitables inside
-tasks spawned from a cell fail with the TypeError that names ``tc.aio``.
+After ``%load_ext tinycoro`` the loop that serves a cell's asyncio work (the kernel's own) says
+it runs while the cell runs (asyncio libraries check ``is_running()``), and it keeps serving
+asyncio background tasks between cells, as in a plain kernel; asyncio's structured code
+(``asyncio.timeout``, ``TaskGroup``) finds the cell as its current task. asyncio awaitables
+inside tasks spawned from a cell fail with the TypeError that names ``tc.aio``. The last tests
+run the runner in process, called from a running loop as ipykernel calls it, and without one.
 """
 
 from __future__ import annotations
