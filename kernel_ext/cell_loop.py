@@ -1,18 +1,30 @@
 """The asyncio loop of awaiting cells, turned by the cell's tinycoro engine (see docs/jupyter.md).
 
 An awaiting cell is a tinycoro task on the guest engine (:mod:`kernel_ext.runner`), so tinycoro's
-awaitables, combinators, ``tc.timeout`` and ``tc.current_task()`` work in it as in any task. For
-its asyncio awaitables, :class:`CellLoop` keeps one private asyncio event loop per extension:
+awaitables, combinators, ``tc.timeout`` and ``tc.current_task()`` work in it as in any task. Its
+asyncio awaitables are served by *the kernel's own asyncio loop*: the one that called the cell
+runner (ipykernel's tornado-on-asyncio loop, which runs on the main thread between cells). So
+asyncio objects a cell makes (futures, ``asyncio.Event``, ``asyncio.create_task``) bind to the
+loop that keeps turning between cells: background asyncio tasks (heartbeats, pools, keep-alives)
+carry on while the kernel is idle, as in a plain kernel, and the loop reports
+``is_running()``, as asyncio libraries (dask's, tornado's) check. Only where no such loop runs
+(IPython without a kernel loop, or a loop that is not a ``SelectorEventLoop``, e.g. uvloop) does
+a private loop of :class:`CellLoop` serve the cell, run (``run_forever``) for the cell's duration
+and idle between cells.
 
-* while a cell runs, that loop is the thread's *running loop*, so ``asyncio.sleep``,
-  ``asyncio.gather``, ``asyncio.open_connection`` and asyncio-based libraries find it;
+* :meth:`CellLoop.run` calls the cell's engine with that loop running on the thread; in the
+  kernel's loop, the asyncio task that called the runner (ipykernel's ``execute_request``) is
+  set aside for the duration, as it would be while awaiting;
 * :meth:`CellLoop.forward` wraps the cell coroutine: an asyncio future the cell awaits is not
   handed to the engine (which refuses it) but waited for on a tinycoro Event that the future's
-  done callback sets, and its outcome is then sent into the cell, as an asyncio task would;
-* :meth:`CellLoop.drive`, a second task on the guest engine, turns the loop: one iteration
-  with a zero timeout (``stop()`` then ``run_forever()``, asyncio's documented one-turn idiom),
-  then an io_uring poll on the loop's selector with the next asyncio timer as its deadline. So
-  the engine's one sleep point also waits for asyncio's I/O and timers.
+  done callback sets, and its outcome is then sent into the cell, as an asyncio task would.
+  While the cell's code runs, asyncio's current task is the cell's asyncio face
+  (:class:`_CellTask`), so ``asyncio.timeout`` and ``asyncio.TaskGroup`` work in it;
+* :meth:`CellLoop.drive`, a second task on the guest engine, turns the loop while the cell runs:
+  one nested iteration with a zero timeout (``_run_once``, as the loop's own ``run_forever``
+  does), then an io_uring poll on the loop's selector with the next asyncio timer as its
+  deadline. So the engine's one sleep point also waits for asyncio's I/O and timers. Between
+  cells the kernel turns its loop itself.
 
 Inside a turn no tinycoro engine is visible on the thread, so tinycoro awaitables awaited by
 asyncio tasks (``asyncio.gather(tc.sleep(1), ...)``) run on the ring tinycoro hosts on the
@@ -30,14 +42,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from typing import Any, Coroutine, Generator
+from typing import Any, Callable, Coroutine, Generator, TypeVar
 
 import tinycoro as tc
 from tinycoro import uring
 from tinycoro.core.local import _local
+from tinycoro.core.task import Task
 from tinycoro.core.traps import YIELD, Op, perform_raw
 
 __all__ = ["CellLoop"]
+
+T = TypeVar("T")
+
+# asyncio's record of the task that runs on a loop (C implementations, no public name): the
+# cell is entered as its own task for each of its steps (_CellTask); the task that called the
+# runner is set aside while the cell runs (CellLoop._inside).
+_enter_task = asyncio.tasks._enter_task
+_leave_task = asyncio.tasks._leave_task
 
 
 def _noop() -> None:
@@ -48,28 +69,83 @@ def _is_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
 
-class CellLoop:
-    """The private asyncio loop of one extension's cells, and the tinycoro code that turns it.
+def _turnable(loop: asyncio.AbstractEventLoop | None) -> bool:
+    """Whether *loop*, this thread's running loop, can serve a cell: a running CPython
+    selector loop (ipykernel's), whose iterations the cell's engine can make."""
+    return (
+        isinstance(loop, asyncio.selector_events.BaseSelectorEventLoop)
+        and hasattr(loop, "_run_once")
+        and loop.is_running()
+    )
 
-    It leans on two attributes of CPython's ``BaseEventLoop`` that asyncio has no public name
-    for (``_ready`` and ``_scheduled``, read only) and on the selector's descriptor: the loop is
-    always a ``SelectorEventLoop`` made here, never a user's or uvloop's.
+
+class CellLoop:
+    """The asyncio loop that serves one extension's cells, and the tinycoro code that turns it.
+
+    It leans on CPython's ``BaseEventLoop`` in ways asyncio has no public name for: its
+    ``_run_once`` (one iteration; ``run_forever`` is a loop of it), ``_ready`` and
+    ``_scheduled`` (read only), ``tasks._enter_task``/``_leave_task`` (to set aside the task
+    that called the runner) and the selector's descriptor. :func:`_turnable` checks that the
+    loop is of that kind; otherwise the private ``SelectorEventLoop`` made here serves.
     """
 
     def __init__(self) -> None:
-        self.loop = asyncio.SelectorEventLoop()
-        self._selector_fd = self.loop._selector.fileno()  # type: ignore[attr-defined]
+        self.private = asyncio.SelectorEventLoop()  # for when the thread runs no usable loop
+        self.loop: asyncio.AbstractEventLoop = self.private  # serving this (or the last) cell
+        self.face: _CellTask | None = None  # the running cell's asyncio face, entered on loop
 
     # -- the cell's side ----------------------------------------------------------------------
-    @contextlib.contextmanager
-    def running(self):
-        """Make the loop the thread's running loop for the duration (one cell)."""
-        outer = asyncio._get_running_loop()  # ipykernel's, when it runs the cell from its loop
-        asyncio._set_running_loop(self.loop)
+    def run(self, fn: Callable[[], T]) -> T:
+        """Return ``fn()`` (the cell's engine, run to the cell's end), called with the loop that
+        serves the cell running on this thread."""
+        outer = asyncio._get_running_loop()  # ipykernel's, which called the runner
+        if _turnable(outer):
+            self.loop = outer
+            return self._inside(outer, fn)
+        self.loop = loop = self.private
+        outcome: list[Any] = []
+
+        def body() -> None:
+            try:
+                outcome.append(self._inside(loop, fn))
+            except BaseException as e:  # noqa: BLE001 - re-raised outside run_forever
+                outcome.append(_Raised(e))
+            finally:
+                loop.stop()
+
+        asyncio._set_running_loop(None)  # run_forever refuses to start under another loop
         try:
-            yield
+            loop.call_soon(body)
+            loop.run_forever()
         finally:
             asyncio._set_running_loop(outer)
+        if not outcome:  # the loop stopped before body ran (it cannot, but never hide it)
+            raise RuntimeError("the cell's asyncio loop stopped before the cell ran")
+        if isinstance(outcome[0], _Raised):
+            raise outcome[0].exc
+        return outcome[0]
+
+    @staticmethod
+    def _inside(loop: asyncio.AbstractEventLoop, fn: Callable[[], T]) -> T:
+        """``fn()`` inside one of *loop*'s callbacks, whose nested turns ``fn`` makes."""
+        # The asyncio task that called the runner (ipykernel's execute_request) is set aside,
+        # as it would be while it awaited: asyncio tasks then step in the cell's turns, and in
+        # the cell current_task() is the cell's own face (_CellTask), not that task.
+        caller = asyncio.current_task(loop)
+        if caller is not None:
+            _leave_task(loop, caller)
+        ready = loop._ready  # type: ignore[attr-defined]
+        waiting = len(ready)
+        try:
+            return fn()
+        finally:
+            # The iteration that runs this callback counted its ready callbacks before running
+            # them, and will pop that many; our turns ran some of them. Leave at least as many
+            # as there were (no-ops), or it would pop from an empty queue.
+            for _ in range(waiting - len(ready)):
+                loop.call_soon(_noop)
+            if caller is not None:
+                _enter_task(loop, caller)
 
     def poke(self) -> None:
         """Make the driver turn the loop soon (it may be waiting in its poll)."""
@@ -97,27 +173,40 @@ class CellLoop:
                 yield from done.wait().__await__()
         except BaseException:  # noqa: BLE001 - a second interrupt: stop waiting for it
             pass
+        if not fut.done():
+            return interrupt
+        if isinstance(interrupt, asyncio.CancelledError):
+            # asyncio's own cancel (of the cell's asyncio face, by asyncio.timeout, say): the
+            # cell takes the future's outcome, as an asyncio task does (CancelledError, or
+            # what a task that absorbed its cancellation returned).
+            return None
+        if not fut.cancelled():
+            fut.exception()  # the interrupt is what the cell sees; not "never retrieved"
         return interrupt
 
     # -- the driver ----------------------------------------------------------------------------
-    def turn(self) -> None:
-        """One loop iteration with a zero timeout, with no tinycoro engine visible."""
-        loop = self.loop
+    def turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        """One iteration of *loop* with a zero timeout, with no tinycoro engine visible and
+        the cell's asyncio face set aside (the loop's tasks step here)."""
         engine, task = _local.engine, _local.task
         _local.engine = _local.task = None  # asyncio tasks' tinycoro awaits use the hosted ring
-        asyncio._set_running_loop(None)  # run_forever refuses to start under a running loop
+        face = self.face
+        if face is not None:
+            _leave_task(loop, face)
         try:
-            loop.stop()
-            loop.run_forever()
+            loop.call_soon(_noop)  # something is ready: the iteration polls without blocking
+            loop._run_once()  # type: ignore[attr-defined]
         finally:
-            asyncio._set_running_loop(loop)
+            if face is not None:
+                _enter_task(loop, face)
             _local.engine, _local.task = engine, task
 
     async def drive(self) -> None:
         """Turn the loop while the cell runs (a task on the guest engine; cancel it after)."""
         loop = self.loop
+        selector_fd = loop._selector.fileno()  # type: ignore[attr-defined]
         while True:
-            self.turn()
+            self.turn(loop)
             if loop._ready:  # type: ignore[attr-defined]
                 await tc.yield_now()
                 continue
@@ -126,7 +215,7 @@ class CellLoop:
             if delay is not None and delay <= 0:
                 await tc.yield_now()
                 continue
-            poll = Op(uring.prep_poll_add, self._selector_fd, select.POLLIN)
+            poll = Op(uring.prep_poll_add, selector_fd, select.POLLIN)
             if delay is None:
                 await perform_raw(poll)
             else:
@@ -136,9 +225,11 @@ class CellLoop:
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self) -> None:
-        """Cancel the asyncio tasks cells left behind, close async generators (the hosted ring
-        with them) and the default executor, and close the loop. No engine runs here."""
-        loop = self.loop
+        """Cancel the asyncio tasks cells left on the private loop, close its async generators
+        (the hosted ring with them) and default executor, and close it. No engine runs here.
+        The kernel's own loop is the kernel's: what cells left there lives on, as in a plain
+        kernel."""
+        loop = self.private
         if loop.is_closed():
             return
         outer = asyncio._get_running_loop()
@@ -156,6 +247,77 @@ class CellLoop:
             asyncio._set_running_loop(outer)
 
 
+class _Raised:
+    """What :meth:`CellLoop.run`'s callback raised, carried out of ``run_forever``."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class _CellTask:
+    """The cell as asyncio sees it: ``asyncio.current_task()`` while the cell's code runs.
+
+    The cell is a tinycoro task, not an asyncio one, but asyncio's structured code asks for
+    the current task and uses a small part of it: ``asyncio.timeout`` (and ``wait_for`` on
+    Python 3.12+) and ``asyncio.TaskGroup`` call ``cancel()``, ``cancelling()`` and
+    ``uncancel()``. ``cancel()`` asks for ``asyncio.CancelledError`` at the cell's pending
+    await through the tinycoro interrupt path (the one a ``tc.timeout`` or the stop button
+    takes): an awaited asyncio future is cancelled and waited for, a pending io_uring
+    operation is cancelled in the kernel. When ``uncancel()`` brings the count back to zero,
+    cancellations still pending are withdrawn, so one that lost a race with the awaited
+    future's completion does not surface at a later await (as Python 3.13's tasks do).
+    """
+
+    __slots__ = ("_task", "_cell", "_loop", "_requests", "_pending")
+
+    def __init__(self, task: Task, cell: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop) -> None:
+        self._task = task
+        self._cell = cell
+        self._loop = loop
+        self._requests = 0
+        self._pending: list[BaseException] = []
+
+    def cancel(self, msg: Any = None) -> bool:
+        exc = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
+        if not self._task._interrupt(exc):
+            return False  # the cell has finished
+        self._requests += 1
+        self._pending.append(exc)
+        return True
+
+    def cancelling(self) -> int:
+        return self._requests
+
+    def uncancel(self) -> int:
+        if self._requests > 0:
+            self._requests -= 1
+            if self._requests == 0:
+                for exc in self._pending:
+                    self._task._withdraw(exc)  # the cell's own thread: it is the owner
+                self._pending.clear()
+        return self._requests
+
+    def done(self) -> bool:
+        return self._task.done()
+
+    def cancelled(self) -> bool:
+        return False  # while asyncio can see it, the cell runs
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def get_name(self) -> str:
+        return "<cell>"
+
+    def get_coro(self) -> Coroutine[Any, Any, Any]:
+        return self._cell
+
+    def __repr__(self) -> str:
+        return f"<the cell, as asyncio's current task; tinycoro {self._task!r}>"
+
+
 class _Forward:
     """The awaitable behind :meth:`CellLoop.forward` (a generator that drives the cell)."""
 
@@ -166,29 +328,39 @@ class _Forward:
         self._cell = cell
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        cl, cell, loop = self._cl, self._cell, self._cl.loop
+        cl, cell = self._cl, self._cell
+        loop = cl.loop  # set by CellLoop.run before the cell's first step, which is now
+        # The face is asyncio's current task on the loop for the cell's whole run; only the
+        # turns set it aside (CellLoop.turn), as they are the one place other asyncio tasks
+        # step. Entering it once, not around each step, keeps a cell's step as cheap as before.
+        face = cl.face = _CellTask(_local.task, cell, loop)  # the cell's task is running this
+        _enter_task(loop, face)
         value: Any = None
         exc: BaseException | None = None
-        while True:
-            try:
-                y = cell.send(value) if exc is None else cell.throw(exc)
-            except StopIteration as e:
-                return e.value
-            value = exc = None
-            if y is None:  # asyncio's bare yield (sleep(0)): let the loop turn, then resume
-                y = YIELD
-                cl.poke()
-            if not _is_future(y):  # a tinycoro trap (anything else: the engine's TypeError)
-                if loop._ready:  # type: ignore[attr-defined]
-                    cl.poke()  # the cell queued asyncio callbacks, then awaits tinycoro
+        try:
+            while True:
                 try:
-                    value = yield y
-                except BaseException as e:  # noqa: BLE001 - delivered to the cell's await
-                    exc = e
-                continue
-            y._asyncio_future_blocking = False  # what an asyncio task does with it
-            if y.get_loop() is not loop:
-                exc = RuntimeError(f"the cell awaited {y!r}, attached to a different loop")
-                continue
-            exc = yield from cl._await_future(y)
-
+                    y = cell.send(value) if exc is None else cell.throw(exc)
+                except StopIteration as e:
+                    return e.value
+                value = exc = None
+                if y is None:  # asyncio's bare yield (sleep(0)): let the loop turn, then resume
+                    y = YIELD
+                    cl.poke()
+                if not _is_future(y):  # a tinycoro trap (anything else: the engine's TypeError)
+                    if loop._ready:  # type: ignore[attr-defined]
+                        cl.poke()  # the cell queued asyncio callbacks, then awaits tinycoro
+                    try:
+                        value = yield y
+                    except BaseException as e:  # noqa: BLE001 - delivered to the cell's await
+                        exc = e
+                    continue
+                y._asyncio_future_blocking = False  # what an asyncio task does with it
+                if y.get_loop() is not loop:
+                    exc = RuntimeError(f"the cell awaited {y!r}, attached to a different loop")
+                    continue
+                exc = yield from cl._await_future(y)
+        finally:
+            cl.face = None
+            if asyncio.current_task(loop) is face:
+                _leave_task(loop, face)

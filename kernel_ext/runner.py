@@ -5,8 +5,9 @@ to ``shell.loop_runner`` on the kernel's main thread. :class:`CellRunner` drives
 as a tinycoro :class:`~tinycoro.core.task.Task` on a *guest* engine: the main thread acts as a
 temporary context with its own ready queue, io_uring ring and eventfd for as long as the cell
 runs, while ``tc.spawn`` from the cell dispatches to the extension's long-lived scheduler.
-The cell's asyncio awaitables are forwarded to a private asyncio loop that a second task on the
-same engine turns (:mod:`kernel_ext.cell_loop`), so a cell awaits both kinds.
+The cell's asyncio awaitables are forwarded to the kernel's own asyncio loop (the one that
+called the runner), which a second task on the same engine turns while the cell runs
+(:mod:`kernel_ext.cell_loop`), so a cell awaits both kinds.
 
 Interrupts (the kernel's SIGINT) and why they are handled the way they are
 --------------------------------------------------------------------------
@@ -132,8 +133,9 @@ class CellRunner:
         if not self._busy.acquire(blocking=False):
             coro.close()
             raise RuntimeError(
-                "another awaiting cell is running on the tinycoro runner in another thread (an "
-                "ipykernel subshell?); the cell engine serves one cell at a time"
+                "another awaiting cell is running on the tinycoro runner, in another thread (an "
+                "ipykernel subshell?) or around this call (asyncio work of that cell, e.g. a "
+                "widget callback, ran this one); the cell engine serves one cell at a time"
             )
         # The cell is known to the handler before the handler exists: an interrupt from here
         # on is delivered to it (at its first await if it has not started yet).
@@ -155,13 +157,16 @@ class CellRunner:
             for t in (task, *helpers):
                 engine.live.add(t)  # so that engine.abandon() finds it wherever it is
                 engine.push(t)
+
+            def serve() -> None:
+                engine.run(until=task)
+                self.running = None  # from here on, a SIGINT is too late for this cell
+                for t in helpers:
+                    t.cancel()
+                    engine.run(until=t)  # its poll or receive is cancelled and reaped
+
             try:
-                with cell_loop.running():
-                    engine.run(until=task)
-                    self.running = None  # from here on, a SIGINT is too late for this cell
-                    for t in helpers:
-                        t.cancel()
-                        engine.run(until=t)  # its poll or receive is cancelled and reaped
+                cell_loop.run(serve)  # with the loop serving the cell's asyncio work running
             except BaseException as exc:  # the engine itself failed mid-turn
                 # Never leave the cell suspended: cancel and wait out its I/O, take it off any
                 # waiter list, close its coroutine (finally blocks run) and finish it with exc.

@@ -42,6 +42,7 @@ from typing import Any, Generator
 from .. import uring
 from ..core.task import Task
 from ..core.traps import YIELD, Op, Park, install_driver
+from .guard import refusing
 
 HOST_RING_ENTRIES = 256
 _SKIP_UD = uring.SKIP_UD  # user_data of our own cancel SQEs (and of a failed prep's NOP)
@@ -533,4 +534,4 @@ def current_owner() -> LoopHost | None:
 
 
 def install() -> None:
-    install_driver(run_trap, current_waiter, current_owner)
+    install_driver(run_trap, current_waiter, current_owner, refusing)

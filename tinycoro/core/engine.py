@@ -70,7 +70,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
-from .errors import Cancelled
+from .errors import Cancelled, asyncio_in_task
 from .stats import FailureInfo, TaskInfo
 from .local import _local
 from .task import DONE, Task, describe
@@ -494,15 +494,12 @@ class Engine:
 
     def _bad_yield(self, task: Task, y: object) -> None:
         if _is_asyncio_future(y):
-            msg = (
-                f"{task.name} awaited an asyncio object ({type(y).__name__}) inside a tinycoro "
-                "task. tinycoro tasks run on tinycoro contexts, not on an asyncio event loop: "
-                "run it with `await tc.aio(...)`, or use tinycoro's awaitables (tc.sleep, "
-                "tc.io, tc.net, tc.Event, ...) instead"
-            )
+            exc = asyncio_in_task(task.name, f"an asyncio object ({type(y).__name__})")
+        elif y is None:  # a bare yield: asyncio's sleep(0), or a generator-based coroutine's
+            exc = asyncio_in_task(task.name, "a bare `yield` (asyncio.sleep(0) does that)")
         else:
-            msg = f"{task.name} yielded {y!r}, which is not a tinycoro trap"
-        task._exc = TypeError(msg)
+            exc = TypeError(f"{task.name} yielded {y!r}, which is not a tinycoro trap")
+        task._exc = exc
         self.ready.append(task)
 
     def _finish(

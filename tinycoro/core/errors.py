@@ -35,6 +35,18 @@ class ChannelClosed(Exception):
     """``send`` on a closed channel, or ``recv`` on a closed and drained one."""
 
 
+def asyncio_in_task(task_name: str, what: str) -> TypeError:
+    """The error of awaiting asyncio inside a tinycoro task (DESIGN section 4): it names the
+    task, what was awaited and the way out, ``tc.aio``. One text for every place that sees it
+    (the engine, for a future yielded to it; the context threads' stand-in asyncio loop)."""
+    return TypeError(
+        f"{task_name} awaited {what} inside a tinycoro task. tinycoro tasks run on tinycoro "
+        "contexts, not on an asyncio event loop: run it with `await tc.aio(...)` (e.g. "
+        "`await tc.aio(asyncio.sleep(1))`), or use tinycoro's awaitables (tc.sleep, tc.io, "
+        "tc.net, tc.Event, ...) instead"
+    )
+
+
 def oserror(res: int, what: str | None = None) -> OSError:
     """The ``OSError`` subclass for a negative io_uring result, keeping its errno."""
     code = -res

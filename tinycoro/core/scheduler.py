@@ -27,7 +27,7 @@ import time
 import types
 from typing import Any, Callable, Coroutine
 
-from . import _ki
+from . import _ki, traps
 from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
 from .errors import DeadlockError
@@ -209,7 +209,8 @@ class Scheduler:
 
     def _thread_main(self, engine: Engine) -> None:
         try:
-            engine.run()
+            with traps.context_thread():  # what asyncio code awaited in a task sees here
+                engine.run()
         except BaseException as e:  # a runtime bug: stop everything and report it from loop()
             log.exception("tinycoro context %s crashed", engine.id)
             with self._lock:

@@ -14,8 +14,9 @@ that says why, instead of confusing the foreign event loop.
 
 from __future__ import annotations
 
+import contextlib
 import types
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
 
 from .errors import oserror
 from .local import _local
@@ -92,17 +93,26 @@ _OUTSIDE = (
 # ``_local.engine is None`` branches below consult it: the engine's hot path is unchanged.
 # ``owner()`` returns what stands for the engine there: an object with ``call_soon(fn, *args)``
 # (any thread) and ``cancel_op(op)`` (its own thread), as closing a resource needs (rule 10).
+# ``context_thread()`` returns the context manager each context thread runs its engine in: the
+# driver's layer makes asyncio code awaited inside a task fail there with the TypeError that
+# names ``tc.aio`` (DESIGN section 4), instead of asyncio's "no running event loop".
 _driver_run: Callable[[Any], Any] | None = None
 _driver_waiter: Callable[[], Any] | None = None
 _driver_owner: Callable[[], Any] | None = None
+context_thread: Callable[[], ContextManager[Any]] = contextlib.nullcontext
 
 
 def install_driver(
-    run: Callable[[Any], Any], waiter: Callable[[], Any], owner: Callable[[], Any]
+    run: Callable[[Any], Any],
+    waiter: Callable[[], Any],
+    owner: Callable[[], Any],
+    thread: Callable[[], ContextManager[Any]] = contextlib.nullcontext,
 ) -> None:
-    """Install the driver for traps awaited outside any engine (see above)."""
-    global _driver_run, _driver_waiter, _driver_owner
+    """Install the driver for traps awaited outside any engine, and the context threads'
+    context manager (see above)."""
+    global _driver_run, _driver_waiter, _driver_owner, context_thread
     _driver_run, _driver_waiter, _driver_owner = run, waiter, owner
+    context_thread = thread
 
 
 def foreign_waiter() -> Any:
