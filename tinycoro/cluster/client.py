@@ -267,6 +267,12 @@ class Cluster:
         finally:
             for t in servers:
                 t.cancel()
+            # Return once every engine has closed its listeners, so the port is free again.
+            for t in servers:
+                try:
+                    await t
+                except (Cancelled, Exception):  # noqa: BLE001 - Cancelled, EngineLost: ended
+                    pass
 
     # -- stats, cancel -----------------------------------------------------------------------
     def _control(self, eid: int, content: dict) -> Any:
