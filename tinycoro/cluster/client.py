@@ -98,6 +98,22 @@ class _Owned:
         self.ipp_cluster = ipp_cluster
         self.loop = loop
         self.profile_dir = profile_dir
+        # Every process of the cluster, taken when it is up: an engine's nanny is its child,
+        # and outlives it for a while when the engine is killed (reparented, out of reach).
+        self.processes: list[Any] = []
+
+    def take_processes(self, engines: list[EngineInfo]) -> None:
+        self.processes = _process_trees(self._root_pids(engines))
+
+    def _root_pids(self, engines: list[EngineInfo]) -> set[int]:
+        roots = {e.pid for e in engines if e.host == socket.gethostname()}
+        ipc = self.ipp_cluster
+        if ipc is not None and ipc.controller is not None and getattr(ipc.controller, "pid", -1) > 0:
+            roots.add(ipc.controller.pid)
+        if ipc is not None:
+            for es in ipc.engines.values():
+                roots.update(la.pid for la in getattr(es, "launchers", {}).values() if la.pid > 0)
+        return roots
 
 
 class Cluster:
@@ -126,6 +142,7 @@ class Cluster:
         self._install_hooks()
         self._watcher: PidWatcher | None = None
         if owned is not None:  # our own processes on this host: watch their pids
+            owned.take_processes(list(self._live.values()))
             self._watcher = PidWatcher({i.id: i.pid for i in self._live.values()},
                                        self._pid_exited)
 
@@ -481,26 +498,29 @@ def connect(client: Any, *, timeout: float = START_TIMEOUT) -> Cluster:
     return Cluster(client, timeout=timeout)
 
 
+def _process_trees(pids: set[int]) -> list[Any]:
+    import psutil
+
+    out: list[Any] = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out.append(p)
+            out.extend(p.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def _stop_owned(client: Any, owned: _Owned, engines: list[EngineInfo]) -> None:
     """Stop the engines and controller of a cluster we started and wait until every one of
     their processes (and children: the engines' nannies) has exited."""
     import psutil
 
-    procs: list[Any] = []
-    roots = [e.pid for e in engines if e.host == socket.gethostname()]
+    seen = {p.pid for p in owned.processes}
+    procs = owned.processes + [p for p in _process_trees(owned._root_pids(engines))
+                               if p.pid not in seen]
     ipc = owned.ipp_cluster
-    if ipc is not None and ipc.controller is not None and getattr(ipc.controller, "pid", -1) > 0:
-        roots.append(ipc.controller.pid)
-    if ipc is not None:
-        for es in ipc.engines.values():
-            roots.extend(l.pid for l in getattr(es, "launchers", {}).values() if l.pid > 0)
-    for pid in set(roots):
-        try:
-            p = psutil.Process(pid)
-            procs.append(p)
-            procs.extend(p.children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
     try:
         if client is not None:
             client.close()
