@@ -113,5 +113,12 @@ class WaitOrFailWhenReleased:
         await fail_when_released(self.port, f"item {x} is bad")
 
 
+def tinycoro_loaded():
+    """(A plain function, for ipyparallel's apply.) Has this engine loaded the extension?"""
+    from IPython import get_ipython
+
+    return "tinycoro" in get_ipython().extension_manager.loaded
+
+
 def not_async():
     return 1

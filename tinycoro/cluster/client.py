@@ -379,7 +379,7 @@ class Cluster:
                 return
         try:
             if kind == "stream":
-                task._ctx.run(_write, msg["content"]["name"], msg["content"]["text"])
+                task._in_submitter(_write, msg["content"]["name"], msg["content"]["text"])
             elif kind == "data_message" and RESULT_KEY in msg["content"].get("keys", ()):
                 data, _ = deserialize_object(msg["buffers"])
                 token, outcome = data[RESULT_KEY]
