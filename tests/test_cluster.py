@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import socket
+import threading
 
 import pytest
 
@@ -214,7 +215,7 @@ def test_map_raises_the_first_failure_and_cancels_the_rest(cluster):
                what="the other map task to be cancelled")
 
     async def in_asyncio():
-        return await cluster.map(h.boom, ["from asyncio"])
+        return await cluster.map(h.boom, ["from asyncio"], limit=1)
 
     with pytest.raises(ValueError, match="from asyncio"):
         asyncio.run(in_asyncio())
@@ -340,6 +341,17 @@ def test_bad_input_is_refused_at_the_call(cluster):
         tc.run(cluster.serve(h.reply_pid, 0))
     with pytest.raises(TypeError, match="ipyparallel.Client"):
         tc.cluster.connect("not a client")
+    with pytest.raises(TypeError, match="pickle"):  # arguments travel pickled
+        cluster.submit(h.add, threading.Lock(), 1)
+    assert cluster.submit(h.add, 1, 1).result(T) == 2  # and nothing was left half-sent
+
+
+def test_map_in_asyncio_with_a_limit(cluster):
+    async def main():
+        return await asyncio.wait_for(cluster.map(h.item_and_pid, range(6), limit=1), T)
+
+    out = asyncio.run(main())
+    assert [x for x, _ in out] == list(range(6))
 
 
 def test_result_inside_a_tinycoro_task_is_refused(cluster):

@@ -16,6 +16,7 @@ route what comes back, both on its IO thread:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import inspect
 import itertools
@@ -124,6 +125,9 @@ class Cluster:
         self.client = client  # the ipyparallel.Client
         self._owned = owned
         self._lock = threading.Lock()
+        # Held around every request we send: jupyter_client's Session numbers its msg_ids with
+        # an unlocked counter, so two context threads submitting at once could get one id.
+        self._send_lock = threading.Lock()
         self._stopped = False
         self._info: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
         self._live: dict[int, EngineInfo] = {}
@@ -143,6 +147,9 @@ class Cluster:
         self._watcher: PidWatcher | None = None
         if owned is not None:  # our own processes on this host: watch their pids
             owned.take_processes(list(self._live.values()))
+            # At exit, a full stop (before ipyparallel's own exit hook, registered earlier):
+            # it also waits for the nannies and removes the profile directory.
+            atexit.register(self.stop)
             self._watcher = PidWatcher({i.id: i.pid for i in self._live.values()},
                                        self._pid_exited)
 
@@ -186,11 +193,19 @@ class Cluster:
 
     def _submit(self, fn: Any, args: tuple, kwargs: dict, engine: int | None,
                 name: str | None = None) -> RemoteTask:
-        eid = self._pick(engine)
         client = self.client
-        ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
         name = name or getattr(fn, "__qualname__", None) or repr(fn)
-        task = RemoteTask(self, eid, uuid.uuid4().hex, name, contextvars.copy_context())
+        context = contextvars.copy_context()
+        with self._send_lock:  # also makes "least loaded" see the submit before this one
+            eid = self._pick(engine)
+            task = RemoteTask(self, eid, uuid.uuid4().hex, name, context)
+            self._send_apply(task, fn, args, kwargs)
+        return task
+
+    def _send_apply(self, task: RemoteTask, fn: Any, args: tuple, kwargs: dict) -> None:
+        client = self.client
+        eid = task.engine
+        ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
 
         def registered(future: Any) -> None:
             # Called by ipyparallel before the request is sent: the task is known before any
@@ -209,7 +224,6 @@ class Cluster:
             ident=ident,
             message_future_hook=registered,
         )
-        return task
 
     async def map(self, fn: Callable[..., Coroutine[Any, Any, T]], iterable: Iterable[Any], *,
                   limit: int | None = None) -> list[T]:
@@ -294,8 +308,9 @@ class Cluster:
     # -- stats, cancel -----------------------------------------------------------------------
     def _control(self, eid: int, content: dict) -> Any:
         client = self.client
-        return client._send(client._control_stream, CONTROL_REQUEST, content=content,
-                            ident=client._engines[eid].encode("utf8"))
+        with self._send_lock:
+            return client._send(client._control_stream, CONTROL_REQUEST, content=content,
+                                ident=client._engines[eid].encode("utf8"))
 
     def stats(self, timeout: float = STATS_TIMEOUT) -> dict[int, SchedulerStats]:
         """Each live engine's ``SchedulerStats``, by engine id. The engines answer on their
@@ -429,6 +444,7 @@ class Cluster:
             self._watcher.stop()
         self._remove_hooks()
         if self._owned is not None:
+            atexit.unregister(self.stop)
             _stop_owned(self.client, self._owned, list(self._info.values()))
 
     def __enter__(self) -> "Cluster":
