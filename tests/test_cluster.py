@@ -73,6 +73,16 @@ def test_await_from_a_tinycoro_task(cluster):
     assert tc.run(main(), contexts=2) == (10, True)
 
 
+def test_tasks_on_every_context_submit_and_await_at_once(cluster, contexts):
+    async def one(i):
+        return await cluster.submit(h.add, i, 1000)
+
+    async def main():
+        return await tc.when_all(*(one(i) for i in range(40)))
+
+    assert tc.run(main(), contexts=contexts) == [i + 1000 for i in range(40)]
+
+
 def test_await_from_asyncio(cluster):
     async def main():
         return await asyncio.wait_for(_awaited(cluster.submit(h.add, "a", "b")), T)
@@ -267,6 +277,33 @@ def test_serve_spreads_connections_over_both_engines(cluster):
 
 async def _join(task):
     return await task
+
+
+def test_serve_with_several_listeners_per_engine(cluster):
+    port = cs.free_port()
+
+    def listening(n):
+        stats = cluster.stats()
+        return len(stats) == 2 and all(
+            sum(c.io_inflight for c in s.contexts) >= n for s in stats.values()
+        )
+
+    async def client():
+        conn = await tc.net.connect("127.0.0.1", port)
+        async with conn:
+            return int(await conn.recv())
+
+    async def clients():
+        return await tc.when_all(*(client() for _ in range(40)))
+
+    with tc.Scheduler(1) as s:
+        server = s.submit(cluster.serve(h.reply_pid, port, contexts=2))
+        wait_until(lambda: listening(2), timeout=T, what="two accepts in flight per engine")
+        assert set(s.run_sync(clients(), timeout=T)) == {e.pid for e in cluster.engines}
+        server.cancel()
+        with pytest.raises(tc.Cancelled):
+            s.run_sync(_join(server), timeout=T)
+    assert cs.port_is_free(port)
 
 
 def test_serve_returns_when_the_cluster_stops():
