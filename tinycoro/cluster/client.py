@@ -34,13 +34,13 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar
 import ipyparallel as ipp
 from ipyparallel.serialize import PrePickled, deserialize_object
 
-from ..core import Cancelled, SchedulerStats
+from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
 from ..sync import Event, Semaphore
 from . import engine as engine_side
 from .errors import EngineLost
 from .info import EngineInfo
-from .messages import CONTROL_REQUEST, RESULT_KEY, stats_from_dict
+from .messages import CONTROL_REQUEST, RESULT_KEY, stats_from_dict, tasks_from_list
 from .remote import RemoteTask
 from .watch import PidWatcher
 
@@ -316,24 +316,33 @@ class Cluster:
         """Each live engine's ``SchedulerStats``, by engine id. The engines answer on their
         control thread, so a busy engine (a long ``%px`` cell, say) answers at once; one that
         does not answer within *timeout* seconds is left out."""
+        return {eid: stats_from_dict(c["stats"]) for eid, c in self._probe("stats", timeout).items()}
+
+    def tasks(self, timeout: float = STATS_TIMEOUT) -> dict[int, tuple[TaskInfo, ...]]:
+        """Each live engine's live tasks (``Scheduler.tasks()``: id, name, context, state, what
+        it waits on, age), by engine id; answered like :meth:`stats`, never behind a busy
+        shell."""
+        return {eid: tasks_from_list(c["tasks"]) for eid, c in self._probe("tasks", timeout).items()}
+
+    def _probe(self, op: str, timeout: float) -> dict[int, dict]:
+        """Ask every live engine *op* on its control channel; the ``ok`` replies by engine."""
         with self._lock:
             ids = sorted(self._live)
         futures = {}
         for eid in ids:
             try:
-                futures[eid] = self._control(eid, {"op": "stats"})
+                futures[eid] = self._control(eid, {"op": op})
             except KeyError:  # unregistered meanwhile
                 pass
-        out: dict[int, SchedulerStats] = {}
-        loop_deadline = _Deadline(timeout)
+        out: dict[int, dict] = {}
+        deadline = _Deadline(timeout)
         for eid, fut in futures.items():
             try:
-                msg = fut.result(loop_deadline.left())
+                msg = fut.result(deadline.left())
             except Exception:  # noqa: BLE001 - timed out: left out
                 continue
-            content = msg["content"]
-            if content.get("status") == "ok":
-                out[eid] = stats_from_dict(content["stats"])
+            if msg["content"].get("status") == "ok":
+                out[eid] = msg["content"]
         return out
 
     def _send_cancel(self, task: RemoteTask) -> None:
