@@ -126,7 +126,8 @@ class Cluster:
         self._owned = owned
         self._lock = threading.Lock()
         # Held around every request we send: jupyter_client's Session numbers its msg_ids with
-        # an unlocked counter, so two context threads submitting at once could get one id.
+        # a counter it does not lock, and several context threads may submit at once (we do
+        # not count on the GIL making its read-and-increment atomic).
         self._send_lock = threading.Lock()
         self._stopped = False
         self._info: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
@@ -193,7 +194,6 @@ class Cluster:
 
     def _submit(self, fn: Any, args: tuple, kwargs: dict, engine: int | None,
                 name: str | None = None) -> RemoteTask:
-        client = self.client
         name = name or getattr(fn, "__qualname__", None) or repr(fn)
         context = contextvars.copy_context()
         with self._send_lock:  # also makes "least loaded" see the submit before this one
@@ -205,15 +205,25 @@ class Cluster:
     def _send_apply(self, task: RemoteTask, fn: Any, args: tuple, kwargs: dict) -> None:
         client = self.client
         eid = task.engine
-        ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
+        try:
+            ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
+        except KeyError:  # ipyparallel saw it unregister before our watcher did
+            self._engine_lost(eid, "it left the cluster")
+            raise EngineLost(f"{self._info[eid]} was lost") from None
 
         def registered(future: Any) -> None:
             # Called by ipyparallel before the request is sent: the task is known before any
             # message about it can arrive on the IO thread.
             task.msg_id = future.msg_id
             with self._lock:
-                self._by_msg[future.msg_id] = task
-                self._by_engine[eid].add(task)
+                live = eid in self._live
+                if live:  # else its engine was lost since _pick: no one would end it
+                    self._by_msg[future.msg_id] = task
+                    self._by_engine[eid].add(task)
+            if not live:
+                task._finish(None, EngineLost(f"{self._info[eid]} was lost before {task.name!r} "
+                                              "could start"))
+                return
             future.add_done_callback(lambda f: task._acked(f.result()))
 
         client.send_apply_request(
@@ -236,6 +246,8 @@ class Cluster:
         items = list(iterable)
         if not items:
             return []
+        if not self.engines:
+            self._pick(None)  # raises: stopped, or every engine lost
         shipped = PrePickled(fn)  # pickled once, not once per item
         name = getattr(fn, "__qualname__", None) or repr(fn)
         slots = Semaphore(limit * len(self.engines)) if limit is not None else None
@@ -284,6 +296,8 @@ class Cluster:
         check_int("port", port, min=1, max=65535)
         if contexts is not None:
             check_int("contexts", contexts, min=1)
+        if not self.engines:
+            self._pick(None)  # raises: stopped, or every engine lost
         servers = [self._submit(engine_side.serve_here, (handler, host, port, contexts), {}, e.id,
                                 f"serve {host}:{port}") for e in self.engines]
         for t in servers:
