@@ -397,6 +397,14 @@ def test_bad_input_is_refused_at_the_call(cluster):
         tc.run(cluster.serve(h.reply_pid, 0))
     with pytest.raises(TypeError, match="ipyparallel.Client"):
         tc.cluster.connect("not a client")
+    threads = set(threading.enumerate())
+    with pytest.raises(ValueError, match="n must be"):
+        tc.cluster.start(0)
+    with pytest.raises(ValueError, match="contexts must be"):
+        tc.cluster.start(1, contexts=0)
+    with pytest.raises(TypeError, match="n must be an int"):
+        tc.cluster.start(1.5)
+    assert set(threading.enumerate()) == threads  # refused before anything started
     with pytest.raises(TypeError, match="pickle"):  # arguments travel pickled
         cluster.submit(h.add, threading.Lock(), 1)
     assert cluster.submit(h.add, 1, 1).result(T) == 2  # and nothing was left half-sent
