@@ -4,10 +4,11 @@ Everything travels over ipyparallel (DESIGN rule 15: no process pool or protocol
 see :mod:`.messages` for the three message shapes used. Two hooks into the ipyparallel client
 route what comes back, both on its IO thread:
 
-* its IOPub stream: a task's output (``stream`` messages) is written again here inside the
-  ``contextvars.Context`` captured at submit, so in a notebook it lands in the cell that
-  submitted the task, also after that cell ended; its outcome (a ``data_message``) completes
-  the :class:`RemoteTask`. Every other message goes on to ipyparallel's own handler.
+* its IOPub stream: a task's output (``stream`` and ``display_data`` messages) is written
+  again here inside the ``contextvars.Context`` captured at submit, so in a notebook it lands
+  in the cell that submitted the task, also after that cell ended; its outcome (a
+  ``data_message``) completes the :class:`RemoteTask`. Every other message (and the status
+  messages of ours) goes on to ipyparallel's own handler.
 * its registration callbacks: an engine that leaves the cluster fails its tasks with
   :class:`EngineLost`. For a cluster started here the engine pids are also watched
   (:mod:`.watch`), which notices a killed engine at once.
