@@ -30,6 +30,7 @@ after rendering the final "stopped" state once the cluster stops.
 from __future__ import annotations
 
 import collections
+import html
 import os
 import socket
 import time
@@ -172,7 +173,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     """One engine's group: its own row (process CPU beside the sum of its contexts' busy, and
     the sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
-    name = f"engine {engine.id} &middot; {engine.host}:{engine.pid}"
+    name = f"engine {engine.id} · {html.escape(engine.host)}:{engine.pid}"
     if stats is None:
         cells = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
         return _d.row_html(f"{scope}engine", cells, ' class="tc-engine"')
@@ -203,7 +204,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     ]
     head = _d.row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
     shown = stats if running else _stopped(stats)
-    return head + _d.context_rows(shown, history, now, scope=scope, name="&nbsp;&nbsp;ctx {}")
+    return head + _d.context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}")
 
 
 def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:
@@ -290,7 +291,11 @@ class ClusterRefresher(RefreshThread):
 
     def dashboard(self) -> ClusterDashboard:
         """A new dashboard for this cluster; the refresher thread starts with the first."""
-        board: ClusterDashboard = self._add(ClusterDashboard(self._engines, self._stats))
+        try:  # rows from the start; the refresher thread adds history and CPU
+            engines, stats = tuple(self.cluster.engines), self.cluster.stats()
+        except Exception:  # noqa: BLE001 - a stopped cluster: its last state
+            engines, stats = self._engines, self._stats
+        board: ClusterDashboard = self._add(ClusterDashboard(engines, stats))
         return board
 
     def sample(self) -> tuple[Sequence[EngineLike], Mapping[int, tc.SchedulerStats], float, bool]:
