@@ -80,6 +80,16 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str):
+    """``tc.cluster`` imports :mod:`tinycoro.cluster` on first use: ``import tinycoro`` never
+    imports ipyparallel (the optional extra ``tinycoro[cluster]``)."""
+    if name == "cluster":
+        import importlib
+
+        return importlib.import_module(".cluster", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def load_ipython_extension(ipython):  # pragma: no cover - exercised by the kernel tests
     """``%load_ext tinycoro``: the notebook layer lives in kernel_ext, imported only here."""
     from kernel_ext import load_ipython_extension as _load

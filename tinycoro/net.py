@@ -368,6 +368,28 @@ class TcpListener(Listener):
         tls = " tls" if self.ssl is not None else ""
         return f"<tinycoro.net.TcpListener {state}{tls}>"
 
+    @classmethod
+    def from_socket(cls, sock: socket.socket, *, ssl: Any = None) -> "TcpListener":
+        """Adopt *sock*, a bound, listening TCP socket (``SOCK_STREAM``, IPv4 or IPv6), e.g.
+        one inherited from a supervisor or made with options ``listen`` does not set.
+
+        The listener owns the socket from then on: its ``close()`` closes it. A socket that
+        is not a listening TCP socket is refused here, not at the first ``accept``.
+        """
+        if not isinstance(sock, socket.socket):
+            raise TypeError(f"sock must be a socket.socket, got {sock!r}")
+        if sock.fileno() < 0:
+            raise ValueError("sock is closed")
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+            raise ValueError(f"sock must be an AF_INET or AF_INET6 SOCK_STREAM socket, got {sock!r}")
+        if not sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            raise ValueError(f"sock must be bound and listening (call bind() and listen()): {sock!r}")
+        if ssl is not None:
+            from .tls import check_context
+
+            check_context(ssl)
+        return cls(sock, ssl)
+
     def _wrap(self, fd: int) -> socket.socket:
         sock = socket.socket(fileno=fd)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -482,11 +504,21 @@ def _check_backlog(backlog: Any) -> int:
 
 
 async def listen(
-    host: str = "127.0.0.1", port: int = 0, backlog: int = 128, *, ssl: Any = None
+    host: str = "127.0.0.1",
+    port: int = 0,
+    backlog: int = 128,
+    *,
+    ssl: Any = None,
+    reuse_port: bool = False,
 ) -> TcpListener:
     """A listener bound to *host*:*port* (port 0 picks a free one: see ``listener.port``).
-    With *ssl* (an ``ssl.SSLContext``), accepted streams speak TLS."""
+    With *ssl* (an ``ssl.SSLContext``), accepted streams speak TLS. With *reuse_port*
+    (SO_REUSEPORT), several sockets, in this or other processes, may listen on one port, and
+    the kernel spreads incoming connections over them (how ``tc.cluster.serve`` spreads
+    connections over engines)."""
     backlog = _check_backlog(backlog)
+    if not isinstance(reuse_port, bool):
+        raise TypeError(f"reuse_port must be a bool, got {reuse_port!r}")
     if ssl is not None:
         from .tls import check_context
 
@@ -495,6 +527,8 @@ async def listen(
     sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((numeric, port))
         sock.listen(backlog)
     except BaseException:

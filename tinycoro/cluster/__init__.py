@@ -1,0 +1,41 @@
+"""tinycoro on an ipyparallel cluster: many processes (and hosts), one tinycoro scheduler each.
+
+Under the GIL, contexts in one process overlap I/O but do not add CPU (DESIGN rule 15); engines
+do. Each engine is an IPython kernel with the tinycoro extension loaded, so a task submitted
+here runs as a task of the engine's scheduler, its output comes home to the cell that submitted
+it, and ``%px`` cells on the engines can ``await`` as notebook cells do.
+
+    import tinycoro as tc
+
+    cluster = tc.cluster.start(2)            # two local engines, one context each
+    t = cluster.submit(work, 10)             # work: an async function
+    print(await t)                           # or t.result(timeout) from plain Python
+    cluster.stop()
+
+This package is the optional extra ``tinycoro[cluster]``; ``import tinycoro`` never imports it
+(``tc.cluster`` imports it on first use).
+"""
+
+from __future__ import annotations
+
+try:
+    import ipyparallel  # noqa: F401
+except ImportError as e:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "tinycoro.cluster needs ipyparallel, an optional extra: pip install 'tinycoro[cluster]'"
+    ) from e
+
+from .client import Cluster, connect, start
+from .errors import EngineLost, RemoteTraceback
+from .info import EngineInfo
+from .remote import RemoteTask
+
+__all__ = [
+    "Cluster",
+    "EngineInfo",
+    "EngineLost",
+    "RemoteTask",
+    "RemoteTraceback",
+    "connect",
+    "start",
+]

@@ -1,0 +1,205 @@
+"""The engine side: what runs inside each ipyparallel engine (an IPython kernel).
+
+``setup`` (applied once on every engine when a cluster is started or connected) loads the
+tinycoro extension if the engine did not preload it and installs one :class:`Agent`. The agent
+starts submitted tasks on the engine's default scheduler, sends each task's outcome home, and
+answers stats probes and cancels on the kernel's control thread.
+
+Why the control thread: an engine's shell runs one request at a time on its main thread, and a
+``%px`` cell that awaits blocks that thread until it ends. ipykernel serves the control channel
+on a thread of its own (that is how an interrupt or a shutdown reaches a busy kernel), so a probe
+sent there is answered while the shell is busy; ``Scheduler.stats()`` needs no lock.
+
+Why the apply request's context: ``start_task`` runs inside the apply request, where ipykernel's
+ContextVar holds that request's parent header. The task gets a copy of that context (DESIGN rule
+9), so what it prints, whenever it prints it, goes to IOPub under the request that submitted it,
+also after the request has replied; the client routes it home by that header.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import socket
+import sys
+import threading
+from collections.abc import Coroutine
+from functools import partial
+from typing import Any, Callable
+
+from ipyparallel.serialize import serialize_object
+
+import tinycoro as tc
+
+from .messages import (
+    CONTROL_REPLY,
+    CONTROL_REQUEST,
+    RESULT_KEY,
+    error_outcome,
+    outcome_of,
+    stats_to_dict,
+)
+
+_agent: "Agent | None" = None
+_agent_lock = threading.Lock()
+
+
+class Agent:
+    """The tinycoro side of one engine: its submitted tasks and its control handler."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.kernel = shell.kernel
+        self._lock = threading.Lock()
+        self._tasks: dict[str, tc.Task] = {}  # token -> task, while it runs
+        self.kernel.control_handlers[CONTROL_REQUEST] = self._on_control
+
+    # -- scheduler ---------------------------------------------------------------------------
+    @staticmethod
+    def scheduler() -> tc.Scheduler:
+        sched = tc.get_default_scheduler()
+        if sched is None or not sched.stats().running:
+            raise RuntimeError(
+                "this engine's tinycoro scheduler is not running (was the extension unloaded "
+                "or stopped? %tinycoro restart starts it again)"
+            )
+        return sched
+
+    # -- tasks -------------------------------------------------------------------------------
+    def start(self, token: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> int:
+        """Start ``fn(*args, **kwargs)`` as a task of this engine's scheduler; its outcome is
+        published when it ends. Runs inside the apply request (the shell's main thread)."""
+        sched = self.scheduler()
+        coro = fn(*args, **kwargs)
+        if not isinstance(coro, Coroutine):
+            raise TypeError(
+                f"{getattr(fn, '__qualname__', fn)!r} returned {type(coro).__name__}, not a "
+                "coroutine: submit takes an async function"
+            )
+        parent = self.kernel.get_parent("shell")
+        ctx = contextvars.copy_context()  # holds the apply request's parent header
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        with self._lock:  # _finished takes it too: the token is known before it can be removed
+            task = sched.submit_watched(
+                coro, partial(self._finished, token, parent, ctx), name=name, context=ctx
+            )
+            self._tasks[token] = task
+        return task.id
+
+    def _finished(self, token: str, parent: dict, ctx: contextvars.Context, task: tc.Task) -> None:
+        """Done callback (on the task's context thread): send the outcome home."""
+        with self._lock:
+            self._tasks.pop(token, None)
+        ctx.run(self._publish, token, parent, task)
+
+    def _publish(self, token: str, parent: dict, task: tc.Task) -> None:
+        # What the task printed goes out first: the client completes the task on the outcome.
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream must not lose the outcome
+                pass
+        exc = task.exception()
+        outcome = outcome_of(exc, None if exc is not None else task.result())
+        session = self.kernel.session
+        try:
+            buffers = serialize_object(
+                {RESULT_KEY: (token, outcome)},
+                buffer_threshold=session.buffer_threshold,
+                item_threshold=session.item_threshold,
+            )
+        except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be pickled
+            err = TypeError(f"the result of {task.name!r} could not be sent back: {e!r}")
+            buffers = serialize_object({RESULT_KEY: (token, error_outcome(err))})
+        session.send(
+            self.kernel.iopub_socket,  # ipykernel's IOPub thread: safe from any thread
+            "data_message",
+            content={"keys": [RESULT_KEY]},
+            parent=parent,
+            buffers=buffers,
+            ident=f"engine.{self.kernel.engine_id}.datapub".encode(),
+        )
+
+    # -- control channel ---------------------------------------------------------------------
+    def _on_control(self, stream: Any, ident: Any, msg: dict) -> None:
+        """A ``CONTROL_REQUEST`` (on ipykernel's control thread): ``stats`` or ``cancel``."""
+        content = msg.get("content", {})
+        op = content.get("op")
+        try:
+            if op == "stats":
+                reply: dict = {"status": "ok", "stats": stats_to_dict(self.scheduler().stats())}
+            elif op == "cancel":
+                with self._lock:
+                    task = self._tasks.get(content.get("token"))
+                found = task is not None and task.cancel()
+                reply = {"status": "ok", "found": found}
+            else:
+                raise ValueError(f"unknown tinycoro control op {op!r}")
+        except Exception as e:  # noqa: BLE001 - answered, never raised into the control thread
+            reply = {"status": "error", "ename": type(e).__name__, "evalue": str(e),
+                     "traceback": []}
+        self.kernel.session.send(stream, CONTROL_REPLY, reply, parent=msg, ident=ident)
+
+
+def _shell() -> Any:
+    from IPython import get_ipython  # only ever imported on an engine
+
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        raise RuntimeError("tinycoro.cluster.engine runs on an ipyparallel engine only")
+    return shell
+
+
+def setup() -> dict:
+    """Applied on each engine at start/connect: load the extension, install the agent, and
+    say who we are (``EngineInfo`` fields)."""
+    global _agent
+    shell = _shell()
+    if "tinycoro" not in shell.extension_manager.loaded:
+        shell.extension_manager.load_extension("tinycoro")
+    with _agent_lock:
+        if _agent is None or _agent.kernel is not shell.kernel:
+            _agent = Agent(shell)
+    return {"id": shell.kernel.engine_id, "host": socket.gethostname(), "pid": os.getpid()}
+
+
+def start_task(token: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> int:
+    """The function every submit applies: start ``fn(*args, **kwargs)``; return its task id."""
+    if _agent is None:
+        raise RuntimeError("tinycoro.cluster is not set up on this engine (use tc.cluster.connect)")
+    return _agent.start(token, fn, args, kwargs)
+
+
+async def serve_here(handler: Callable[[Any], Any], host: str, port: int,
+                     acceptors: int | None) -> None:
+    """One engine's part of ``Cluster.serve``: *acceptors* listeners on one port (SO_REUSEPORT,
+    default: one per context of this engine's scheduler), a task per connection running
+    ``handler(conn)``; until cancelled. A failing handler is reported like any unawaited
+    task (in the cell that started the server) and the others carry on."""
+    count = acceptors or Agent.scheduler().contexts
+    listeners: list = []
+    accepting: list[tc.Task] = []
+    live: set[tc.Task] = set()
+
+    async def one(conn: Any) -> None:
+        async with conn:
+            await handler(conn)
+
+    async def accept_loop(lst: Any) -> None:
+        while True:
+            conn = await lst.accept()
+            t = tc.spawn(one(conn), name=getattr(handler, "__qualname__", "handler"))
+            live.add(t)
+            t._add_done_callback(live.discard)
+
+    try:
+        for _ in range(count):
+            listeners.append(await tc.net.listen(host, port, reuse_port=True))
+        accepting = [tc.spawn(accept_loop(lst), name=f"accept on {host}:{port}")
+                     for lst in listeners]
+        await tc.when_all(*accepting)
+    finally:
+        for t in accepting + list(live):
+            t.cancel()
+        for lst in listeners:
+            await lst.close()

@@ -1,0 +1,26 @@
+"""Exceptions of the cluster layer."""
+
+from __future__ import annotations
+
+
+class EngineLost(RuntimeError):
+    """The engine a remote task ran on died (or left the cluster) before the task ended.
+
+    Noticed within about a second: the pid of a local engine is watched, and the controller's
+    unregistration notice covers engines on other hosts.
+    """
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised on an engine, as text.
+
+    A remote exception is re-raised here as itself (unpickled), with this as its ``__cause__``,
+    so the local traceback shows where it happened over there.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return "\n\n" + self.text.rstrip("\n")

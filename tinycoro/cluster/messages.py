@@ -1,0 +1,60 @@
+"""The few message shapes the client and the engine side share, all carried by ipyparallel.
+
+* Tasks travel as ordinary ``apply_request`` messages (ipyparallel serialises the function and
+  its arguments); the engine replies at once, when the task is started.
+* A task's outcome travels later as a ``data_message`` on IOPub (ipyparallel's own message for
+  data an engine publishes) with the apply request as its parent, under ``RESULT_KEY``.
+* Stats probes and cancels are ``CONTROL_REQUEST`` messages on the control channel, which an
+  engine serves on its control thread: they never queue behind a busy shell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import traceback
+from typing import Any
+
+from ..core import Cancelled, ContextStats, SchedulerStats
+
+CONTROL_REQUEST = "tinycoro_request"
+CONTROL_REPLY = "tinycoro_reply"
+RESULT_KEY = "tinycoro_result"
+
+# outcome kinds
+OK = "ok"
+ERROR = "error"
+CANCELLED = "cancelled"
+
+
+def error_outcome(exc: BaseException) -> tuple:
+    """``(ERROR, pickled exception or None, type name, message, traceback text)``.
+
+    The exception travels pickled when it can (so the client re-raises the same type); its
+    traceback always travels as text, since frames cannot.
+    """
+    try:
+        data: bytes | None = pickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - an unpicklable exception still travels as text
+        data = None
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return (ERROR, data, type(exc).__name__, str(exc), text)
+
+
+def outcome_of(exc: BaseException | None, value: Any) -> tuple:
+    if exc is None:
+        return (OK, value)
+    if isinstance(exc, Cancelled):
+        return (CANCELLED,)
+    return error_outcome(exc)
+
+
+def stats_to_dict(stats: SchedulerStats) -> dict:
+    """JSON-safe, for a control reply."""
+    return dataclasses.asdict(stats)
+
+
+def stats_from_dict(d: dict) -> SchedulerStats:
+    d = dict(d)
+    d["contexts"] = tuple(ContextStats(**c) for c in d["contexts"])
+    return SchedulerStats(**d)

@@ -1,0 +1,186 @@
+"""RemoteTask: the client's handle on a task that runs on an engine."""
+
+from __future__ import annotations
+
+import contextvars
+import pickle
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Generator
+
+from ipyparallel.error import EngineError, RemoteError
+
+from ..core import Cancelled, current_context
+from ..sync import Event
+from .errors import EngineLost, RemoteTraceback
+from .messages import CANCELLED, ERROR, OK
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Cluster
+
+_PENDING, _DONE = "pending", "done"
+
+
+class RemoteTask:
+    """A task submitted to an engine (``Cluster.submit``).
+
+    ``await t`` works in a tinycoro task, a notebook cell and asyncio (it waits on a
+    ``tc.Event``, which all three can await); ``t.result(timeout)`` blocks plain Python.
+    A remote exception is re-raised here as itself, with the remote traceback as its
+    ``__cause__`` (a :class:`RemoteTraceback`); ``EngineLost`` if the engine died first;
+    ``tc.Cancelled`` after ``cancel()``. A failure nothing here awaits is reported on stderr in
+    the context that submitted it, i.e. in the submitting notebook cell (DESIGN rule 9).
+    """
+
+    def __init__(self, cluster: "Cluster", engine: int, token: str, name: str,
+                 context: contextvars.Context) -> None:
+        self._cluster = cluster
+        self.engine: int = engine  # the engine's id, the key of Cluster.stats()
+        self.name = name
+        self.msg_id: str | None = None  # of the apply request that started it
+        self._token = token
+        self._ctx = context
+        self._lock = threading.Lock()
+        self._state = _PENDING
+        self._value: Any = None
+        self._exc: BaseException | None = None
+        self._started = False  # the engine has started it (its apply request replied)
+        self._cancel_requested = False
+        self._observed = False  # a caller (map, serve) takes care of the outcome
+        self._waiters = 0  # awaits and result() calls in progress
+        self._callbacks: list[Callable[["RemoteTask"], None]] = []
+        self._event = Event()
+        self._finished = threading.Event()
+
+    # -- public API --------------------------------------------------------------------------
+    def done(self) -> bool:
+        return self._state is _DONE
+
+    def cancel(self) -> bool:
+        """Ask for ``tc.Cancelled`` at the remote task's pending await (its ``finally`` blocks
+        run there). False if it has already ended. Any thread; does not wait."""
+        with self._lock:
+            if self._state is _DONE:
+                return False
+            first = not self._cancel_requested
+            self._cancel_requested = True
+            send = first and self._started
+        if send:  # otherwise sent when the engine says it has started the task
+            self._cluster._send_cancel(self)
+        return True
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Block until the task ends; its value, or raise its exception. TimeoutError after
+        *timeout* seconds (the task keeps running). Not from inside a tinycoro task: await."""
+        if current_context() is not None:
+            raise RuntimeError("RemoteTask.result() would block a tinycoro context; await it")
+        with self._lock:
+            self._waiters += 1
+        try:
+            if not self._finished.wait(timeout):
+                raise TimeoutError(f"{self!r} did not finish within {timeout} s")
+        finally:
+            with self._lock:
+                self._waiters -= 1
+        return self._outcome()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        with self._lock:
+            self._waiters += 1
+        try:
+            yield from self._event.wait().__await__()
+        finally:
+            with self._lock:
+                self._waiters -= 1
+        return self._outcome()
+
+    def __repr__(self) -> str:
+        return f"<RemoteTask {self.name!r} engine={self.engine} {self._state}>"
+
+    # -- driven by the cluster (the client's IO thread, or the engine watcher) ----------------
+    def _outcome(self) -> Any:
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+    def _add_done_callback(self, fn: Callable[["RemoteTask"], None]) -> None:
+        with self._lock:
+            if self._state is not _DONE:
+                self._callbacks.append(fn)
+                return
+        fn(self)
+
+    def _acked(self, reply: Any) -> None:
+        """The engine's reply to the apply request: started, or why not."""
+        if isinstance(reply, EngineError):
+            self._finish(None, EngineLost(f"{self._where()} died before it started {self.name!r}"))
+            return
+        if isinstance(reply, BaseException):  # e.g. the function could not be unpickled there
+            self._finish(None, reply)
+            return
+        with self._lock:
+            self._started = True
+            send = self._cancel_requested and self._state is not _DONE
+        if send:
+            self._cluster._send_cancel(self)
+
+    def _resolve(self, outcome: tuple) -> None:
+        """The outcome the engine published when the task ended."""
+        kind = outcome[0]
+        if kind == OK:
+            self._finish(outcome[1], None)
+        elif kind == CANCELLED:
+            self._finish(None, Cancelled())
+        elif kind == ERROR:
+            self._finish(None, self._exception_from(outcome))
+        else:  # pragma: no cover - a newer engine side
+            self._finish(None, RuntimeError(f"unknown outcome {kind!r} from {self._where()}"))
+
+    def _finish(self, value: Any, exc: BaseException | None) -> bool:
+        """Record the outcome (the first one wins) and wake every waiter."""
+        with self._lock:
+            if self._state is _DONE:
+                return False
+            self._value, self._exc = value, exc
+            self._state = _DONE
+            unawaited = self._waiters == 0 and not self._observed
+            callbacks, self._callbacks = self._callbacks, []
+        self._finished.set()
+        self._event.set()
+        self._cluster._forget(self)
+        for fn in callbacks:
+            fn(self)
+        if exc is not None and unawaited and not isinstance(exc, Cancelled):
+            self._ctx.run(self._report, exc)
+        return True
+
+    def _where(self) -> str:
+        info = self._cluster._info.get(self.engine)
+        return str(info) if info is not None else f"engine {self.engine}"
+
+    def _exception_from(self, outcome: tuple) -> BaseException:
+        _, data, ename, evalue, text = outcome
+        exc: Any = None
+        if data is not None:
+            try:
+                exc = pickle.loads(data)
+            except Exception:  # noqa: BLE001 - e.g. its class does not exist here
+                exc = None
+        if not isinstance(exc, BaseException):
+            exc = RemoteError(ename, evalue, text)
+        exc.__cause__ = RemoteTraceback(f"on {self._where()}:\n{text}")
+        return exc
+
+    def _report(self, exc: BaseException) -> None:
+        """A failure nothing awaited: say so on stderr, in the submitter's context (so a
+        notebook shows it in the cell that submitted the task)."""
+        cause = exc.__cause__
+        detail = cause.text if isinstance(cause, RemoteTraceback) else f"{type(exc).__name__}: {exc}\n"
+        try:
+            sys.stderr.write(
+                f"tinycoro: remote task {self.name!r} on {self._where()} failed and nothing "
+                f"awaited it:\n{detail}"
+            )
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001 - a closed stderr must not break the client's IO thread
+            pass
