@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from typing import Any, Sequence
 
 from IPython.core.error import UsageError
@@ -24,6 +25,7 @@ from .magics import format_status, format_tasks
 __all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
 
 ACTIONS = ("start", "connect", "status", "tasks", "dashboard", "stop")
+TASKS_TIMEOUT = 10.0  # seconds for the engines to list their tasks
 NAME = "cluster"  # the user-namespace name start and connect bind the cluster to
 _NEEDS = "pip install 'tinycoro[cluster]' (or pip install ipyparallel)"
 
@@ -142,11 +144,9 @@ class ClusterCommands:
 
         if args.file is not None and not os.path.isfile(args.file):
             raise UsageError(f"%tinycoro cluster connect: no connection file {args.file!r}")
-        kw = {"url_file": args.file} if args.file is not None else {}
-        if args.profile is not None:
-            kw["profile"] = args.profile
-        try:
-            client = ipyparallel.Client(**kw)
+        kw = {} if args.profile is None else {"profile": args.profile}
+        try:  # a connection file goes as connection_info (ipyparallel 8+ ignores url_file=)
+            client = ipyparallel.Client(args.file, **kw)
         except (OSError, ValueError) as e:  # no such profile, no controller: say which
             raise UsageError(f"%tinycoro cluster connect: {type(e).__name__}: {e}") from None
         try:
@@ -211,7 +211,10 @@ class ClusterCommands:
         if self.shell.user_ns.get(NAME) is cluster:
             del self.shell.user_ns[NAME]
         cluster.stop()
-        return "stopped: no engine left" if owned else "disconnected"
+        if owned:
+            return "stopped: no engine left"
+        cluster.client.close()  # made by _connect; the cluster itself keeps running
+        return "disconnected"
 
     # -- status / tasks / dashboard -------------------------------------------------------------
     def _need(self, action: str) -> Any:
@@ -227,12 +230,22 @@ class ClusterCommands:
 
     def _tasks(self, args: argparse.Namespace) -> None:
         cluster = self._need("tasks")
-        tasks = getattr(cluster, "tasks", None)
-        if tasks is None:
-            raise UsageError("%tinycoro cluster tasks: this cluster cannot list its engines' tasks")
-        for engine_id, (infos, failures) in sorted(tasks().items()):
-            engine = next((e for e in cluster.engines if e.id == engine_id), None)
-            print(_engine_head(engine) if engine is not None else f"engine {engine_id}")
+        from ipyparallel import error as ipp_error
+
+        # tc.cluster answers stats on the engines' control thread but has no such probe for
+        # the task list, so this asks through ipyparallel's apply, which an engine serves on
+        # its shell: a %px cell running there delays the answer (hence the deadline).
+        engines = cluster.engines
+        asked = {e.id: cluster.client[e.id].apply_async(_engine_tasks) for e in engines}
+        deadline = time.monotonic() + TASKS_TIMEOUT
+        for e in engines:
+            print(_engine_head(e))
+            try:
+                infos, failures = asked[e.id].get(max(0.0, deadline - time.monotonic()))
+            except ipp_error.TimeoutError:
+                print(f"  (no answer within {TASKS_TIMEOUT:g} s: the engine's shell is busy, "
+                      "e.g. with a %px cell)")
+                continue
             print("\n".join("  " + line for line in format_tasks(infos, failures).splitlines()))
 
     def _dashboard(self, args: argparse.Namespace) -> Any:
@@ -243,6 +256,14 @@ class ClusterCommands:
             return self.refresher.dashboard()
         except ImportError as e:
             raise UsageError(f"%tinycoro cluster dashboard: {e}") from None
+
+
+def _engine_tasks() -> tuple[list[Any], list[Any]]:
+    """On an engine (shipped by value): its default scheduler's live tasks and failures."""
+    import tinycoro as tc
+
+    sched = tc.get_default_scheduler()
+    return ([], []) if sched is None else (list(sched.tasks()), list(sched.failures()))
 
 
 def _cluster_module() -> Any:
