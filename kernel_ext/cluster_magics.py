@@ -226,7 +226,14 @@ class ClusterCommands:
 
     def _status(self, args: argparse.Namespace) -> None:
         cluster = self._need("status")
-        print(format_cluster_status(cluster.engines, dict(cluster.stats()), self.owned))
+        try:
+            stats = dict(cluster.stats())
+        except (OSError, RuntimeError) as e:  # cluster.stop() ran in a cell: its client closed
+            raise UsageError(
+                f"%tinycoro cluster status: the cluster does not answer ({e}); "
+                "%tinycoro cluster stop, then start or connect again"
+            ) from None
+        print(format_cluster_status(cluster.engines, stats, self.owned))
 
     def _tasks(self, args: argparse.Namespace) -> None:
         cluster = self._need("tasks")

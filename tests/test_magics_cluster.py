@@ -23,7 +23,6 @@ from conftest import wait_until
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-import kernel_ext
 import tinycoro as tc
 
 pytestmark = pytest.mark.timeout(240)
@@ -186,11 +185,33 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
 
 
 def test_unloading_the_extension_stops_the_cluster_it_started(shell, capsys):
+    pytest.importorskip("ipywidgets")
     shell.run_line_magic("tinycoro", "cluster start -n 2")
     procs = remembered()
     assert procs
+    board = shell.run_line_magic("tinycoro", "cluster dashboard")
     shell.run_line_magic("unload_ext", "tinycoro")
     assert gone(procs) and cluster_processes() == []
+    assert "stopped" in board._summary.value  # and the fixture checks its thread ended
+
+
+def test_a_cluster_stopped_in_a_cell_is_seen_as_stopped(shell, capsys):
+    pytest.importorskip("ipywidgets")
+    shell.run_line_magic("tinycoro", "cluster start -n 2")
+    procs = remembered()
+    board = shell.run_line_magic("tinycoro", "cluster dashboard")
+    refresher = shell.magics_manager.registry["TinycoroMagics"].cluster.refresher
+    run_ok(shell, "cluster.stop()")  # not through the magic
+    assert gone(procs)
+    wait_until(lambda: not refresher.alive, timeout=30, what="the dashboard to see the stop")
+    assert "stopped" in board._summary.value
+    with pytest.raises(UsageError, match="does not answer"):
+        shell.run_line_magic("tinycoro", "cluster status")
+    capsys.readouterr()
+    shell.run_line_magic("tinycoro", "cluster stop")
+    assert capsys.readouterr().out == "tinycoro cluster stopped: no engine left\n"
+    with pytest.raises(UsageError, match="no cluster"):
+        shell.run_line_magic("tinycoro", "cluster status")
 
 
 @pytest.mark.parametrize(
