@@ -16,6 +16,7 @@ route what comes back, both on its IO thread:
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextvars
 import inspect
 import itertools
@@ -98,6 +99,22 @@ class _Owned:
         self.ipp_cluster = ipp_cluster
         self.loop = loop
         self.profile_dir = profile_dir
+        # Every process of the cluster, taken when it is up: an engine's nanny is its child,
+        # and outlives it for a while when the engine is killed (reparented, out of reach).
+        self.processes: list[Any] = []
+
+    def take_processes(self, engines: list[EngineInfo]) -> None:
+        self.processes = _process_trees(self._root_pids(engines))
+
+    def _root_pids(self, engines: list[EngineInfo]) -> set[int]:
+        roots = {e.pid for e in engines if e.host == socket.gethostname()}
+        ipc = self.ipp_cluster
+        if ipc is not None and ipc.controller is not None and getattr(ipc.controller, "pid", -1) > 0:
+            roots.add(ipc.controller.pid)
+        if ipc is not None:
+            for es in ipc.engines.values():
+                roots.update(la.pid for la in getattr(es, "launchers", {}).values() if la.pid > 0)
+        return roots
 
 
 class Cluster:
@@ -108,6 +125,9 @@ class Cluster:
         self.client = client  # the ipyparallel.Client
         self._owned = owned
         self._lock = threading.Lock()
+        # Held around every request we send: jupyter_client's Session numbers its msg_ids with
+        # an unlocked counter, so two context threads submitting at once could get one id.
+        self._send_lock = threading.Lock()
         self._stopped = False
         self._info: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
         self._live: dict[int, EngineInfo] = {}
@@ -126,6 +146,10 @@ class Cluster:
         self._install_hooks()
         self._watcher: PidWatcher | None = None
         if owned is not None:  # our own processes on this host: watch their pids
+            owned.take_processes(list(self._live.values()))
+            # At exit, a full stop (before ipyparallel's own exit hook, registered earlier):
+            # it also waits for the nannies and removes the profile directory.
+            atexit.register(self.stop)
             self._watcher = PidWatcher({i.id: i.pid for i in self._live.values()},
                                        self._pid_exited)
 
@@ -169,11 +193,19 @@ class Cluster:
 
     def _submit(self, fn: Any, args: tuple, kwargs: dict, engine: int | None,
                 name: str | None = None) -> RemoteTask:
-        eid = self._pick(engine)
         client = self.client
-        ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
         name = name or getattr(fn, "__qualname__", None) or repr(fn)
-        task = RemoteTask(self, eid, uuid.uuid4().hex, name, contextvars.copy_context())
+        context = contextvars.copy_context()
+        with self._send_lock:  # also makes "least loaded" see the submit before this one
+            eid = self._pick(engine)
+            task = RemoteTask(self, eid, uuid.uuid4().hex, name, context)
+            self._send_apply(task, fn, args, kwargs)
+        return task
+
+    def _send_apply(self, task: RemoteTask, fn: Any, args: tuple, kwargs: dict) -> None:
+        client = self.client
+        eid = task.engine
+        ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
 
         def registered(future: Any) -> None:
             # Called by ipyparallel before the request is sent: the task is known before any
@@ -192,7 +224,6 @@ class Cluster:
             ident=ident,
             message_future_hook=registered,
         )
-        return task
 
     async def map(self, fn: Callable[..., Coroutine[Any, Any, T]], iterable: Iterable[Any], *,
                   limit: int | None = None) -> list[T]:
@@ -267,12 +298,19 @@ class Cluster:
         finally:
             for t in servers:
                 t.cancel()
+            # Return once every engine has closed its listeners, so the port is free again.
+            for t in servers:
+                try:
+                    await t
+                except (Cancelled, Exception):  # noqa: BLE001 - Cancelled, EngineLost: ended
+                    pass
 
     # -- stats, cancel -----------------------------------------------------------------------
     def _control(self, eid: int, content: dict) -> Any:
         client = self.client
-        return client._send(client._control_stream, CONTROL_REQUEST, content=content,
-                            ident=client._engines[eid].encode("utf8"))
+        with self._send_lock:
+            return client._send(client._control_stream, CONTROL_REQUEST, content=content,
+                                ident=client._engines[eid].encode("utf8"))
 
     def stats(self, timeout: float = STATS_TIMEOUT) -> dict[int, SchedulerStats]:
         """Each live engine's ``SchedulerStats``, by engine id. The engines answer on their
@@ -356,7 +394,7 @@ class Cluster:
                 return
         try:
             if kind == "stream":
-                task._ctx.run(_write, msg["content"]["name"], msg["content"]["text"])
+                task._in_submitter(_write, msg["content"]["name"], msg["content"]["text"])
             elif kind == "data_message" and RESULT_KEY in msg["content"].get("keys", ()):
                 data, _ = deserialize_object(msg["buffers"])
                 token, outcome = data[RESULT_KEY]
@@ -406,6 +444,7 @@ class Cluster:
             self._watcher.stop()
         self._remove_hooks()
         if self._owned is not None:
+            atexit.unregister(self.stop)
             _stop_owned(self.client, self._owned, list(self._info.values()))
 
     def __enter__(self) -> "Cluster":
@@ -475,26 +514,29 @@ def connect(client: Any, *, timeout: float = START_TIMEOUT) -> Cluster:
     return Cluster(client, timeout=timeout)
 
 
+def _process_trees(pids: set[int]) -> list[Any]:
+    import psutil
+
+    out: list[Any] = []
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            out.append(p)
+            out.extend(p.children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def _stop_owned(client: Any, owned: _Owned, engines: list[EngineInfo]) -> None:
     """Stop the engines and controller of a cluster we started and wait until every one of
     their processes (and children: the engines' nannies) has exited."""
     import psutil
 
-    procs: list[Any] = []
-    roots = [e.pid for e in engines if e.host == socket.gethostname()]
+    seen = {p.pid for p in owned.processes}
+    procs = owned.processes + [p for p in _process_trees(owned._root_pids(engines))
+                               if p.pid not in seen]
     ipc = owned.ipp_cluster
-    if ipc is not None and ipc.controller is not None and getattr(ipc.controller, "pid", -1) > 0:
-        roots.append(ipc.controller.pid)
-    if ipc is not None:
-        for es in ipc.engines.values():
-            roots.extend(l.pid for l in getattr(es, "launchers", {}).values() if l.pid > 0)
-    for pid in set(roots):
-        try:
-            p = psutil.Process(pid)
-            procs.append(p)
-            procs.extend(p.children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
     try:
         if client is not None:
             client.close()

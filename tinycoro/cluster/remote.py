@@ -151,8 +151,14 @@ class RemoteTask:
         for fn in callbacks:
             fn(self)
         if exc is not None and unawaited and not isinstance(exc, Cancelled):
-            self._ctx.run(self._report, exc)
+            self._in_submitter(self._report, exc)
         return True
+
+    def _in_submitter(self, fn: Callable[..., None], *args: Any) -> None:
+        """Call ``fn(*args)`` in the context captured at submit (which holds, in a notebook,
+        the submitting cell's parent header). A copy each time: a Context can be entered by one
+        thread at a time, and the IO thread and the engine watcher may both get here."""
+        self._ctx.copy().run(fn, *args)
 
     def _where(self) -> str:
         info = self._cluster._info.get(self.engine)

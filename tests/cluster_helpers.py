@@ -1,0 +1,124 @@
+"""Async functions the cluster tests ship to engines, and the state they leave there.
+
+They live in a module of their own (not in a test module) because ipyparallel ships a function
+defined in a module by reference: each engine imports this module (the cluster fixtures put
+tests/ on the engines' PYTHONPATH). ``STATE`` is per engine process: a later submit reads what
+an earlier task left there.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import tinycoro as tc
+
+STATE: dict[str, str] = {}
+
+
+async def add(a, b):
+    await tc.sleep(0)
+    return a + b
+
+
+async def pid():
+    await tc.sleep(0)
+    return os.getpid()
+
+
+async def item_and_pid(x):
+    await tc.sleep(0.01)
+    return x, os.getpid()
+
+
+async def fail_on(x, bad):
+    await tc.sleep(0)
+    if x == bad:
+        raise ValueError(f"item {x} is bad")
+    return x
+
+
+async def boom(message):
+    await tc.sleep(0)
+    raise ValueError(message)
+
+
+class Unpicklable(Exception):
+    def __init__(self, message):
+        super().__init__(message)
+        self.sock = socket.socket()  # sockets cannot be pickled
+
+    def __reduce__(self):
+        raise TypeError("cannot pickle Unpicklable")
+
+
+async def raise_unpicklable():
+    await tc.sleep(0)
+    raise Unpicklable("no pickle for me")
+
+
+async def guarded(key):
+    """Waits until cancelled; records what it saw and that its ``finally`` ran."""
+    STATE[key] = "waiting"
+    try:
+        await tc.sleep(600)
+        STATE[key] = "slept"
+    except tc.Cancelled:
+        STATE[key] = "cancelled"
+        raise
+    finally:
+        STATE[key] += "+finally"
+
+
+async def read_state(key):
+    await tc.sleep(0)
+    return STATE.get(key)
+
+
+async def sleep_forever():
+    await tc.sleep(600)
+
+
+async def reply_pid(conn):
+    await conn.sendall(str(os.getpid()).encode())
+
+
+async def say_when_released(port, text):
+    """Connect to the test at *port*, wait for one byte, then print *text*."""
+    conn = await tc.net.connect("127.0.0.1", port)
+    async with conn:
+        await conn.recv(1)
+    print(text, flush=True)
+    return text
+
+
+async def fail_when_released(port, message):
+    conn = await tc.net.connect("127.0.0.1", port)
+    async with conn:
+        await conn.recv(1)
+    raise RuntimeError(message)
+
+
+class WaitOrFailWhenReleased:
+    """A callable object whose call is async (map takes one): item 0 waits until cancelled
+    (``guarded``), any other item fails once the test at *port* releases it."""
+
+    def __init__(self, key, port):
+        self.key = key
+        self.port = port
+
+    async def __call__(self, x):
+        if x == 0:
+            return await guarded(self.key)
+        await fail_when_released(self.port, f"item {x} is bad")
+
+
+def tinycoro_loaded():
+    """(A plain function, for ipyparallel's apply.) Has this engine loaded the extension?"""
+    from IPython import get_ipython
+
+    return "tinycoro" in get_ipython().extension_manager.loaded
+
+
+def not_async():
+    return 1

@@ -1,0 +1,83 @@
+"""Fixture helpers for the cluster tests: a started cluster whose engines can import
+tests/cluster_helpers.py, and a look at every process and port a cluster holds."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+TESTS = str(Path(__file__).resolve().parent)
+
+
+@contextlib.contextmanager
+def engines_can_import_helpers() -> Iterator[None]:
+    """Engines inherit our environment: put tests/ on their PYTHONPATH (and ours)."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS, old) if p)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def processes(cluster) -> list[psutil.Process]:
+    """The controller, the engines and their children (the engines' nannies)."""
+    ipc = cluster._owned.ipp_cluster
+    roots = [e.pid for e in cluster.engines] + [ipc.controller.pid]
+    out = []
+    for pid in roots:
+        p = psutil.Process(pid)
+        out.append(p)
+        out.extend(p.children(recursive=True))
+    return out
+
+
+def listening_ports(procs: list[psutil.Process]) -> set[int]:
+    ports = set()
+    for p in procs:
+        for c in p.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN:
+                ports.add(c.laddr.port)
+    return ports
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def gone(procs: list[psutil.Process]) -> bool:
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.NoSuchProcess:
+            pass
+    return True
+
+
+def kill_leftovers(procs: list[psutil.Process]) -> None:
+    """Last resort of a fixture teardown after a failed stop: no process outlives a test."""
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs(procs, timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

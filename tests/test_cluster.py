@@ -1,0 +1,402 @@
+"""tc.cluster on a real local ipyparallel cluster of two engines (started once for the module):
+submit and await from plain Python, tinycoro and asyncio, remote exceptions, cancel, map,
+serve, stats while an engine is busy, and bad input. Engine loss and the lifecycle are in
+test_cluster_loss.py, output in the submitting cell in test_cluster_kernel.py.
+
+Every wait is on an outcome, a reply or runtime state; timeouts only bound a broken build.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import threading
+
+import pytest
+
+pytest.importorskip("ipyparallel")
+
+import tinycoro as tc
+from conftest import wait_until
+import cluster_helpers as h
+import cluster_support as cs
+
+pytestmark = pytest.mark.timeout(180)  # the first test also waits for the cluster to start
+
+START = 120  # engines may take 10-30 s to come up on a loaded 2-core machine
+T = 30  # bound on any one remote call
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with cs.engines_can_import_helpers():
+        c = tc.cluster.start(2, contexts=1, timeout=START)
+    procs = cs.processes(c)
+    try:
+        yield c
+    finally:
+        try:
+            c.stop()
+        finally:
+            if not cs.gone(procs):
+                cs.kill_leftovers(procs)
+
+
+# -- engines, submit, await --------------------------------------------------------------------
+def test_two_engines_each_with_its_own_process(cluster):
+    engines = cluster.engines
+    assert [e.id for e in engines] == [0, 1]
+    assert len({e.pid for e in engines}) == 2
+    assert all(e.host == socket.gethostname() for e in engines)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        engines[0].pid = 1
+    # each runs the function in its own process: the pid it reports is the one listed
+    for e in engines:
+        assert cluster.submit(h.pid, engine=e.id).result(T) == e.pid
+
+
+def test_submit_and_result_from_plain_python(cluster):
+    t = cluster.submit(h.add, 2, b=3)
+    assert t.result(T) == 5
+    assert t.done()
+    assert t.engine in {e.id for e in cluster.engines}
+    assert t.result(0) == 5  # a finished task answers at once, again
+
+
+def test_await_from_a_tinycoro_task(cluster):
+    async def main():
+        a = cluster.submit(h.add, 1, 2, engine=0)
+        b = cluster.submit(h.add, 3, 4, engine=1)
+        return await a + await b, tc.current_task() is not None
+
+    assert tc.run(main(), contexts=2) == (10, True)
+
+
+def test_tasks_on_every_context_submit_and_await_at_once(cluster, contexts):
+    async def one(i):
+        return await cluster.submit(h.add, i, 1000)
+
+    async def main():
+        return await tc.when_all(*(one(i) for i in range(40)))
+
+    assert tc.run(main(), contexts=contexts) == [i + 1000 for i in range(40)]
+
+
+def test_await_from_asyncio(cluster):
+    async def main():
+        return await asyncio.wait_for(_awaited(cluster.submit(h.add, "a", "b")), T)
+
+    assert asyncio.run(main()) == "ab"
+
+
+async def _awaited(remote):
+    return await remote
+
+
+def test_engine_none_spreads_over_both_engines(cluster):
+    # the engine with the fewest of our tasks in flight: two tasks that stay in flight
+    # until cancelled land on different engines
+    a = cluster.submit(h.sleep_forever)
+    b = cluster.submit(h.sleep_forever)
+    try:
+        assert {a.engine, b.engine} == {0, 1}
+    finally:
+        a.cancel()
+        b.cancel()
+    for t in (a, b):
+        with pytest.raises(tc.Cancelled):
+            t.result(T)
+
+
+def test_result_timeout_leaves_the_task_running(cluster):
+    t = cluster.submit(h.sleep_forever)
+    with pytest.raises(TimeoutError):
+        t.result(0)
+    assert not t.done()
+    t.cancel()
+    with pytest.raises(tc.Cancelled):
+        t.result(T)
+
+
+# -- exceptions ----------------------------------------------------------------------------
+def test_remote_exception_is_raised_here_with_its_remote_traceback(cluster):
+    t = cluster.submit(h.boom, "went wrong over there", engine=1)
+    with pytest.raises(ValueError, match="went wrong over there") as info:
+        t.result(T)
+    cause = info.value.__cause__
+    assert isinstance(cause, tc.cluster.RemoteTraceback)
+    assert "cluster_helpers.py" in cause.text and "in boom" in cause.text
+    assert f"engine 1 ({cluster.engines[1].host}:{cluster.engines[1].pid})" in str(cause)
+
+    async def main():
+        with pytest.raises(ValueError, match="again") as info:
+            await cluster.submit(h.boom, "again")
+        return info.value.__cause__
+
+    assert isinstance(tc.run(main()), tc.cluster.RemoteTraceback)
+
+
+def test_an_exception_that_cannot_travel_arrives_as_a_remote_error(cluster):
+    from ipyparallel.error import RemoteError
+
+    with pytest.raises(RemoteError, match="no pickle for me") as info:
+        cluster.submit(h.raise_unpicklable).result(T)
+    assert "raise_unpicklable" in info.value.__cause__.text
+
+
+# -- cancel --------------------------------------------------------------------------------
+def test_cancel_raises_cancelled_at_the_remote_await_and_runs_its_finally(cluster):
+    key = "cancel-1"
+    t = cluster.submit(h.guarded, key, engine=0)
+    wait_until(lambda: cluster.submit(h.read_state, key, engine=0).result(T) == "waiting",
+               timeout=T, what="the remote task to wait")
+    assert t.cancel()
+    with pytest.raises(tc.Cancelled):
+        t.result(T)
+    assert not t.cancel()  # already ended
+    # what the remote task saw, read by a later task on the same engine
+    assert cluster.submit(h.read_state, key, engine=0).result(T) == "cancelled+finally"
+
+
+def test_cancel_right_after_submit_cancels_once_the_engine_started_it(cluster):
+    key = "cancel-2"
+    t = cluster.submit(h.guarded, key, engine=1)
+    t.cancel()  # before the engine even replied: sent once it has started the task
+    with pytest.raises(tc.Cancelled):
+        t.result(T)
+    assert cluster.submit(h.read_state, key, engine=1).result(T) in (
+        None,  # cancelled before its first step: its body never ran
+        "cancelled+finally",
+    )
+
+
+# -- map -----------------------------------------------------------------------------------
+def test_map_returns_results_in_order_from_both_engines(cluster):
+    async def main():
+        return await cluster.map(h.item_and_pid, range(10), limit=2)
+
+    out = tc.run(main())
+    assert [x for x, _ in out] == list(range(10))
+    assert {p for _, p in out} == {e.pid for e in cluster.engines}
+
+
+def test_map_limit_caps_what_is_in_flight_per_engine(cluster):
+    seen: list[int] = []
+
+    async def main():
+        # stats probes while the map runs: never more than `limit` tasks of ours in flight
+        # on one engine (our own count, which is what submit balances by)
+        async def probe():
+            while True:
+                with cluster._lock:
+                    seen.append(max(len(s) for s in cluster._by_engine.values()))
+                await tc.sleep(0.001)
+
+        p = tc.spawn(probe())
+        try:
+            return await cluster.map(h.item_and_pid, range(12), limit=1)
+        finally:
+            p.cancel()
+
+    assert [x for x, _ in tc.run(main(), contexts=2)] == list(range(12))
+    assert max(seen) == 1
+
+
+def test_map_raises_the_first_failure_and_cancels_the_rest(cluster):
+    key = "map-cancel"
+    lst = socket.create_server(("127.0.0.1", 0))
+    lst.settimeout(T)
+    # item 0 waits until cancelled (recording that it was); item 1 fails when we say so
+    fn = h.WaitOrFailWhenReleased(key, lst.getsockname()[1])
+    try:
+        with tc.Scheduler(1) as s:
+            mapping = s.submit(cluster.map(fn, [0, 1], limit=1))
+            peer, _ = lst.accept()  # item 1 runs
+            wait_until(lambda: "waiting" in _states(cluster, key), timeout=T,
+                       what="item 0 to wait")
+            with peer:
+                peer.sendall(b"x")
+                with pytest.raises(RuntimeError, match="item 1 is bad"):
+                    s.run_sync(_join(mapping), timeout=T)
+    finally:
+        lst.close()
+    wait_until(lambda: "cancelled+finally" in _states(cluster, key), timeout=T,
+               what="the other map task to be cancelled")
+
+    async def in_asyncio():
+        return await cluster.map(h.boom, ["from asyncio"], limit=1)
+
+    with pytest.raises(ValueError, match="from asyncio"):
+        asyncio.run(in_asyncio())
+
+
+def _states(cluster, key):
+    return [cluster.submit(h.read_state, key, engine=e.id).result(T) for e in cluster.engines]
+
+
+def test_map_of_nothing(cluster):
+    assert tc.run(cluster.map(h.add, [])) == []
+
+
+# -- serve ---------------------------------------------------------------------------------
+def _accepting_everywhere(cluster) -> bool:
+    stats = cluster.stats()
+    return len(stats) == 2 and all(
+        sum(c.io_inflight for c in s.contexts) >= 1 for s in stats.values()
+    )
+
+
+def test_serve_spreads_connections_over_both_engines(cluster):
+    port = cs.free_port()
+
+    async def client():
+        conn = await tc.net.connect("127.0.0.1", port)
+        async with conn:
+            data = b""
+            while chunk := await conn.recv():
+                data += chunk
+        return int(data)
+
+    async def clients():
+        return await tc.when_all(*(client() for _ in range(100)))
+
+    with tc.Scheduler(2) as s:
+        server = s.submit(cluster.serve(h.reply_pid, port))
+        # ready once every engine has its accept in flight (runtime state, not a sleep)
+        wait_until(lambda: _accepting_everywhere(cluster), timeout=T, what="both engines to listen")
+        pids = s.run_sync(clients(), timeout=T)
+        server.cancel()
+        with pytest.raises(tc.Cancelled):
+            s.run_sync(_join(server), timeout=T)
+    assert len(pids) == 100
+    assert set(pids) == {e.pid for e in cluster.engines}
+    # serve returns once the engines have closed their listeners: the port is free again
+    assert cs.port_is_free(port)
+
+
+async def _join(task):
+    return await task
+
+
+def test_serve_with_several_listeners_per_engine(cluster):
+    port = cs.free_port()
+
+    def listening(n):
+        stats = cluster.stats()
+        return len(stats) == 2 and all(
+            sum(c.io_inflight for c in s.contexts) >= n for s in stats.values()
+        )
+
+    async def client():
+        conn = await tc.net.connect("127.0.0.1", port)
+        async with conn:
+            return int(await conn.recv())
+
+    async def clients():
+        return await tc.when_all(*(client() for _ in range(40)))
+
+    with tc.Scheduler(1) as s:
+        server = s.submit(cluster.serve(h.reply_pid, port, contexts=2))
+        wait_until(lambda: listening(2), timeout=T, what="two accepts in flight per engine")
+        assert set(s.run_sync(clients(), timeout=T)) == {e.pid for e in cluster.engines}
+        server.cancel()
+        with pytest.raises(tc.Cancelled):
+            s.run_sync(_join(server), timeout=T)
+    assert cs.port_is_free(port)
+
+
+def test_serve_returns_when_the_cluster_stops():
+    """On a cluster of its own (stop ends it): serve returns None when stop() runs."""
+    with cs.engines_can_import_helpers():
+        c = tc.cluster.start(1, timeout=START)
+    procs = cs.processes(c)
+    try:
+        port = cs.free_port()
+        with tc.Scheduler(1) as s:
+            server = s.submit(c.serve(h.reply_pid, port))
+            wait_until(lambda: sum(x.io_inflight for x in c.stats()[0].contexts) >= 1,
+                       timeout=T, what="the engine to listen")
+            c.stop()
+            assert s.run_sync(_join(server), timeout=T) is None
+    finally:
+        c.stop()
+        if not cs.gone(procs):
+            cs.kill_leftovers(procs)
+
+
+# -- stats -----------------------------------------------------------------------------------
+def test_stats_answer_while_an_engine_runs_a_long_cell(cluster):
+    """A %px-style cell on engine 0 awaits our socket (so it is blocked in its await for as
+    long as we say); stats still come from both engines, and show engine 1's parked task."""
+    lst = socket.create_server(("127.0.0.1", 0))
+    lst.settimeout(T)
+    port = lst.getsockname()[1]
+    rc = cluster.client
+    cell = rc[0].execute(
+        "import tinycoro as tc\n"
+        f"conn = await tc.net.connect('127.0.0.1', {port})\n"
+        "await conn.recv(1)\n"
+        "await conn.close()\n",
+        block=False,
+    )
+    sleeper = cluster.submit(h.sleep_forever, engine=1)
+    try:
+        peer, _ = lst.accept()  # the cell is running, and now waits for our byte
+        with peer:
+            wait_until(lambda: cluster.stats()[1].contexts[0].io_inflight >= 1, timeout=T,
+                       what="engine 1's sleep to be in flight")
+            stats = cluster.stats(timeout=T)
+            assert sorted(stats) == [0, 1]
+            assert all(isinstance(v, tc.SchedulerStats) and v.running for v in stats.values())
+            assert not cell.ready()  # the cell still waits: the probe did not queue behind it
+            peer.sendall(b"x")
+        cell.get(timeout=T)
+    finally:
+        lst.close()
+        sleeper.cancel()
+    with pytest.raises(tc.Cancelled):
+        sleeper.result(T)
+
+
+# -- bad input -------------------------------------------------------------------------------
+def test_bad_input_is_refused_at_the_call(cluster):
+    coro = h.add(1, 2)
+    with pytest.raises(TypeError, match="not a coroutine object"):
+        cluster.submit(coro)
+    with pytest.raises(TypeError, match="async function"):
+        cluster.submit(h.not_async)
+    with pytest.raises(TypeError, match="async function"):
+        cluster.submit(42)
+    with pytest.raises(ValueError, match="engine 7 is unknown"):
+        cluster.submit(h.add, 1, 2, engine=7)
+    with pytest.raises(TypeError, match="engine must be an int"):
+        cluster.submit(h.add, 1, 2, engine="0")
+    with pytest.raises(ValueError, match="limit"):
+        tc.run(cluster.map(h.add, [1], limit=0))
+    with pytest.raises(ValueError, match="port"):
+        tc.run(cluster.serve(h.reply_pid, 0))
+    with pytest.raises(TypeError, match="ipyparallel.Client"):
+        tc.cluster.connect("not a client")
+    with pytest.raises(TypeError, match="pickle"):  # arguments travel pickled
+        cluster.submit(h.add, threading.Lock(), 1)
+    assert cluster.submit(h.add, 1, 1).result(T) == 2  # and nothing was left half-sent
+
+
+def test_map_in_asyncio_with_a_limit(cluster):
+    async def main():
+        return await asyncio.wait_for(cluster.map(h.item_and_pid, range(6), limit=1), T)
+
+    out = asyncio.run(main())
+    assert [x for x, _ in out] == list(range(6))
+
+
+def test_result_inside_a_tinycoro_task_is_refused(cluster):
+    t = cluster.submit(h.add, 1, 1)
+
+    async def main():
+        with pytest.raises(RuntimeError, match="await it"):
+            t.result()
+        return await t
+
+    assert tc.run(main()) == 2

@@ -1,0 +1,62 @@
+"""tc.cluster.connect on a cluster that ipyparallel started on its own (engines without the
+extension preloaded, as ``ipcluster start`` leaves them): connect loads tinycoro there, the
+cluster is used as a started one is, and stop() detaches without stopping someone else's
+cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+ipp = pytest.importorskip("ipyparallel")
+
+import tinycoro as tc
+import cluster_helpers as h
+import cluster_support as cs
+
+pytestmark = pytest.mark.timeout(240)
+
+T = 30
+
+
+@pytest.fixture(scope="module")
+def plain_cluster(tmp_path_factory):
+    with cs.engines_can_import_helpers():
+        ipc = ipp.Cluster(n=2, profile_dir=str(tmp_path_factory.mktemp("profile")), delay=0,
+                          log_level=40)
+        client = ipc.start_and_connect_sync()
+    try:
+        yield ipc, client
+    finally:
+        client.close()
+        ipc.stop_cluster_sync()
+
+
+def test_connect_uses_an_existing_cluster_and_stop_leaves_it_running(plain_cluster):
+    ipc, client = plain_cluster
+    assert client[:].apply_sync(h.tinycoro_loaded) == [False, False]
+
+    cluster = tc.cluster.connect(client)
+    try:
+        assert [e.id for e in cluster.engines] == [0, 1]
+        assert client[:].apply_sync(h.tinycoro_loaded) == [True, True]
+        assert cluster.submit(h.add, 1, 2).result(T) == 3
+
+        async def main():
+            return await cluster.map(h.item_and_pid, range(4), limit=1)
+
+        assert {p for _, p in tc.run(main())} == {e.pid for e in cluster.engines}
+        assert sorted(cluster.stats()) == [0, 1]
+        with pytest.raises(ValueError, match="boom"):
+            cluster.submit(h.boom, "boom").result(T)
+    finally:
+        cluster.stop()
+    # the cluster is not ours: it still runs, and the client still works as before
+    assert client[:].apply_sync(h.tinycoro_loaded) == [True, True]
+    with pytest.raises(RuntimeError, match="stopped"):
+        cluster.submit(h.add, 1, 2)
+    # connecting again works (the engines keep their agent)
+    again = tc.cluster.connect(client)
+    try:
+        assert again.submit(h.add, 2, 2).result(T) == 4
+    finally:
+        again.stop()

@@ -1,0 +1,93 @@
+"""Output and failures of remote tasks come home to the notebook cell that submitted them
+(DESIGN rule 9), through a real kernel (jupyter_client) with the extension loaded that starts a
+real one-engine cluster: what a remote task prints, and the report of a remote task that fails
+while nothing awaits it, carry the submitting cell's msg_id as their parent, also when the
+tasks end after that cell (and a later one) finished."""
+
+from __future__ import annotations
+
+import socket
+
+import psutil
+import pytest
+
+pytest.importorskip("ipyparallel")
+pytest.importorskip("jupyter_client")
+pytest.importorskip("ipykernel")
+
+import test_kernel_protocol as kp
+import cluster_support as cs
+
+pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]
+
+T = 30
+
+
+@pytest.fixture
+def kernel_with_cluster(kernel_dirs):
+    with cs.engines_can_import_helpers():
+        k = kp._start(kernel_dirs, "plain")
+    pids: list[int] = []
+    try:
+        k.cell(
+            "%load_ext tinycoro\n"
+            "import tinycoro as tc\n"
+            "import cluster_helpers as h\n"
+            "cluster = tc.cluster.start(1, timeout=120)\n",
+            timeout=150,
+        )
+        listed = k.result_of(k.cell(
+            "[e.pid for e in cluster.engines] + [cluster._owned.ipp_cluster.controller.pid]"
+        ))
+        pids = [int(p) for p in listed.strip("[]").split(",")]
+        procs = [psutil.Process(p) for p in pids]
+        procs += [c for p in procs for c in p.children(recursive=True)]
+        yield k
+        k.cell("cluster.stop()", timeout=60)
+        assert cs.gone(procs)
+    finally:
+        k.shutdown()
+        cs.kill_leftovers([psutil.Process(p) for p in pids if psutil.pid_exists(p)])
+
+
+def test_remote_output_and_unawaited_failures_land_in_the_submitting_cell(kernel_with_cluster):
+    k = kernel_with_cluster
+    lst = socket.create_server(("127.0.0.1", 0))
+    lst.settimeout(T)
+    port = lst.getsockname()[1]
+    try:
+        submitting = k.cell(
+            f"t = cluster.submit(h.say_when_released, {port}, 'hello from the engine')\n"
+            f"f = cluster.submit(h.fail_when_released, {port}, 'nobody awaits me')\n"
+        )
+        peers = [lst.accept()[0] for _ in range(2)]  # both tasks run on the engine
+        later = k.cell("'a later cell'")  # the submitting cell is long over
+        assert k.result_of(later) == "'a later cell'"
+        for p in peers:
+            p.sendall(b"x")
+            p.close()
+    finally:
+        lst.close()
+
+    out = k.until(lambda m: m["msg_type"] == "stream" and "hello from the engine" in
+                  m["content"]["text"], timeout=T, what="the remote print")
+    assert out["parent_header"]["msg_id"] == submitting
+    assert out["content"]["name"] == "stdout"
+    err = k.until(lambda m: m["msg_type"] == "stream" and "nobody awaits me" in
+                  m["content"]["text"], timeout=T, what="the failure report")
+    assert err["parent_header"]["msg_id"] == submitting
+    assert err["content"]["name"] == "stderr"
+    text = "".join(m["content"]["text"] for m in k.of(submitting, "stream")
+                   if m["content"]["name"] == "stderr")
+    assert "remote task 'fail_when_released' on engine 0" in text
+    assert "failed and nothing awaited it" in text
+    assert "RuntimeError: nobody awaits me" in text and "in fail_when_released" in text
+    assert not [m for m in k.log if m["parent_header"].get("msg_id") == later
+                and m["msg_type"] == "stream"]
+
+    # awaited in a cell (the tinycoro cell runner) and from plain code, the results come back
+    assert k.result_of(k.cell("await t")) == "'hello from the engine'"
+    assert k.result_of(k.cell("await cluster.submit(h.add, 40, 2)")) == "42"
+    cell = k.submit("await f")
+    k.idle(cell, timeout=T)
+    assert [m["content"]["evalue"] for m in k.of(cell, "error")] == ["nobody awaits me"]

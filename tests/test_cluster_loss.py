@@ -1,0 +1,100 @@
+"""A cluster's life and an engine's death, on a real local cluster of two engines (its own:
+these tests kill an engine and stop the cluster): an engine killed with SIGKILL fails its tasks
+with EngineLost within seconds while the other engine keeps working, and stop() leaves no
+engine, nanny or controller process, no listening port and no thread behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+pytest.importorskip("ipyparallel")
+
+import tinycoro as tc
+from conftest import wait_until
+import cluster_helpers as h
+import cluster_support as cs
+
+pytestmark = pytest.mark.timeout(180)
+
+START = 120
+T = 30
+NOTICED = 10  # EngineLost must come within seconds (ipyparallel's heartbeat takes ~35 s)
+
+
+@pytest.fixture(scope="module")
+def threads_before():
+    return {t.ident for t in threading.enumerate()}
+
+
+@pytest.fixture(scope="module")
+def cluster(threads_before):
+    with cs.engines_can_import_helpers():
+        c = tc.cluster.start(2, timeout=START)
+    procs = cs.processes(c)
+    c.procs = procs  # for the lifecycle test, which checks them after its own stop()
+    try:
+        yield c
+    finally:
+        try:
+            c.stop()
+        finally:
+            if not cs.gone(procs):
+                cs.kill_leftovers(procs)
+
+
+def test_a_killed_engine_fails_its_tasks_with_engine_lost_and_the_other_carries_on(cluster):
+    victim, survivor = cluster.engines
+    key = "loss"
+    doomed = cluster.submit(h.guarded, key, engine=victim.id)
+    wait_until(lambda: cluster.submit(h.read_state, key, engine=victim.id).result(T) == "waiting",
+               timeout=T, what="the task to run on the victim")
+    elsewhere = cluster.submit(h.sleep_forever, engine=survivor.id)
+
+    os.kill(victim.pid, signal.SIGKILL)
+    with pytest.raises(tc.cluster.EngineLost, match=f"engine {victim.id} .* was lost") as info:
+        doomed.result(NOTICED)
+    assert isinstance(info.value, RuntimeError)
+    assert doomed.done()
+
+    # the survivor's task is untouched, and it takes new work
+    assert not elsewhere.done()
+    assert cluster.engines == (survivor,)
+    assert cluster.submit(h.add, 20, 22).result(T) == 42
+    assert cluster.submit(h.pid).engine == survivor.id
+    with pytest.raises(ValueError, match=f"engine {victim.id} is lost"):
+        cluster.submit(h.add, 1, 1, engine=victim.id)
+    assert sorted(cluster.stats()) == [survivor.id]
+
+    async def awaited():
+        return await cluster.map(h.item_and_pid, range(4))
+
+    assert {p for _, p in tc.run(awaited())} == {survivor.pid}
+    elsewhere.cancel()
+    with pytest.raises(tc.Cancelled):
+        elsewhere.result(T)
+
+
+def test_stop_leaves_no_process_port_or_thread(cluster, threads_before):
+    procs = cluster.procs
+    alive = [p for p in procs if p.is_running()]
+    ports = cs.listening_ports(alive)
+    assert ports  # the controller listens (and the surviving engine's nanny)
+    pending = cluster.submit(h.sleep_forever)
+
+    cluster.stop()
+
+    # a task still running is cancelled, and its finally blocks ran before the engines went
+    with pytest.raises(tc.Cancelled):
+        pending.result(0)
+    assert cs.gone(procs), [p for p in procs if p.is_running()]
+    assert [p for p in ports if not cs.port_is_free(p)] == []
+    wait_until(lambda: {t.ident for t in threading.enumerate()} <= threads_before, timeout=T,
+               what="the cluster's threads to end: "
+               + ", ".join(t.name for t in threading.enumerate() if t.ident not in threads_before))
+    cluster.stop()  # idempotent
+    with pytest.raises(RuntimeError, match="stopped"):
+        cluster.submit(h.add, 1, 1)
