@@ -158,14 +158,19 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
 
 
 def _cpu_cell(cpu: float | None, busy: float, local: bool) -> str:
+    """The engine row's busy cell: process CPU (bar and %), its contexts' busy added up, and
+    the GIL-bound flag when busy exceeds CPU by :data:`GIL_BOUND` or more."""
+    total = (f' <span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
+             f'added up">busy {busy:.0%}</span>')
     if cpu is None:
         why = "measuring" if local else "remote: not reported"
-        return f'<span class="tc-cpu-pct">CPU {why}</span>'
+        return f'<span class="tc-cpu-pct">CPU {why}</span> ·{total}'
     gil = busy - cpu >= GIL_BOUND
     flag = (' <b title="the contexts are busy for longer than the process has CPU: they '
-            'wait for the GIL; more engines, not more contexts, add CPU">(GIL-bound)</b>'
+            'wait for the GIL; more engines, not more contexts, add CPU">GIL-bound</b>'
             if gil else "")
-    return f'{_d._bar(min(cpu, 1.0))} <span class="tc-cpu-pct">CPU {cpu:.0%}</span>{flag}'
+    return (f'{_d._bar(min(cpu, 1.0))} <span class="tc-cpu-pct">CPU {cpu:.0%}</span> ·{total}'
+            f'{flag}')
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,

@@ -116,9 +116,9 @@ def test_a_gil_bound_engine_shows_busy_beyond_its_process_cpu():
     spinners = [sched.submit(spin()) for _ in range(2)]
     try:
         assert {t.context for t in spinners} == {0, 1}
-        wait_until(lambda: "(GIL-bound)" in board.shown(0, "engine", "busy"), timeout=30,
+        wait_until(lambda: board.shown(0, "engine", "busy").endswith("GIL-bound"), timeout=30,
                    what="the engine row to flag the GIL")
-        assert re.search(r"CPU \d+%", board.shown(0, "engine", "busy"))
+        assert re.fullmatch(r"CPU \d+% · busy \d+% GIL-bound", board.shown(0, "engine", "busy"))
         assert "tc-plot-cpu" in board._table.value  # the CPU history, beside the busy plots
     finally:
         stop.set()
@@ -131,7 +131,7 @@ def test_remote_engines_say_their_cpu_is_not_reported(contexts):
     try:
         board = ClusterDashboard(cluster.engines, cluster.stats())
         assert not is_local(cluster.engines[0])
-        assert board.shown(0, "engine", "busy") == "CPU remote: not reported"
+        assert re.fullmatch(r"CPU remote: not reported · busy \d+%", board.shown(0, "engine", "busy"))
     finally:
         cluster.stop()
 
