@@ -2,9 +2,9 @@
 on ipyparallel engines, from a notebook.
 
 ``start`` and ``connect`` make the notebook's one cluster (``tc.cluster.start`` /
-``tc.cluster.connect``) and activate ipyparallel's ``%px`` magics on all its engines; the
-engines preload the tinycoro extension, so a ``%px`` cell may ``await`` tinycoro awaitables
-there as a notebook cell does here. The cluster is also bound to ``cluster`` in the user's
+``tc.cluster.connect``), activate ipyparallel's ``%px`` magics on all its engines and import
+tinycoro as ``tc`` there; the engines preload the tinycoro extension, so a ``%px`` cell may
+``await`` tinycoro awaitables there as a notebook cell does here. The cluster is also bound to ``cluster`` in the user's
 namespace, for ``cluster.submit`` and ``cluster.map``. ``stop`` stops the engines of a cluster
 started here and lets go of a connected one; so does unloading the extension.
 """
@@ -171,14 +171,14 @@ class ClusterCommands:
         )
 
     def _activate_px(self) -> None:
-        """Register ipyparallel's ``%px`` family for all engines of the cluster's client."""
-        client = getattr(self.cluster, "client", None)
-        if client is None:
-            return
+        """Register ipyparallel's ``%px`` family for all engines of the cluster's client, and
+        import tinycoro as ``tc`` on every engine, as a notebook does here: ``%px await
+        tc.sleep(0.1)`` works at once, and so do submitted functions that name ``tc``."""
         from ipyparallel.client.magics import ParallelMagics
 
-        view = client[:]
+        view = self.cluster.client[:]
         view.block = True
+        view.execute("import tinycoro as tc")
         self._px = ParallelMagics(self.shell, view)
         self.shell.magics_manager.register(self._px)
 

@@ -89,10 +89,10 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     procs = remembered()
     assert len(procs) >= 3  # a controller and two engines (and their nannies)
 
-    # %px cells run on every engine, which preloaded the extension: a top-level await there
-    # runs on that engine's tinycoro cell runner
-    run_ok(shell, "%px import tinycoro as tc, os")
+    # %px cells run on every engine, which preloaded the extension (and the magic imported
+    # tinycoro as tc there): a top-level await runs on that engine's tinycoro cell runner
     run_ok(shell, "%px await tc.sleep(0.1)")
+    run_ok(shell, "%px import os")
     run_ok(shell, "%px ran = (os.getpid(), type(get_ipython().loop_runner).__name__)")
     ran = run_ok(shell, "cluster.client[:].pull('ran', block=True)")
     assert sorted(ran) == sorted((e.pid, "CellRunner") for e in cluster.engines)
