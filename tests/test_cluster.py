@@ -349,6 +349,12 @@ def test_stats_answer_while_an_engine_runs_a_long_cell(cluster):
             stats = cluster.stats(timeout=T)
             assert sorted(stats) == [0, 1]
             assert all(isinstance(v, tc.SchedulerStats) and v.running for v in stats.values())
+            tasks = cluster.tasks(timeout=T)
+            assert tasks[0] == ()  # the cell runs on the engine's main thread, not a task
+            [info] = tasks[1]
+            assert isinstance(info, tc.TaskInfo)
+            assert (info.name, info.state) == ("sleep_forever", "io")
+            assert info.waits_on  # its wording is the core's (TaskInfo), checked there
             assert not cell.ready()  # the cell still waits: the probe did not queue behind it
             peer.sendall(b"x")
         cell.get(timeout=T)

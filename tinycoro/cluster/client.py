@@ -34,13 +34,13 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar
 import ipyparallel as ipp
 from ipyparallel.serialize import PrePickled, deserialize_object
 
-from ..core import Cancelled, SchedulerStats
+from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
 from ..sync import Event, Semaphore
 from . import engine as engine_side
 from .errors import EngineLost
 from .info import EngineInfo
-from .messages import CONTROL_REQUEST, RESULT_KEY, stats_from_dict
+from .messages import CONTROL_REQUEST, RESULT_KEY, stats_from_dict, tasks_from_list
 from .remote import RemoteTask
 from .watch import PidWatcher
 
@@ -126,7 +126,8 @@ class Cluster:
         self._owned = owned
         self._lock = threading.Lock()
         # Held around every request we send: jupyter_client's Session numbers its msg_ids with
-        # an unlocked counter, so two context threads submitting at once could get one id.
+        # a counter it does not lock, and several context threads may submit at once (we do
+        # not count on the GIL making its read-and-increment atomic).
         self._send_lock = threading.Lock()
         self._stopped = False
         self._info: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
@@ -193,7 +194,6 @@ class Cluster:
 
     def _submit(self, fn: Any, args: tuple, kwargs: dict, engine: int | None,
                 name: str | None = None) -> RemoteTask:
-        client = self.client
         name = name or getattr(fn, "__qualname__", None) or repr(fn)
         context = contextvars.copy_context()
         with self._send_lock:  # also makes "least loaded" see the submit before this one
@@ -205,15 +205,25 @@ class Cluster:
     def _send_apply(self, task: RemoteTask, fn: Any, args: tuple, kwargs: dict) -> None:
         client = self.client
         eid = task.engine
-        ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
+        try:
+            ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
+        except KeyError:  # ipyparallel saw it unregister before our watcher did
+            self._engine_lost(eid, "it left the cluster")
+            raise EngineLost(f"{self._info[eid]} was lost") from None
 
         def registered(future: Any) -> None:
             # Called by ipyparallel before the request is sent: the task is known before any
             # message about it can arrive on the IO thread.
             task.msg_id = future.msg_id
             with self._lock:
-                self._by_msg[future.msg_id] = task
-                self._by_engine[eid].add(task)
+                live = eid in self._live
+                if live:  # else its engine was lost since _pick: no one would end it
+                    self._by_msg[future.msg_id] = task
+                    self._by_engine[eid].add(task)
+            if not live:
+                task._finish(None, EngineLost(f"{self._info[eid]} was lost before {task.name!r} "
+                                              "could start"))
+                return
             future.add_done_callback(lambda f: task._acked(f.result()))
 
         client.send_apply_request(
@@ -236,6 +246,8 @@ class Cluster:
         items = list(iterable)
         if not items:
             return []
+        if not self.engines:
+            self._pick(None)  # raises: stopped, or every engine lost
         shipped = PrePickled(fn)  # pickled once, not once per item
         name = getattr(fn, "__qualname__", None) or repr(fn)
         slots = Semaphore(limit * len(self.engines)) if limit is not None else None
@@ -284,6 +296,8 @@ class Cluster:
         check_int("port", port, min=1, max=65535)
         if contexts is not None:
             check_int("contexts", contexts, min=1)
+        if not self.engines:
+            self._pick(None)  # raises: stopped, or every engine lost
         servers = [self._submit(engine_side.serve_here, (handler, host, port, contexts), {}, e.id,
                                 f"serve {host}:{port}") for e in self.engines]
         for t in servers:
@@ -316,24 +330,33 @@ class Cluster:
         """Each live engine's ``SchedulerStats``, by engine id. The engines answer on their
         control thread, so a busy engine (a long ``%px`` cell, say) answers at once; one that
         does not answer within *timeout* seconds is left out."""
+        return {eid: stats_from_dict(c["stats"]) for eid, c in self._probe("stats", timeout).items()}
+
+    def tasks(self, timeout: float = STATS_TIMEOUT) -> dict[int, tuple[TaskInfo, ...]]:
+        """Each live engine's live tasks (``Scheduler.tasks()``: id, name, context, state, what
+        it waits on, age), by engine id; answered like :meth:`stats`, never behind a busy
+        shell."""
+        return {eid: tasks_from_list(c["tasks"]) for eid, c in self._probe("tasks", timeout).items()}
+
+    def _probe(self, op: str, timeout: float) -> dict[int, dict]:
+        """Ask every live engine *op* on its control channel; the ``ok`` replies by engine."""
         with self._lock:
             ids = sorted(self._live)
         futures = {}
         for eid in ids:
             try:
-                futures[eid] = self._control(eid, {"op": "stats"})
+                futures[eid] = self._control(eid, {"op": op})
             except KeyError:  # unregistered meanwhile
                 pass
-        out: dict[int, SchedulerStats] = {}
-        loop_deadline = _Deadline(timeout)
+        out: dict[int, dict] = {}
+        deadline = _Deadline(timeout)
         for eid, fut in futures.items():
             try:
-                msg = fut.result(loop_deadline.left())
+                msg = fut.result(deadline.left())
             except Exception:  # noqa: BLE001 - timed out: left out
                 continue
-            content = msg["content"]
-            if content.get("status") == "ok":
-                out[eid] = stats_from_dict(content["stats"])
+            if msg["content"].get("status") == "ok":
+                out[eid] = msg["content"]
         return out
 
     def _send_cancel(self, task: RemoteTask) -> None:

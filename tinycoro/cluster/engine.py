@@ -38,6 +38,7 @@ from .messages import (
     error_outcome,
     outcome_of,
     stats_to_dict,
+    tasks_to_list,
 )
 
 _agent: "Agent | None" = None
@@ -122,12 +123,15 @@ class Agent:
 
     # -- control channel ---------------------------------------------------------------------
     def _on_control(self, stream: Any, ident: Any, msg: dict) -> None:
-        """A ``CONTROL_REQUEST`` (on ipykernel's control thread): ``stats`` or ``cancel``."""
+        """A ``CONTROL_REQUEST`` (on ipykernel's control thread): ``stats``, ``tasks`` or
+        ``cancel``."""
         content = msg.get("content", {})
         op = content.get("op")
         try:
             if op == "stats":
                 reply: dict = {"status": "ok", "stats": stats_to_dict(self.scheduler().stats())}
+            elif op == "tasks":
+                reply = {"status": "ok", "tasks": tasks_to_list(self.scheduler().tasks())}
             elif op == "cancel":
                 with self._lock:
                     task = self._tasks.get(content.get("token"))

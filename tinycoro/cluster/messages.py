@@ -15,7 +15,7 @@ import pickle
 import traceback
 from typing import Any
 
-from ..core import Cancelled, ContextStats, SchedulerStats
+from ..core import Cancelled, ContextStats, SchedulerStats, TaskInfo
 
 CONTROL_REQUEST = "tinycoro_request"
 CONTROL_REPLY = "tinycoro_reply"
@@ -64,3 +64,11 @@ def stats_from_dict(d: dict) -> SchedulerStats:
     d = dict(d)
     d["contexts"] = tuple(ContextStats(**c) for c in d["contexts"])
     return SchedulerStats(**d)
+
+
+def tasks_to_list(tasks: tuple[TaskInfo, ...]) -> list[dict]:
+    return [dataclasses.asdict(t) for t in tasks]
+
+
+def tasks_from_list(items: list[dict]) -> tuple[TaskInfo, ...]:
+    return tuple(TaskInfo(**d) for d in items)
