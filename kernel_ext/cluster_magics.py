@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from typing import Any, Sequence
 
 from IPython.core.error import UsageError
@@ -25,7 +24,6 @@ from .magics import format_status, format_tasks
 __all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
 
 ACTIONS = ("start", "connect", "status", "tasks", "dashboard", "stop")
-TASKS_TIMEOUT = 10.0  # seconds for the engines to list their tasks
 NAME = "cluster"  # the user-namespace name start and connect bind the cluster to
 _NEEDS = "pip install 'tinycoro[cluster]' (or pip install ipyparallel)"
 
@@ -34,7 +32,7 @@ _NEEDS = "pip install 'tinycoro[cluster]' (or pip install ipyparallel)"
 @argument(
     "action", nargs="?", choices=ACTIONS,
     help="start: a local cluster of N engines; connect: an existing ipyparallel cluster; "
-    "status: per-engine load and process CPU; tasks: the engines' live tasks and failures; "
+    "status: per-engine load and process CPU; tasks: the engines' live tasks; "
     "dashboard: a live widget, grouped per engine; stop: stop the engines (a connected "
     "cluster: disconnect)",
 )
@@ -237,23 +235,17 @@ class ClusterCommands:
 
     def _tasks(self, args: argparse.Namespace) -> None:
         cluster = self._need("tasks")
-        from ipyparallel import error as ipp_error
-
-        # tc.cluster answers stats on the engines' control thread but has no such probe for
-        # the task list, so this asks through ipyparallel's apply, which an engine serves on
-        # its shell: a %px cell running there delays the answer (hence the deadline).
-        engines = cluster.engines
-        asked = {e.id: cluster.client[e.id].apply_async(_engine_tasks) for e in engines}
-        deadline = time.monotonic() + TASKS_TIMEOUT
-        for e in engines:
+        try:  # answered on the engines' control thread, like stats: never behind a busy shell
+            tasks = cluster.tasks()
+        except (OSError, RuntimeError) as e:
+            raise UsageError(f"%tinycoro cluster tasks: the cluster does not answer ({e})") from None
+        for e in cluster.engines:
             print(_engine_head(e))
-            try:
-                infos, failures = asked[e.id].get(max(0.0, deadline - time.monotonic()))
-            except ipp_error.TimeoutError:
-                print(f"  (no answer within {TASKS_TIMEOUT:g} s: the engine's shell is busy, "
-                      "e.g. with a %px cell)")
+            infos = tasks.get(e.id)
+            if infos is None:
+                print("  (no answer: the engine did not reply in time)")
                 continue
-            print("\n".join("  " + line for line in format_tasks(infos, failures).splitlines()))
+            print("\n".join("  " + line for line in format_tasks(infos, ()).splitlines()))
 
     def _dashboard(self, args: argparse.Namespace) -> Any:
         cluster = self._need("dashboard")
@@ -263,14 +255,6 @@ class ClusterCommands:
             return self.refresher.dashboard()
         except ImportError as e:
             raise UsageError(f"%tinycoro cluster dashboard: {e}") from None
-
-
-def _engine_tasks() -> tuple[list[Any], list[Any]]:
-    """On an engine (shipped by value): its default scheduler's live tasks and failures."""
-    import tinycoro as tc
-
-    sched = tc.get_default_scheduler()
-    return ([], []) if sched is None else (list(sched.tasks()), list(sched.failures()))
 
 
 def _cluster_module() -> Any:

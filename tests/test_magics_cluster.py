@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import socket
 import threading
 
 import pytest
@@ -126,6 +127,25 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     run_ok(shell, "nap.cancel()")
     res = shell.run_cell("await nap")
     assert isinstance(res.error_in_exec, tc.Cancelled), res.error_in_exec
+
+    # a %px cell that blocks engine 0's shell (it awaits a recv from us) does not hold up
+    # status, tasks or the dashboard's stats: the engines answer on their control thread
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        srv.settimeout(60)
+        port = srv.getsockname()[1]
+        run_ok(shell, "%%px --noblock --targets 0\n"
+                      f"c = await tc.net.connect('127.0.0.1', {port})\n"
+                      "got = await c.recv()")
+        peer, _ = srv.accept()
+        with peer:
+            capsys.readouterr()
+            shell.run_line_magic("tinycoro", "cluster tasks")
+            out = capsys.readouterr().out
+            assert "no answer" not in out and out.count("  tinycoro: ") == 2, out
+            assert set(cluster.stats()) == {0, 1}
+            peer.sendall(b"done")
+        assert run_ok(shell, "cluster.client.wait(timeout=60)") is True
+    assert run_ok(shell, "cluster.client[0].pull('got', block=True)") == b"done"
 
     capsys.readouterr()
     shell.run_line_magic("tinycoro", "cluster status")
