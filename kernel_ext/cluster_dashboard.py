@@ -73,6 +73,8 @@ class ClusterLike(Protocol):
 
     def stats(self) -> Mapping[int, tc.SchedulerStats]: ...
 
+    def tasks(self) -> Mapping[int, Sequence[tc.TaskInfo]]: ...
+
 
 # -- process CPU -------------------------------------------------------------------------------
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -243,9 +245,10 @@ class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
         _d._need_widgets()
         self._summary = _d._w.HTML(_dom_classes=("tc-summary",))
         self._table = _d._w.HTML(_dom_classes=("tc-table-widget",))
+        self._tasks, self._tasks_box = _d.task_list()
         self.engines = tuple(engines)
         self.apply(self.engines, stats or {}, {}, None, 0.0)
-        super().__init__([self._summary, self._table],
+        super().__init__([self._summary, self._table, self._tasks_box],
                          _dom_classes=("tinycoro-dashboard", "tinycoro-cluster-dashboard"))
 
     def __repr__(self) -> str:
@@ -262,15 +265,30 @@ class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
         of engine *engine*, in column *field* (e.g. ``tasks_run``, ``busy``)."""
         return _d.cell_text(self._table.value, ctx, field, scope=f"e{engine}-")
 
+    @property
+    def tasks_open(self) -> bool:
+        """Whether the user expanded the live-task list (it is refreshed only then)."""
+        return bool(self._tasks_box.selected_index == 0)
+
     def apply(self, engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
               histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
-              running: bool = True) -> None:
-        """Show one snapshot of every engine. Called only by the refresher thread (and once
-        by the constructor)."""
+              running: bool = True,
+              tasks: Mapping[int, Sequence[tc.TaskInfo]] | None = None) -> None:
+        """Show one snapshot of every engine (and, when given, their live tasks). Called only
+        by the refresher thread (and once by the constructor)."""
         self.engines = tuple(engines)
-        with self._summary.hold_sync(), self._table.hold_sync():
+        with self._summary.hold_sync(), self._table.hold_sync(), self._tasks.hold_sync(), \
+                self._tasks_box.hold_sync():
             self._summary.value = _summary(self.engines, stats, running)
             self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running)
+            if tasks is not None:
+                count = sum(len(t) for t in tasks.values())
+                self._tasks_box.set_title(0, f"live tasks ({count})")
+                self._tasks.value = "".join(
+                    f'<div class="tc-tasks-e{e.id}"><b>engine {e.id} · {html.escape(e.host)}:'
+                    f"{e.pid}</b>{_d._task_table(tasks.get(e.id, ()))}</div>"
+                    for e in self.engines
+                )
 
 
 class ClusterRefresher(RefreshThread):
@@ -323,7 +341,13 @@ class ClusterRefresher(RefreshThread):
 
     def _tick(self, boards: list[Any]) -> bool:
         engines, stats, now, running = self.sample()
+        tasks = None
+        if running and self.ticks % _d.TASKS_EVERY == 0 and any(b.tasks_open for b in boards):
+            try:  # answered on the engines' control thread, like stats
+                tasks = self.cluster.tasks()
+            except Exception:  # noqa: BLE001 - stopped meanwhile: the next tick shows it
+                tasks = None
         for board in boards:
             self._show(board, lambda: board.apply(engines, stats, self.histories, self.cpu,
-                                                  now, running))
+                                                  now, running, tasks))
         return running

@@ -357,6 +357,15 @@ def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
     )
 
 
+def task_list() -> tuple[Any, Any]:
+    """The closed "live tasks" list under a dashboard's table: (its HTML widget, the
+    accordion around it). The refresher fills it only while it is open."""
+    tasks = _w.HTML("<i>open to list the live tasks</i>")
+    box = _w.Accordion(children=[tasks], selected_index=None, _dom_classes=("tc-task-list",))
+    box.set_title(0, "live tasks")
+    return tasks, box
+
+
 class Dashboard(_Base):  # type: ignore[misc, valid-type]
     """Per-context load of one scheduler, now and over the last minute; display it as a
     cell's result.
@@ -369,10 +378,7 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
         _need_widgets()
         self._summary = _w.HTML(_dom_classes=("tc-summary",))
         self._table = _w.HTML(_dom_classes=("tc-table-widget",))
-        self._tasks = _w.HTML("<i>open to list the live tasks</i>")
-        self._tasks_box = _w.Accordion(children=[self._tasks], selected_index=None,
-                                       _dom_classes=("tc-task-list",))
-        self._tasks_box.set_title(0, "live tasks")
+        self._tasks, self._tasks_box = task_list()
         self._bind(scheduler)
         super().__init__([self._summary, self._table, self._tasks_box],
                          _dom_classes=("tinycoro-dashboard",))

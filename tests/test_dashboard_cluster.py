@@ -48,6 +48,11 @@ class SchedulersAsEngines:
             raise RuntimeError("the cluster is stopped")
         return {i: s.stats() for i, s in enumerate(self.scheds)}
 
+    def tasks(self) -> dict[int, tuple[tc.TaskInfo, ...]]:
+        if self.stopped:
+            raise RuntimeError("the cluster is stopped")
+        return {i: s.tasks() for i, s in enumerate(self.scheds)}
+
     def stop(self) -> None:
         self.stopped = True
         for s in self.scheds:
@@ -169,3 +174,34 @@ def test_process_cpu_seconds_and_the_meter():
     assert meter.add(7, 103.0, 5.5) == pytest.approx(1.0)
     assert [round(p.cpu, 3) for p in meter.points(7)] == [0.5, 1.0]
     assert meter.add(8, 1.0, None) is None and meter.points(8) == []
+
+
+def test_the_live_task_list_shows_each_engines_tasks_once_opened():
+    cluster = SchedulersAsEngines(contexts=2)
+    refresher = ClusterRefresher(cluster, interval=0.02)
+    board = refresher.dashboard()
+    gate = tc.Event()
+    try:
+        waiters = [cluster.scheds[1].submit(gate.wait(), name=f"waiter-{i}") for i in range(3)]
+        assert not board.tasks_open
+        wait_until(lambda: refresher.ticks >= 8, what="a few refreshes")
+        assert "open to list" in board._tasks.value  # closed: not refreshed
+        board._tasks_box.selected_index = 0  # the user opens it
+        wait_until(lambda: "waiter-2" in board._tasks.value, what="the list to fill")
+        listed = board._tasks.value
+        assert board._tasks_box.get_title(0) == "live tasks (3)"
+        engine1 = listed.split('class="tc-tasks-e1"', 1)[1]
+        assert all(f"waiter-{i}" in engine1 for i in range(3))
+        assert "<i>no live tasks</i>" in listed.split('class="tc-tasks-e1"', 1)[0]
+        gate.set()
+        for w in waiters:
+            cluster.scheds[1].run_sync(_join(w), timeout=10)
+        wait_until(lambda: board._tasks_box.get_title(0) == "live tasks (0)",
+                   what="the list to empty")
+    finally:
+        refresher.stop()
+        cluster.stop()
+
+
+async def _join(task: tc.Task) -> None:
+    await task
