@@ -9,6 +9,7 @@ Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
       ctx 0              1 · has work [#####] 100%          ~~~~~               ...          10231
       ctx 1              1 · has work [#####] 100%          ~~~~~               ...          10181
     engine 1 · host:4712 ...
+    ▸ live tasks (12)                                          (per engine, from cluster.tasks())
 
 Why CPU beside busy: a context is "busy" while it runs Python code, and under the GIL two
 contexts of one process can both be busy while only one of them runs at a time. Their busy
@@ -16,8 +17,8 @@ shares then add up to 200% while the process's CPU time grows by one core's wort
 is GIL-bound, and more engines (processes), not more contexts, would add CPU (DESIGN rule 15).
 
 Where the numbers come from: ``cluster.stats()`` (one :class:`tinycoro.SchedulerStats` per
-engine, answered without waiting behind a busy engine) and ``cluster.engines`` (id, host,
-pid). Process CPU is read here from ``/proc/<pid>/stat`` for engines on this host; for an
+engine, answered without waiting behind a busy engine), ``cluster.tasks()`` (the same, for the
+task list) and ``cluster.engines`` (id, host, pid). Process CPU is read here from ``/proc/<pid>/stat`` for engines on this host; for an
 engine on another host the cluster's stats answer carries no CPU time, so its CPU shows as
 "remote" (see docs/jupyter.md).
 
