@@ -1,4 +1,4 @@
-"""Shared fixtures: context counts to run concurrency tests on, and leak checks."""
+"""Shared fixtures: context counts to run concurrency tests on, leak checks, a TLS certificate."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import contextlib
 import json
 import os
 import platform
+import shutil
+import ssl
 import subprocess
 import sys
 import threading
@@ -76,6 +78,46 @@ def in_eventfd_read(engine, thread: threading.Thread | None = None) -> bool:
     except OSError:
         return True
     return len(fields) > 1 and fields[0] == str(_SYS_READ) and int(fields[1], 16) == engine.ring.efd
+
+
+@pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory) -> tuple:
+    """(cert.pem, key.pem): a self-signed certificate for localhost and 127.0.0.1, made by the
+    openssl binary (skips the test where there is none)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl binary")
+    d = tmp_path_factory.mktemp("tls")
+    key, crt = d / "key.pem", d / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    return crt, key
+
+
+@pytest.fixture
+def server_ctx(tls_cert) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(*tls_cert)
+    return ctx
+
+
+@pytest.fixture
+def client_ctx(tls_cert) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(tls_cert[0]))
+
+
+async def tls_pair(server_ctx, client_ctx):
+    """A TLS listener, a client connected to it, and the server's side of that connection."""
+    import tinycoro as tc
+
+    lst = await tc.net.listen(ssl=server_ctx)
+    accepted = tc.spawn(lst.accept())
+    client = await tc.net.connect("127.0.0.1", lst.port, ssl=client_ctx,
+                                  server_hostname="localhost")
+    return lst, client, await accepted
 
 
 @pytest.fixture(scope="session")

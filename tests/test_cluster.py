@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import socket
 import threading
 
@@ -127,6 +128,7 @@ def test_remote_exception_is_raised_here_with_its_remote_traceback(cluster):
     cause = info.value.__cause__
     assert isinstance(cause, tc.cluster.RemoteTraceback)
     assert "cluster_helpers.py" in cause.text and "in boom" in cause.text
+    assert "tinycoro/core/" not in cause.text  # from the task's frame, not the engine's step
     assert f"engine 1 ({cluster.engines[1].host}:{cluster.engines[1].pid})" in str(cause)
 
     async def main():
@@ -303,6 +305,17 @@ def test_serve_with_several_listeners_per_engine(cluster):
         server.cancel()
         with pytest.raises(tc.Cancelled):
             s.run_sync(_join(server), timeout=T)
+    assert cs.port_is_free(port)
+
+
+def test_serve_raises_what_an_engine_raised_and_stops_the_others(cluster):
+    # a socket on the port without SO_REUSEPORT: every engine's listen fails
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError) as info:
+            tc.run(cluster.serve(h.reply_pid, port))
+    assert info.value.errno == errno.EADDRINUSE
+    assert "serve_here" in info.value.__cause__.text
     assert cs.port_is_free(port)
 
 

@@ -98,3 +98,27 @@ def test_stop_leaves_no_process_port_or_thread(cluster, threads_before):
     cluster.stop()  # idempotent
     with pytest.raises(RuntimeError, match="stopped"):
         cluster.submit(h.add, 1, 1)
+
+
+def test_with_every_engine_lost_submit_map_and_serve_raise_engine_lost():
+    with cs.engines_can_import_helpers():
+        c = tc.cluster.start(1, timeout=START)
+    procs = cs.processes(c)
+    try:
+        [only] = c.engines
+        t = c.submit(h.sleep_forever)
+        os.kill(only.pid, signal.SIGKILL)
+        with pytest.raises(tc.cluster.EngineLost):
+            t.result(NOTICED)
+        assert c.engines == ()
+        with pytest.raises(tc.cluster.EngineLost, match="every engine"):
+            c.submit(h.add, 1, 1)
+        with pytest.raises(tc.cluster.EngineLost, match="every engine"):
+            tc.run(c.map(h.add, [1, 2], limit=1))
+        with pytest.raises(tc.cluster.EngineLost, match="every engine"):
+            tc.run(c.serve(h.reply_pid, cs.free_port()))
+        assert c.stats() == {}
+    finally:
+        c.stop()
+        if not cs.gone(procs):
+            cs.kill_leftovers(procs)

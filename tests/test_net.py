@@ -178,3 +178,29 @@ def test_ipv6_loopback():
         return got
 
     assert tc.run(main(), contexts=1) == b"v6"
+
+
+def test_send_nowait_takes_what_fits_then_refuses_with_eagain():
+    """send_nowait never waits for the peer: a socket whose buffer is full refuses at once with
+    BlockingIOError (EAGAIN), and the stream stays usable."""
+
+    async def main():
+        lst = await tc.net.listen("127.0.0.1", 0)
+        accepting = tc.spawn(lst.accept())
+        c = await tc.net.connect("127.0.0.1", lst.port)
+        s = await accepting
+        assert await c.send_nowait(b"hi") == 2
+        assert await s.recv() == b"hi"
+        with pytest.raises(BlockingIOError) as info:
+            for _ in range(10_000):  # the peer never reads: the buffers fill up
+                await c.send_nowait(b"x" * 65536)
+        assert info.value.errno == errno.EAGAIN
+        with pytest.raises(TypeError, match="send_nowait"):
+            await c.send_nowait("text")
+        await c.close()
+        with pytest.raises(tc.ClosedResourceError):
+            await c.send_nowait(b"late")
+        await s.close()
+        await lst.close()
+
+    tc.run(main(), contexts=1)

@@ -1,5 +1,5 @@
-"""TLS over tinycoro streams (ssl.SSLContext over ssl.MemoryBIO), with a self-signed certificate
-made here by the openssl binary (issue 12)."""
+"""TLS over tinycoro streams (ssl.SSLContext over ssl.MemoryBIO), with the self-signed certificate
+of conftest's ``tls_cert`` fixture (issue 12)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import os
 import shutil
 import socket
 import ssl
-import subprocess
 import threading
 
 import pytest
@@ -17,46 +16,12 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
 
-from conftest import open_fds
+from conftest import open_fds, tls_pair
 
 pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl binary"),
 ]
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tls")
-    key, crt = d / "key.pem", d / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(crt), "-days", "2", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )
-    return crt, key
-
-
-@pytest.fixture
-def server_ctx(cert):
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain(*cert)
-    return ctx
-
-
-@pytest.fixture
-def client_ctx(cert):
-    return ssl.create_default_context(cafile=str(cert[0]))
-
-
-async def _tls_pair(server_ctx, client_ctx):
-    """A TLS listener, a client connected to it, and the server's side of that connection."""
-    lst = await tc.net.listen(ssl=server_ctx)
-    accepted = tc.spawn(lst.accept())
-    client = await tc.net.connect("127.0.0.1", lst.port, ssl=client_ctx,
-                                  server_hostname="localhost")
-    return lst, client, await accepted
 
 
 async def _echo(conn):
@@ -157,7 +122,7 @@ def test_client_refuses_an_untrusted_certificate_and_the_server_goes_on(server_c
 
 def test_peer_closing_without_close_notify_reads_as_eof(server_ctx, client_ctx):
     async def main():
-        lst, client, conn = await _tls_pair(server_ctx, client_ctx)
+        lst, client, conn = await tls_pair(server_ctx, client_ctx)
         await client.sendall(b"last words")
         # A TCP FIN without a TLS close_notify first (closing the socket outright could turn
         # into a reset: the server's TLS 1.3 session tickets sit unread in the client).
@@ -173,7 +138,7 @@ def test_peer_closing_without_close_notify_reads_as_eof(server_ctx, client_ctx):
 
 def test_close_ends_a_pending_tls_recv(server_ctx, client_ctx, contexts):
     async def main():
-        lst, client, conn = await _tls_pair(server_ctx, client_ctx)
+        lst, client, conn = await tls_pair(server_ctx, client_ctx)
         r = tc.spawn(conn.recv())
         await wait_blocked(r)
         await conn.close()

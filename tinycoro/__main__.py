@@ -104,14 +104,24 @@ async def _main(sched: tc.Scheduler, args: argparse.Namespace, samples: list) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tinycoro", description=__doc__.splitlines()[0])
-    p.add_argument("-n", "--contexts", type=int, default=max(2, os.cpu_count() or 1))
-    p.add_argument("--dispatch", default="round_robin", choices=("round_robin", "least_loaded"))
-    p.add_argument("--files", type=int, default=32)
-    p.add_argument("--file-kib", type=int, default=1024)
-    p.add_argument("--clients", type=int, default=50)
-    p.add_argument("--rounds", type=int, default=200)
-    p.add_argument("--timers", type=int, default=2000)
+    p = argparse.ArgumentParser(
+        prog="python -m tinycoro",
+        description="A short file + TCP + timer workload on several contexts, then per-context statistics.",
+    )
+    p.add_argument("-n", "--contexts", type=int, default=max(2, os.cpu_count() or 1),
+                   help="context threads of the scheduler, each with its own ring (default: %(default)s)")
+    p.add_argument("--dispatch", default="round_robin", choices=("round_robin", "least_loaded"),
+                   help="how new tasks are spread over the contexts (default: %(default)s)")
+    p.add_argument("--files", type=int, default=32,
+                   help="files written and read back concurrently (default: %(default)s)")
+    p.add_argument("--file-kib", type=int, default=1024,
+                   help="size of each file in KiB (default: %(default)s)")
+    p.add_argument("--clients", type=int, default=50,
+                   help="TCP clients of the echo server (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=200,
+                   help="64-byte echoes each client makes (default: %(default)s)")
+    p.add_argument("--timers", type=int, default=2000,
+                   help="concurrent 50 ms sleeps (default: %(default)s)")
     args = p.parse_args(argv)
 
     print(

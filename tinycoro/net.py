@@ -247,6 +247,18 @@ class Stream(_Socket):
         n = min(len(view), MAX_RW)
         return await self._ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
 
+    async def send_nowait(self, data: Any) -> int:
+        """Send what the socket takes right now (MSG_DONTWAIT): BlockingIOError (EAGAIN) if it
+        takes nothing. For a last best-effort message, e.g. TLS close_notify, that must never
+        wait for the peer."""
+        view = _as_bytes_view(data, "send_nowait")
+        self._check_open()
+        if not view:
+            return 0
+        n = min(len(view), MAX_RW)
+        flags = _MSG_NOSIGNAL | socket.MSG_DONTWAIT
+        return await self._ops.perform(Op(prep_send, self._fd, view, n, flags))
+
     async def sendall(self, data: Any) -> None:
         """Send all of *data*, however many operations that takes."""
         ops = self._ops
@@ -362,6 +374,7 @@ class TcpListener(Listener):
         super().__init__(sock)
         self.host, self.port = sock.getsockname()[:2]
         self.ssl = ssl_context
+        self._handshakes: set[Stream] = set()  # connections whose TLS handshake accept() runs
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self.host}:{self.port}"
@@ -400,21 +413,38 @@ class TcpListener(Listener):
         self._check_open()
         if self.ssl is None:
             return await self._accept_raw()
-        from .tls import TlsStream, handshake_failed
+        from .tls import handshake, handshake_failed
 
         while True:
             raw = await self._accept_raw()
-            tls = TlsStream(raw, self.ssl, server_side=True)
+            peer = _peer(raw)  # for the log: a failed handshake closes raw
+            # In the set before looking at `closed`; close() sets `closed` before it looks at
+            # the set: so close() closes this connection, or this accept sees it closed.
+            self._handshakes.add(raw)
             try:
-                await tls.do_handshake()
+                if not self.closed:
+                    tls = await handshake(raw, self.ssl, server_side=True)  # closes raw on failure
             except handshake_failed as exc:
-                log.warning("tinycoro: TLS handshake with %s failed, dropped: %s", _peer(raw), exc)
+                if not self.closed:  # the client's doing, not close()'s
+                    log.warning("tinycoro: TLS handshake with %s failed, dropped: %s", peer, exc)
+                    continue
+            finally:
+                self._handshakes.discard(raw)
+            if self.closed:  # closed before, during or right after the handshake
                 await raw.close()
-                continue
-            except BaseException:
-                await raw.close()
-                raise
+                self._check_open()
             return tls
+
+    async def close(self) -> None:
+        """Close the listener, and the connections whose TLS handshake an ``accept()`` is
+        still running (a client that connected and never spoke), so that accept ends at once
+        with ``tc.ClosedResourceError`` (DESIGN rule 10)."""
+        try:
+            await super().close()
+        finally:
+            # `closed` is set by now, also if that close was interrupted (its first step)
+            for raw in list(self._handshakes):
+                await raw.close()
 
 
 def _peer(stream: Stream) -> Any:
@@ -573,15 +603,9 @@ async def connect(
     stream = TcpStream(sock)
     if ssl is None:
         return stream
-    from .tls import TlsStream
+    from .tls import handshake
 
-    tls = TlsStream(stream, ssl, server_side=False, server_hostname=server_hostname or host)
-    try:
-        await tls.do_handshake()
-    except BaseException:
-        await stream.close()
-        raise
-    return tls
+    return await handshake(stream, ssl, server_side=False, server_hostname=server_hostname or host)
 
 
 async def listen_unix(path: Any, backlog: int = 128) -> UnixListener:

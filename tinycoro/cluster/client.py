@@ -193,12 +193,15 @@ class Cluster:
         return self._submit(fn, args, kwargs, engine)
 
     def _submit(self, fn: Any, args: tuple, kwargs: dict, engine: int | None,
-                name: str | None = None) -> RemoteTask:
+                name: str | None = None, observed: bool = False) -> RemoteTask:
+        """*observed*: the caller takes care of the outcome (map, serve), so a failure is
+        not reported as unawaited; set before the task can end."""
         name = name or getattr(fn, "__qualname__", None) or repr(fn)
         context = contextvars.copy_context()
         with self._send_lock:  # also makes "least loaded" see the submit before this one
             eid = self._pick(engine)
             task = RemoteTask(self, eid, uuid.uuid4().hex, name, context)
+            task._observed = observed
             self._send_apply(task, fn, args, kwargs)
         return task
 
@@ -274,8 +277,7 @@ class Cluster:
                     await slots.acquire()  # a slot frees on some engine (pigeonhole)
                 if failed:
                     break
-                t = self._submit(shipped, (item,), {}, None, name)
-                t._observed = True  # its failure is raised by map, not reported
+                t = self._submit(shipped, (item,), {}, None, name, observed=True)
                 t._add_done_callback(on_done)
                 tasks.append(t)
             await ended.wait()
@@ -299,9 +301,7 @@ class Cluster:
         if not self.engines:
             self._pick(None)  # raises: stopped, or every engine lost
         servers = [self._submit(engine_side.serve_here, (handler, host, port, contexts), {}, e.id,
-                                f"serve {host}:{port}") for e in self.engines]
-        for t in servers:
-            t._observed = True  # awaited in turn below
+                                f"serve {host}:{port}", observed=True) for e in self.engines]
         try:
             for t in servers:
                 try:

@@ -37,11 +37,11 @@ def error_outcome(exc: BaseException) -> tuple:
         data: bytes | None = pickle.dumps(exc)
     except Exception:  # noqa: BLE001 - an unpicklable exception still travels as text
         data = None
-    # The traceback starts where the user's coroutine does, not in the engine that stepped it.
+    # The traceback starts where the task's coroutine does, not in the engine that stepped it.
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None and str(
         tb.tb_frame.f_globals.get("__name__", "")
-    ).startswith("tinycoro."):
+    ).startswith("tinycoro.core."):
         tb = tb.tb_next
     text = "".join(traceback.format_exception(type(exc), exc, tb))
     return (ERROR, data, type(exc).__name__, str(exc), text)

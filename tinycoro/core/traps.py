@@ -171,6 +171,16 @@ def yield_now() -> types.GeneratorType:
     yield YIELD
 
 
+@types.coroutine
+def checkpoint_if_cancelled() -> types.GeneratorType:
+    """Take a cancel or an expired timeout that is on its way to this task here, by yielding
+    once; return at once when none is (trio has the same name). For code that must not start
+    something it could not then finish, such as encrypting a TLS record."""
+    task = _local.task
+    if task is not None and task._interrupts is not None:
+        yield from yield_now()
+
+
 def join_outside(task: Any):
     """Wait for *task* to finish where no tinycoro task runs (``await task`` in asyncio)."""
     return _outside(task)
