@@ -117,6 +117,9 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
 
     # tasks: each engine's live tasks, what they wait on
     run_ok(shell, "async def napping():\n    await tc.sleep(3600)\nnap = cluster.submit(napping, engine=1)")
+    # submit returns once the request is sent; the task starts on the engine a moment later
+    wait_until(lambda: any(t.name == "napping" for t in cluster.tasks().get(1, ())),
+               timeout=30, what="the remote task to start")
     capsys.readouterr()
     shell.run_line_magic("tinycoro", "cluster tasks")
     lines = capsys.readouterr().out.splitlines()
