@@ -2,11 +2,12 @@
 on ipyparallel engines, from a notebook.
 
 ``start`` and ``connect`` make the notebook's one cluster (``tc.cluster.start`` /
-``tc.cluster.connect``), activate ipyparallel's ``%px`` magics on all its engines and import
-tinycoro as ``tc`` there; the engines preload the tinycoro extension, so a ``%px`` cell may
-``await`` tinycoro awaitables there as a notebook cell does here. The cluster is also bound to ``cluster`` in the user's
-namespace, for ``cluster.submit`` and ``cluster.map``. ``stop`` stops the engines of a cluster
-started here and lets go of a connected one; so does unloading the extension.
+``tc.cluster.connect``), bind it to ``cluster`` in the user's namespace (for
+``cluster.submit``, ``cluster.map``, ``cluster.serve``), activate ipyparallel's ``%px`` magics
+on all its engines and import tinycoro as ``tc`` there. The engines preload the tinycoro
+extension, so a ``%px`` cell may ``await`` tinycoro awaitables as a notebook cell does here.
+``stop`` stops the engines of a cluster started here and lets go of a connected one (closing
+the client made for it); so does unloading the extension.
 """
 
 from __future__ import annotations
