@@ -113,6 +113,14 @@ class WaitOrFailWhenReleased:
         await fail_when_released(self.port, f"item {x} is bad")
 
 
+async def show(text):
+    """``display()`` a Markdown object from a remote task."""
+    from IPython.display import Markdown, display
+
+    await tc.sleep(0)
+    display(Markdown(text))
+
+
 def tinycoro_loaded():
     """(A plain function, for ipyparallel's apply.) Has this engine loaded the extension?"""
     from IPython import get_ipython

@@ -2,7 +2,7 @@
 (DESIGN rule 9), through a real kernel (jupyter_client) with the extension loaded that starts a
 real one-engine cluster: what a remote task prints, and the report of a remote task that fails
 while nothing awaits it, carry the submitting cell's msg_id as their parent, also when the
-tasks end after that cell (and a later one) finished."""
+tasks end after that cell (and a later one) finished; and a remote ``display()`` shows there."""
 
 from __future__ import annotations
 
@@ -84,6 +84,11 @@ def test_remote_output_and_unawaited_failures_land_in_the_submitting_cell(kernel
     assert "RuntimeError: nobody awaits me" in text and "in fail_when_released" in text
     assert not [m for m in k.log if m["parent_header"].get("msg_id") == later
                 and m["msg_type"] == "stream"]
+
+    # display() in a remote task: rich output in the cell that submitted it
+    shown = k.cell("await cluster.submit(h.show, '**rich**')")
+    [disp] = k.of(shown, "display_data")
+    assert disp["content"]["data"]["text/markdown"] == "**rich**"
 
     # awaited in a cell (the tinycoro cell runner) and from plain code, the results come back
     assert k.result_of(k.cell("await t")) == "'hello from the engine'"

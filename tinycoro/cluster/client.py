@@ -4,10 +4,11 @@ Everything travels over ipyparallel (DESIGN rule 15: no process pool or protocol
 see :mod:`.messages` for the three message shapes used. Two hooks into the ipyparallel client
 route what comes back, both on its IO thread:
 
-* its IOPub stream: a task's output (``stream`` messages) is written again here inside the
-  ``contextvars.Context`` captured at submit, so in a notebook it lands in the cell that
-  submitted the task, also after that cell ended; its outcome (a ``data_message``) completes
-  the :class:`RemoteTask`. Every other message goes on to ipyparallel's own handler.
+* its IOPub stream: a task's output (``stream`` and ``display_data`` messages) is written
+  again here inside the ``contextvars.Context`` captured at submit, so in a notebook it lands
+  in the cell that submitted the task, also after that cell ended; its outcome (a
+  ``data_message``) completes the :class:`RemoteTask`. Every other message (and the status
+  messages of ours) goes on to ipyparallel's own handler.
 * its registration callbacks: an engine that leaves the cluster fails its tasks with
   :class:`EngineLost`. For a cluster started here the engine pids are also watched
   (:mod:`.watch`), which notices a killed engine at once.
@@ -418,6 +419,8 @@ class Cluster:
         try:
             if kind == "stream":
                 task._in_submitter(_write, msg["content"]["name"], msg["content"]["text"])
+            elif kind in ("display_data", "update_display_data"):
+                task._in_submitter(_display, msg["content"], kind == "update_display_data")
             elif kind == "data_message" and RESULT_KEY in msg["content"].get("keys", ()):
                 data, _ = deserialize_object(msg["buffers"])
                 token, outcome = data[RESULT_KEY]
@@ -493,6 +496,21 @@ def _write(name: str, text: str) -> None:
     notebook: ipykernel's stream, which routes it by the current context's parent header)."""
     stream = sys.stderr if name == "stderr" else sys.stdout
     stream.write(text)
+
+
+def _display(content: dict, update: bool) -> None:
+    """Show a remote task's ``display()`` here: through this process's IPython display
+    publisher if it runs IPython (a notebook: routed to the submitting cell, as streams are),
+    else its text/plain on stdout, as a terminal IPython would."""
+    ipython = sys.modules.get("IPython")  # no import: if IPython is not loaded, no shell runs
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        text = content.get("data", {}).get("text/plain")
+        if text:
+            sys.stdout.write(text + "\n")
+        return
+    shell.display_pub.publish(data=content["data"], metadata=content.get("metadata") or {},
+                              transient=content.get("transient") or None, update=update)
 
 
 # -- starting and connecting --------------------------------------------------------------------
