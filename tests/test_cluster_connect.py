@@ -5,6 +5,9 @@ cluster."""
 
 from __future__ import annotations
 
+import os
+
+import psutil
 import pytest
 
 ipp = pytest.importorskip("ipyparallel")
@@ -24,11 +27,17 @@ def plain_cluster(tmp_path_factory):
         ipc = ipp.Cluster(n=2, profile_dir=str(tmp_path_factory.mktemp("profile")), delay=0,
                           log_level=40)
         client = ipc.start_and_connect_sync()
+    pids = client[:].apply_sync(os.getpid) + [ipc.controller.pid]
+    procs = [psutil.Process(p) for p in pids]
+    procs += [c for p in procs for c in p.children(recursive=True)]
     try:
         yield ipc, client
     finally:
         client.close()
         ipc.stop_cluster_sync()
+        # ipyparallel's stop does not wait for the engines' nannies; no process outlives us
+        psutil.wait_procs(procs, timeout=10)
+        cs.kill_leftovers(procs)
 
 
 def test_connect_uses_an_existing_cluster_and_stop_leaves_it_running(plain_cluster):
@@ -60,3 +69,28 @@ def test_connect_uses_an_existing_cluster_and_stop_leaves_it_running(plain_clust
         assert again.submit(h.add, 2, 2).result(T) == 4
     finally:
         again.stop()
+
+
+def test_on_a_connected_cluster_engine_loss_comes_from_the_controller(plain_cluster):
+    """No pid watch here (the engines need not be on this host): the controller's notice that
+    an engine left (its nanny tells it at once) fails the engine's tasks with EngineLost."""
+    import signal
+
+    _, client = plain_cluster
+    cluster = tc.cluster.connect(client)
+    orphans = []
+    try:
+        assert cluster._watcher is None
+        victim = cluster.engines[1]
+        # its nanny outlives it for a while, out of the fixture's reach: ended below
+        orphans = psutil.Process(victim.pid).children(recursive=True)
+        t = cluster.submit(h.sleep_forever, engine=victim.id)
+        assert cluster.submit(h.add, 1, 1, engine=victim.id).result(T) == 2  # it runs there
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(tc.cluster.EngineLost, match="left the cluster"):
+            t.result(10)
+        assert [e.id for e in cluster.engines] == [0]
+        assert cluster.submit(h.add, 2, 3).result(T) == 5
+    finally:
+        cluster.stop()
+        cs.kill_leftovers(orphans)
