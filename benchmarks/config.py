@@ -39,6 +39,11 @@ class Config:
     echo_seconds: float
     # 6. scaling
     scale_contexts: tuple[int, ...] = (1, 2, 4)
+    # 7. cluster scaling (2 ipyparallel engines)
+    cluster_engines: int = 2
+    cluster_yields: int = 400_000  # yield_now rounds with arithmetic, all parts together
+    cluster_parts: int = 8  # tasks they are split in
+    cluster_roundtrips: int = 200  # trivial submits (and ipyparallel applies) in a row
     contexts: int = 1  # contexts for workloads 1-5 (asyncio is one thread too)
     profile: bool = False
 
@@ -82,6 +87,8 @@ QUICK = FULL.with_(
     aiofiles_ops=6_000,
     direct_ops=30_000,
     echo_seconds=1.0,
+    cluster_yields=200_000,
+    cluster_roundtrips=100,
     profile=False,
 )
 
@@ -103,6 +110,8 @@ TINY = FULL.with_(
     direct_mib=4,
     direct_ops=256,
     echo_seconds=0.2,
+    cluster_yields=4_000,
+    cluster_roundtrips=5,
     profile=False,
 )
 

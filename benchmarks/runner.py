@@ -12,12 +12,14 @@ from pathlib import Path
 from types import ModuleType
 
 from . import (
-    config, machine, report, w_aio_file, w_direct, w_echo, w_file, w_mutex, w_scaling, w_spawn, w_switch,
+    config, machine, report, w_aio_file, w_cluster, w_direct, w_echo, w_file, w_mutex, w_scaling,
+    w_spawn, w_switch,
 )
 from .harness import CaseResult, format_tables, run_case
 
 WORKLOADS: dict[str, ModuleType] = {
-    m.NAME: m for m in (w_switch, w_spawn, w_mutex, w_file, w_direct, w_aio_file, w_echo, w_scaling)
+    m.NAME: m
+    for m in (w_switch, w_spawn, w_mutex, w_file, w_direct, w_aio_file, w_echo, w_scaling, w_cluster)
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode")
     notes = [
         f"tinycoro runs workloads 1-5 on {cfg.contexts} context (asyncio and uvloop are "
-        "single-threaded too); workload 6 varies the number of contexts.",
+        "single-threaded too); workload 6 varies the number of contexts; workload 7 (cluster "
+        f"scaling) runs on {cfg.cluster_engines} ipyparallel engines of 1 context each.",
         f"{cfg.reps} measured repetitions per series after {cfg.warmup} warmup; the order of "
         "the series rotates every repetition; each rate is timed inside its event loop.",
         "Echo servers run one per process (uvloop with its event loop policy); the client is "

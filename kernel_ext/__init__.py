@@ -73,6 +73,9 @@ def unload_ipython_extension(shell: Any) -> None:
             fn.__self__, "ext", None
         ) is ext:
             del table["tinycoro"]
-    if manager.registry.get("TinycoroMagics") is not None:
-        del manager.registry["TinycoroMagics"]
-    ext.close()
+    magics = manager.registry.pop("TinycoroMagics", None)
+    try:
+        if magics is not None:
+            magics.close()  # a cluster started from this notebook stops with the extension
+    finally:
+        ext.close()

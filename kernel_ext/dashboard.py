@@ -45,7 +45,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import tinycoro as tc
 
@@ -56,7 +56,9 @@ try:  # guarded: everything but the dashboard works without ipywidgets
 except ImportError:  # pragma: no cover - exercised only where ipywidgets is missing
     _w = None
 
-__all__ = ["Dashboard", "History", "Refresher", "REFRESH_INTERVAL", "cell_text", "sparkline"]
+__all__ = [
+    "Dashboard", "History", "Refresher", "RefreshThread", "REFRESH_INTERVAL", "cell_text", "sparkline",
+]
 
 REFRESH_INTERVAL = 0.25  # seconds: four refreshes a second
 SPAN = 60.0  # seconds of history in each plot
@@ -106,6 +108,17 @@ class Point:
     parked: int
 
 
+def keep(kept: "collections.deque[Any]", point: Any, step: float, span: float) -> bool:
+    """Append *point* (anything with a ``t``) to *kept* if the newest kept one is at least
+    *step* seconds older, dropping points older than *span*; False if it was not kept."""
+    if kept and point.t - kept[-1].t < step:
+        return False
+    kept.append(point)
+    while kept and point.t - kept[0].t > span:
+        kept.popleft()
+    return True
+
+
 class History:
     """The last minute of one scheduler's per-context numbers: one kept point a second, plus
     a newest point that each refresh replaces (so the plots move at the refresh rate while
@@ -134,11 +147,8 @@ class History:
                 rate = last.ops_rate if last else kept[-1].ops_rate if kept else 0.0
             point = Point(now, c.busy if stats.running else 0.0, max(0.0, rate), c.queued,
                           c.io_inflight + c.io_pending, c.parked)
-            if not kept or now - kept[-1].t >= self.step:
-                kept.append(point)
+            if keep(kept, point, self.step, self.span):
                 self._ops[i] = (now, c.ops)
-                while kept and now - kept[0].t > self.span:
-                    kept.popleft()
                 self._last[i] = None
             else:
                 self._last[i] = point
@@ -254,18 +264,43 @@ def _bar(busy: float) -> str:
     )
 
 
-_TD = '<td class="tc-ctx-{c} tc-{f}" style="padding:1px 6px{style}">{v}</td>'
+_TD = '<td class="tc-{key} tc-{f}" style="padding:1px 6px{style}">{v}</td>'
 _NUM = ";text-align:right"
 _CSS = "white-space:nowrap;padding:2px 6px;text-align:left"
+
+
+def head_row(columns: Sequence[tuple[str, str]] = COLUMNS) -> str:
+    """The table's header row: each column's name, with what it counts as its tooltip."""
+    return "<tr>" + "".join(
+        f'<th title="{html.escape(what)}" style="{_CSS}">{name}</th>' for name, what in columns
+    ) + "</tr>"
+
+
+def table_html(rows: str, head: str) -> str:
+    """The ``<table>`` around a header row and rows (HTML strings)."""
+    return (
+        '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
+        f'white-space:nowrap">{head}{rows}</table>'
+    )
 
 
 def _table(stats: tc.SchedulerStats, history: History | None, now: float) -> str:
     """Every context's row: its numbers, then its plots. One string, so one comm message a
     tick for the whole table (each widget message costs about as much as rendering a row)."""
-    head = "".join(
-        f'<th title="{html.escape(what)}" style="{_CSS}">{name}</th>'
-        for name, what in COLUMNS
-    )
+    return table_html(context_rows(stats, history, now), head_row())
+
+
+def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -> str:
+    """One ``<tr>``: each cell is (field, HTML value, extra style), its class ``tc-{key}
+    tc-{field}`` (what :func:`cell_text` finds)."""
+    return f"<tr{attrs}>" + "".join(
+        _TD.format(key=key, f=f, style=style, v=v) for f, v, style in cells) + "</tr>"
+
+
+def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
+                 scope: str = "", name: str = "ctx {}") -> str:
+    """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
+    cluster dashboard passes ``e<engine>-``), *name* formats the first cell."""
     rows = []
     for i, c in enumerate(stats.contexts):
         busy = c.busy if stats.running else 0.0
@@ -277,7 +312,7 @@ def _table(stats: tc.SchedulerStats, history: History | None, now: float) -> str
             busy_svg = ops_svg = queue_svg = ""
             rate = "0"
         cells = (
-            ("name", f"ctx {c.id}", ""),
+            ("name", name.format(c.id), ""),
             ("stop_flag", _flag(c.stop_flag), ""),
             ("busy", f'{_bar(busy)} <span class="tc-busy-pct">{busy:.0%}</span>', ""),
             ("busy-plot", busy_svg, ""),
@@ -289,20 +324,19 @@ def _table(stats: tc.SchedulerStats, history: History | None, now: float) -> str
             ("queues-plot", queue_svg, ""),
             ("tasks_run", c.tasks_run, _NUM),
         )
-        rows.append("<tr>" + "".join(
-            _TD.format(c=c.id, f=f, style=style, v=v) for f, v, style in cells) + "</tr>")
-    return (
-        '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
-        f'white-space:nowrap"><tr>{head}</tr>{"".join(rows)}</table>'
-    )
+        rows.append(row_html(f"{scope}ctx-{c.id}", cells))
+    return "".join(rows)
 
 
-def cell_text(table: str, ctx: int, field: str) -> str:
+def cell_text(table: str, ctx: int | str, field: str, scope: str = "") -> str:
     """The text of one cell of a rendered table (tests read the dashboard with this, from the
-    widget or from its comm messages): *field* is a column key such as ``tasks_run``."""
-    m = re.search(f'<td class="tc-ctx-{ctx} tc-{re.escape(field)}"[^>]*>(.*?)</td>', table)
+    widget or from its comm messages): *field* is a column key such as ``tasks_run``; *ctx*
+    a context id (or a whole row's key, such as the cluster dashboard's ``engine``)."""
+    key = f"ctx-{ctx}" if isinstance(ctx, int) else ctx
+    m = re.search(f'<td class="tc-{re.escape(scope + key)} tc-{re.escape(field)}"[^>]*>(.*?)</td>',
+                  table)
     if m is None:
-        raise KeyError(f"no cell {field!r} for context {ctx}")
+        raise KeyError(f"no cell {field!r} for {scope}{key}")
     return re.sub(r"<[^>]+>", "", m.group(1)).strip()
 
 
@@ -323,6 +357,15 @@ def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
     )
 
 
+def task_list() -> tuple[Any, Any]:
+    """The closed "live tasks" list under a dashboard's table: (its HTML widget, the
+    accordion around it). The refresher fills it only while it is open."""
+    tasks = _w.HTML("<i>open to list the live tasks</i>")
+    box = _w.Accordion(children=[tasks], selected_index=None, _dom_classes=("tc-task-list",))
+    box.set_title(0, "live tasks")
+    return tasks, box
+
+
 class Dashboard(_Base):  # type: ignore[misc, valid-type]
     """Per-context load of one scheduler, now and over the last minute; display it as a
     cell's result.
@@ -335,10 +378,7 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
         _need_widgets()
         self._summary = _w.HTML(_dom_classes=("tc-summary",))
         self._table = _w.HTML(_dom_classes=("tc-table-widget",))
-        self._tasks = _w.HTML("<i>open to list the live tasks</i>")
-        self._tasks_box = _w.Accordion(children=[self._tasks], selected_index=None,
-                                       _dom_classes=("tc-task-list",))
-        self._tasks_box.set_title(0, "live tasks")
+        self._tasks, self._tasks_box = task_list()
         self._bind(scheduler)
         super().__init__([self._summary, self._table, self._tasks_box],
                          _dom_classes=("tinycoro-dashboard",))
@@ -385,15 +425,18 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
                 self._tasks.value = _task_table(tasks)
 
 
-class Refresher:
-    """The one thread that updates every dashboard of one scheduler."""
+class RefreshThread:
+    """One thread that updates a set of dashboards every *interval* seconds until what they
+    show stops: the threading part of :class:`Refresher` (one scheduler) and of the cluster
+    dashboard's refresher (:mod:`kernel_ext.cluster_dashboard`). A subclass says what one
+    tick does (:meth:`_tick`)."""
 
-    def __init__(self, scheduler: tc.Scheduler, interval: float = REFRESH_INTERVAL) -> None:
-        self.scheduler = scheduler
+    thread_name = "tinycoro-dashboard"
+
+    def __init__(self, interval: float = REFRESH_INTERVAL) -> None:
         self.interval = interval
         self.ticks = 0
-        self.history = History()
-        self._boards: "weakref.WeakSet[Dashboard]" = weakref.WeakSet()
+        self._boards: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -402,29 +445,13 @@ class Refresher:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def dashboard(self) -> Dashboard:
-        """A new dashboard for this scheduler; the refresher thread starts with the first."""
+    def _add(self, board: Any) -> Any:
+        """Refresh *board* from now on; the thread starts with the first board."""
         with self._lock:
-            board = Dashboard(self.scheduler)
             self._boards.add(board)
             if self._thread is None:
                 self._start()
         return board
-
-    def follow(self, scheduler: tc.Scheduler) -> "Refresher":
-        """Show *scheduler* from now on, in every dashboard of this refresher (after
-        ``%tinycoro restart``): the history starts afresh, the rows are rebuilt by the
-        refresher thread, and the thread starts again if it ended with the old scheduler."""
-        self.stop()
-        with self._lock:
-            self.scheduler = scheduler
-            self.history = History()
-            self._stop = threading.Event()
-            if self._boards:
-                self._start()
-            else:
-                self._thread = None
-        return self
 
     def stop(self, timeout: float = 5.0) -> None:
         """Render the final state and end the thread (idempotent)."""
@@ -433,36 +460,86 @@ class Refresher:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
+    def _restart(self) -> None:
+        """After :meth:`stop`: a fresh stop event, and the thread again if boards remain."""
+        with self._lock:
+            self._stop = threading.Event()
+            if self._boards:
+                self._start()
+            else:
+                self._thread = None
+
     def _start(self) -> None:
         ctx = contextvars.Context()  # inherit nothing from the cell that asked
         self._thread = threading.Thread(
-            target=ctx.run, args=(self._run, self.scheduler, self._stop),
-            name="tinycoro-dashboard", daemon=True,
+            target=ctx.run, args=(self._run, self._stop), name=self.thread_name, daemon=True,
         )
         with signals_blocked():  # like the contexts: signals belong to the main thread
             self._thread.start()
 
-    def _run(self, scheduler: tc.Scheduler, stop: threading.Event) -> None:
-        history = self.history
+    def _run(self, stop: threading.Event) -> None:
         while True:
-            stats = scheduler.stats()
-            now = time.monotonic()
-            history.add(now, stats)
             with self._lock:
                 boards = list(self._boards)
-            tasks = None
-            if self.ticks % TASKS_EVERY == 0 or not stats.running:
-                if any(b.tasks_open for b in boards):
-                    tasks = scheduler.tasks()
-            for board in boards:
-                try:
-                    if board.scheduler is not scheduler:
-                        board._bind(scheduler)
-                    board.apply(stats, history, now, tasks)
-                except Exception:  # noqa: BLE001 - a closed widget or a gone kernel: drop it
-                    with self._lock:
-                        self._boards.discard(board)
+            going = self._tick(boards)
             self.ticks += 1
-            if not stats.running or stop.is_set():
+            if not going or stop.is_set():
                 return
             stop.wait(self.interval)
+
+    def _tick(self, boards: list[Any]) -> bool:
+        """Sample once and show it on *boards* (each through :meth:`_show`); False once what
+        they show has stopped (after showing that)."""
+        raise NotImplementedError
+
+    def _show(self, board: Any, show: Callable[[], None]) -> None:
+        """Run *show* for *board*; a board that fails (a closed widget, a gone kernel) is
+        dropped, never the thread."""
+        try:
+            show()
+        except Exception:  # noqa: BLE001 - a closed widget or a gone kernel: drop it
+            with self._lock:
+                self._boards.discard(board)
+
+
+class Refresher(RefreshThread):
+    """The one thread that updates every dashboard of one scheduler."""
+
+    def __init__(self, scheduler: tc.Scheduler, interval: float = REFRESH_INTERVAL) -> None:
+        super().__init__(interval)
+        self.scheduler = scheduler
+        self.history = History()
+
+    def dashboard(self) -> Dashboard:
+        """A new dashboard for this scheduler; the refresher thread starts with the first."""
+        board: Dashboard = self._add(Dashboard(self.scheduler))
+        return board
+
+    def follow(self, scheduler: tc.Scheduler) -> "Refresher":
+        """Show *scheduler* from now on, in every dashboard of this refresher (after
+        ``%tinycoro restart``): the history starts afresh, the rows are rebuilt by the
+        refresher thread, and the thread starts again if it ended with the old scheduler."""
+        self.stop()
+        self.scheduler = scheduler
+        self.history = History()
+        self._restart()
+        return self
+
+    def _tick(self, boards: list[Any]) -> bool:
+        scheduler, history = self.scheduler, self.history
+        stats = scheduler.stats()
+        now = time.monotonic()
+        history.add(now, stats)
+        tasks = None
+        if self.ticks % TASKS_EVERY == 0 or not stats.running:
+            if any(b.tasks_open for b in boards):
+                tasks = scheduler.tasks()
+
+        def show(board: Dashboard) -> None:
+            if board.scheduler is not scheduler:
+                board._bind(scheduler)
+            board.apply(stats, history, now, tasks)
+
+        for board in boards:
+            self._show(board, lambda: show(board))
+        return bool(stats.running)

@@ -1,12 +1,13 @@
 """``%tinycoro`` line magic: ``status`` (default) | ``tasks`` | ``dashboard`` |
-``restart [-n N] [--dispatch D]`` | ``stop``."""
+``restart [-n N] [--dispatch D]`` | ``stop``, and ``cluster ...`` for a tinycoro cluster on
+ipyparallel engines (:mod:`kernel_ext.cluster_magics`)."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -17,9 +18,12 @@ from tinycoro.core.checks import DISPATCH
 
 from .extension import Extension
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .cluster_magics import ClusterCommands
+
 __all__ = ["TinycoroMagics", "format_status", "format_tasks"]
 
-COMMANDS = ("status", "tasks", "dashboard", "restart", "stop")
+COMMANDS = ("status", "tasks", "dashboard", "restart", "stop", "cluster")
 
 _HEAD = ("ctx", "busy", "queued", "io_pending", "io_inflight", "parked", "tasks_run", "flag", "state")
 
@@ -105,17 +109,36 @@ class TinycoroMagics(Magics):
     def __init__(self, shell: Any, ext: Extension) -> None:
         super().__init__(shell)
         self.ext = ext
+        self._commands: "ClusterCommands | None" = None  # made by the first %tinycoro cluster
+
+    @property
+    def cluster(self) -> "ClusterCommands":
+        """The notebook's cluster commands (:mod:`kernel_ext.cluster_magics`)."""
+        if self._commands is None:
+            from .cluster_magics import ClusterCommands  # it imports this module's formatters
+
+            self._commands = ClusterCommands(self.shell)
+        return self._commands
+
+    def close(self) -> None:
+        """At unload: stop the cluster started here (let go of a connected one)."""
+        if self._commands is not None:
+            self._commands.close()
 
     # IPython's magic_arguments builds one flat argparse parser from these decorators, and the
     # magic's help (``%tinycoro?``) from it. The commands take at most two options, both for
     # ``restart``, so one flat parser plus a check that the options came with ``restart`` is
-    # simpler than argparse subparsers (which magic_arguments cannot declare).
+    # simpler than argparse subparsers (which magic_arguments cannot declare). ``cluster``
+    # has its own actions and options (-n there counts engines), so its arguments go to a
+    # parser of their own (kernel_ext.cluster_magics).
     @magic_arguments()
     @argument(
         "command", nargs="?", default="status", choices=COMMANDS,
         help="status: per-context load; tasks: live tasks and recent failures; dashboard: a "
         "live widget; restart: stop the scheduler (cancelling its tasks) and start a new one; "
-        "stop: stop the scheduler, cancelling its tasks (default: status)",
+        "stop: stop the scheduler, cancelling its tasks; cluster: start | connect | status | "
+        "tasks | dashboard | stop a cluster of ipyparallel engines (%%tinycoro cluster -h) "
+        "(default: status)",
     )
     @argument("-n", "--contexts", type=int, default=None, help="restart: number of contexts")
     @argument("--dispatch", choices=DISPATCH, default=None, help="restart: dispatch policy")
@@ -129,6 +152,8 @@ class TinycoroMagics(Magics):
             argv = shlex.split(line, comments=True)
         except ValueError as e:  # unbalanced quotes
             raise UsageError(f"%tinycoro: {e}") from None
+        if argv[:1] == ["cluster"]:
+            return self.cluster.run(argv[1:])
         try:
             args = parser.parse_args(argv)
         except UsageError as e:
@@ -141,6 +166,9 @@ class TinycoroMagics(Magics):
             raise UsageError(f"%tinycoro: -n and --dispatch go with restart, not {args.command}")
         command: Callable[[argparse.Namespace], Any] = getattr(self, f"_{args.command}")
         return command(args)
+
+    def _cluster(self, args: argparse.Namespace) -> Any:
+        return self.cluster.run([])  # "cluster" came after options: its action is missing
 
     def _status(self, args: argparse.Namespace) -> None:
         sched = self.ext.scheduler

@@ -24,6 +24,10 @@ EXPECTED_SERIES = {
     "O_DIRECT 4 KiB random": {"tinycoro", "fio io_uring", "fio psync"},
     "TCP echo": {"tinycoro", "asyncio streams", "asyncio protocol", "uvloop protocol", "uringio"},
     "contexts scaling": {"tinycoro 1 ctx", "tinycoro 2 ctx", "tinycoro 4 ctx"},
+    "cluster scaling": {
+        "tinycoro 1 process", "tinycoro 1 engine", "tinycoro 2 engines", "plain Python 1 process",
+        "plain Python 2 processes", "tinycoro submit", "ipyparallel apply",
+    },
 }
 # (workload, ratio) rows the ratio table must contain, with their targets.
 EXPECTED_TARGETS = {
@@ -42,6 +46,10 @@ EXPECTED_TARGETS = {
     ("TCP echo", "tinycoro / uvloop protocol", ">= 1x"),
     ("TCP echo", "tinycoro / uringio", ">= 2x"),
     ("contexts scaling", "tinycoro 2 ctx / tinycoro 1 ctx", ">= 1x"),
+    ("cluster scaling", "tinycoro 2 engines / tinycoro 1 process", ">= 1.7x"),
+    ("cluster scaling", "tinycoro 2 engines / tinycoro 1 process", ">= 1.3x"),
+    ("cluster scaling", "plain Python 2 processes / plain Python 1 process", "-"),
+    ("cluster scaling", "tinycoro submit / ipyparallel apply", "-"),
 }
 NUMBER = re.compile(r"^\d+(\.\d+)? ?[kM]?$")
 RATIO = re.compile(r"^\d+(\.\d+)?x$")

@@ -1,0 +1,321 @@
+"""7. Cluster scaling: tinycoro on 2 ipyparallel engines (``tc.cluster``) against 1 process.
+
+Under the GIL, contexts of one process overlap I/O but add no CPU (DESIGN rule 15, workload 6);
+processes do. Three cases, all against one cluster of 2 engines (1 context each) started once
+per run:
+
+* **CPU-bound coroutines**: ``yields`` rounds of a little arithmetic, each followed by
+  ``await tc.yield_now()``, split in ``parts`` tasks: all in this process (``tc.run``, 1
+  context), all on one engine, and spread over both engines (``cluster.submit`` per part,
+  wall time from the first submit to the last result). The reference for what the machine can
+  give is the same arithmetic in plain Python, without tinycoro: one worker process doing it
+  all against two doing half each (plain subprocesses fed over a pipe, started once).
+* **TCP echo**: 64 B, ``echo_conns`` connections from the project's C load generator
+  (``benchmarks/echo_load.c``, as workload 5): the tinycoro echo server of workload 5 in one
+  process (1 context) against ``cluster.serve`` of the same handler on both engines, one port
+  (``SO_REUSEPORT``: the kernel spreads the connections). Server CPU per request sums both
+  engine processes.
+* **Round trip of a trivial submit**: ``cluster.submit(noop).result()`` one after another,
+  beside ipyparallel's own ``apply_sync`` of a plain function on the same engine: what one
+  remote task costs above the transport.
+
+Targets (issue 19, 2-core machine): CPU-bound 2 engines >= 1.7x 1 process; echo 2 engines >=
+1.3x 1 process. ``python -m benchmarks.w_cluster worker`` is the plain-Python worker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from typing import Any, Callable
+
+import tinycoro as tc
+
+from . import w_echo
+from .config import REPO, Config
+from .harness import Case, Ratio, Sample, Series
+from .peers import run_tc
+
+NAME = "cluster"
+WORKLOAD = "cluster scaling"
+TARGET_CPU = 1.7  # 2 engines vs 1 process, CPU-bound coroutines (issue 19)
+TARGET_ECHO = 1.3  # 2 engines vs 1 process, echo
+
+LOCAL = "tinycoro 1 process"
+ONE = "tinycoro 1 engine"
+TWO = "tinycoro 2 engines"
+PLAIN1 = "plain Python 1 process"
+PLAIN2 = "plain Python 2 processes"
+SUBMIT = "tinycoro submit"
+APPLY = "ipyparallel apply"
+
+
+# -- the work ----------------------------------------------------------------------------------
+# Shipped to the engines by value (ipyparallel pickles a function's code), so each imports
+# what it needs itself and uses no module globals.
+async def crunch(n: int) -> int:
+    """*n* rounds of a little integer arithmetic, each followed by a yield to the scheduler."""
+    import tinycoro as tc
+
+    y = tc.yield_now
+    x = 0
+    for i in range(n):
+        x = (x * 31 + i) % 1_000_003
+        await y()
+    return x
+
+
+def crunch_plain(n: int) -> int:
+    """The same arithmetic without tinycoro: the control loop."""
+    x = 0
+    for i in range(n):
+        x = (x * 31 + i) % 1_000_003
+    return x
+
+
+async def echo_handler(conn: Any) -> None:
+    """The echo of workload 5 (benchmarks.echo_server), for ``cluster.serve``."""
+    recv, sendall = conn.recv, conn.sendall
+    try:
+        while True:
+            data = await recv(65536)
+            if not data:
+                break
+            await sendall(data)
+    except OSError:
+        pass  # the load generator resets its connections when a run ends
+    finally:
+        await conn.close()
+
+
+async def noop() -> None:
+    """A remote task that does nothing: its round trip is the submit overhead."""
+
+
+def noop_plain() -> None:
+    """ipyparallel's side of the round trip."""
+
+
+def _split(total: int, parts: int) -> list[int]:
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+# -- 1 process ---------------------------------------------------------------------------------
+async def _local(total: int, parts: int) -> Sample:
+    t0 = time.perf_counter()
+    tasks = [tc.spawn(crunch(n)) for n in _split(total, parts)]
+    for t in tasks:
+        await t
+    return Sample(total / (time.perf_counter() - t0))
+
+
+# -- plain-Python workers ----------------------------------------------------------------------
+class PlainWorker:
+    """A plain Python process that runs :func:`crunch_plain` for each *n* it reads on stdin
+    and answers with a line when done; started once per run."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.w_cluster", "worker"], cwd=str(REPO), env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+        )
+        self._roundtrip(1)  # imported and ready
+
+    def send(self, n: int) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+
+    def wait(self) -> None:
+        assert self.proc.stdout is not None
+        if not self.proc.stdout.readline().startswith("done"):
+            raise RuntimeError(f"plain worker died (exit status {self.proc.poll()})")
+
+    def _roundtrip(self, n: int) -> None:
+        self.send(n)
+        self.wait()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _plain(workers: list[PlainWorker], total: int) -> Sample:
+    t0 = time.perf_counter()
+    for w, n in zip(workers, _split(total, len(workers))):
+        w.send(n)
+    for w in workers:
+        w.wait()
+    return Sample(total / (time.perf_counter() - t0))
+
+
+def worker_main() -> None:
+    for line in sys.stdin:
+        crunch_plain(int(line))
+        sys.stdout.write("done\n")
+        sys.stdout.flush()
+
+
+# -- the cluster -------------------------------------------------------------------------------
+def start_cluster(cfg: Config, stack: ExitStack) -> tuple[Any, str | None]:
+    """(cluster, None), stopped when *stack* closes; or (None, why there is none)."""
+    try:
+        import tinycoro.cluster as tcc
+    except ImportError as e:
+        return None, f"tinycoro.cluster unavailable ({e}): pip install -e '.[cluster]'"
+    try:
+        cluster = tcc.start(cfg.cluster_engines, contexts=1)
+    except Exception as e:  # noqa: BLE001 - reported as the skip reason of every series
+        return None, f"the cluster did not start: {type(e).__name__}: {e}"
+    stack.callback(cluster.stop)
+    return cluster, None
+
+
+def _remote(cluster: Any, engines: list[int], total: int, parts: int) -> Sample:
+    """Part i on engine ``engines[i % len(engines)]``; wall time to the last result."""
+    t0 = time.perf_counter()
+    tasks = [cluster.submit(crunch, n, engine=engines[i % len(engines)])
+             for i, n in enumerate(_split(total, parts))]
+    for t in tasks:
+        t.result(timeout=600)
+    return Sample(total / (time.perf_counter() - t0))
+
+
+def _rate(rounds: int, one: Callable[[], Any]) -> Sample:
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        one()
+    return Sample(rounds / (time.perf_counter() - t0))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ClusterEcho:
+    """``cluster.serve(echo_handler, port)`` awaited by a task of a local scheduler, until
+    closed; ``port`` accepts connections once every engine listens."""
+
+    def __init__(self, cluster: Any, timeout: float = 60.0) -> None:
+        self.port = _free_port()
+        self.sched = tc.Scheduler(1).start()
+        self.task = self.sched.submit(cluster.serve(echo_handler, self.port), name="serve")
+        self.pids = [e.pid for e in cluster.engines]
+        deadline = time.monotonic() + timeout
+        while not self._listening():  # a benchmark may poll; the engines answer in ms
+            if self.task.done():
+                self.task.result()  # raises what serve raised
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("cluster.serve did not listen within 60 s")
+            time.sleep(0.05)
+
+    def _listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    def run(self, exe: Any, cfg: Config) -> Sample:
+        before = [w_echo._cpu_seconds(p) for p in self.pids]
+        sample = w_echo.run_load(exe, self.port, cfg.echo_conns, 64, cfg.echo_seconds)
+        after = [w_echo._cpu_seconds(p) for p in self.pids]
+        requests = sample.value * cfg.echo_seconds
+        user = sum(a[0] - b[0] for a, b in zip(after, before))
+        system = sum(a[1] - b[1] for a, b in zip(after, before))
+        return Sample(sample.value, sample.p99_us, sample.p50_us,
+                      (user / requests * 1e6, system / requests * 1e6))
+
+    def close(self) -> None:
+        self.task.cancel()
+        self.sched.stop(timeout=10)
+
+
+# -- cases -------------------------------------------------------------------------------------
+def _cpu_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> Case:
+    total, parts = cfg.cluster_yields, cfg.cluster_parts
+    workers: list[PlainWorker] = []
+    try:
+        for _ in range(2):
+            w = PlainWorker()
+            workers.append(w)
+            stack.callback(w.close)
+        plain_skip = None
+    except (OSError, RuntimeError) as e:
+        plain_skip = f"plain worker did not start: {e}"
+    ids = [e.id for e in cluster.engines] if cluster is not None else []
+    series = [
+        Series(LOCAL, lambda: run_tc(_local(total, parts), 1)),
+        Series(ONE, lambda: _remote(cluster, ids[:1], total, parts), skip=why),
+        Series(TWO, lambda: _remote(cluster, ids[:2], total, parts), skip=why),
+        Series(PLAIN1, lambda: _plain(workers[:1], total), skip=plain_skip),
+        Series(PLAIN2, lambda: _plain(workers[:2], total), skip=plain_skip),
+    ]
+    ratios = [Ratio(TWO, LOCAL, TARGET_CPU), Ratio(TWO, ONE), Ratio(PLAIN2, PLAIN1)]
+    return Case(WORKLOAD, f"CPU-bound coroutines, {total // 1000}k yields in {parts} tasks",
+                "yields/s", series, ratios)
+
+
+def _echo_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> Case:
+    case = f"echo 64 B, {cfg.echo_conns} conns"
+    ratios = [Ratio(TWO, LOCAL, TARGET_ECHO)]
+    try:
+        exe = w_echo.build_echo_load()
+    except w_echo.EchoLoadMissing as e:
+        return Case(WORKLOAD, case, "req/s", [Series(LOCAL), Series(TWO)], ratios, skip=str(e))
+    local = w_echo.servers(stack, {LOCAL: ("tinycoro", 1)})[LOCAL]
+    series = [w_echo.series_for(exe, local, cfg, 64, LOCAL)]
+    if why is None:
+        try:
+            serve = ClusterEcho(cluster)
+            stack.callback(serve.close)
+            series.append(Series(TWO, lambda: serve.run(exe, cfg)))
+        except Exception as e:  # noqa: BLE001 - reported as the series' skip reason
+            series.append(Series(TWO, skip=f"cluster.serve failed: {type(e).__name__}: {e}"))
+    else:
+        series.append(Series(TWO, skip=why))
+    return Case(WORKLOAD, case, "req/s", series, ratios)
+
+
+def _submit_case(cfg: Config, cluster: Any, why: str | None) -> Case:
+    rounds = cfg.cluster_roundtrips
+    series = [Series(SUBMIT, skip=why), Series(APPLY, skip=why)]
+    if why is None:
+        engine = cluster.engines[0].id
+        client = getattr(cluster, "client", None)
+        series[0] = Series(SUBMIT, lambda: _rate(
+            rounds, lambda: cluster.submit(noop, engine=engine).result(timeout=60)))
+        if client is None:
+            series[1] = Series(APPLY, skip="the cluster does not expose its ipyparallel client")
+        else:
+            view = client[engine]
+            series[1] = Series(APPLY, lambda: _rate(rounds, lambda: view.apply_sync(noop_plain)))
+    return Case(WORKLOAD, f"round trip of a trivial task, {rounds} in a row", "round trips/s",
+                series, [Ratio(SUBMIT, APPLY)])
+
+
+def build(cfg: Config, stack: ExitStack) -> list[Case]:
+    cluster, why = start_cluster(cfg, stack)
+    return [_cpu_case(cfg, stack, cluster, why), _echo_case(cfg, stack, cluster, why),
+            _submit_case(cfg, cluster, why)]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["worker"]:
+        raise SystemExit("usage: python -m benchmarks.w_cluster worker")
+    worker_main()

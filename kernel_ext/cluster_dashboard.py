@@ -1,0 +1,354 @@
+"""Live dashboard of a tinycoro cluster: the local dashboard's rows, grouped per engine, with
+each engine process's CPU % beside its contexts' busy %.
+
+Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
+
+    tinycoro cluster · 2 engines · 4 contexts · running · failed unobserved 0 · 2 CPU cores here
+    engine / context     stop flag  busy now / CPU          busy (CPU), 1 min  ...  tasks finished
+    engine 0 · host:4711 token 2/2  [#######] CPU 99% (GIL) ~~~~~               ...          20412
+      ctx 0              1 · has work [#####] 100%          ~~~~~               ...          10231
+      ctx 1              1 · has work [#####] 100%          ~~~~~               ...          10181
+    engine 1 · host:4712 ...
+    ▸ live tasks (12)                                          (per engine, from cluster.tasks())
+
+Why CPU beside busy: a context is "busy" while it runs Python code, and under the GIL two
+contexts of one process can both be busy while only one of them runs at a time. Their busy
+shares then add up to 200% while the process's CPU time grows by one core's worth: the engine
+is GIL-bound, and more engines (processes), not more contexts, would add CPU (DESIGN rule 15).
+
+Where the numbers come from: ``cluster.stats()`` (one :class:`tinycoro.SchedulerStats` per
+engine, answered without waiting behind a busy engine), ``cluster.tasks()`` (the same, for the
+task list) and ``cluster.engines`` (id, host, pid). Process CPU is read here from ``/proc/<pid>/stat`` for engines on this host; for an
+engine on another host the cluster's stats answer carries no CPU time, so its CPU shows as
+"remote" (see docs/jupyter.md).
+
+The threading model is the local dashboard's (:class:`kernel_ext.dashboard.RefreshThread`):
+widgets are created on the asking thread, then one refresher thread is the only code that sets
+their traits, under ``hold_sync``, a few times a second, also while a cell blocks; it ends
+after rendering the final "stopped" state once the cluster stops.
+"""
+
+from __future__ import annotations
+
+import collections
+import html
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
+
+import tinycoro as tc
+
+from . import dashboard as _d
+from .dashboard import History, RefreshThread, keep
+
+__all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter", "process_cpu_seconds"]
+
+# The local dashboard's columns, the first and third named for what an engine row shows there.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("engine / context", "an engine (an ipyparallel engine process, host:pid) and its contexts"),
+    _d.COLUMNS[1],
+    ("busy now / CPU", "contexts: share of wall time spent running tasks; engine: the "
+     "process's CPU time per second of wall time (100% = one core)"),
+    ("busy (CPU), 1 min", "contexts: busy over the last 60 s; engine: process CPU over the "
+     "last 60 s"),
+    *_d.COLUMNS[4:],
+)
+GIL_BOUND = 0.5  # busy beyond CPU by half a core or more: the contexts wait for the GIL
+
+
+class EngineLike(Protocol):
+    """What the dashboard needs of ``tc.cluster.EngineInfo``."""
+
+    id: int
+    host: str
+    pid: int
+
+
+class ClusterLike(Protocol):
+    """What the dashboard needs of a ``tc.cluster`` cluster."""
+
+    @property
+    def engines(self) -> Sequence[EngineLike]: ...
+
+    def stats(self) -> Mapping[int, tc.SchedulerStats]: ...
+
+    def tasks(self) -> Mapping[int, Sequence[tc.TaskInfo]]: ...
+
+
+# -- process CPU -------------------------------------------------------------------------------
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_HOST = socket.gethostname()
+
+
+def process_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process *pid* so far, all its threads (``/proc/<pid>/stat``
+    fields 14 and 15); None if there is no such process here."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()  # the name may hold spaces
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def is_local(engine: EngineLike) -> bool:
+    """Whether *engine* runs on this host, where its ``/proc`` entry can be read."""
+    return engine.host in (_HOST, "localhost", "127.0.0.1") and os.path.exists(f"/proc/{engine.pid}")
+
+
+@dataclass(frozen=True)
+class CpuPoint:
+    t: float
+    cpu: float  # CPU seconds per wall second since the previous reading (1.0 = one core)
+
+
+class CpuMeter:
+    """Process CPU % per engine, from the change in its CPU seconds between two readings, with
+    the last minute of it (one kept point a second, like :class:`History`)."""
+
+    def __init__(self, span: float = _d.SPAN, step: float = _d.STEP) -> None:
+        self.span, self.step = span, step
+        self._last: dict[int, tuple[float, float]] = {}  # engine -> (t, cpu seconds)
+        self._kept: dict[int, collections.deque[CpuPoint]] = {}
+        self._newest: dict[int, CpuPoint] = {}
+
+    def add(self, engine: int, now: float, cpu_seconds: float | None) -> float | None:
+        """Record a reading; the CPU share since the previous one (None: no reading yet, or
+        a window too short to say)."""
+        if cpu_seconds is None:
+            return None
+        last = self._last.get(engine)
+        if last is None or now - last[0] < 0.05:
+            if last is None:
+                self._last[engine] = (now, cpu_seconds)
+            newest = self._newest.get(engine)
+            return newest.cpu if newest is not None else None
+        share = max(0.0, (cpu_seconds - last[1]) / (now - last[0]))
+        self._last[engine] = (now, cpu_seconds)
+        point = CpuPoint(now, share)
+        self._newest[engine] = point
+        keep(self._kept.setdefault(engine, collections.deque()), point, self.step, self.span)
+        return share
+
+    def points(self, engine: int) -> list[CpuPoint]:
+        out = list(self._kept.get(engine, ()))
+        newest = self._newest.get(engine)
+        if newest is not None and (not out or out[-1] is not newest):
+            out.append(newest)
+        return out
+
+    def now(self, engine: int) -> float | None:
+        newest = self._newest.get(engine)
+        return newest.cpu if newest is not None else None
+
+
+# -- rendering ---------------------------------------------------------------------------------
+def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
+             running: bool) -> str:
+    contexts = sum(len(s.contexts) for s in stats.values())
+    failed = sum(s.failed for s in stats.values())
+    fail_style = ' style="color:#c0392b"' if failed else ""
+    state = "running" if running else "stopped"
+    return (
+        f"<b>tinycoro cluster</b> &middot; {len(engines)} engines &middot; {contexts} contexts "
+        f"&middot; {state} &middot; "
+        f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
+        f'nobody awaited, all engines, cumulative">failed unobserved <b>{failed}</b></span> '
+        f"&middot; {os.cpu_count()} CPU cores here"
+    )
+
+
+def _cpu_cell(cpu: float | None, busy: float, local: bool) -> str:
+    """The engine row's busy cell: process CPU (bar and %), its contexts' busy added up, and
+    the GIL-bound flag when busy exceeds CPU by :data:`GIL_BOUND` or more."""
+    total = (f' <span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
+             f'added up">busy {busy:.0%}</span>')
+    if cpu is None:
+        why = "measuring" if local else "remote: not reported"
+        return f'<span class="tc-cpu-pct">CPU {why}</span> ·{total}'
+    gil = busy - cpu >= GIL_BOUND
+    flag = (' <b title="the contexts are busy for longer than the process has CPU: they '
+            'wait for the GIL; more engines, not more contexts, add CPU">GIL-bound</b>'
+            if gil else "")
+    return (f'{_d._bar(min(cpu, 1.0))} <span class="tc-cpu-pct">CPU {cpu:.0%}</span> ·{total}'
+            f'{flag}')
+
+
+def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
+                cpu: CpuMeter | None, now: float, local: bool, running: bool = True) -> str:
+    """One engine's group: its own row (process CPU beside the sum of its contexts' busy, and
+    the sums of their counters), then the local dashboard's row of each of its contexts."""
+    scope = f"e{engine.id}-"
+    name = f"engine {engine.id} · {html.escape(engine.host)}:{engine.pid}"
+    if stats is None:
+        cells = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
+        return _d.row_html(f"{scope}engine", cells, ' class="tc-engine"')
+    ctxs = stats.contexts
+    busy = sum(c.busy for c in ctxs) if running and stats.running else 0.0
+    cpu_now = cpu.now(engine.id) if cpu is not None and running else None
+    points = cpu.points(engine.id) if cpu is not None else []
+    cpu_svg = ""
+    if points:
+        top = _d._nice_top(max(p.cpu for p in points))
+        cpu_svg = _d.sparkline([p.t for p in points], [("busy", [p.cpu for p in points])], now,
+                               top, f"CPU 0-{top:.0%}, last 60 s", "tc-plot-cpu")
+    rate = 0.0
+    if history is not None:
+        rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
+    cells = [
+        ("name", f"<b>{name}</b>", ""),
+        ("stop_flag", f"token {stats.stop_token}/{len(ctxs)}", ""),
+        ("busy", _cpu_cell(cpu_now, busy, local), ""),
+        ("busy-plot", cpu_svg, ""),
+        ("ops-rate", _d._count(rate), _d._NUM),
+        ("ops-plot", "", ""),
+        ("queued", sum(c.queued for c in ctxs), _d._NUM),
+        ("io_inflight", sum(c.io_inflight + c.io_pending for c in ctxs), _d._NUM),
+        ("parked", sum(c.parked for c in ctxs), _d._NUM),
+        ("queues-plot", "", ""),
+        ("tasks_run", sum(c.tasks_run for c in ctxs), _d._NUM),
+    ]
+    head = _d.row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
+    shown = stats if running else _stopped(stats)
+    return head + _d.context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}")
+
+
+def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:
+    """*stats* as a stopped engine shows it: not running, so every context idle."""
+    import dataclasses
+
+    return dataclasses.replace(stats, running=False, accepting=False)
+
+
+def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
+                  histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
+                  running: bool = True) -> str:
+    """Every engine's group, in engine order, as one HTML table (one comm message a tick)."""
+    rows = "".join(
+        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, is_local(e), running)
+        for e in sorted(engines, key=lambda e: e.id)
+    )
+    return _d.table_html(rows, _d.head_row(COLUMNS))
+
+
+class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
+    """Per-engine, per-context load of a cluster, now and over the last minute; display it
+    as a cell's result.
+
+    Its text form (``repr``, the ``text/plain`` output) names only the number of engines, so
+    notebooks comparing outputs (nbval) see the same text on every run.
+    """
+
+    def __init__(self, engines: Sequence[EngineLike],
+                 stats: Mapping[int, tc.SchedulerStats] | None = None) -> None:
+        _d._need_widgets()
+        self._summary = _d._w.HTML(_dom_classes=("tc-summary",))
+        self._table = _d._w.HTML(_dom_classes=("tc-table-widget",))
+        self._tasks, self._tasks_box = _d.task_list()
+        self.engines = tuple(engines)
+        self.apply(self.engines, stats or {}, {}, None, 0.0)
+        super().__init__([self._summary, self._table, self._tasks_box],
+                         _dom_classes=("tinycoro-dashboard", "tinycoro-cluster-dashboard"))
+
+    def __repr__(self) -> str:
+        return f"<tinycoro cluster dashboard: {len(self.engines)} engines>"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):
+            bundle["text/plain"] = repr(self)
+        return bundle
+
+    def shown(self, engine: int, ctx: int | str, field: str) -> str:
+        """What the table shows now for context *ctx* (or ``"engine"``: the engine's own row)
+        of engine *engine*, in column *field* (e.g. ``tasks_run``, ``busy``)."""
+        return _d.cell_text(self._table.value, ctx, field, scope=f"e{engine}-")
+
+    @property
+    def tasks_open(self) -> bool:
+        """Whether the user expanded the live-task list (it is refreshed only then)."""
+        return bool(self._tasks_box.selected_index == 0)
+
+    def apply(self, engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
+              histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
+              running: bool = True,
+              tasks: Mapping[int, Sequence[tc.TaskInfo]] | None = None) -> None:
+        """Show one snapshot of every engine (and, when given, their live tasks). Called only
+        by the refresher thread (and once by the constructor)."""
+        self.engines = tuple(engines)
+        with self._summary.hold_sync(), self._table.hold_sync(), self._tasks.hold_sync(), \
+                self._tasks_box.hold_sync():
+            self._summary.value = _summary(self.engines, stats, running)
+            self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running)
+            if tasks is not None:
+                count = sum(len(t) for t in tasks.values())
+                self._tasks_box.set_title(0, f"live tasks ({count})")
+                self._tasks.value = "".join(
+                    f'<div class="tc-tasks-e{e.id}"><b>engine {e.id} · {html.escape(e.host)}:'
+                    f"{e.pid}</b>{_d._task_table(tasks.get(e.id, ()))}</div>"
+                    for e in self.engines
+                )
+
+
+class ClusterRefresher(RefreshThread):
+    """The one thread that updates every dashboard of one cluster, until the cluster stops
+    (``stats()`` raises) or :meth:`stop` is called."""
+
+    thread_name = "tinycoro-cluster-dashboard"
+
+    def __init__(self, cluster: ClusterLike, interval: float = _d.REFRESH_INTERVAL) -> None:
+        super().__init__(interval)
+        self.cluster = cluster
+        self.histories: dict[int, History] = {}
+        self.cpu = CpuMeter()
+        self._engines: tuple[EngineLike, ...] = tuple(cluster.engines)
+        self._stats: Mapping[int, tc.SchedulerStats] = {}
+        self._final = False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Show the cluster as stopped and end the thread (idempotent): for ``%tinycoro
+        cluster stop``, which calls it before stopping the engines."""
+        self._final = True
+        super().stop(timeout)
+
+    def dashboard(self) -> ClusterDashboard:
+        """A new dashboard for this cluster; the refresher thread starts with the first."""
+        try:  # rows from the start; the refresher thread adds history and CPU
+            engines, stats = tuple(self.cluster.engines), self.cluster.stats()
+        except Exception:  # noqa: BLE001 - a stopped cluster: its last state
+            engines, stats = self._engines, self._stats
+        board: ClusterDashboard = self._add(ClusterDashboard(engines, stats))
+        return board
+
+    def sample(self) -> tuple[Sequence[EngineLike], Mapping[int, tc.SchedulerStats], float, bool]:
+        """Read the cluster once: its engines, their stats, the time; False once it stopped."""
+        now = time.monotonic()
+        if self._final:
+            return self._engines, self._stats, now, False
+        try:
+            engines = tuple(self.cluster.engines)
+            stats = dict(self.cluster.stats())
+        except Exception:  # noqa: BLE001 - a stopped (or lost) cluster: show the last state
+            return self._engines, self._stats, now, False
+        for e in engines:
+            if e.id in stats:
+                self.histories.setdefault(e.id, History()).add(now, stats[e.id])
+            if is_local(e):
+                self.cpu.add(e.id, now, process_cpu_seconds(e.pid))
+        self._engines, self._stats = engines, stats
+        return engines, stats, now, True
+
+    def _tick(self, boards: list[Any]) -> bool:
+        engines, stats, now, running = self.sample()
+        tasks = None
+        if running and self.ticks % _d.TASKS_EVERY == 0 and any(b.tasks_open for b in boards):
+            try:  # answered on the engines' control thread, like stats
+                tasks = self.cluster.tasks()
+            except Exception:  # noqa: BLE001 - stopped meanwhile: the next tick shows it
+                tasks = None
+        for board in boards:
+            self._show(board, lambda: board.apply(engines, stats, self.histories, self.cpu,
+                                                  now, running, tasks))
+        return running

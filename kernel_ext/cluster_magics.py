@@ -1,0 +1,266 @@
+"""``%tinycoro cluster start | connect | status | tasks | dashboard | stop``: a tinycoro cluster
+on ipyparallel engines, from a notebook.
+
+``start`` and ``connect`` make the notebook's one cluster (``tc.cluster.start`` /
+``tc.cluster.connect``), bind it to ``cluster`` in the user's namespace (for
+``cluster.submit``, ``cluster.map``, ``cluster.serve``), activate ipyparallel's ``%px`` magics
+on all its engines and import tinycoro as ``tc`` there. The engines preload the tinycoro
+extension, so a ``%px`` cell may ``await`` tinycoro awaitables as a notebook cell does here.
+``stop`` stops the engines of a cluster started here and lets go of a connected one (closing
+the client made for it); so does unloading the extension.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Sequence
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import argument, magic_arguments
+
+from .cluster_dashboard import ClusterRefresher, is_local, process_cpu_seconds
+from .magics import format_status, format_tasks
+
+__all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
+
+ACTIONS = ("start", "connect", "status", "tasks", "dashboard", "stop")
+NAME = "cluster"  # the user-namespace name start and connect bind the cluster to
+_NEEDS = "pip install 'tinycoro[cluster]' (or pip install ipyparallel)"
+
+
+@magic_arguments(name="tinycoro cluster")
+@argument(
+    "action", nargs="?", choices=ACTIONS,
+    help="start: a local cluster of N engines; connect: an existing ipyparallel cluster; "
+    "status: per-engine load and process CPU; tasks: the engines' live tasks; "
+    "dashboard: a live widget, grouped per engine; stop: stop the engines (a connected "
+    "cluster: disconnect)",
+)
+@argument("-n", "--engines", type=int, default=None,
+          help="start: number of engines (default: the number of CPU cores)")
+@argument("--contexts", type=int, default=None, help="start: contexts per engine (default: 1)")
+@argument("--profile", default=None, help="connect: the ipyparallel profile of the cluster")
+@argument("--file", default=None,
+          help="connect: the cluster's connection file (ipcontroller-client.json)")
+@argument("-h", "--help", action="store_true", help="show this help")
+def cluster_arguments(line: str) -> None:
+    """Start, connect to, inspect or stop the notebook's tinycoro cluster (ipyparallel)."""
+
+
+PARSER = cluster_arguments.parser  # type: ignore[attr-defined]
+_OPTIONS = {"engines": ("start", "-n"), "contexts": ("start", "--contexts"),
+            "profile": ("connect", "--profile"), "file": ("connect", "--file")}
+
+
+def _usage() -> str:
+    # magic_arguments formats help as an RST literal block for %tinycoro? ("::")
+    return " ".join(PARSER.format_usage().removeprefix("::").split())
+
+
+def _engine_head(engine: Any) -> str:
+    """``engine 0 · host:pid · CPU ...`` (process CPU so far, from /proc for local engines)."""
+    head = f"engine {engine.id} · {engine.host}:{engine.pid}"
+    if not is_local(engine):
+        return head + " · CPU not reported (remote engine)"
+    cpu = process_cpu_seconds(engine.pid)
+    return head if cpu is None else head + f" · process CPU {cpu:.1f} s so far"
+
+
+def format_cluster_status(engines: Sequence[Any], stats: dict[int, Any], owned: bool) -> str:
+    """Plain text: one block per engine (its head line, then the local status table of its
+    scheduler); what ``%tinycoro cluster status`` prints."""
+    contexts = sum(len(s.contexts) for s in stats.values())
+    how = "started here" if owned else "connected"
+    lines = [f"tinycoro cluster: {len(engines)} engines, {contexts} contexts ({how})"]
+    for e in sorted(engines, key=lambda e: e.id):
+        lines.append(_engine_head(e))
+        s = stats.get(e.id)
+        if s is None:
+            lines.append("  (no stats yet)")
+            continue
+        lines += ["  " + line for line in format_status(s).splitlines()[:-1]]
+    lines.append(
+        "busy is per context; process CPU is the engine's: contexts of one engine share its "
+        "GIL, so their busy can add up to more than its CPU (%tinycoro cluster dashboard)"
+    )
+    return "\n".join(lines)
+
+
+class ClusterCommands:
+    """The notebook's cluster (at most one) and what ``%tinycoro cluster`` does with it."""
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.cluster: Any = None
+        self.owned = False  # started here (stop stops its engines) or connected to
+        self.refresher: ClusterRefresher | None = None
+        self._px: Any = None  # ipyparallel's ParallelMagics registered for %px
+
+    def run(self, argv: list[str]) -> Any:
+        try:
+            args = PARSER.parse_args(argv)
+        except UsageError as e:
+            raise UsageError(f"%tinycoro cluster: {e}\n{_usage()}") from None
+        if args.help:
+            print(PARSER.format_help().removeprefix("::\n\n"), end="")
+            return None
+        if args.action is None:
+            raise UsageError(f"%tinycoro cluster: which action?\n{_usage()}")
+        for dest, (action, flag) in _OPTIONS.items():
+            if getattr(args, dest) is not None and args.action != action:
+                raise UsageError(f"%tinycoro cluster: {flag} goes with {action}, not {args.action}")
+        return getattr(self, f"_{args.action}")(args)
+
+    # -- start / connect / stop -----------------------------------------------------------------
+    def _check_none(self, action: str) -> None:
+        if self.cluster is not None:
+            raise UsageError(
+                f"%tinycoro cluster {action}: a cluster is already {'running' if self.owned else 'connected'}"
+                " (%tinycoro cluster stop first)"
+            )
+
+    def _start(self, args: argparse.Namespace) -> None:
+        self._check_none("start")
+        for flag, value in (("-n", args.engines), ("--contexts", args.contexts)):
+            if value is not None and value < 1:
+                raise UsageError(f"%tinycoro cluster start: {flag} must be a positive int, got {value}")
+        tcc = _cluster_module()
+        kwargs = {} if args.contexts is None else {"contexts": args.contexts}
+        try:
+            cluster = tcc.start(args.engines, **kwargs)
+        except ValueError as e:
+            raise UsageError(f"%tinycoro cluster start: {e}") from None
+        self._adopt(cluster, owned=True)
+        print(self._describe("started"))
+
+    def _connect(self, args: argparse.Namespace) -> None:
+        self._check_none("connect")
+        if args.profile is not None and args.file is not None:
+            raise UsageError("%tinycoro cluster connect: give --profile or --file, not both")
+        tcc = _cluster_module()
+        import ipyparallel
+
+        if args.file is not None and not os.path.isfile(args.file):
+            raise UsageError(f"%tinycoro cluster connect: no connection file {args.file!r}")
+        kw = {} if args.profile is None else {"profile": args.profile}
+        try:  # a connection file goes as connection_info (ipyparallel 8+ ignores url_file=)
+            client = ipyparallel.Client(args.file, **kw)
+        except (OSError, ValueError) as e:  # no such profile, no controller: say which
+            raise UsageError(f"%tinycoro cluster connect: {type(e).__name__}: {e}") from None
+        try:
+            cluster = tcc.connect(client)
+        except BaseException:
+            client.close()
+            raise
+        self._adopt(cluster, owned=False)
+        print(self._describe("connected to"))
+
+    def _adopt(self, cluster: Any, owned: bool) -> None:
+        self.cluster, self.owned = cluster, owned
+        self.shell.user_ns[NAME] = cluster
+        self._activate_px()
+
+    def _describe(self, what: str) -> str:
+        engines = self.cluster.engines
+        where = ", ".join(f"{e.id}: {e.host}:{e.pid}" for e in engines)
+        return (
+            f"tinycoro cluster {what}: {len(engines)} engines ({where}); `{NAME}` is the "
+            "cluster, %px runs a cell on every engine"
+        )
+
+    def _activate_px(self) -> None:
+        """Register ipyparallel's ``%px`` family for all engines of the cluster's client, and
+        import tinycoro as ``tc`` on every engine, as a notebook does here: ``%px await
+        tc.sleep(0.1)`` works at once, and so do submitted functions that name ``tc``."""
+        from ipyparallel.client.magics import ParallelMagics
+
+        view = self.cluster.client[:]
+        view.block = True
+        view.execute("import tinycoro as tc")
+        self._px = ParallelMagics(self.shell, view)
+        self.shell.magics_manager.register(self._px)
+
+    def _deactivate_px(self) -> None:
+        px, self._px = self._px, None
+        if px is None:
+            return
+        for table in self.shell.magics_manager.magics.values():
+            for name, fn in list(table.items()):
+                if getattr(fn, "__self__", None) is px:
+                    del table[name]
+
+    def _stop(self, args: argparse.Namespace | None = None) -> None:
+        if self.cluster is None:
+            print("tinycoro: no cluster is running")
+            return
+        print(f"tinycoro cluster {self.close()}")
+
+    def close(self) -> str:
+        """Stop the cluster's dashboards, ``%px`` and, if it was started here, its engines;
+        say what was done."""
+        cluster, owned = self.cluster, self.owned
+        if cluster is None:
+            return "none"
+        refresher, self.refresher = self.refresher, None
+        if refresher is not None:
+            refresher.stop()
+        self._deactivate_px()
+        self.cluster = None
+        if self.shell.user_ns.get(NAME) is cluster:
+            del self.shell.user_ns[NAME]
+        cluster.stop()
+        if owned:
+            return "stopped: no engine left"
+        cluster.client.close()  # made by _connect; the cluster itself keeps running
+        return "disconnected"
+
+    # -- status / tasks / dashboard -------------------------------------------------------------
+    def _need(self, action: str) -> Any:
+        if self.cluster is None:
+            raise UsageError(
+                f"%tinycoro cluster {action}: no cluster (%tinycoro cluster start or connect)"
+            )
+        return self.cluster
+
+    def _status(self, args: argparse.Namespace) -> None:
+        cluster = self._need("status")
+        try:
+            stats = dict(cluster.stats())
+        except (OSError, RuntimeError) as e:  # cluster.stop() ran in a cell: its client closed
+            raise UsageError(
+                f"%tinycoro cluster status: the cluster does not answer ({e}); "
+                "%tinycoro cluster stop, then start or connect again"
+            ) from None
+        print(format_cluster_status(cluster.engines, stats, self.owned))
+
+    def _tasks(self, args: argparse.Namespace) -> None:
+        cluster = self._need("tasks")
+        try:  # answered on the engines' control thread, like stats: never behind a busy shell
+            tasks = cluster.tasks()
+        except (OSError, RuntimeError) as e:
+            raise UsageError(f"%tinycoro cluster tasks: the cluster does not answer ({e})") from None
+        for e in cluster.engines:
+            print(_engine_head(e))
+            infos = tasks.get(e.id)
+            if infos is None:
+                print("  (no answer: the engine did not reply in time)")
+                continue
+            print("\n".join("  " + line for line in format_tasks(infos, ()).splitlines()))
+
+    def _dashboard(self, args: argparse.Namespace) -> Any:
+        cluster = self._need("dashboard")
+        try:
+            if self.refresher is None:
+                self.refresher = ClusterRefresher(cluster)
+            return self.refresher.dashboard()
+        except ImportError as e:
+            raise UsageError(f"%tinycoro cluster dashboard: {e}") from None
+
+
+def _cluster_module() -> Any:
+    try:
+        import tinycoro.cluster as tcc
+    except ImportError as e:
+        raise UsageError(f"%tinycoro cluster needs ipyparallel: {_NEEDS} ({e})") from None
+    return tcc

@@ -1,0 +1,207 @@
+"""The cluster dashboard's grouping, process CPU and refresher, against real schedulers in
+this process standing in for engines (what the dashboard reads of a cluster is ``engines``
+and ``stats()``); tests/test_magics_cluster.py drives it on a real ipyparallel cluster."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+pytest.importorskip("ipywidgets")
+
+from conftest import wait_until
+
+import tinycoro as tc
+from kernel_ext.cluster_dashboard import (
+    ClusterDashboard, ClusterRefresher, CpuMeter, is_local, process_cpu_seconds,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine as ``tc.cluster.EngineInfo`` describes one: id, host, pid."""
+
+    id: int
+    host: str
+    pid: int
+
+
+class SchedulersAsEngines:
+    """Two (or more) real schedulers of this process, read the way the dashboard reads a
+    cluster; after :meth:`stop`, ``stats()`` raises as a stopped cluster's does."""
+
+    def __init__(self, contexts: int, n: int = 2, host: str | None = None) -> None:
+        self.scheds = [tc.Scheduler(contexts).start() for _ in range(n)]
+        self.engines = tuple(Engine(i, host or socket.gethostname(), os.getpid())
+                             for i in range(n))
+        self.stopped = False
+
+    def stats(self) -> dict[int, tc.SchedulerStats]:
+        if self.stopped:
+            raise RuntimeError("the cluster is stopped")
+        return {i: s.stats() for i, s in enumerate(self.scheds)}
+
+    def tasks(self) -> dict[int, tuple[tc.TaskInfo, ...]]:
+        if self.stopped:
+            raise RuntimeError("the cluster is stopped")
+        return {i: s.tasks() for i, s in enumerate(self.scheds)}
+
+    def stop(self) -> None:
+        self.stopped = True
+        for s in self.scheds:
+            s.stop()
+
+
+@pytest.fixture
+def pair(contexts):
+    cluster = SchedulersAsEngines(contexts)
+    yield cluster
+    cluster.stop()
+
+
+def _keys(table: str) -> list[str]:
+    """Row keys in table order: ``e0-engine``, ``e0-ctx-0``, ..."""
+    return re.findall(r'<tr[^>]*><td class="tc-(\S+) tc-name"', table)
+
+
+def test_rows_are_grouped_per_engine_and_count_each_engines_own_work(pair, contexts):
+    refresher = ClusterRefresher(pair, interval=0.02)
+    board = refresher.dashboard()
+    try:
+        want = []
+        for e in (0, 1):
+            want += [f"e{e}-engine"] + [f"e{e}-ctx-{c}" for c in range(contexts)]
+        assert _keys(board._table.value) == want
+        host = socket.gethostname()
+        assert board.shown(1, "engine", "name") == f"engine 1 · {host}:{os.getpid()}"
+        assert board.shown(0, 0, "name") == "ctx 0"
+
+        async def nap():
+            await tc.sleep(0)
+
+        async def load():
+            await tc.when_all(*(tc.spawn(nap()) for _ in range(10 * contexts)))
+
+        pair.scheds[1].run_sync(load(), timeout=30)  # work on "engine" 1 only
+        wait_until(lambda: int(board.shown(1, "engine", "tasks_run")) >= 10 * contexts + 1,
+                   what="engine 1's row to count its finished tasks")
+        per_ctx = [int(board.shown(1, c, "tasks_run")) for c in range(contexts)]
+        assert sum(per_ctx) == int(board.shown(1, "engine", "tasks_run"))
+        assert board.shown(0, "engine", "tasks_run") == "0"
+        summary = board._summary.value
+        assert "2 engines" in summary and f"{2 * contexts} contexts" in summary
+        assert "running" in summary and "failed unobserved <b>0</b>" in summary
+    finally:
+        refresher.stop()
+    assert not refresher.alive
+    assert "stopped" in board._summary.value
+
+
+def test_a_gil_bound_engine_shows_busy_beyond_its_process_cpu():
+    # two contexts running Python code without pause are both busy all the time; under the
+    # GIL the process still gets one core's worth of CPU at most: busy 200%, CPU <= ~100%
+    cluster = SchedulersAsEngines(contexts=2, n=1)
+    refresher = ClusterRefresher(cluster, interval=0.05)
+    board = refresher.dashboard()
+    stop = threading.Event()
+
+    async def spin():
+        while not stop.is_set():
+            sum(i * i for i in range(2000))
+            await tc.yield_now()
+
+    sched = cluster.scheds[0]
+    spinners = [sched.submit(spin()) for _ in range(2)]
+    try:
+        assert {t.context for t in spinners} == {0, 1}
+        wait_until(lambda: board.shown(0, "engine", "busy").endswith("GIL-bound"), timeout=30,
+                   what="the engine row to flag the GIL")
+        assert re.fullmatch(r"CPU \d+% · busy \d+% GIL-bound", board.shown(0, "engine", "busy"))
+        assert "tc-plot-cpu" in board._table.value  # the CPU history, beside the busy plots
+    finally:
+        stop.set()
+        refresher.stop()
+        cluster.stop()
+
+
+def test_remote_engines_say_their_cpu_is_not_reported(contexts):
+    cluster = SchedulersAsEngines(contexts, host="elsewhere.example")
+    try:
+        board = ClusterDashboard(cluster.engines, cluster.stats())
+        assert not is_local(cluster.engines[0])
+        assert re.fullmatch(r"CPU remote: not reported · busy \d+%", board.shown(0, "engine", "busy"))
+    finally:
+        cluster.stop()
+
+
+def test_an_engine_without_stats_yet_has_a_row_that_says_so():
+    engines = (Engine(0, socket.gethostname(), os.getpid()), Engine(3, "h", 1))
+    board = ClusterDashboard(engines, {})
+    assert _keys(board._table.value) == ["e0-engine", "e3-engine"]
+    assert board.shown(3, "engine", "stop_flag") == "no stats yet"
+
+
+def test_text_repr_is_deterministic():
+    board = ClusterDashboard((Engine(0, "a", 1), Engine(1, "b", 2)), {})
+    assert repr(board) == "<tinycoro cluster dashboard: 2 engines>"
+    assert board._repr_mimebundle_()["text/plain"] == repr(board)
+
+
+def test_the_refresher_ends_showing_stopped_when_the_cluster_stops():
+    cluster = SchedulersAsEngines(contexts=1)
+    refresher = ClusterRefresher(cluster, interval=0.02)
+    board = refresher.dashboard()
+    wait_until(lambda: refresher.ticks >= 1, what="the first refresh")
+    cluster.stop()
+    wait_until(lambda: not refresher.alive, what="the refresher to end with the cluster")
+    assert "stopped" in board._summary.value
+    assert [t for t in threading.enumerate() if t.name == "tinycoro-cluster-dashboard"] == []
+
+
+def test_process_cpu_seconds_and_the_meter():
+    assert process_cpu_seconds(os.getpid()) > 0
+    assert process_cpu_seconds(2**22 + 12345) is None  # above pid_max: never a process
+    meter = CpuMeter()
+    assert meter.add(7, 100.0, 3.0) is None  # one reading is no rate
+    assert meter.add(7, 101.0, 3.5) == pytest.approx(0.5)
+    assert meter.add(7, 103.0, 5.5) == pytest.approx(1.0)
+    assert [round(p.cpu, 3) for p in meter.points(7)] == [0.5, 1.0]
+    assert meter.add(8, 1.0, None) is None and meter.points(8) == []
+
+
+def test_the_live_task_list_shows_each_engines_tasks_once_opened():
+    cluster = SchedulersAsEngines(contexts=2)
+    refresher = ClusterRefresher(cluster, interval=0.02)
+    board = refresher.dashboard()
+    gate = tc.Event()
+    try:
+        waiters = [cluster.scheds[1].submit(gate.wait(), name=f"waiter-{i}") for i in range(3)]
+        assert not board.tasks_open
+        wait_until(lambda: refresher.ticks >= 8, what="a few refreshes")
+        assert "open to list" in board._tasks.value  # closed: not refreshed
+        board._tasks_box.selected_index = 0  # the user opens it
+        wait_until(lambda: "waiter-2" in board._tasks.value, what="the list to fill")
+        listed = board._tasks.value
+        assert board._tasks_box.get_title(0) == "live tasks (3)"
+        engine1 = listed.split('class="tc-tasks-e1"', 1)[1]
+        assert all(f"waiter-{i}" in engine1 for i in range(3))
+        assert "<i>no live tasks</i>" in listed.split('class="tc-tasks-e1"', 1)[0]
+        gate.set()
+        for w in waiters:
+            cluster.scheds[1].run_sync(_join(w), timeout=10)
+        wait_until(lambda: board._tasks_box.get_title(0) == "live tasks (0)",
+                   what="the list to empty")
+    finally:
+        refresher.stop()
+        cluster.stop()
+
+
+async def _join(task: tc.Task) -> None:
+    await task
