@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
@@ -63,7 +64,8 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> Non
 # and reused for something else counts as new; rings are the "anon_inode:[io_uring]" entries).
 # Module- and session-scoped fixtures are set up before this function-scoped one, so what they
 # hold is in the "before" picture. What legitimately outlives a test:
-#   * process-wide things created on first use: warmed up once for the session (_warm_up);
+#   * process-wide things created on first use: warmed up once for the session (_warm_up), or,
+#     where a warm-up would change the process for every test, named in KEPT_TARGETS;
 #   * a test marked ``@pytest.mark.keeps_resources("why")``: not checked. Use it only where the
 #     holder is outside tinycoro and kept on purpose (say, a module-scoped kernel's client whose
 #     zmq sockets live as long as the module), and say why; fix a tinycoro leak instead.
@@ -71,6 +73,10 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> Non
 # loop's thread closing its descriptors) get LEAK_WAIT seconds; a garbage cycle that still
 # holds a socket is collected once before anything is reported.
 LEAK_WAIT = 5.0
+# Descriptors a process-wide singleton keeps open once some test created it, by what they refer
+# to: IPython's history database, opened by the process's InteractiveShell (test_magics,
+# test_dashboard, test_kernel_runner share InteractiveShell.instance()) and its saving thread.
+KEPT_TARGETS = (re.compile(r"/history\.sqlite(-journal|-wal|-shm)?$"),)
 
 
 def fd_targets() -> dict[int, str]:
@@ -84,10 +90,16 @@ def fd_targets() -> dict[int, str]:
     return out
 
 
+def _kept(target: str) -> bool:
+    return any(p.search(target) for p in KEPT_TARGETS)
+
+
 def _leaks(threads_before: set, fds_before: dict[int, str]) -> list[str]:
     found = [f"thread {t.name}" for t in tinycoro_threads() if t not in threads_before]
     for fd, target in sorted(fd_targets().items()):
-        if fds_before.get(fd) != target:
+        # 0-2 are the standard streams: pytest's capture dup2()s its files onto them and back
+        # as it suspends and resumes, so their targets change under any test.
+        if fd > 2 and fds_before.get(fd) != target and not _kept(target):
             kind = "ring" if target == "anon_inode:[io_uring]" else "descriptor"
             found.append(f"{kind} {fd} -> {target}")
     return found
@@ -105,6 +117,12 @@ def pytest_configure(config) -> None:
 def _warm_up() -> None:
     """Create once the process-wide things that libraries keep from their first use on, so
     that the first test to use them is not blamed for them."""
+    if "IPython" in sys.modules:  # a collected test module uses IPython
+        from IPython.core.async_helpers import get_asyncio_loop
+
+        # IPython's own asyncio loop (epoll + self-pipe), made by the first cell its asyncio
+        # runner runs (test_magics: the cell that loads tinycoro) and kept for the process.
+        get_asyncio_loop()
     try:
         import uvloop
     except ImportError:
@@ -133,14 +151,16 @@ def _no_leaks(request):
     gc.collect()
     try:
         wait_until(lambda: not _leaks(threads, fds), timeout=LEAK_WAIT, what="leaks to go")
+        return
     except AssertionError:
-        found = _leaks(threads, fds)
-        if found:
-            pytest.fail(
-                f"{request.node.nodeid} left behind: " + "; ".join(found)
-                + " (fix the leak; see conftest's leak check for keeps_resources)",
-                pytrace=False,
-            )
+        pass
+    found = _leaks(threads, fds)
+    if found:
+        pytest.fail(
+            f"{request.node.nodeid} left behind: " + "; ".join(found)
+            + " (fix the leak; see conftest's leak check for keeps_resources)",
+            pytrace=False,
+        )
 
 
 _SYS_READ = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "s390x": 3, "ppc64le": 3}.get(
