@@ -20,7 +20,11 @@ import pytest
 
 import tinycoro as tc
 
+import test_tls
 from conftest import open_fds
+
+# test_tls's certificate and contexts, as fixtures of this module too
+cert, server_ctx, client_ctx = test_tls.cert, test_tls.server_ctx, test_tls.client_ctx
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -138,6 +142,27 @@ def test_stop_releases_every_kind_of_resource_an_abandoned_task_holds(tmp_path, 
         assert open_fds() == before
         assert not any(tmp_path.glob("s*"))  # the Unix listeners removed their socket files
     assert _unclean(caplog) == []
+
+
+def test_an_abandoned_tls_stream_closes_its_socket(server_ctx, client_ctx, contexts):
+    # A TLS close sends close_notify, an await the abandoned task cannot make: it is refused,
+    # and the socket under it is closed all the same.
+    async def holder(ready):
+        lst, client, server = await test_tls._tls_pair(server_ctx, client_ctx)
+        async with lst, client, server:
+            ready.count_down()
+            await tc.Event().wait()
+
+    with no_gc():
+        before = open_fds()
+        s = tc.Scheduler(contexts)
+        s.start()
+        ready = tc.Latch(1)
+        task = s.submit(holder(ready))
+        s.run_sync(ready.wait(), timeout=10)
+        s.stop(timeout=0)
+        assert task.cancelled()
+        assert open_fds() == before
 
 
 def test_an_await_in_an_abandoned_finally_is_refused_and_leaves_no_dead_waiter(contexts, caplog):
