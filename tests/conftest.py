@@ -123,6 +123,12 @@ def _warm_up() -> None:
         # IPython's own asyncio loop (epoll + self-pipe), made by the first cell its asyncio
         # runner runs (test_magics: the cell that loads tinycoro) and kept for the process.
         get_asyncio_loop()
+    if "jupyter_core" in sys.modules:  # a collected test module starts kernels
+        from jupyter_core.utils import ensure_event_loop
+
+        # The asyncio loop jupyter_client's blocking KernelManager runs its calls on, made for
+        # this thread by the first kernel a test starts and kept for it.
+        ensure_event_loop()
     try:
         import uvloop
     except ImportError:
