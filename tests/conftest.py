@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import shutil
 import ssl
 import subprocess
@@ -56,6 +57,118 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.0005)
+
+
+# -- leak check, around every test ------------------------------------------------------------
+# A test that leaves a tinycoro thread, a descriptor or an io_uring ring behind fails, so a leak
+# is caught by the test that makes it, not by a later one that happens to count. Compared per
+# test: the tinycoro-* threads, and /proc/self/fd as (number, target) pairs (so a number closed
+# and reused for something else counts as new; rings are the "anon_inode:[io_uring]" entries).
+# Module- and session-scoped fixtures are set up before this function-scoped one, so what they
+# hold is in the "before" picture. What legitimately outlives a test:
+#   * process-wide things created on first use: warmed up once for the session (_warm_up), or,
+#     where a warm-up would change the process for every test, named in KEPT_TARGETS;
+#   * a test marked ``@pytest.mark.keeps_resources("why")``: not checked. Use it only where the
+#     holder is outside tinycoro and kept on purpose (say, a module-scoped kernel's client whose
+#     zmq sockets live as long as the module), and say why; fix a tinycoro leak instead.
+# Things being released as the test ends (a context thread finishing its join, an asyncio
+# loop's thread closing its descriptors) get LEAK_WAIT seconds; a garbage cycle that still
+# holds a socket is collected once before anything is reported.
+LEAK_WAIT = 5.0
+# Descriptors a process-wide singleton keeps open once some test created it, by what they refer
+# to: IPython's history database, opened by the process's InteractiveShell (test_magics,
+# test_dashboard, test_kernel_runner share InteractiveShell.instance()) and its saving thread.
+KEPT_TARGETS = (re.compile(r"/history\.sqlite(-journal|-wal|-shm)?$"),)
+
+
+def fd_targets() -> dict[int, str]:
+    """Every open descriptor of this process and what it refers to."""
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (including listdir's own descriptor)
+            pass
+    return out
+
+
+def _kept(target: str) -> bool:
+    return any(p.search(target) for p in KEPT_TARGETS)
+
+
+def _leaks(threads_before: set, fds_before: dict[int, str]) -> list[str]:
+    found = [f"thread {t.name}" for t in tinycoro_threads() if t not in threads_before]
+    for fd, target in sorted(fd_targets().items()):
+        # 0-2 are the standard streams: pytest's capture dup2()s its files onto them and back
+        # as it suspends and resumes, so their targets change under any test.
+        if fd > 2 and fds_before.get(fd) != target and not _kept(target):
+            kind = "ring" if target == "anon_inode:[io_uring]" else "descriptor"
+            found.append(f"{kind} {fd} -> {target}")
+    return found
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "keeps_resources(why): the test legitimately leaves threads or descriptors behind "
+        "(held by something outside tinycoro on purpose); the leak check skips it",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_up() -> None:
+    """Create once the process-wide things that libraries keep from their first use on, so
+    that the first test to use them is not blamed for them."""
+    if "IPython" in sys.modules:  # a collected test module uses IPython
+        from IPython.core.async_helpers import get_asyncio_loop
+
+        # IPython's own asyncio loop (epoll + self-pipe), made by the first cell its asyncio
+        # runner runs (test_magics: the cell that loads tinycoro) and kept for the process.
+        get_asyncio_loop()
+    if "jupyter_core" in sys.modules:  # a collected test module starts kernels
+        from jupyter_core.utils import ensure_event_loop
+
+        # The asyncio loop jupyter_client's blocking KernelManager runs its calls on, made for
+        # this thread by the first kernel a test starts and kept for it.
+        ensure_event_loop()
+    try:
+        import uvloop
+    except ImportError:
+        return
+    import asyncio
+
+    async def nothing() -> None:
+        await asyncio.sleep(0)
+
+    uvloop.run(nothing())  # libuv keeps one pipe for the process from its first loop on
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks(request):
+    """Fail the test if it leaves a tinycoro thread, a descriptor or a ring behind."""
+    if request.node.get_closest_marker("keeps_resources") is not None:
+        yield
+        return
+    threads = set(tinycoro_threads())
+    fds = fd_targets()
+    yield
+    if not _leaks(threads, fds):
+        return
+    import gc
+
+    gc.collect()
+    try:
+        wait_until(lambda: not _leaks(threads, fds), timeout=LEAK_WAIT, what="leaks to go")
+        return
+    except AssertionError:
+        pass
+    found = _leaks(threads, fds)
+    if found:
+        pytest.fail(
+            f"{request.node.nodeid} left behind: " + "; ".join(found)
+            + " (fix the leak; see conftest's leak check for keeps_resources)",
+            pytrace=False,
+        )
 
 
 _SYS_READ = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "s390x": 3, "ppc64le": 3}.get(

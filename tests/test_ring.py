@@ -347,3 +347,13 @@ def test_complete_finishes_the_plain_case_and_returns_the_rest(ring):
         (52, -errno.EBADF, cancelled),
     ]
     assert ring.complete(inflight, ready, rest) == 0
+
+
+def test_a_failed_setup_reports_its_own_errno_not_a_stale_one(ring_cls):
+    # The binding raises OSError(errno or -ret) and liburing never sets errno: a stale ENOENT
+    # left by an earlier libc call used to be what a ring that the kernel refused reported.
+    for _ in range(2):
+        uring._errno_location()[0] = errno.ENOENT
+        with pytest.raises(OSError) as info:
+            ring_cls(65536)  # above the kernel's 32768 entries: EINVAL
+        assert info.value.errno == errno.EINVAL

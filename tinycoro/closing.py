@@ -105,8 +105,18 @@ async def close_fd(fd: int) -> None:
     the kernel cancels it; the descriptor is then closed synchronously (closing a file or a
     socket does not block) and the interrupt goes on (DESIGN rule 10: a close always releases
     its descriptor). A successful io_uring close is never followed by ``os.close``, which could
-    hit another file that reused the number.
+    hit another file that reused the number. In a task its scheduler abandons (stop past its
+    timeout, DeadlockError), the close is ``os.close`` at once: no await can suspend there.
     """
+    task = _local.task
+    if task is not None and task._engine.abandoning:
+        # The task is being abandoned (DESIGN rule 13): its engine has stopped and the await
+        # below could not complete. Close here and now, so the finally block runs on.
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        return
     op = Op(prep_close, fd)
     try:
         res = await perform_raw(op)

@@ -124,13 +124,20 @@ def _flags_for(mode: str) -> tuple[int, bool, bool, bool]:
     return flags | os.O_CLOEXEC, kind == "r" or plus, kind != "r" or plus, kind == "a"
 
 
-def _as_bytes_view(data: Any, what: str) -> memoryview:
+def _as_bytes_view(data: Any, what: str, param: str = "data") -> memoryview:
+    """A flat byte view of *data*, the *param* argument of *what*(); TypeError for str,
+    non-buffers and non-contiguous buffers (the kernel takes one address and a length)."""
     if isinstance(data, str):
         raise TypeError(f"{what}() takes bytes-like data, not str; encode it first")
     try:
         view = memoryview(data)
     except TypeError:
         raise TypeError(f"{what}() takes bytes-like data, got {type(data).__name__}") from None
+    if not view.c_contiguous:
+        raise TypeError(
+            f"{what}() needs a C-contiguous buffer for {param}, got a non-contiguous "
+            f"{type(data).__name__}; pass a copy (bytes(...)) or a contiguous slice"
+        )
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
@@ -138,7 +145,7 @@ def _as_bytes_view(data: Any, what: str) -> memoryview:
 
 def _writable_view(buf: Any, what: str) -> memoryview:
     """A flat byte view of a writable buffer; TypeError for str, read-only or non-buffers."""
-    view = _as_bytes_view(buf, what)
+    view = _as_bytes_view(buf, what, "buf")
     if view.readonly:
         raise TypeError(f"{what}() needs a writable buffer (bytearray, memoryview, array), "
                         f"got a read-only {type(buf).__name__}")

@@ -123,6 +123,9 @@ async def _resolve(
     return (await _resolve_all(host, port, type, family))[0]
 
 
+_UNIX_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1: the path and its NUL
+
+
 def _closed_error(kind: str):
     return lambda: ClosedResourceError(f"operation on a closed {kind}")
 
@@ -608,10 +611,22 @@ async def connect(
     return await handshake(stream, ssl, server_side=False, server_hostname=server_hostname or host)
 
 
+def _unix_path(path: Any) -> bytes:
+    """*path* as bytes for a Unix socket address; ValueError if it does not fit in one (107
+    bytes and the terminating NUL in sun_path), for listen_unix and connect_unix alike."""
+    raw = _path_bytes(path)
+    if len(raw) > _UNIX_PATH_MAX:
+        raise ValueError(
+            f"path {os.fsdecode(raw)!r} is too long for a Unix socket: {len(raw)} bytes, "
+            f"at most {_UNIX_PATH_MAX} bytes"
+        )
+    return raw
+
+
 async def listen_unix(path: Any, backlog: int = 128) -> UnixListener:
     """A Unix-domain stream listener on the socket file *path* (which must not exist)."""
     backlog = _check_backlog(backlog)
-    name = os.fsdecode(_path_bytes(path))
+    name = os.fsdecode(_unix_path(path))
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.bind(name)
@@ -624,9 +639,7 @@ async def listen_unix(path: Any, backlog: int = 128) -> UnixListener:
 
 async def connect_unix(path: Any) -> UnixStream:
     """A stream connected to the Unix-domain listener at *path* (an io_uring connect)."""
-    raw = _path_bytes(path)
-    if len(raw) > 107:
-        raise ValueError(f"path is too long for a Unix socket ({len(raw)} bytes, at most 107)")
+    raw = _unix_path(path)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         op = Op(prep_connect, sock.fileno(), uring.sockaddr_un(raw))

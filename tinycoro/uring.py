@@ -40,6 +40,11 @@ They are why the code below looks the way it does:
   IndexError at ``&buf[0]``: zero-length reads and writes never reach this module.
 * ``io_uring_cq_eventfd_toggle`` flips a flag in the shared CQ ring (no system call): a context
   turns eventfd notifications off while it is awake and on just before it sleeps.
+* A failed call raises ``OSError(errno or -ret)``: the binding prefers the thread's C
+  ``errno`` to the negative result, but liburing makes its system calls without libc, so that
+  ``errno`` is whatever an earlier libc call left (seen: ENOENT from a ``readlink`` for an
+  ``io_uring_enter`` that failed with EBADF; a disabled io_uring could be misreported the same
+  way). ``_clear_errno`` runs before each call whose failure is reported.
 * ``liburing/__init__.py`` installs the ``dynamic_import`` lazy loader, so *every* attribute
   access ``liburing.name`` runs a Python-level module ``__getattr__``: 100-150 ns, four times the
   cost of the call itself (30-35 ns). Every function is therefore bound once, below, and only
@@ -48,6 +53,7 @@ They are why the code below looks the way it does:
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import importlib
 import os
@@ -91,6 +97,14 @@ __all__ = [
 
 # -- bound once (see the dynamic_import note above) ---------------------------------------------
 _get_sqe = _L.io_uring_get_sqe
+_errno_location = ctypes.CDLL(None).__errno_location  # this thread's C errno (see the facts)
+_errno_location.restype = ctypes.POINTER(ctypes.c_int)
+
+
+def _clear_errno() -> None:
+    """Before a binding call that may fail: so that its OSError carries its own errno."""
+    _errno_location()[0] = 0
+
 _submit = _L.io_uring_submit
 _sq_ready = _L.io_uring_sq_ready
 _cq_ready = _L.io_uring_cq_ready
@@ -184,6 +198,7 @@ class _Lifecycle:
             raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
         ring = _L.io_uring()
         try:
+            _clear_errno()
             _L.io_uring_queue_init(entries, ring, 0)
         except OSError as exc:
             if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
@@ -195,6 +210,7 @@ class _Lifecycle:
             _L.io_uring_queue_exit(ring)
             raise
         try:
+            _clear_errno()
             _L.io_uring_register_eventfd(ring, efd)
         except BaseException:
             os.close(efd)
@@ -275,6 +291,7 @@ class PyRing(_Lifecycle):
     def submit(self) -> int:
         """Hand every prepared SQE to the kernel. Retries while the kernel says EINTR."""
         while True:
+            _clear_errno()
             try:
                 return _submit(self._ring)
             except InterruptedError:

@@ -96,6 +96,9 @@ INLINE_BUDGET = 16
 # time. With 16 it sleeps 5-8%. The price is one io_uring_enter per 16 SQEs instead of one per
 # turn: about 0.1 us per operation next to the 1-2 us an SQE costs in Python.
 SUBMIT_EARLY = 16
+# Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
+# block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
+REFUSALS_KEPT = 100
 BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over
 
 
@@ -142,6 +145,10 @@ class Engine:
         self.inflight: dict[int, Op] = {}
         self.parked: dict[Task, Park] = {}
         self.live: set[Task] = set()  # assigned here, not finished; for stop() and stats
+        # True while abandon() closes coroutines: the engine has stopped, so an await in a
+        # finally block cannot suspend; closing a resource then releases its descriptor at
+        # once instead (tinycoro.closing.close_fd, DESIGN rule 13).
+        self.abandoning = False
         self.sleeping = False
         self.stop_requested = False
         self.stop_flag = 0  # owned by the scheduler, under its lock (DESIGN section 3)
@@ -632,7 +639,8 @@ class Engine:
         (rule 8); take every parked task off its primitive's waiter list (rule 13: nothing is
         ever handed to a dead task; what was handed over already is given back); close every
         unfinished coroutine, so ``finally`` blocks and ``async with`` exits run (a lock held
-        is released; an ``await`` in a finally block cannot complete and is dropped); finish
+        is released; closing a resource releases its descriptor at once; any other ``await``
+        in a finally block cannot complete and raises GeneratorExit again: ``_close_coro``); finish
         each task with *error*, or ``tc.Cancelled`` when it is None. These endings are the
         caller's report, not unobserved failures: nothing is logged or counted for them.
         The engine is empty afterwards and can run again (a guest engine does).
@@ -651,19 +659,19 @@ class Engine:
                 self._abort_parked()
             self.ready.clear()
             self.calls.clear()
+            self.abandoning = True
             for task in tasks:
                 if task._state is DONE:
                     continue
                 _local.task = task
                 try:
-                    task._context.run(task._coro.close)
-                except BaseException as e:  # noqa: BLE001 - e.g. a finally block that awaited
-                    log.warning("%s did not close cleanly: %r", describe(task), e)
+                    self._close_coro(task)
                 finally:
                     _local.task = None
                 task._retrieved = True  # the caller reports this ending, not the GC
                 self._finish(task, None, error if error is not None else Cancelled(), report=False)
         finally:
+            self.abandoning = False
             if outer is None:
                 _local.engine = None
             self.live.clear()
@@ -672,24 +680,57 @@ class Engine:
             self._dead_deadlines = 0
             self.watchers.clear()
 
+    def _close_coro(self, task: Task) -> None:
+        """Close an abandoned task's coroutine (``abandon``), so its ``finally`` blocks and
+        ``async with`` exits run, on this stopped engine.
+
+        ``coro.close()`` would leave the coroutine suspended, half closed ("coroutine ignored
+        GeneratorExit"), at the first await of a finally block, and whatever the rest of that
+        block releases would wait for the garbage collector, or leak. So the close is done by
+        hand: GeneratorExit is thrown in, and every await the coroutine still makes is refused
+        with GeneratorExit again at once, never run (a park is taken back off its waiter list
+        first). Closing a resource does not await here (``abandoning``: tinycoro.closing), so
+        ``async with conn`` releases its descriptor and the block runs on. A coroutine that
+        keeps awaiting after ``REFUSALS_KEPT`` refusals is left as ``close()`` would leave it.
+        """
+        coro = task._coro
+        run = task._context.run
+        for _ in range(REFUSALS_KEPT):
+            try:
+                y = run(coro.throw, GeneratorExit())
+            except (GeneratorExit, StopIteration):
+                return
+            except BaseException as e:  # noqa: BLE001 - the finally block raised: say so
+                log.warning("%s did not close cleanly: %r", describe(task), e)
+                return
+            if type(y) is Park:  # it put itself on a waiter list: take it off again
+                self._take_off(task, y)
+            task._waiting = None
+        log.warning("%s did not close cleanly: it kept awaiting after GeneratorExit", describe(task))
+
     def _abort_parked(self) -> None:
         """Take every parked task off the waiter list it is on (rule 13)."""
         parked, self.parked = self.parked, {}
         for task, ticket in parked.items():
             task._waiting = None
-            try:
-                if ticket.abort():
-                    continue
-                # Popped already: a wake, and whatever it hands over, is on its way. Wait (a
-                # few instructions of the waker's) for it, then give the thing back.
-                for _ in range(100_000):
-                    if task in self.ready:
-                        break
-                    time.sleep(0)
-                if ticket.undo is not None:
-                    ticket.undo(task._value)
-            except BaseException:  # noqa: BLE001 - never stop the others' cleanup
-                log.exception("while taking %s off %r", describe(task), ticket.what)
+            self._take_off(task, ticket)
+
+    def _take_off(self, task: Task, ticket: Park) -> None:
+        """Take *task*, parked with *ticket*, off its waiter list for good; if a wake got
+        there first, give back what it handed over."""
+        try:
+            if ticket.abort():
+                return
+            # Popped already: a wake, and whatever it hands over, is on its way. Wait (a few
+            # instructions of the waker's) for it, then give the thing back.
+            for _ in range(100_000):
+                if task in self.ready:
+                    break
+                time.sleep(0)
+            if ticket.undo is not None:
+                ticket.undo(task._value)
+        except BaseException:  # noqa: BLE001 - never stop the others' cleanup
+            log.exception("while taking %s off %r", describe(task), ticket.what)
 
     def close(self) -> None:
         """Close the ring and eventfd; the engine must have drained (no op in flight).
