@@ -16,11 +16,10 @@ contexts of one process can both be busy while only one of them runs at a time. 
 shares then add up to 200% while the process's CPU time grows by one core's worth: the engine
 is GIL-bound, and more engines (processes), not more contexts, would add CPU (DESIGN rule 15).
 
-Where the numbers come from: ``cluster.stats()`` (one :class:`tinycoro.SchedulerStats` per
-engine, answered without waiting behind a busy engine), ``cluster.tasks()`` (the same, for the
-task list) and ``cluster.engines`` (id, host, pid). Process CPU is read here from ``/proc/<pid>/stat`` for engines on this host; for an
-engine on another host the cluster's stats answer carries no CPU time, so its CPU shows as
-"remote" (see docs/jupyter.md).
+Where the numbers come from: ``cluster.load()`` (per engine, its scheduler's
+:class:`tinycoro.SchedulerStats` and its process's CPU seconds, answered on the engine's control
+thread, so never behind a busy engine; engines on other hosts included), ``cluster.tasks()``
+(the same, for the task list) and ``cluster.engines`` (id, host, pid).
 
 The threading model is the local dashboard's (:class:`kernel_ext.dashboard.RefreshThread`):
 widgets are created on the asking thread, then one refresher thread is the only code that sets
@@ -33,7 +32,6 @@ from __future__ import annotations
 import collections
 import html
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
@@ -43,7 +41,7 @@ import tinycoro as tc
 from . import dashboard as _d
 from .dashboard import History, RefreshThread, keep
 
-__all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter", "process_cpu_seconds"]
+__all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter"]
 
 # The local dashboard's columns, the first and third named for what an engine row shows there.
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -72,30 +70,9 @@ class ClusterLike(Protocol):
     @property
     def engines(self) -> Sequence[EngineLike]: ...
 
-    def stats(self) -> Mapping[int, tc.SchedulerStats]: ...
+    def load(self) -> Mapping[int, Any]: ...  # tc.cluster.EngineLoad: .stats, .cpu_seconds
 
     def tasks(self) -> Mapping[int, Sequence[tc.TaskInfo]]: ...
-
-
-# -- process CPU -------------------------------------------------------------------------------
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_HOST = socket.gethostname()
-
-
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of process *pid* so far, all its threads (``/proc/<pid>/stat``
-    fields 14 and 15); None if there is no such process here."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()  # the name may hold spaces
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def is_local(engine: EngineLike) -> bool:
-    """Whether *engine* runs on this host, where its ``/proc`` entry can be read."""
-    return engine.host in (_HOST, "localhost", "127.0.0.1") and os.path.exists(f"/proc/{engine.pid}")
 
 
 @dataclass(frozen=True)
@@ -160,14 +137,13 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
     )
 
 
-def _cpu_cell(cpu: float | None, busy: float, local: bool) -> str:
+def _cpu_cell(cpu: float | None, busy: float) -> str:
     """The engine row's busy cell: process CPU (bar and %), its contexts' busy added up, and
     the GIL-bound flag when busy exceeds CPU by :data:`GIL_BOUND` or more."""
     total = (f' <span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
              f'added up">busy {busy:.0%}</span>')
     if cpu is None:
-        why = "measuring" if local else "remote: not reported"
-        return f'<span class="tc-cpu-pct">CPU {why}</span> ·{total}'
+        return f'<span class="tc-cpu-pct">CPU measuring</span> ·{total}'
     gil = busy - cpu >= GIL_BOUND
     flag = (' <b title="the contexts are busy for longer than the process has CPU: they '
             'wait for the GIL; more engines, not more contexts, add CPU">GIL-bound</b>'
@@ -177,7 +153,7 @@ def _cpu_cell(cpu: float | None, busy: float, local: bool) -> str:
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
-                cpu: CpuMeter | None, now: float, local: bool, running: bool = True) -> str:
+                cpu: CpuMeter | None, now: float, running: bool = True) -> str:
     """One engine's group: its own row (process CPU beside the sum of its contexts' busy, and
     the sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
@@ -200,7 +176,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     cells = [
         ("name", f"<b>{name}</b>", ""),
         ("stop_flag", f"token {stats.stop_token}/{len(ctxs)}", ""),
-        ("busy", _cpu_cell(cpu_now, busy, local), ""),
+        ("busy", _cpu_cell(cpu_now, busy), ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", _d._count(rate), _d._NUM),
         ("ops-plot", "", ""),
@@ -227,7 +203,7 @@ def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.Schedule
                   running: bool = True) -> str:
     """Every engine's group, in engine order, as one HTML table (one comm message a tick)."""
     rows = "".join(
-        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, is_local(e), running)
+        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running)
         for e in sorted(engines, key=lambda e: e.id)
     )
     return _d.table_html(rows, _d.head_row(COLUMNS))
@@ -294,7 +270,7 @@ class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
 
 class ClusterRefresher(RefreshThread):
     """The one thread that updates every dashboard of one cluster, until the cluster stops
-    (``stats()`` raises) or :meth:`stop` is called."""
+    (``load()`` raises) or :meth:`stop` is called."""
 
     thread_name = "tinycoro-cluster-dashboard"
 
@@ -316,7 +292,8 @@ class ClusterRefresher(RefreshThread):
     def dashboard(self) -> ClusterDashboard:
         """A new dashboard for this cluster; the refresher thread starts with the first."""
         try:  # rows from the start; the refresher thread adds history and CPU
-            engines, stats = tuple(self.cluster.engines), self.cluster.stats()
+            engines = tuple(self.cluster.engines)
+            stats = {eid: load.stats for eid, load in self.cluster.load().items()}
         except Exception:  # noqa: BLE001 - a stopped cluster: its last state
             engines, stats = self._engines, self._stats
         board: ClusterDashboard = self._add(ClusterDashboard(engines, stats))
@@ -329,14 +306,13 @@ class ClusterRefresher(RefreshThread):
             return self._engines, self._stats, now, False
         try:
             engines = tuple(self.cluster.engines)
-            stats = dict(self.cluster.stats())
+            loads = self.cluster.load()
         except Exception:  # noqa: BLE001 - a stopped (or lost) cluster: show the last state
             return self._engines, self._stats, now, False
-        for e in engines:
-            if e.id in stats:
-                self.histories.setdefault(e.id, History()).add(now, stats[e.id])
-            if is_local(e):
-                self.cpu.add(e.id, now, process_cpu_seconds(e.pid))
+        stats = {eid: load.stats for eid, load in loads.items()}
+        for eid, load in loads.items():
+            self.histories.setdefault(eid, History()).add(now, load.stats)
+            self.cpu.add(eid, now, load.cpu_seconds)
         self._engines, self._stats = engines, stats
         return engines, stats, now, True
 

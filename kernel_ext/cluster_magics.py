@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from .cluster_dashboard import ClusterRefresher, is_local, process_cpu_seconds
+from .cluster_dashboard import ClusterRefresher
 from .magics import format_status, format_tasks
 
 __all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
@@ -58,23 +58,22 @@ def _usage() -> str:
     return " ".join(PARSER.format_usage().removeprefix("::").split())
 
 
-def _engine_head(engine: Any) -> str:
-    """``engine 0 · host:pid · CPU ...`` (process CPU so far, from /proc for local engines)."""
+def _engine_head(engine: Any, cpu_seconds: float | None) -> str:
+    """``engine 0 · host:pid · process CPU 1.2 s so far`` (as the engine itself reports)."""
     head = f"engine {engine.id} · {engine.host}:{engine.pid}"
-    if not is_local(engine):
-        return head + " · CPU not reported (remote engine)"
-    cpu = process_cpu_seconds(engine.pid)
-    return head if cpu is None else head + f" · process CPU {cpu:.1f} s so far"
+    return head if cpu_seconds is None else head + f" · process CPU {cpu_seconds:.1f} s so far"
 
 
-def format_cluster_status(engines: Sequence[Any], stats: dict[int, Any], owned: bool) -> str:
+def format_cluster_status(engines: Sequence[Any], loads: dict[int, Any], owned: bool) -> str:
     """Plain text: one block per engine (its head line, then the local status table of its
-    scheduler); what ``%tinycoro cluster status`` prints."""
+    scheduler), from ``cluster.load()``; what ``%tinycoro cluster status`` prints."""
+    stats = {eid: load.stats for eid, load in loads.items()}
     contexts = sum(len(s.contexts) for s in stats.values())
     how = "started here" if owned else "connected"
     lines = [f"tinycoro cluster: {len(engines)} engines, {contexts} contexts ({how})"]
     for e in sorted(engines, key=lambda e: e.id):
-        lines.append(_engine_head(e))
+        load = loads.get(e.id)
+        lines.append(_engine_head(e, load.cpu_seconds if load is not None else None))
         s = stats.get(e.id)
         if s is None:
             lines.append("  (no stats yet)")
@@ -226,13 +225,13 @@ class ClusterCommands:
     def _status(self, args: argparse.Namespace) -> None:
         cluster = self._need("status")
         try:
-            stats = dict(cluster.stats())
+            loads = dict(cluster.load())
         except (OSError, RuntimeError) as e:  # cluster.stop() ran in a cell: its client closed
             raise UsageError(
                 f"%tinycoro cluster status: the cluster does not answer ({e}); "
                 "%tinycoro cluster stop, then start or connect again"
             ) from None
-        print(format_cluster_status(cluster.engines, stats, self.owned))
+        print(format_cluster_status(cluster.engines, loads, self.owned))
 
     def _tasks(self, args: argparse.Namespace) -> None:
         cluster = self._need("tasks")

@@ -20,11 +20,8 @@ import pytest
 
 import tinycoro as tc
 
-import test_tls
-from conftest import open_fds
+from conftest import open_fds, tls_pair
 
-# test_tls's certificate and contexts, as fixtures of this module too
-cert, server_ctx, client_ctx = test_tls.cert, test_tls.server_ctx, test_tls.client_ctx
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -148,7 +145,7 @@ def test_an_abandoned_tls_stream_closes_its_socket(server_ctx, client_ctx, conte
     # A TLS close sends close_notify, an await the abandoned task cannot make: it is refused,
     # and the socket under it is closed all the same.
     async def holder(ready):
-        lst, client, server = await test_tls._tls_pair(server_ctx, client_ctx)
+        lst, client, server = await tls_pair(server_ctx, client_ctx)
         async with lst, client, server:
             ready.count_down()
             await tc.Event().wait()

@@ -27,12 +27,13 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
 
 from .client import Cluster, connect, start
 from .errors import EngineLost, RemoteTraceback
-from .info import EngineInfo
+from .info import EngineInfo, EngineLoad
 from .remote import RemoteTask
 
 __all__ = [
     "Cluster",
     "EngineInfo",
+    "EngineLoad",
     "EngineLost",
     "RemoteTask",
     "RemoteTraceback",

@@ -40,7 +40,7 @@ from ..core.checks import check_int
 from ..sync import Event, Semaphore
 from . import engine as engine_side
 from .errors import EngineLost
-from .info import EngineInfo
+from .info import EngineInfo, EngineLoad
 from .messages import CONTROL_REQUEST, RESULT_KEY, stats_from_dict, tasks_from_list
 from .remote import RemoteTask
 from .watch import PidWatcher
@@ -331,7 +331,13 @@ class Cluster:
         """Each live engine's ``SchedulerStats``, by engine id. The engines answer on their
         control thread, so a busy engine (a long ``%px`` cell, say) answers at once; one that
         does not answer within *timeout* seconds is left out."""
-        return {eid: stats_from_dict(c["stats"]) for eid, c in self._probe("stats", timeout).items()}
+        return {eid: load.stats for eid, load in self.load(timeout).items()}
+
+    def load(self, timeout: float = STATS_TIMEOUT) -> dict[int, EngineLoad]:
+        """Each live engine's stats and process CPU time, by engine id; answered like
+        :meth:`stats` (one probe). For dashboards: a remote host's ``/proc`` is out of reach."""
+        return {eid: EngineLoad(stats_from_dict(c["stats"]), c["cpu_seconds"])
+                for eid, c in self._probe("stats", timeout).items()}
 
     def tasks(self, timeout: float = STATS_TIMEOUT) -> dict[int, tuple[TaskInfo, ...]]:
         """Each live engine's live tasks (``Scheduler.tasks()``: id, name, context, state, what

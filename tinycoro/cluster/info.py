@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core import SchedulerStats
+
 
 @dataclass(frozen=True)
 class EngineInfo:
@@ -15,3 +17,12 @@ class EngineInfo:
 
     def __str__(self) -> str:
         return f"engine {self.id} ({self.host}:{self.pid})"
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """One engine's answer to a load probe: its scheduler's stats and the CPU seconds (user +
+    system, all threads) its process has used so far; two answers give its CPU share."""
+
+    stats: SchedulerStats
+    cpu_seconds: float
