@@ -545,7 +545,7 @@ def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIM
             environment={"TINYCORO_CONTEXTS": str(contexts)},
         ), timeout)
         client = loop.run(ipc.connect_client(), timeout)
-        client.wait_for_engines(n, timeout=timeout)
+        client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
         return Cluster(client, owned=_Owned(ipc, loop, profile_dir), timeout=timeout)
     except BaseException:
         _stop_owned(client, _Owned(ipc, loop, profile_dir), [])
