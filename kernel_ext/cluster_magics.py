@@ -58,7 +58,7 @@ def _usage() -> str:
     return " ".join(PARSER.format_usage().removeprefix("::").split())
 
 
-def _engine_head(engine: Any, cpu_seconds: float | None) -> str:
+def _engine_head(engine: Any, cpu_seconds: float | None = None) -> str:
     """``engine 0 · host:pid · process CPU 1.2 s so far`` (as the engine itself reports)."""
     head = f"engine {engine.id} · {engine.host}:{engine.pid}"
     return head if cpu_seconds is None else head + f" · process CPU {cpu_seconds:.1f} s so far"

@@ -131,6 +131,13 @@ def _warm_up() -> None:
         # The asyncio loop jupyter_client's blocking KernelManager runs its calls on, made for
         # this thread by the first kernel a test starts and kept for it.
         ensure_event_loop()
+    if "zmq" in sys.modules:  # a collected test module makes ipyparallel clients or kernels
+        import zmq
+
+        # The process-wide zmq context (ipyparallel's Client uses Context.instance()) starts
+        # its I/O and reaper threads, with their eventfds and epolls, at its first socket and
+        # keeps them for the process.
+        zmq.Context.instance().socket(zmq.DEALER).close()
     try:
         import uvloop
     except ImportError:
