@@ -28,6 +28,26 @@ def engines_can_import_helpers() -> Iterator[None]:
             os.environ["PYTHONPATH"] = old
 
 
+@contextlib.contextmanager
+def started_cluster(n: int, **kwargs) -> Iterator[tuple]:
+    """``(cluster, its processes)``: a local cluster of *n* engines that can import
+    tests/cluster_helpers.py, stopped on exit (also after a failing test); whatever a failed
+    stop leaves running is killed, so no process outlives the tests."""
+    import tinycoro as tc
+
+    with engines_can_import_helpers():
+        cluster = tc.cluster.start(n, **kwargs)
+    procs = processes(cluster)
+    try:
+        yield cluster, procs
+    finally:
+        try:
+            cluster.stop()
+        finally:
+            if not gone(procs):
+                kill_leftovers(procs)
+
+
 def processes(cluster) -> list[psutil.Process]:
     """The controller, the engines and their children (the engines' nannies)."""
     ipc = cluster._owned.ipp_cluster

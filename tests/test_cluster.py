@@ -31,17 +31,8 @@ T = 30  # bound on any one remote call
 
 @pytest.fixture(scope="module")
 def cluster():
-    with cs.engines_can_import_helpers():
-        c = tc.cluster.start(2, contexts=1, timeout=START)
-    procs = cs.processes(c)
-    try:
+    with cs.started_cluster(2, contexts=1, timeout=START) as (c, _):
         yield c
-    finally:
-        try:
-            c.stop()
-        finally:
-            if not cs.gone(procs):
-                cs.kill_leftovers(procs)
 
 
 # -- engines, submit, await --------------------------------------------------------------------
@@ -321,10 +312,7 @@ def test_serve_raises_what_an_engine_raised_and_stops_the_others(cluster):
 
 def test_serve_returns_when_the_cluster_stops():
     """On a cluster of its own (stop ends it): serve returns None when stop() runs."""
-    with cs.engines_can_import_helpers():
-        c = tc.cluster.start(1, timeout=START)
-    procs = cs.processes(c)
-    try:
+    with cs.started_cluster(1, timeout=START) as (c, _):
         port = cs.free_port()
         with tc.Scheduler(1) as s:
             server = s.submit(c.serve(h.reply_pid, port))
@@ -332,10 +320,6 @@ def test_serve_returns_when_the_cluster_stops():
                        timeout=T, what="the engine to listen")
             c.stop()
             assert s.run_sync(_join(server), timeout=T) is None
-    finally:
-        c.stop()
-        if not cs.gone(procs):
-            cs.kill_leftovers(procs)
 
 
 # -- stats -----------------------------------------------------------------------------------

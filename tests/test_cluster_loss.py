@@ -32,18 +32,9 @@ def threads_before():
 
 @pytest.fixture(scope="module")
 def cluster(threads_before):
-    with cs.engines_can_import_helpers():
-        c = tc.cluster.start(2, timeout=START)
-    procs = cs.processes(c)
-    c.procs = procs  # for the lifecycle test, which checks them after its own stop()
-    try:
+    with cs.started_cluster(2, timeout=START) as (c, procs):
+        c.procs = procs  # for the lifecycle test, which checks them after its own stop()
         yield c
-    finally:
-        try:
-            c.stop()
-        finally:
-            if not cs.gone(procs):
-                cs.kill_leftovers(procs)
 
 
 def test_a_killed_engine_fails_its_tasks_with_engine_lost_and_the_other_carries_on(cluster):
@@ -101,10 +92,7 @@ def test_stop_leaves_no_process_port_or_thread(cluster, threads_before):
 
 
 def test_with_every_engine_lost_submit_map_and_serve_raise_engine_lost():
-    with cs.engines_can_import_helpers():
-        c = tc.cluster.start(1, timeout=START)
-    procs = cs.processes(c)
-    try:
+    with cs.started_cluster(1, timeout=START) as (c, _):
         [only] = c.engines
         t = c.submit(h.sleep_forever)
         os.kill(only.pid, signal.SIGKILL)
@@ -118,7 +106,3 @@ def test_with_every_engine_lost_submit_map_and_serve_raise_engine_lost():
         with pytest.raises(tc.cluster.EngineLost, match="every engine"):
             tc.run(c.serve(h.reply_pid, cs.free_port()))
         assert c.stats() == {}
-    finally:
-        c.stop()
-        if not cs.gone(procs):
-            cs.kill_leftovers(procs)
