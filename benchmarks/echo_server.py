@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Any
 
 KINDS = ("tinycoro", "asyncio-streams", "asyncio-protocol", "uvloop-protocol")
 HOST = "127.0.0.1"
@@ -32,21 +33,26 @@ def _ready(port: int) -> None:
 
 
 # -- tinycoro ----------------------------------------------------------------------------------
+async def tinycoro_echo(conn: Any) -> None:
+    """Serve one tinycoro connection (a module-level function, so that ``cluster.serve`` in
+    workload 7 can send it to engines by reference)."""
+    recv, sendall = conn.recv, conn.sendall
+    try:
+        while True:
+            data = await recv(65536)
+            if not data:
+                break
+            await sendall(data)
+    except OSError:
+        pass  # the load generator resets its connections when a run ends
+    finally:
+        await conn.close()
+
+
 def serve_tinycoro(contexts: int) -> None:
     import tinycoro as tc
 
-    async def handle(conn: "tc.net.TcpStream") -> None:
-        recv, sendall = conn.recv, conn.sendall
-        try:
-            while True:
-                data = await recv(65536)
-                if not data:
-                    break
-                await sendall(data)
-        except OSError:
-            pass  # the load generator resets its connections when a run ends
-        finally:
-            await conn.close()
+    handle = tinycoro_echo
 
     async def profile_for(path: str, seconds: float) -> None:
         import cProfile

@@ -36,6 +36,7 @@ from typing import Any, Callable
 import tinycoro as tc
 
 from . import w_echo
+from .echo_server import tinycoro_echo
 from .config import REPO, Config
 from .harness import Case, Ratio, Sample, Series
 from .peers import run_tc
@@ -48,6 +49,7 @@ TARGET_ECHO = 1.3  # 2 engines vs 1 process, echo
 LOCAL = "tinycoro 1 process"
 ONE = "tinycoro 1 engine"
 TWO = "tinycoro 2 engines"
+TWO_FAN = "tinycoro 2 engines, 1 submit each"
 PLAIN1 = "plain Python 1 process"
 PLAIN2 = "plain Python 2 processes"
 SUBMIT = "tinycoro submit"
@@ -69,27 +71,20 @@ async def crunch(n: int) -> int:
     return x
 
 
+async def fan_out(fn: Any, sizes: list[int]) -> list[Any]:
+    """``fn(n)`` for every *n* in *sizes*, as tasks of this engine: one submit, many tasks."""
+    import tinycoro as tc
+
+    tasks = [tc.spawn(fn(n)) for n in sizes]
+    return [await t for t in tasks]
+
+
 def crunch_plain(n: int) -> int:
     """The same arithmetic without tinycoro: the control loop."""
     x = 0
     for i in range(n):
         x = (x * 31 + i) % 1_000_003
     return x
-
-
-async def echo_handler(conn: Any) -> None:
-    """The echo of workload 5 (benchmarks.echo_server), for ``cluster.serve``."""
-    recv, sendall = conn.recv, conn.sendall
-    try:
-        while True:
-            data = await recv(65536)
-            if not data:
-                break
-            await sendall(data)
-    except OSError:
-        pass  # the load generator resets its connections when a run ends
-    finally:
-        await conn.close()
 
 
 async def noop() -> None:
@@ -193,6 +188,17 @@ def _remote(cluster: Any, engines: list[int], total: int, parts: int) -> Sample:
     return Sample(total / (time.perf_counter() - t0))
 
 
+def _remote_fan_out(cluster: Any, engines: list[int], total: int, parts: int) -> Sample:
+    """The same parts, one submit per engine that spawns its share there (:func:`fan_out`)."""
+    t0 = time.perf_counter()
+    sizes = _split(total, parts)
+    tasks = [cluster.submit(fan_out, crunch, sizes[i::len(engines)], engine=e)
+             for i, e in enumerate(engines)]
+    for t in tasks:
+        t.result(timeout=600)
+    return Sample(total / (time.perf_counter() - t0))
+
+
 def _rate(rounds: int, one: Callable[[], Any]) -> Sample:
     t0 = time.perf_counter()
     for _ in range(rounds):
@@ -207,13 +213,13 @@ def _free_port() -> int:
 
 
 class ClusterEcho:
-    """``cluster.serve(echo_handler, port)`` awaited by a task of a local scheduler, until
+    """``cluster.serve(tinycoro_echo, port)`` awaited by a task of a local scheduler, until
     closed; ``port`` accepts connections once every engine listens."""
 
     def __init__(self, cluster: Any, timeout: float = 60.0) -> None:
         self.port = _free_port()
         self.sched = tc.Scheduler(1).start()
-        self.task = self.sched.submit(cluster.serve(echo_handler, self.port), name="serve")
+        self.task = self.sched.submit(cluster.serve(tinycoro_echo, self.port), name="serve")
         self.pids = [e.pid for e in cluster.engines]
         deadline = time.monotonic() + timeout
         while not self._listening():  # a benchmark may poll; the engines answer in ms
@@ -263,10 +269,12 @@ def _cpu_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> C
         Series(LOCAL, lambda: run_tc(_local(total, parts), 1)),
         Series(ONE, lambda: _remote(cluster, ids[:1], total, parts), skip=why),
         Series(TWO, lambda: _remote(cluster, ids[:2], total, parts), skip=why),
+        Series(TWO_FAN, lambda: _remote_fan_out(cluster, ids[:2], total, parts), skip=why),
         Series(PLAIN1, lambda: _plain(workers[:1], total), skip=plain_skip),
         Series(PLAIN2, lambda: _plain(workers[:2], total), skip=plain_skip),
     ]
-    ratios = [Ratio(TWO, LOCAL, TARGET_CPU), Ratio(TWO, ONE), Ratio(PLAIN2, PLAIN1)]
+    ratios = [Ratio(TWO, LOCAL, TARGET_CPU), Ratio(TWO_FAN, LOCAL), Ratio(TWO, ONE),
+              Ratio(PLAIN2, PLAIN1)]
     return Case(WORKLOAD, f"CPU-bound coroutines, {total // 1000}k yields in {parts} tasks",
                 "yields/s", series, ratios)
 

@@ -130,3 +130,9 @@ def tinycoro_loaded():
 
 def not_async():
     return 1
+
+
+async def switch_interval():
+    import sys
+
+    return sys.getswitchinterval()

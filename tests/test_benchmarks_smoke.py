@@ -25,7 +25,8 @@ EXPECTED_SERIES = {
     "TCP echo": {"tinycoro", "asyncio streams", "asyncio protocol", "uvloop protocol", "uringio"},
     "contexts scaling": {"tinycoro 1 ctx", "tinycoro 2 ctx", "tinycoro 4 ctx"},
     "cluster scaling": {
-        "tinycoro 1 process", "tinycoro 1 engine", "tinycoro 2 engines", "plain Python 1 process",
+        "tinycoro 1 process", "tinycoro 1 engine", "tinycoro 2 engines",
+        "tinycoro 2 engines, 1 submit each", "plain Python 1 process",
         "plain Python 2 processes", "tinycoro submit", "ipyparallel apply",
     },
 }

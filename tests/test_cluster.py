@@ -36,6 +36,16 @@ def cluster():
 
 
 # -- engines, submit, await --------------------------------------------------------------------
+def test_engines_started_here_hand_the_gil_over_often(cluster):
+    # A context computing on an engine holds the GIL for the switch interval at a time; the
+    # kernel's own threads need it for every message (the next submit, replies, output), so
+    # with CPython's 5 ms default a busy engine took its submissions in at a trickle.
+    from tinycoro.cluster.client import ENGINE_SWITCH_INTERVAL
+
+    got = {e.id: cluster.submit(h.switch_interval, engine=e.id).result(T) for e in cluster.engines}
+    assert got == {e.id: ENGINE_SWITCH_INTERVAL for e in cluster.engines}
+
+
 def test_two_engines_each_with_its_own_process(cluster):
     engines = cluster.engines
     assert [e.id for e in engines] == [0, 1]

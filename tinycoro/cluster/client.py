@@ -51,6 +51,14 @@ T = TypeVar("T")
 
 START_TIMEOUT = 120.0  # engines may take 10-30 s to come up on a loaded machine
 STATS_TIMEOUT = 5.0  # an engine that does not answer a probe in this time is left out
+# The GIL switch interval of the engines start() makes (seconds; CPython's default is 0.005).
+# A context computing on an engine keeps the GIL for a switch interval at a time, and the
+# kernel's own threads (shell, IOPub, control) need it for every message they handle: each
+# wait is up to one interval, a message takes several. With 5 ms, 8 submits to one busy engine
+# trickled in and its context sat idle between them: 8 CPU-bound tasks ran at 0.48-0.60x of
+# the same tasks in one process; with 0.5 ms at 0.82-0.85x (benchmark workload 7, and
+# docs/benchmarks.md). The cost is more GIL hand-overs while the kernel is busy, none when idle.
+ENGINE_SWITCH_INTERVAL = 0.0005
 STOP_GRACE = 5.0  # seconds for cancelled remote tasks to unwind before the engines stop
 
 
@@ -542,7 +550,8 @@ def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIM
         loop.run(ipc.start_engines(
             n,
             engine_args=["--IPKernelApp.extensions=tinycoro"],
-            environment={"TINYCORO_CONTEXTS": str(contexts)},
+            environment={"TINYCORO_CONTEXTS": str(contexts),
+                         "TINYCORO_ENGINE_SWITCH_INTERVAL": str(ENGINE_SWITCH_INTERVAL)},
         ), timeout)
         client = loop.run(ipc.connect_client(), timeout)
         client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar

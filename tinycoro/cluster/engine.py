@@ -163,6 +163,9 @@ def setup() -> dict:
     say who we are (``EngineInfo`` fields)."""
     global _agent
     shell = _shell()
+    interval = os.environ.get("TINYCORO_ENGINE_SWITCH_INTERVAL")  # set by start() only: an
+    if interval:  # engine of a connected cluster is not ours to tune (client.py says why)
+        sys.setswitchinterval(float(interval))
     if "tinycoro" not in shell.extension_manager.loaded:
         shell.extension_manager.load_extension("tinycoro")
     with _agent_lock:
