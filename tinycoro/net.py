@@ -243,23 +243,21 @@ class Stream(_Socket):
 
     async def send(self, data: Any) -> int:
         """Send some of *data*; returns how many bytes the kernel took."""
-        view = _as_bytes_view(data, "send")
-        self._check_open()
-        if not view:
-            return 0
-        n = min(len(view), MAX_RW)
-        return await self._ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
+        return await self._send_once(data, "send", _MSG_NOSIGNAL)
 
     async def send_nowait(self, data: Any) -> int:
         """Send what the socket takes right now (MSG_DONTWAIT): BlockingIOError (EAGAIN) if it
         takes nothing. For a last best-effort message, e.g. TLS close_notify, that must never
         wait for the peer."""
-        view = _as_bytes_view(data, "send_nowait")
+        return await self._send_once(data, "send_nowait", _MSG_NOSIGNAL | socket.MSG_DONTWAIT)
+
+    async def _send_once(self, data: Any, what: str, flags: int) -> int:
+        """One io_uring send of (at most MAX_RW bytes of) *data* with *flags*."""
+        view = _as_bytes_view(data, what)
         self._check_open()
         if not view:
             return 0
         n = min(len(view), MAX_RW)
-        flags = _MSG_NOSIGNAL | socket.MSG_DONTWAIT
         return await self._ops.perform(Op(prep_send, self._fd, view, n, flags))
 
     async def sendall(self, data: Any) -> None:

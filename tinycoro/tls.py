@@ -59,7 +59,6 @@ __all__ = ["TlsStream", "check_context", "handshake", "handshake_failed"]
 _RECV = 65536
 # Plaintext encrypted per write: bounds the ciphertext held in memory at once.
 _CHUNK = 1 << 18
-# close_notify is sent only if the socket takes it at once: close never waits for the peer.
 # What a failed handshake raises: certificate and protocol errors, and the peer going away.
 handshake_failed = (ssl.SSLError, ssl.CertificateError, OSError)
 

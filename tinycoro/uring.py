@@ -97,6 +97,12 @@ __all__ = [
 
 # -- bound once (see the dynamic_import note above) ---------------------------------------------
 _get_sqe = _L.io_uring_get_sqe
+_submit = _L.io_uring_submit
+_sq_ready = _L.io_uring_sq_ready
+_cq_ready = _L.io_uring_cq_ready
+_peek_cqe = _L.io_uring_peek_cqe
+_cqe_seen = _L.io_uring_cqe_seen
+_eventfd_toggle = _L.io_uring_cq_eventfd_toggle
 _errno_location = ctypes.CDLL(None).__errno_location  # this thread's C errno (see the facts)
 _errno_location.restype = ctypes.POINTER(ctypes.c_int)
 
@@ -105,12 +111,6 @@ def _clear_errno() -> None:
     """Before a binding call that may fail: so that its OSError carries its own errno."""
     _errno_location()[0] = 0
 
-_submit = _L.io_uring_submit
-_sq_ready = _L.io_uring_sq_ready
-_cq_ready = _L.io_uring_cq_ready
-_peek_cqe = _L.io_uring_peek_cqe
-_cqe_seen = _L.io_uring_cqe_seen
-_eventfd_toggle = _L.io_uring_cq_eventfd_toggle
 
 # -- SQE preparation. Each takes the SQE first; the engine sets user_data afterwards. -----------
 prep_nop = _L.io_uring_prep_nop
