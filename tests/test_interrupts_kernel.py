@@ -70,12 +70,8 @@ def _stdout(msgs: list[dict]) -> str:
 
 @pytest.fixture
 def tck(kernel_dirs):
-    k = kp._start(kernel_dirs, "plain")
-    try:
-        k.ok("%load_ext tinycoro\nimport asyncio, tinycoro as tc")
+    with kp.loaded_kernel(kernel_dirs, "import asyncio, tinycoro as tc") as k:
         yield k
-    finally:
-        k.shutdown()
 
 
 @pytest.mark.parametrize("kind", sorted(LOOPS))

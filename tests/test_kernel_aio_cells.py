@@ -16,18 +16,15 @@ import gc
 import pytest
 
 import test_kernel_protocol as kp
+from conftest import tinycoro_shell
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(90)]
 
 
 @pytest.fixture(scope="module")
 def tck(kernel_dirs):
-    k = kp._start(kernel_dirs, "plain")
-    try:
-        k.ok("%load_ext tinycoro\nimport asyncio, tinycoro as tc")
+    with kp.loaded_kernel(kernel_dirs, "import asyncio, tinycoro as tc") as k:
         yield k
-    finally:
-        k.shutdown()
 
 
 def test_the_cells_loop_reports_running_in_an_awaiting_cell(tck):
@@ -175,16 +172,8 @@ def test_the_loading_cell_serves_asyncio_from_the_kernels_loop_too(kernel_dirs):
 @pytest.fixture
 def sh(monkeypatch):
     pytest.importorskip("IPython")
-    from IPython.core.interactiveshell import InteractiveShell
-
-    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
-    shell = InteractiveShell.instance()
-    saved = (shell.loop_runner, shell.autoawait)
-    shell.run_line_magic("load_ext", "tinycoro")
-    shell.run_cell("import asyncio, tinycoro as tc")
-    yield shell
-    shell.run_line_magic("unload_ext", "tinycoro")
-    shell.loop_runner, shell.autoawait = saved
+    with tinycoro_shell(monkeypatch, 2, "import asyncio, tinycoro as tc") as shell:
+        yield shell
 
 
 def test_cells_run_from_a_loop_use_it_and_its_tasks_go_on_between_cells(sh):

@@ -8,6 +8,7 @@ idle status), never on sleeps.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import re
 import time
@@ -215,6 +216,17 @@ def _start(kernel_dirs: list[str], name: str) -> Kernel:
     km = KernelManager(kernel_name=name, kernel_spec_manager=ksm)
     km.start_kernel(env={**_env(), "TINYCORO_CONTEXTS": "2"})
     return Kernel(km)
+
+
+@contextlib.contextmanager
+def loaded_kernel(kernel_dirs: list[str], setup: str = "import tinycoro as tc"):
+    """A plain kernel with tinycoro loaded and *setup* run in it; shut down on exit."""
+    k = _start(kernel_dirs, "plain")
+    try:
+        k.ok(f"%load_ext tinycoro\n{setup}")
+        yield k
+    finally:
+        k.shutdown()
 
 
 def _env() -> dict[str, str]:

@@ -18,7 +18,10 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import ECHO_SERVER_CELL, TWO_CELL, in_eventfd_read, open_fds, tinycoro_threads, wait_until
+from conftest import (
+    ECHO_SERVER_CELL, TWO_CELL, in_eventfd_read, open_fds, tinycoro_shell, tinycoro_threads,
+    wait_until,
+)
 from IPython.core.interactiveshell import InteractiveShell
 
 import kernel_ext
@@ -34,14 +37,8 @@ def _plain(text: str) -> str:
 
 @pytest.fixture
 def sh(monkeypatch):
-    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
-    shell = InteractiveShell.instance()
-    saved = (shell.loop_runner, shell.autoawait)
-    shell.run_line_magic("load_ext", "tinycoro")
-    shell.run_cell("import signal, tinycoro as tc")
-    yield shell
-    shell.run_line_magic("unload_ext", "tinycoro")
-    shell.loop_runner, shell.autoawait = saved
+    with tinycoro_shell(monkeypatch, 2, "import signal, tinycoro as tc") as shell:
+        yield shell
     assert not tinycoro_threads()
 
 

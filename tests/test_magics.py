@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import tinycoro_threads, wait_until
+from conftest import tinycoro_shell, tinycoro_threads, wait_until
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -29,14 +29,8 @@ def _no_tinycoro_threads() -> list[str]:
 @pytest.fixture
 def shell(monkeypatch):
     """The process's InteractiveShell, with tinycoro unloaded again afterwards."""
-    monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
-    monkeypatch.delenv("TINYCORO_DISPATCH", raising=False)
-    sh = InteractiveShell.instance()
-    saved = (sh.loop_runner, sh.autoawait)
-    yield sh
-    if "tinycoro" in sh.extension_manager.loaded:
-        sh.run_line_magic("unload_ext", "tinycoro")
-    sh.loop_runner, sh.autoawait = saved
+    with tinycoro_shell(monkeypatch, 2, setup=None) as sh:
+        yield sh
     assert _no_tinycoro_threads() == []
 
 

@@ -20,7 +20,7 @@ pytest.importorskip("IPython")
 pytest.importorskip("ipyparallel")
 psutil = pytest.importorskip("psutil")
 
-from conftest import wait_until
+from conftest import tinycoro_shell, wait_until
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -33,15 +33,8 @@ pytestmark = pytest.mark.timeout(240)
 def shell(monkeypatch):
     """The process's InteractiveShell with tinycoro loaded; unloaded again afterwards (which
     stops a cluster the test left running), leaving no cluster process or thread behind."""
-    monkeypatch.setenv("TINYCORO_CONTEXTS", "1")
-    sh = InteractiveShell.instance()
-    saved = (sh.loop_runner, sh.autoawait)
-    sh.run_line_magic("load_ext", "tinycoro")
-    sh.run_cell("import tinycoro as tc")
-    yield sh
-    if "tinycoro" in sh.extension_manager.loaded:
-        sh.run_line_magic("unload_ext", "tinycoro")
-    sh.loop_runner, sh.autoawait = saved
+    with tinycoro_shell(monkeypatch, 1) as sh:
+        yield sh
     assert cluster_processes() == []
     assert [t.name for t in threading.enumerate() if t.name.startswith("tinycoro")] == []
 
