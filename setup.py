@@ -9,6 +9,10 @@ compile fails, the install still succeeds and tinycoro runs on the pure-Python r
 (``tinycoro.uring.COMPILED`` is then False). The build says so on stderr. ``_clocal`` and
 ``_cfile`` need only Cython and libc; without them ``tinycoro.core.local`` uses a
 ``threading.local`` and ``tinycoro.io`` calls ``os.preadv``.
+
+``TINYCORO_PURE=1`` builds none of them: the same variable that forces the pure-Python runtime
+when tinycoro runs. Its name is defined once, in ``tinycoro/compiled.py``, which is loaded here
+from the source tree (it imports only the standard library).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from types import ModuleType
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -26,6 +31,16 @@ PLAIN_SOURCES = {
     "tinycoro._clocal": os.path.join("tinycoro", "_clocal.pyx"),
     "tinycoro._cfile": os.path.join("tinycoro", "_cfile.pyx"),
 }
+
+
+def _compiled_module() -> ModuleType:
+    """``tinycoro/compiled.py`` of this source tree, without importing the package."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tinycoro", "compiled.py")
+    spec = importlib.util.spec_from_file_location("_tinycoro_compiled_at_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _warn(msg: str) -> None:
@@ -61,8 +76,9 @@ class OptionalBuildExt(build_ext):
 
 
 def _extensions() -> list:
-    if os.environ.get("TINYCORO_NO_EXTENSION") == "1":
-        _warn("TINYCORO_NO_EXTENSION=1")
+    var = _compiled_module().pure_requested()
+    if var is not None:
+        _warn(f"{var} is set")
         return []
     return _ring_extension() + _plain_extensions()
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import os
 import threading
 import weakref
 
 import pytest
 
+from tinycoro import compiled
 from tinycoro.core import local
 
 IMPLS = [pytest.param(local._Local, id="threading.local")]
@@ -71,5 +71,5 @@ def test_a_value_is_released_when_replaced(impl):
 
 def test_the_compiled_state_is_used_when_built():
     built = importlib.util.find_spec("tinycoro._clocal") is not None
-    forced_pure = os.environ.get("TINYCORO_PURE_RING", "") not in ("", "0")
+    forced_pure = compiled.pure_requested() is not None
     assert local.COMPILED is (built and not forced_pure)

@@ -1,7 +1,7 @@
 """The runtime's suites (core, I/O, sync) once more on the pure-Python ring, in the same run.
 
 The rest of the run uses the compiled ring when it is built; this test runs those suites in a
-child pytest with ``TINYCORO_PURE_RING=1`` so that both rings pass them in CI without a
+child pytest with ``TINYCORO_PURE=1`` (tinycoro.compiled's one switch) so that both runtimes pass them in CI without a
 second command. Where the extension is not built the whole run is already on the pure ring, and
 this test skips as redundant.
 """
@@ -47,7 +47,7 @@ def test_core_io_sync_suites_pass_on_the_pure_ring():
     if not uring.COMPILED:
         pytest.skip(f"this run is on the pure ring already ({uring.WHY_PURE})")
     files = [str(HERE / name) for name in SUITES]
-    env = dict(os.environ, TINYCORO_PURE_RING="1")
+    env = dict(os.environ, TINYCORO_PURE="1")
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "addopts=-ra", *files]
     out = subprocess.run(cmd, cwd=HERE.parent, env=env, capture_output=True, text=True, timeout=880)
     tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-40:])

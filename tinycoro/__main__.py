@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"tinycoro {tc.__version__}: {args.contexts} contexts ({args.dispatch}), "
         f"Python {platform.python_version()}, Linux {platform.release()}, "
-        f"{'compiled' if uring.COMPILED else 'pure-Python'} ring"
+        + ("compiled ring" if uring.COMPILED else f"pure-Python ring ({uring.WHY_PURE})")
     )
     sched = tc.Scheduler(args.contexts, dispatch=args.dispatch)
     samples: list[tc.SchedulerStats] = []

@@ -7,6 +7,9 @@ binding's declarations, so it fills SQEs and reads CQEs through the C structs th
 Nothing is linked against liburing itself: the binding's module does the system calls, and the
 inline ``io_uring_prep_*`` / ``io_uring_get_sqe`` helpers come from its bundled header.
 
+The completion contract is the pure ring's (``tinycoro/uring.py``): ``complete`` resolves
+user_data to op and hands ``(op, res)`` back, and never looks inside the op.
+
 Only the per-operation paths live here. Creating and closing the ring, the eventfd and the
 error messages stay in Python (``tinycoro/uring.py``), shared with the pure-Python ring, which
 implements the same methods with the same results (``PyRing``): keep the two in step.
@@ -67,8 +70,9 @@ cdef extern from "<sys/syscall.h>" nogil:
 cdef extern from "<signal.h>" nogil:
     int _NSIG
 
-# Defined once for both rings in tinycoro.uring, which imports this module after defining them.
-from tinycoro.uring import RingBusy, SKIP_UD
+# Shared with the pure-Python ring; from their own module, so that importing this one never
+# imports tinycoro.uring (which loads this one): no import cycle.
+from tinycoro._ringdefs import RingBusy, SKIP_UD
 
 cdef unsigned long long _SKIP_UD = SKIP_UD
 
@@ -261,15 +265,13 @@ cdef class RingCore:
             n += 1
         return n
 
-    def complete(self, dict inflight not None, ready, list rest not None):
-        """Reap every ready CQE and resolve it against *inflight* (user_data -> op); return
-        how many CQEs were reaped.
+    def complete(self, dict inflight not None, list done not None):
+        """Reap every ready CQE and resolve its user_data against *inflight*; return how many
+        CQEs were reaped (the completion contract of ``tinycoro/uring.py``).
 
-        The plain case, an op whose task still waits and that either succeeded or was not
-        being cancelled, is finished here: the op leaves *inflight* and lets go of its task
-        (so an op kept for reuse keeps no task alive), ``task._value = res`` and the task is
-        appended to *ready*. Everything else is appended to *rest* as
-        ``(ud, res, op)`` (op None for the engine's own SQEs) for the engine to decide.
+        For each CQE whose user_data is a key of *inflight*, the entry is removed and
+        ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
+        only counted. Nothing of the op is read or written here.
         """
         cdef io_uring ring = self._ring
         cdef io_uring_cqe cqe = self._cqe
@@ -277,8 +279,7 @@ cdef class RingCore:
         cdef unsigned long long ud
         cdef int res
         cdef PyObject* found
-        cdef object op, task, key
-        append = ready.append
+        cdef object key
         while io_uring_peek_cqe(ring, cqe) == 0:
             ud = cqe.ptr.user_data
             res = cqe.ptr.res
@@ -287,17 +288,9 @@ cdef class RingCore:
             key = ud
             found = PyDict_GetItem(inflight, key)
             if found is NULL:
-                rest.append((ud, res, None))
                 continue
-            op = <object>found
+            done.append((<object>found, res))
             PyDict_DelItem(inflight, key)
-            task = op.task
-            if task is None or (res < 0 and op.cancelling):
-                rest.append((ud, res, op))
-                continue
-            op.task = None
-            task._value = res
-            append(task)
         return n
 
     def cq_ready(self):

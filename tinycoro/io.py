@@ -23,7 +23,7 @@ import os
 import stat as _stat
 from typing import Any, Union
 
-from . import uring
+from . import compiled, uring
 # bound once: no module attribute lookup per operation
 from .uring import (
     prep_fsync,
@@ -209,16 +209,12 @@ def _load_compiled() -> tuple[Any, Any]:
     """``tinycoro._cfile``'s page-cache read and buffer address, or their Python spellings.
 
     The compiled read saves a zero-filled buffer and a copy per read (~0.5 us of ~3), the
-    compiled address ~3.5 us per O_DIRECT read. They follow the ring's switch, so
-    ``TINYCORO_PURE_RING=1`` runs the Python spellings (and the pure-ring suites test them).
+    compiled address ~3.5 us per O_DIRECT read. :mod:`tinycoro.compiled` chooses, so
+    ``TINYCORO_PURE=1`` runs the Python spellings (and the pure-runtime suites test them).
     """
-    if uring.COMPILED:
-        try:
-            from ._cfile import buffer_address, pread_nowait
-        except ImportError:
-            pass
-        else:
-            return pread_nowait, buffer_address
+    cfile = compiled.load("_cfile")
+    if cfile is not None:
+        return cfile.pread_nowait, cfile.buffer_address
     return _pread_nowait_py, _address_py
 
 

@@ -6,9 +6,18 @@ eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
 There are two rings with one interface. ``CRing`` compiles the per-operation methods
 (``get_sqe``, ``submit``, ``reap``, ...) in ``tinycoro/_cring.pyx``, which cimports the binding's
 declarations and so pays no Python call per completion; ``PyRing`` is the same in pure Python.
-``Ring`` is ``CRing`` when the extension was built, else ``PyRing``; ``TINYCORO_PURE_RING=1``
-forces ``PyRing``. ``COMPILED`` says which is in use and ``WHY_PURE`` why, when it is the
-pure one. Both create and close the ring through the same Python code (``_Lifecycle``).
+``Ring`` is ``CRing`` when the extension was built, else ``PyRing``; ``TINYCORO_PURE=1``
+forces ``PyRing`` (:mod:`tinycoro.compiled` makes that choice for every compiled module).
+``COMPILED`` says which is in use and ``WHY_PURE`` why, when it is the pure one. Both create
+and close the ring through the same Python code (``_Lifecycle``).
+
+The completion contract, the same for both rings: ``complete(inflight, done)`` reaps every
+ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it removes that
+entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one of the
+owner's own SQEs (``SKIP_UD``) and is only counted. It returns how many CQEs it reaped. The op
+is opaque here: the ring reads and writes none of its attributes, so what a completion means
+(a task's result, an interrupt, a descriptor to close) is decided by the layer above, the ring's
+owner (:class:`tinycoro.core.ring.RingOwner`), for any kind of op.
 
 Facts about the binding (``liburing`` 2024.5.3, kernel 6.18), measured on the 2-core CI machine.
 They are why the code below looks the way it does:
@@ -55,17 +64,22 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import importlib
 import os
 from socket import AF_UNIX as _AF_UNIX
+from typing import TYPE_CHECKING, Any, Callable
 
 import liburing as _L
+
+from . import compiled
+from ._ringdefs import SKIP_UD, RingBusy
+
 
 __all__ = [
     "Ring",
     "PyRing",
     "CRing",
     "COMPILED",
+    "WHY_PURE",
     "IoUringUnavailable",
     "RingBusy",
     "SKIP_UD",
@@ -155,16 +169,6 @@ def sockaddr_in(family: int, host: str, port: int):
     return _L.sockaddr(family, host.encode(), port)
 
 
-#: user_data of an SQE whose preparation failed (``Ring.queue`` turns it into a NOP); the
-#: engine's own SQEs (cancel requests) use it too. 0 is not allowed by the binding.
-SKIP_UD = 1
-
-
-class RingBusy(OSError):
-    """The kernel refused to take more SQEs (EBUSY/EAGAIN: its CQ overflowed). Nothing was
-    queued: reap completions, then queue again (rule 5)."""
-
-
 class IoUringUnavailable(RuntimeError):
     """io_uring cannot be used in this process (disabled by sysctl, seccomp, or an old kernel)."""
 
@@ -187,10 +191,16 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
 class _Lifecycle:
     """Creating and closing one io_uring instance and its eventfd: shared by both rings.
 
-    A subclass provides ``__slots__`` for ``_ring``, ``efd`` and ``_open``.
+    A subclass provides ``__slots__`` for ``_ring``, ``efd`` and ``_open``: this class has none
+    of its own at run time, so that it can be mixed into the compiled ring, whose layout is C's.
     """
 
-    __slots__ = ()
+    if TYPE_CHECKING:  # what the subclasses' slots hold, for the type checker
+        _ring: Any
+        efd: int
+        _open: bool
+    else:
+        __slots__ = ()
 
     def _setup(self, entries: int) -> None:
         # (not tinycoro.core.checks: this bottom layer imports nothing of tinycoro's)
@@ -318,39 +328,27 @@ class PyRing(_Lifecycle):
             n += 1
         return n
 
-    def complete(self, inflight: dict, ready, rest: list) -> int:
-        """Reap every ready CQE and resolve it against *inflight* (user_data -> op); return
-        how many CQEs were reaped.
+    def complete(self, inflight: dict, done: list) -> int:
+        """Reap every ready CQE and resolve its user_data against *inflight*; return how many
+        CQEs were reaped (the completion contract in the module doc).
 
-        The plain case, an op whose task still waits and that either succeeded or was not
-        being cancelled, is finished here: the op leaves *inflight* and lets go of its task
-        (so an op kept for reuse keeps no task alive), ``task._value = res`` and the task is
-        appended to *ready*. Everything else is appended to *rest* as
-        ``(ud, res, op)`` (op None for the engine's own SQEs) for the engine to decide.
+        For each CQE whose user_data is a key of *inflight*, the entry is removed and
+        ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
+        only counted. Nothing of the op is read or written here.
         """
         ring = self._ring
         cqe = self._cqe
         peek = _peek_cqe
         seen = _cqe_seen
         pop = inflight.pop
-        append = ready.append
+        append = done.append
         n = 0
         while peek(ring, cqe) == 0:
-            ud = cqe.user_data
-            res = cqe.res
+            op = pop(cqe.user_data, None)
+            if op is not None:
+                append((op, cqe.res))
             seen(ring, cqe)
             n += 1
-            op = pop(ud, None)
-            if op is None:
-                rest.append((ud, res, None))
-                continue
-            task = op.task
-            if task is None or (res < 0 and op.cancelling):
-                rest.append((ud, res, op))
-                continue
-            op.task = None
-            task._value = res
-            append(task)
         return n
 
     def cq_ready(self) -> int:
@@ -361,21 +359,18 @@ class PyRing(_Lifecycle):
         _eventfd_toggle(self._ring, enabled)
 
 
-def _load_compiled():
-    """The compiled module, or None and the reason it is not used."""
-    if os.environ.get("TINYCORO_PURE_RING", "") not in ("", "0"):
-        return None, "TINYCORO_PURE_RING is set"
-    try:
-        return importlib.import_module("tinycoro._cring"), None
-    except ImportError as exc:  # not built (a pure install), or built for another binding
-        return None, f"the compiled ring is not available: {exc}"
+_cring = compiled.load("_cring")
+#: Why the ring is the pure-Python one (None when it is the compiled one).
+WHY_PURE: str | None = compiled.fallbacks.get("_cring")
 
-
-_cring, WHY_PURE = _load_compiled()
+if TYPE_CHECKING:  # pragma: no cover - the stub, tinycoro/_cring.pyi
+    from ._cring import RingCore as _RingCore
+elif _cring is not None:
+    _RingCore = _cring.RingCore
 
 if _cring is not None:
 
-    class CRing(_cring.RingCore, _Lifecycle):
+    class CRing(_RingCore, _Lifecycle):
         """The same ring with its per-operation methods compiled (``tinycoro/_cring.pyx``)."""
 
         __slots__ = ("efd", "_open")
@@ -383,10 +378,10 @@ if _cring is not None:
         def __init__(self, entries: int) -> None:
             self._setup(entries)
 
-else:
+else:  # the name stays, as None, where the compiled ring is not used
     CRing = None  # type: ignore[assignment,misc]
 
 #: True when :class:`Ring` is the compiled ring; ``WHY_PURE`` says why it is not otherwise.
 COMPILED: bool = CRing is not None
 #: The ring the engine uses, as ``Ring(entries)``.
-Ring = CRing if CRing is not None else PyRing
+Ring: type[PyRing] | type[CRing] = CRing if CRing is not None else PyRing

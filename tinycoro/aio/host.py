@@ -31,7 +31,6 @@ loop is the backstop for loops closed without that call.
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import os
 import sys
@@ -40,55 +39,45 @@ import weakref
 from typing import Any, Generator
 
 from .. import uring
+from ..core.ring import RingOwner
 from ..core.task import Task
 from ..core.traps import YIELD, Op, Park, install_driver
 from .guard import refusing
 
 HOST_RING_ENTRIES = 256
-_SKIP_UD = uring.SKIP_UD  # user_data of our own cancel SQEs (and of a failed prep's NOP)
 _get_running_loop = asyncio._get_running_loop  # the C accessor asyncio itself uses; no raise
 _current_task = asyncio.current_task
 _CancelledError = asyncio.CancelledError
 
 
 class _Pending:
-    """One operation in the hosted ring: the op (which keeps its buffers alive), the future its
-    awaiting task waits on, and the result once the CQE has arrived."""
+    """The waiter of one operation in the hosted ring (the op's ``task``): the future its
+    awaiting asyncio task waits on, and the result once the CQE has arrived."""
 
-    __slots__ = ("op", "fut", "res", "done")
+    __slots__ = ("fut", "res", "done")
 
-    def __init__(self, op: Op, fut: asyncio.Future) -> None:
-        self.op = op
+    def __init__(self, fut: asyncio.Future) -> None:
         self.fut = fut
         self.res = 0
         self.done = False
 
 
-class LoopHost:
+class LoopHost(RingOwner):
     """The tinycoro side of one asyncio loop: its hosted ring and the ops in flight on it.
 
-    Lives on the loop's thread (DESIGN rule 2: only that thread touches the ring). Holds the
-    loop weakly, so the finalizer on the loop can run once the loop is gone. Once closed (the
-    loop shut down its async generators, or was collected) it stays closed: an operation
-    started on that loop afterwards fails with RuntimeError instead of opening a ring that
-    nothing would close.
+    A :class:`~tinycoro.core.ring.RingOwner`, as an engine is: the in-flight table and the
+    steps on it (queue, submit, reap, cancel, drain) are the same code. What differs is said
+    here: a completion resolves an asyncio future (:meth:`_deliver`), SQEs are submitted by one
+    loop callback per iteration (:meth:`_flush`), and the ring's eventfd is a reader of the loop.
+
+    Created, with its ring, on the loop's thread at the first operation there, and used only on
+    that thread (DESIGN rule 2). Holds the loop weakly, so the finalizer on the loop can run once
+    the loop is gone. Once closed (the loop shut down its async generators, or was collected) it
+    stays closed: an operation started on that loop afterwards fails with RuntimeError instead
+    of opening a ring that nothing would close.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop_ref = weakref.ref(loop)
-        self.ring: uring.Ring | None = None
-        self.closed = False
-        self.inflight: dict[int, _Pending] = {}
-        self._ids = itertools.count(_SKIP_UD + 1)
-        self._flush_scheduled = False
-        self._cqes: list[tuple[int, int]] = []
-        self._keeper = None
-        self._finalizer = weakref.finalize(loop, _finalize, self)
-
-    # -- the ring ------------------------------------------------------------------------------
-    def _open_ring(self, loop: asyncio.AbstractEventLoop) -> uring.Ring:
-        if self.closed:
-            raise RuntimeError("tinycoro's ring for this event loop is closed (the loop is closing)")
         ring = uring.Ring(HOST_RING_ENTRIES)
         try:
             ring.notify_on(True)  # the loop waits on the eventfd: every CQE must signal it
@@ -96,9 +85,13 @@ class LoopHost:
         except BaseException:
             ring.close()
             raise
-        self.ring = ring
+        RingOwner.__init__(self, ring)
+        self._loop_ref = weakref.ref(loop)
+        self.closed = False
+        self._flush_scheduled = False
+        self._keeper: Any = None
+        self._finalizer = weakref.finalize(loop, _finalize, self)
         self._register_keeper()
-        return ring
 
     def _register_keeper(self) -> None:
         # Step an async generator once on this thread while the loop runs: the loop's
@@ -120,32 +113,48 @@ class LoopHost:
 
     def start(self, op: Op, loop: asyncio.AbstractEventLoop) -> _Pending:
         """Prepare *op*'s SQE; it is submitted at the end of this loop iteration."""
-        ring = self.ring or self._open_ring(loop)
-        ud = next(self._ids)
-        try:
-            self._queue(ring, op.prep, op.args, ud)
-        except BaseException:
-            # A bad argument: the ring queued a NOP with SKIP_UD in the SQE's place (rule 11),
-            # whose completion nothing waits for; it still has to reach the kernel.
-            self._schedule_flush(loop)
-            raise
-        op.ud = ud
-        op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
-        p = _Pending(op, loop.create_future())
-        self.inflight[ud] = p
+        if self.closed:
+            raise RuntimeError("tinycoro's ring for this event loop is closed (the loop is closing)")
+        p = _Pending(loop.create_future())
+        error = self._enter(op, p)
+        # Also after a bad argument: the ring queued a NOP with SKIP_UD in the SQE's place
+        # (rule 11), which has to reach the kernel all the same.
         self._schedule_flush(loop)
+        if error is not None:
+            raise error
         return p
 
-    def _queue(self, ring: uring.Ring, prep: Any, args: tuple, ud: int) -> None:
-        """``ring.queue``; when the kernel takes no more SQEs (its CQ overflowed), reap, then
-        queue again (rule 5), as the engine does."""
-        while True:
+    # -- what RingOwner leaves to its owner ---------------------------------------------------
+    def _deliver(self, done: list[tuple[Any, int]]) -> None:
+        """A completion is the result of the op's future, whatever it is: ``_perform``, on
+        the awaiting task, decides what a cancelled task sees."""
+        for op, res in done:
+            p = op.task
+            op.task = None
+            if p is None:  # abandoned by close(): nobody takes what it returns
+                self._orphaned(op, res)
+                continue
+            p.res = res
+            p.done = True
+            fut = p.fut
+            if not fut.done():
+                fut.set_result(res)
+
+    def _wait_for_cqe(self) -> None:
+        if not self.ring.cq_ready():
             try:
-                return ring.queue(prep, args, ud)
-            except uring.RingBusy:
-                self._reap()
+                os.eventfd_read(self.ring.efd)  # notifications are on: every CQE writes it
+            except InterruptedError:
+                pass
+
+    def _cancel_op(self, op: Any) -> None:
+        RingOwner._cancel_op(self, op)
+        loop = self._loop_ref()
+        if loop is not None and not self.closed:  # close() drains: it submits by itself
+            self._schedule_flush(loop)
 
     # -- the engine-like seam closing.PendingOps uses (DESIGN rule 10) -----------------------
+    # cancel_op(op), the other half of it, is RingOwner's.
     def call_soon(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the loop's thread; any thread."""
         loop = self._loop_ref()
@@ -156,22 +165,7 @@ class LoopHost:
         except RuntimeError:  # the loop is closed: its ops were drained already
             pass
 
-    def cancel_op(self, op: Op) -> None:
-        """Loop thread: cancel *op* in the kernel if it is in flight here (a resource closed
-        under it). Its awaiting task gets -ECANCELED as its result, not a CancelledError."""
-        p = self.inflight.get(op.ud) if op.ud else None
-        loop = self._loop_ref()
-        if p is not None and p.op is op and loop is not None:
-            self.cancel(p, loop)
-
-    def cancel(self, p: _Pending, loop: asyncio.AbstractEventLoop) -> None:
-        op = p.op
-        if p.done or op.cancelling or self.ring is None:
-            return
-        op.cancelling = True
-        self._queue(self.ring, uring.prep_cancel, (op.ud, 0), _SKIP_UD)
-        self._schedule_flush(loop)
-
+    # -- the loop's side -----------------------------------------------------------------------
     def _schedule_flush(self, loop: asyncio.AbstractEventLoop) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -179,44 +173,22 @@ class LoopHost:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        ring = self.ring
-        if ring is None or ring.closed:
+        if self.closed:
             return
-        try:
-            ring.submit()
-        except OSError as e:
-            if e.errno not in (errno.EBUSY, errno.EAGAIN):
-                raise
-            # The kernel wants completions reaped first: reap, then try again (rule 5).
-            self._reap()
+        self._submit()
+        if self.unsubmitted:  # the kernel wanted completions reaped first: again next time
             loop = self._loop_ref()
             if loop is not None:
                 self._schedule_flush(loop)
 
     def _on_readable(self) -> None:
-        ring = self.ring
-        if ring is None or ring.closed:
+        if self.closed:
             return
         try:
-            os.eventfd_read(ring.efd)
+            os.eventfd_read(self.ring.efd)
         except (BlockingIOError, InterruptedError):
             pass
         self._reap()
-
-    def _reap(self) -> None:
-        out = self._cqes
-        self.ring.reap(out)
-        inflight = self.inflight
-        for ud, res in out:
-            p = inflight.pop(ud, None)
-            if p is None:
-                continue
-            p.res = res
-            p.done = True
-            fut = p.fut
-            if not fut.done():
-                fut.set_result(res)
-        out.clear()
 
     # -- teardown ------------------------------------------------------------------------------
     def close(self) -> None:
@@ -231,46 +203,15 @@ class LoopHost:
             except (StopIteration, RuntimeError):
                 pass
         self._finalizer.detach()
-        ring, self.ring = self.ring, None
-        if ring is None:
-            return
+        ring = self.ring
         loop = self._loop_ref()
         if loop is not None and not loop.is_closed():
             try:
                 loop.remove_reader(ring.efd)
             except Exception:  # noqa: BLE001 - a loop being torn down; the ring goes anyway
                 pass
-        _drain(ring, self.inflight)
+        self._drain()
         ring.close()
-
-
-def _drain(ring: uring.Ring, inflight: dict[int, _Pending]) -> None:
-    """Cancel every op still in the kernel and block until all their CQEs are in (rule 8)."""
-    for p in inflight.values():
-        if not p.op.cancelling:
-            p.op.cancelling = True
-            ring.queue(uring.prep_cancel, (p.op.ud, 0), _SKIP_UD)
-    out: list[tuple[int, int]] = []
-    while True:
-        ring.submit()
-        ring.reap(out)
-        for ud, res in out:
-            p = inflight.pop(ud, None)
-            if p is not None:
-                p.res, p.done = res, True
-                if res >= 0 and p.op.returns_fd:  # nobody is left to take the descriptor
-                    try:
-                        os.close(res)
-                    except OSError:
-                        pass
-        out.clear()
-        if not inflight:
-            return
-        if not ring.cq_ready():
-            try:
-                os.eventfd_read(ring.efd)  # notifications are on: every CQE writes it
-            except InterruptedError:
-                pass
 
 
 def _finalize(host: LoopHost) -> None:
@@ -316,7 +257,7 @@ def hosted_ring_open(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether *loop* has a tinycoro ring open (for tests and diagnostics)."""
     with _hosts_lock:
         host = _hosts.get(loop)
-    return host is not None and host.ring is not None
+    return host is not None and not host.ring.closed
 
 
 # -- asyncio tasks as waiters of tinycoro primitives ----------------------------------------
@@ -465,7 +406,7 @@ def _perform(op: Op, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, int
                 raise
             _recancel()
             return p.res
-        host.cancel(p, loop)
+        host.cancel_op(op)
         while not p.done:  # the buffer stays with the op until the kernel is done with it
             p.fut = loop.create_future()
             try:

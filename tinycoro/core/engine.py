@@ -57,7 +57,6 @@ Seams (what other layers may call; everything else here is private):
 
 from __future__ import annotations
 
-import errno
 import heapq
 import itertools
 import logging
@@ -73,13 +72,13 @@ from .. import uring
 from .errors import Cancelled, asyncio_in_task
 from .stats import FailureInfo, TaskInfo
 from .local import _local
+from .ring import RingOwner
 from .task import DONE, Task, describe
 from .traps import YIELD, Op, Park
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import Scheduler
 
-_prep_cancel = uring.prep_cancel
 _perf = time.perf_counter
 log = logging.getLogger("tinycoro")
 FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro tasks
@@ -115,22 +114,18 @@ def _block(efd: int) -> None:
         pass
 
 
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
-
-
 def _is_asyncio_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
 
-class Engine:
+class Engine(RingOwner):
     """Ready queue + ring + eventfd of one context.
 
     Everything here runs on the owning thread, except :meth:`push` and :meth:`call_soon`, which
-    any thread may call, and the scheduler's reads of the counters for statistics.
+    any thread may call, and the scheduler's reads of the counters for statistics. The ring,
+    its table of ops in flight and the steps on them (queue, submit, reap, cancel, drain) are
+    :class:`~tinycoro.core.ring.RingOwner`'s, shared with the asyncio host; the engine decides
+    what a completed op's task sees (:meth:`_deliver`).
     """
 
     def __init__(
@@ -139,10 +134,9 @@ class Engine:
         self.id = id
         self.scheduler = scheduler  # where tc.spawn from a task on this engine dispatches to
         self.guest = guest  # a borrowed thread (notebook cell): not part of the stop protocol
-        self.ring = uring.Ring(ring_entries)
+        RingOwner.__init__(self, uring.Ring(ring_entries))
         self.ready: deque[Task] = deque()
         self.calls: deque[tuple[Callable[..., Any], tuple]] = deque()
-        self.inflight: dict[int, Op] = {}
         self.parked: dict[Task, Park] = {}
         self.live: set[Task] = set()  # assigned here, not finished; for stop() and stats
         # True while abandon() closes coroutines: the engine has stopped, so an await in a
@@ -152,12 +146,9 @@ class Engine:
         self.sleeping = False
         self.stop_requested = False
         self.stop_flag = 0  # owned by the scheduler, under its lock (DESIGN section 3)
-        self.unsubmitted = 0
-        self.own_inflight = 0  # our own SQEs in the kernel (async-cancels, placeholder NOPs)
         self._wake_lock = threading.RLock()
         self._fence = threading.Lock()  # only ever taken and released at once: see _sleep
         self.tasks_run = 0  # tasks finished on this context
-        self.ops = 0  # io_uring completions reaped (own cancel requests included), cumulative
         self.failed = 0  # tasks that failed (not Cancelled) with nobody waiting on them
         self.failures: deque[FailureInfo] = deque(maxlen=FAILURES_KEPT)  # the latest of them
         self.steps = 0  # coroutine resumptions
@@ -177,8 +168,6 @@ class Engine:
         self._deadline_seq = itertools.count()
         self._poller: select.poll | None = None
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
-        self._ids = itertools.count(uring.SKIP_UD + 1)  # op ids; SKIP_UD marks our own SQEs
-        self._cqes: list[tuple[int, int, Op | None]] = []  # what the ring's complete() left
         self.thread_ident: int | None = None
 
     def __repr__(self) -> str:
@@ -231,6 +220,8 @@ class Engine:
         ready = self.ready
         calls = self.calls
         step = self._step
+        # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
+        scheduler = None if self.guest else self.scheduler
         try:
             while True:
                 while calls:
@@ -256,8 +247,8 @@ class Engine:
                     continue
                 if self.stop_requested:
                     break
-                if not self.guest and not self.inflight and not self.parked:
-                    self.scheduler.context_idle(self)
+                if scheduler is not None and not self.inflight and not self.parked:
+                    scheduler.context_idle(self)
                     if ready or calls or self.stop_requested:
                         continue
                 self._sleep()
@@ -448,48 +439,16 @@ class Engine:
                 task._exc = exc
                 self.ready.append(task)
                 return
-        op.ud = ud = next(self._ids)
-        try:
-            self.ring.queue(op.prep, op.args, ud)
-        except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
-            error = self._queue_failed(e, op.prep, op.args, ud)
-            if error is not None:
-                task._exc = error
-                self.ready.append(task)
-                return
-        else:
-            self.unsubmitted += 1
-        op.task = task
-        op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
-        self.inflight[ud] = op
+        error = self._enter(op, task)
+        if error is not None:
+            task._exc = error
+            self.ready.append(task)
+            return
         task._waiting = op
         # Only now, with the op in the in-flight table: its CQE may be reaped (by _submit's
         # EBUSY path, or the turn's end) as soon as the kernel has it.
         if self.unsubmitted >= SUBMIT_EARLY:
             self._submit()
-
-    def _queue(self, prep: Callable[..., None], args: tuple, ud: int) -> BaseException | None:
-        """Queue one SQE on the ring; return what ``prep`` raised, if it did."""
-        try:
-            self.ring.queue(prep, args, ud)
-        except BaseException as e:  # noqa: BLE001 - see _queue_failed
-            return self._queue_failed(e, prep, args, ud)
-        self.unsubmitted += 1
-        return None
-
-    def _queue_failed(
-        self, e: BaseException, prep: Callable[..., None], args: tuple, ud: int
-    ) -> BaseException | None:
-        """``ring.queue`` raised *e*. RingBusy: the kernel takes no more SQEs until its CQ
-        overflow is reaped; reap and queue again (rule 5). Anything else is what ``prep``
-        raised: a bad argument is the task's error (rule 11), returned; the ring has queued a
-        NOP with ``SKIP_UD`` in that SQE's place, so the kernel never sees it half-prepared."""
-        if isinstance(e, uring.RingBusy):
-            self._reap()
-            return self._queue(prep, args, ud)
-        self.own_inflight += 1
-        self.unsubmitted += 1
-        return e
 
     def _park(self, task: Task, ticket: Park) -> None:
         if task._interrupts is not None and ticket.abort():
@@ -539,50 +498,32 @@ class Engine:
         except BaseException:  # noqa: BLE001 - a broken hook must not take the context down
             log.exception("tinycoro failure_hook raised while reporting %s", describe(task))
 
-    def _submit(self) -> None:
-        try:
-            self.ring.submit()
-        except OSError as e:
-            # EBUSY/EAGAIN: the kernel wants completions reaped first (CQ overflow). Never drop
-            # work (rule 5): reap and try again on the next turn.
-            if e.errno not in (errno.EBUSY, errno.EAGAIN):
-                raise
-            self._reap()
-            return
-        self.unsubmitted = self.ring.sq_ready()
-
-    def _reap(self) -> None:
-        """Wake the task of every completed op. The ring finishes the plain case itself (the
-        result becomes ``task._value``); the rest, own SQEs, orphans and the failures of ops
-        being cancelled, come back in ``_cqes`` as ``(ud, res, op)``."""
-        rest = self._cqes
-        n = self.ring.complete(self.inflight, self.ready, rest)
-        if not n:
-            return
-        self.ops += n
-        if not rest:
-            return
+    def _deliver(self, done: list[tuple[Op, int]]) -> None:
+        """What the task of each completed op sees (``RingOwner._reap`` calls this): the
+        result, or, when the op failed while we were cancelling it, the interrupt."""
         ready = self.ready
-        for ud, res, op in rest:
-            if op is None:  # our own cancel request or placeholder NOP
-                self.own_inflight -= 1
-                continue
+        for op, res in done:
             task = op.task
-            op.task = None  # delivered: the op lets go of its task, as complete() does
+            op.task = None  # delivered: an op kept for reuse keeps no task alive
             if task is None:  # orphaned at shutdown: nobody will take what it returns
-                if res >= 0 and op.returns_fd:
-                    _close_quietly(res)
-                continue
-            # Any failure of an op we asked the kernel to cancel is the cancel's doing
-            # (-ECANCELED, or -EINTR / -ERESTARTSYS from an operation blocked in the
-            # kernel, such as opening a FIFO): deliver the interrupt, not the errno.
-            exc = task._take_interrupt()
-            if exc is not None:
-                task._exc = exc
+                self._orphaned(op, res)
+            elif res < 0 and op.cancelling:
+                # Any failure of an op we asked the kernel to cancel is the cancel's doing
+                # (-ECANCELED, or -EINTR / -ERESTARTSYS from an operation blocked in the
+                # kernel, such as opening a FIFO): deliver the interrupt, not the errno. An op
+                # cancelled by cancel_op (a resource closed) has no interrupt: it gets res.
+                exc = task._take_interrupt()
+                if exc is not None:
+                    task._exc = exc
+                else:
+                    task._value = res
+                ready.append(task)
             else:
                 task._value = res
-            ready.append(task)
-        rest.clear()
+                ready.append(task)
+
+    def _wait_for_cqe(self) -> None:
+        self._sleep(draining=True)
 
     def deliver_cancel(self, task: Task) -> None:
         """Owner-thread half of ``Task.cancel``: abort whatever the task waits on."""
@@ -599,37 +540,6 @@ class Engine:
                 task._exc = task._take_interrupt()
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.
-
-    def cancel_op(self, op: Op) -> None:
-        """Owner thread: ask the kernel to cancel *op* if it is still in flight here.
-
-        The seam the I/O layer uses when a resource is closed under an operation that another
-        task awaits (DESIGN rule 10). The op's task then sees ``-ECANCELED`` as its result (or
-        the op's real result if it completed first); no interrupt is delivered to it.
-        """
-        if op.ud and self.inflight.get(op.ud) is op:
-            self._cancel_op(op)
-
-    def _cancel_op(self, op: Op) -> None:
-        if op.cancelling:
-            return
-        op.cancelling = True
-        error = self._queue(_prep_cancel, (op.ud, 0), uring.SKIP_UD)
-        if error is not None:  # pragma: no cover - cancel64 takes two ints; cannot fail
-            raise error
-        self.own_inflight += 1
-
-    def _drain(self) -> None:
-        """Cancel every op still in the kernel and wait for all their CQEs (rule 8)."""
-        for op in list(self.inflight.values()):
-            op.task = None
-            self._cancel_op(op)
-        while self.inflight or self.own_inflight:
-            if self.unsubmitted:
-                self._submit()
-            self._reap()
-            if self.inflight or self.own_inflight:
-                self._sleep(draining=True)
 
     def abandon(self, error: BaseException | None) -> None:
         """Finish every task still on this engine, on this (its owning) thread: the seam for

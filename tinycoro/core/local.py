@@ -4,17 +4,18 @@
 and the engine writes ``_local.task`` on every step, so their cost matters. The compiled
 ``tinycoro._clocal.Local`` keeps each in a C thread-local pointer: ~170 instructions per access
 against ~620 for a ``threading.local`` subclass attribute (callgrind, CPython 3.11). Where it is
-not built, or with ``TINYCORO_PURE_RING=1`` (the switch that runs the suites on the pure-Python
-ring also runs them on this fallback), the ``threading.local`` below does the same job.
-Both behave alike: per thread, ``None`` until set. ``COMPILED`` says which
-is in use.
+not built, or with ``TINYCORO_PURE=1`` (the one switch of :mod:`tinycoro.compiled`, which
+runs the suites on the pure-Python ring and on this fallback together), the ``threading.local``
+below does the same job. Both behave alike: per thread, ``None`` until set. ``COMPILED`` says
+which is in use.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
+
+from .. import compiled
 
 
 class _Local(threading.local):
@@ -23,13 +24,10 @@ class _Local(threading.local):
 
 
 def _make() -> tuple[Any, bool]:
-    if os.environ.get("TINYCORO_PURE_RING", "") not in ("", "0"):
+    module = compiled.load("_clocal")
+    if module is None:
         return _Local(), False
-    try:
-        from .._clocal import Local
-    except ImportError:  # not built: a pure install
-        return _Local(), False
-    return Local(), True
+    return module.Local(), True
 
 
 _local, COMPILED = _make()

@@ -1,0 +1,105 @@
+"""tinycoro.compiled: the one place that chooses compiled or pure-Python modules, and says why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import tinycoro
+from tinycoro import compiled
+
+
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({}, None),
+        ({"TINYCORO_PURE": "0"}, None),
+        ({"TINYCORO_PURE": ""}, None),
+        ({"TINYCORO_PURE": "1"}, "TINYCORO_PURE"),
+        ({"TINYCORO_PURE_RING": "1"}, "TINYCORO_PURE_RING"),  # deprecated names still work
+        ({"TINYCORO_NO_EXTENSION": "1"}, "TINYCORO_NO_EXTENSION"),
+        ({"TINYCORO_PURE": "1", "TINYCORO_PURE_RING": "1"}, "TINYCORO_PURE"),
+    ],
+)
+def test_pure_requested_reads_the_one_variable_and_its_deprecated_names(env, expected):
+    assert compiled.pure_requested(env) == expected
+
+
+def test_a_binary_mismatch_falls_back_and_says_why(tmp_path):
+    # What Cython raises when a cimported type changed size under a built module is a
+    # ValueError, not an ImportError; the loader must fall back on it too. A real module that
+    # raises it at import stands for such a binary here.
+    (tmp_path / "_mismatched.py").write_text(
+        "raise ValueError('tinycoro._mismatched.X size changed, may indicate binary incompatibility')\n"
+    )
+    (tmp_path / "_missing_symbol.py").write_text("raise ImportError('undefined symbol: io_uring_x')\n")
+    tinycoro.__path__.append(str(tmp_path))
+    try:
+        assert compiled.load("_mismatched") is None
+        assert compiled.load("_missing_symbol") is None
+        assert "binary incompatibility" in compiled.fallbacks["_mismatched"]
+        assert "ValueError" in compiled.fallbacks["_mismatched"]
+        assert "undefined symbol" in compiled.fallbacks["_missing_symbol"]
+        assert "_mismatched" in compiled.describe()
+    finally:
+        tinycoro.__path__.remove(str(tmp_path))
+        for name in ("_mismatched", "_missing_symbol"):
+            compiled.fallbacks.pop(name, None)
+            sys.modules.pop(f"tinycoro.{name}", None)
+
+
+def test_every_compiled_module_in_use_is_recorded():
+    # Each of the three modules is either loaded or has a reason; uring's names agree.
+    from tinycoro import uring
+
+    for name in ("_cring", "_clocal", "_cfile"):
+        assert (compiled.load(name) is None) == (name in compiled.fallbacks)
+    assert uring.COMPILED == ("_cring" not in compiled.fallbacks)
+    assert uring.WHY_PURE == compiled.fallbacks.get("_cring")
+
+
+@pytest.mark.timeout(60)
+def test_the_variable_makes_every_module_pure_and_the_record_says_so():
+    code = textwrap.dedent(
+        """
+        import tinycoro, tinycoro.io as io
+        from tinycoro import compiled, uring
+        from tinycoro.core import local
+        print(uring.COMPILED, local.COMPILED, io._pread_nowait is io._pread_nowait_py)
+        print(sorted(compiled.fallbacks.items()))
+        print(compiled.describe())
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TINYCORO_")}
+    env["TINYCORO_PURE"] = "1"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "False False True"
+    assert lines[1] == str([(n, "TINYCORO_PURE is set") for n in ("_cfile", "_clocal", "_cring")])
+    assert lines[2] == "pure-Python runtime (TINYCORO_PURE is set)"
+
+
+@pytest.mark.timeout(60)
+def test_the_compiled_ring_imports_without_tinycoro_uring():
+    # No import cycle: _cring takes what it shares with the pure ring from tinycoro._ringdefs.
+    # The child imports it under a bare package, with tinycoro.uring blocked.
+    if "_cring" in compiled.fallbacks:
+        pytest.skip(f"compiled ring not in use: {compiled.fallbacks['_cring']}")
+    code = textwrap.dedent(
+        f"""
+        import sys, types
+        pkg = types.ModuleType("tinycoro")
+        pkg.__path__ = [{os.path.dirname(tinycoro.__file__)!r}]
+        sys.modules["tinycoro"] = pkg
+        sys.modules["tinycoro.uring"] = None  # importing it now raises ImportError
+        import tinycoro._cring as c
+        print(c.RingCore.__name__, sorted(m for m in sys.modules if m.startswith("tinycoro")))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-500:]
+    assert out.stdout.split(" ", 1) == ["RingCore", "['tinycoro', 'tinycoro._cring', 'tinycoro._ringdefs', 'tinycoro.uring']\n"]

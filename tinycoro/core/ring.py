@@ -1,0 +1,224 @@
+"""The owner of one io_uring: its table of operations in flight and the steps every owner takes.
+
+Two things own a ring: a context's :class:`~tinycoro.core.engine.Engine` and the asyncio host
+(:class:`tinycoro.aio.host.LoopHost`). Both are a :class:`RingOwner`, which holds the in-flight
+table (user_data -> op) and does, once for both:
+
+* start an op: a fresh user_data, its SQE queued, the op in the table with its *waiter*
+  (``op.task``: the task, or whatever the owner resumes);
+* queue while the ring is busy (``RingBusy``: the kernel's CQ overflowed): reap, queue again
+  (DESIGN rule 5); a prep that raises leaves a NOP with ``SKIP_UD`` behind, counted as our own;
+* submit, reaping first when the kernel answers EBUSY/EAGAIN;
+* cancel an op in the kernel with an async-cancel SQE of our own (``SKIP_UD``), counted in
+  ``own_inflight`` until its CQE is reaped;
+* reap: the ring hands back ``(op, res)`` for each op of the table that completed (the
+  completion contract in :mod:`tinycoro.uring`) and the count of our own CQEs; the ops go to
+  the owner's :meth:`RingOwner._deliver`, which decides what the waiter sees (the engine: a
+  task's result or interrupt; the host: an asyncio future's result); an op whose waiter was
+  abandoned at shutdown goes to :meth:`RingOwner._orphaned`, which closes the descriptor it
+  returned, if it returns one;
+* drain: cancel everything in flight and wait for every CQE (rule 8), through the owner's
+  :meth:`RingOwner._wait_for_cqe`.
+
+The subclass provides ``_deliver`` and ``_wait_for_cqe``, and submits when it sees fit (the
+engine at the end of a turn, the host in a loop callback). Everything here runs on the thread
+that owns the ring (rule 2). Plain class, ``__slots__``, no closures: the hot calls (start and
+reap) stay cheap and can be compiled later as they are (DESIGN rule 14).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from typing import Any, Callable, Protocol
+
+from .. import uring
+
+__all__ = ["IoRing", "RingOwner"]
+
+_prep_cancel = uring.prep_cancel
+_SKIP_UD = uring.SKIP_UD
+_RingBusy = uring.RingBusy
+
+
+class IoRing(Protocol):
+    """What a ring's owner needs of a ring: ``uring.PyRing`` and ``uring.CRing`` both are one."""
+
+    efd: int
+
+    @property
+    def closed(self) -> bool: ...
+
+    def queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> None:
+        """Queue one SQE filled by ``prep(sqe, *args)`` with user_data *ud*; on a raising
+        prep, leave a NOP with ``SKIP_UD`` and re-raise; RingBusy, queueing nothing, when the
+        kernel takes no more SQEs."""
+
+    def submit(self) -> int:
+        """Hand the queued SQEs to the kernel; OSError(EBUSY/EAGAIN) when it wants reaping."""
+
+    def sq_ready(self) -> int:
+        """SQEs queued and not yet handed to the kernel."""
+
+    def cq_ready(self) -> int:
+        """CQEs posted and not yet reaped."""
+
+    def complete(self, inflight: dict, done: list) -> int:
+        """The completion contract (:mod:`tinycoro.uring`): reap every CQE, move each op of
+        *inflight* that completed to *done* as ``(op, res)``; return the CQEs reaped."""
+
+    def notify_on(self, enabled: bool) -> None:
+        """Let completions write the eventfd, or not."""
+
+    def close(self) -> None: ...
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+class RingOwner:
+    """One ring, the ops in flight on it (``inflight``: user_data -> op) and our own SQEs.
+
+    ``unsubmitted``: SQEs queued since the last submit. ``own_inflight``: our own SQEs in the
+    kernel (cancel requests, placeholder NOPs of failed preps), whose CQEs match no op.
+    ``ops``: CQEs reaped, cumulative (for statistics).
+    """
+
+    __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done")
+
+    def __init__(self, ring: IoRing) -> None:
+        self.ring = ring
+        self.inflight: dict[int, Any] = {}
+        self.unsubmitted = 0
+        self.own_inflight = 0
+        self.ops = 0
+        self._ids = itertools.count(_SKIP_UD + 1)  # op ids; SKIP_UD marks our own SQEs
+        self._done: list[tuple[Any, int]] = []  # what the ring's complete() hands back
+
+    # -- what the owner provides ---------------------------------------------------------------
+    def _deliver(self, done: list[tuple[Any, int]]) -> None:
+        """For each ``(op, res)`` (the op has left the table): take the op's waiter
+        (``op.task``) and set ``op.task = None`` (an op kept for reuse keeps nobody alive),
+        then decide what the waiter sees of *res*; an op whose waiter is None was abandoned
+        and goes to :meth:`_orphaned`."""
+        raise NotImplementedError
+
+    def _wait_for_cqe(self) -> None:
+        """Block until a completion may be there to reap (``_drain``)."""
+        raise NotImplementedError
+
+    # -- submission ----------------------------------------------------------------------------
+    def _enter(self, op: Any, waiter: Any) -> BaseException | None:
+        """Queue *op*'s SQE under a fresh user_data and put it in the table with *waiter* as
+        ``op.task``. Returns what its prep raised (the op is then not in flight), else None."""
+        op.ud = ud = next(self._ids)
+        try:
+            self.ring.queue(op.prep, op.args, ud)
+        except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
+            error = self._queue_failed(e, op.prep, op.args, ud)
+            if error is not None:
+                return error
+        else:
+            self.unsubmitted += 1
+        op.task = waiter
+        op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
+        self.inflight[ud] = op
+        return None
+
+    def _queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> BaseException | None:
+        """Queue one SQE on the ring; return what ``prep`` raised, if it did."""
+        try:
+            self.ring.queue(prep, args, ud)
+        except BaseException as e:  # noqa: BLE001 - see _queue_failed
+            return self._queue_failed(e, prep, args, ud)
+        self.unsubmitted += 1
+        return None
+
+    def _queue_failed(
+        self, e: BaseException, prep: Callable[..., Any], args: tuple, ud: int
+    ) -> BaseException | None:
+        """``ring.queue`` raised *e*. RingBusy: the kernel takes no more SQEs until its CQ
+        overflow is reaped; reap and queue again (rule 5). Anything else is what ``prep``
+        raised: a bad argument is the caller's error (rule 11), returned; the ring has queued a
+        NOP with ``SKIP_UD`` in that SQE's place, so the kernel never sees it half-prepared."""
+        if isinstance(e, _RingBusy):
+            self._reap()
+            return self._queue(prep, args, ud)
+        self.own_inflight += 1
+        self.unsubmitted += 1
+        return e
+
+    def _submit(self) -> None:
+        """Hand the queued SQEs to the kernel. EBUSY/EAGAIN: it wants completions reaped first
+        (CQ overflow); never drop work (rule 5): reap, and the SQEs stay for the next submit."""
+        try:
+            self.ring.submit()
+        except OSError as e:
+            if e.errno not in (errno.EBUSY, errno.EAGAIN):
+                raise
+            self._reap()
+            return
+        self.unsubmitted = self.ring.sq_ready()
+
+    # -- completion ----------------------------------------------------------------------------
+    def _reap(self) -> None:
+        """Reap every ready CQE: count our own, finish orphans, deliver the rest."""
+        done = self._done
+        n = self.ring.complete(self.inflight, done)
+        if not n:
+            return
+        self.ops += n
+        own = n - len(done)
+        if own:
+            self.own_inflight -= own
+        if done:
+            try:
+                self._deliver(done)
+            finally:
+                done.clear()
+
+    def _orphaned(self, op: Any, res: int) -> None:
+        """*op* completed after its waiter was abandoned (shutdown): nobody will take what it
+        returns, so a descriptor it returned is closed here instead of leaking."""
+        if res >= 0 and op.returns_fd:
+            _close_quietly(res)
+
+    # -- cancellation and teardown -------------------------------------------------------------
+    def cancel_op(self, op: Any) -> None:
+        """Owner thread: ask the kernel to cancel *op* if it is still in flight here.
+
+        The seam the I/O layer uses when a resource is closed under an operation that another
+        task awaits (DESIGN rule 10). The op's waiter then sees ``-ECANCELED`` as its result (or
+        the op's real result if it completed first); no interrupt is delivered to it.
+        """
+        if op.ud and self.inflight.get(op.ud) is op:
+            self._cancel_op(op)
+
+    def _cancel_op(self, op: Any) -> None:
+        """Queue an async-cancel of *op* (in flight here), once."""
+        if op.cancelling:
+            return
+        op.cancelling = True
+        error = self._queue(_prep_cancel, (op.ud, 0), _SKIP_UD)
+        if error is not None:  # pragma: no cover - cancel64 takes two ints; cannot fail
+            raise error
+        self.own_inflight += 1
+
+    def _drain(self) -> None:
+        """Cancel every op still in the kernel and wait for all their CQEs, ours included
+        (rule 8: no buffer is let go while the kernel may use it). Their waiters are
+        abandoned: each op completes as an orphan."""
+        for op in list(self.inflight.values()):
+            op.task = None
+            self._cancel_op(op)
+        while self.inflight or self.own_inflight:
+            if self.unsubmitted:
+                self._submit()
+            self._reap()
+            if self.inflight or self.own_inflight:
+                self._wait_for_cqe()
