@@ -7,7 +7,7 @@ The Python spelling, ``os.preadv(fd, (bytearray(size),), offset, os.RWF_NOWAIT)`
 about 1 us on a 4 KiB read that the kernel copies in ~1 us. Here the kernel copies into the
 bytes object that is returned, as ``os.pread`` does (a new bytes object may be filled in place
 until anyone else sees it). :mod:`tinycoro.io` uses the Python spelling when this module is
-not built, or when ``TINYCORO_PURE_RING`` asks for the pure-Python paths.
+not built, or when ``TINYCORO_PURE`` asks for the pure-Python paths (``tinycoro.compiled``).
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
