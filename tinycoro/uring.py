@@ -66,7 +66,7 @@ import ctypes
 import errno
 import os
 from socket import AF_UNIX as _AF_UNIX
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import liburing as _L
 
