@@ -439,11 +439,24 @@ class Engine(RingOwner):
                 task._exc = exc
                 self.ready.append(task)
                 return
-        error = self._enter(op, task)
-        if error is not None:
-            task._exc = error
-            self.ready.append(task)
-            return
+        # RingOwner._enter, written out: calling it costs ~470 instructions per operation
+        # (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on echo). The
+        # slow paths stay RingOwner's (_queue_failed). Keep the two in step; once the core
+        # is compiled (DESIGN rule 14) this becomes the inline call.
+        op.ud = ud = next(self._ids)
+        try:
+            self.ring.queue(op.prep, op.args, ud)
+        except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
+            error = self._queue_failed(e, op.prep, op.args, ud)
+            if error is not None:
+                task._exc = error
+                self.ready.append(task)
+                return
+        else:
+            self.unsubmitted += 1
+        op.task = task
+        op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
+        self.inflight[ud] = op
         task._waiting = op
         # Only now, with the op in the in-flight table: its CQE may be reaped (by _submit's
         # EBUSY path, or the turn's end) as soon as the kernel has it.
@@ -501,7 +514,7 @@ class Engine(RingOwner):
     def _deliver(self, done: list[tuple[Op, int]]) -> None:
         """What the task of each completed op sees (``RingOwner._reap`` calls this): the
         result, or, when the op failed while we were cancelling it, the interrupt."""
-        ready = self.ready
+        append = self.ready.append
         for op, res in done:
             task = op.task
             op.task = None  # delivered: an op kept for reuse keeps no task alive
@@ -517,10 +530,10 @@ class Engine(RingOwner):
                     task._exc = exc
                 else:
                     task._value = res
-                ready.append(task)
+                append(task)
             else:
                 task._value = res
-                ready.append(task)
+                append(task)
 
     def _wait_for_cqe(self) -> None:
         self._sleep(draining=True)
