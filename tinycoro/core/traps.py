@@ -39,7 +39,7 @@ class Op:
     def __init__(self, prep: Callable[..., None], *args: Any, returns_fd: bool = False) -> None:
         self.prep = prep
         self.args = args
-        self.task = None
+        self.task: Any = None  # its waiter: a Task, or what a ring owner resumes (core.ring)
         self.ud = 0
         self.cancelling = False
         self.what = None
