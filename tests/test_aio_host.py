@@ -560,3 +560,32 @@ def test_no_ring_reopens_after_the_loop_shut_down_its_async_generators():
         assert open_fds() == fds
     finally:
         loop.close()
+
+
+# -- the host is a RingOwner, as an engine is: the same accounting of its own SQEs -------------
+@pytest.mark.timeout(30)
+def test_a_bad_argument_fails_at_the_await_and_its_placeholder_is_reaped(arun, tmp_path):
+    # Rule 11 on the hosted ring: the prep's error is raised in the asyncio task, the NOP left
+    # in the SQE's place counts as the host's own SQE until its CQE is reaped, and the next
+    # operation on the ring works.
+    from tinycoro import uring
+    from tinycoro.core.traps import Op, perform
+
+    path = tmp_path / "data"
+    path.write_bytes(b"abc")
+
+    async def main():
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            buf = bytearray(1)
+            with pytest.raises(OverflowError):
+                await perform(Op(uring.prep_read, fd, buf, 1, 1 << 64))  # offset past u64
+            assert _host().own_inflight == 1  # the placeholder NOP, not yet reaped
+            n = await perform(Op(uring.prep_read, fd, buf, 1, 1))
+            while _host().own_inflight:  # reaped with that read's CQE, or just after
+                await asyncio.sleep(0)
+            return n, bytes(buf), _host().inflight
+        finally:
+            os.close(fd)
+
+    assert arun(main()) == (1, b"b", {})
