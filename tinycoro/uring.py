@@ -256,7 +256,7 @@ class PyRing(_Lifecycle):
     """One io_uring instance and the eventfd that its completions signal, in pure Python.
 
     Created on any thread, then used only by the one thread that owns it (DESIGN rule 2).
-    The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE_RING=1``.
+    The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE=1``.
     """
 
     __slots__ = ("_ring", "_cqe", "efd", "_open")
