@@ -1,6 +1,6 @@
 """The asyncio loop of awaiting cells, turned by the cell's tinycoro engine (see docs/jupyter.md).
 
-An awaiting cell is a tinycoro task on the guest engine (:mod:`kernel_ext.runner`), so tinycoro's
+An awaiting cell is a tinycoro task on the guest engine (:mod:`tinycoro.kernel_ext.runner`), so tinycoro's
 awaitables, combinators, ``tc.timeout`` and ``tc.current_task()`` work in it as in any task. Its
 asyncio awaitables are served by *the kernel's own asyncio loop*: the one that called the cell
 runner (ipykernel's tornado-on-asyncio loop, which runs on the main thread between cells). So

@@ -1,7 +1,7 @@
 """What ``%load_ext tinycoro`` owns in one IPython shell, and how it is torn down again.
 
 One :class:`Extension` per shell holds the default long-lived :class:`tinycoro.Scheduler`, the
-guest engine that cell coroutines run on (see :mod:`kernel_ext.runner`), the IPython state it
+guest engine that cell coroutines run on (see :mod:`tinycoro.kernel_ext.runner`), the IPython state it
 replaced (``loop_runner`` and ``autoawait``), and the dashboard refresher, if one was started.
 """
 

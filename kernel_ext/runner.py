@@ -7,7 +7,7 @@ temporary context with its own ready queue, io_uring ring and eventfd for as lon
 runs, while ``tc.spawn`` from the cell dispatches to the extension's long-lived scheduler.
 The cell's asyncio awaitables are forwarded to the kernel's own asyncio loop (the one that
 called the runner), which a second task on the same engine turns while the cell runs
-(:mod:`kernel_ext.cell_loop`), so a cell awaits both kinds.
+(:mod:`tinycoro.kernel_ext.cell_loop`), so a cell awaits both kinds.
 
 Interrupts (the kernel's SIGINT) and why they are handled the way they are
 --------------------------------------------------------------------------

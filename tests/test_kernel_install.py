@@ -1,4 +1,4 @@
-"""``python -m kernel_ext install``: the kernelspec it writes (the kernel it starts is tested in
+"""``python -m tinycoro.kernel_ext install``: the kernelspec it writes (the kernel it starts is tested in
 tests/test_kernel_protocol.py::test_installed_kernelspec_preloads_the_extension)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("jupyter_client")
 
-from kernel_ext.install import DISPLAY_NAME, kernel_json, main
+from tinycoro.kernel_ext.install import DISPLAY_NAME, kernel_json, main
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,7 +47,7 @@ def test_bad_arguments(tmp_path, capsys):
 
 def test_module_entry_point(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "kernel_ext", "install", "--prefix", str(tmp_path)],
+        [sys.executable, "-m", "tinycoro.kernel_ext", "install", "--prefix", str(tmp_path)],
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     assert "Installed kernelspec 'tinycoro' (Python 3 (tinycoro))" in out
