@@ -43,6 +43,7 @@ from .channel import Channel
 from .combinators import TaskGroup, timeout, when_all, when_any
 from .sync import Condition, Event, Latch, Mutex, Semaphore, WaitGroup
 from .aio import aio  # the function; the package stays importable as tinycoro.aio.host/bridge
+from . import lowlevel
 
 __version__ = "0.1.0"
 
@@ -71,6 +72,7 @@ __all__ = [
     "current_task",
     "get_default_scheduler",
     "io",
+    "lowlevel",
     "net",
     "run",
     "set_default_scheduler",

@@ -16,6 +16,9 @@ otherwise recorded and delivered at a safe point (the task's pending await, or t
 * :class:`SignalWakeup` points ``signal.set_wakeup_fd`` at a socket that an engine keeps an
   io_uring receive pending on, so a signal wakes the engine's sleep point even when it arrives
   just before the blocking read, where no EINTR interrupts anything.
+
+Integrations outside the core (the notebook cell runner) use these through
+:mod:`tinycoro.lowlevel`, with :func:`protect_package` to mark their own frames as runtime code.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "user_code_interrupted", "user_frames_to", "defer_sigint", "SigintDeferred", "SignalWakeup",
+    "protect_package",
 ]
 
 # asyncio's and the selector's modules are runtime code too: a notebook cell that calls into
@@ -45,7 +49,9 @@ _RUNTIME_PACKAGES = {"tinycoro", "asyncio", "selectors"}
 
 
 def protect_package(name: str) -> None:
-    """Treat every module of top-level package *name* as runtime code (kernel_ext does this)."""
+    """Treat every module of top-level package *name* as runtime code: an interrupt landing in
+    its frames is deferred to a safe point (a runner or driver built outside tinycoro calls
+    this for its own package; ``tinycoro`` itself, ``tinycoro.kernel_ext`` included, is)."""
     _RUNTIME_PACKAGES.add(name)
 
 
