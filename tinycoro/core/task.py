@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, cast, runtime_checkable
 
 from .errors import Cancelled
 from .local import _local
@@ -34,6 +34,7 @@ _copy_context = contextvars.copy_context
 PENDING, DONE = "pending", "done"
 
 
+@runtime_checkable
 class Waker(Protocol):
     """What stands on a primitive's waiter list: something the primitive can wake.
 
@@ -41,7 +42,8 @@ class Waker(Protocol):
     ``AioWaiter``), which reaches its loop through ``call_soon_threadsafe``. ``wake(value)``
     is called at most once per park, from any thread, by whoever took the waiter off the list
     (baton passing, DESIGN rule 6); *value* is what the waiter's ``park`` returns. ``id`` and
-    ``name`` name it in reprs and deadlock reports.
+    ``name`` name it in reprs and deadlock reports. ``isinstance(x, Waker)`` checks that
+    those three are there (not their types).
     """
 
     @property
