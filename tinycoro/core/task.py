@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, runtime_checkable
 
 from .errors import Cancelled
 from .local import _local
@@ -111,7 +111,9 @@ class Task:
         self.id = i = next(_ids)
         self._lock = _locks[i % _STRIPES]
         self._context = _copy_context() if context is None else context
-        self.name: str = name or cast(str, getattr(coro, "__qualname__", type(coro).__name__))
+        if not name:
+            name = getattr(coro, "__qualname__", None) or type(coro).__name__
+        self.name: str = name
         self._engine = engine
         self._state = PENDING
         self._value: Any = None  # sent into the coroutine at its next step
