@@ -31,7 +31,7 @@ class _NotebookLayerFinder:
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None = None, target: Any = None
-    ) -> "ModuleSpec | None":
+    ) -> ModuleSpec | None:
         if fullname != NAME:
             return None
         import importlib.util
