@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator
 
 import tinycoro as tc
 from tinycoro.core.checks import check_contexts, check_dispatch
-from tinycoro.core.engine import Engine
+from tinycoro.lowlevel import Engine, guest_engine
 
 from .runner import CellRunner
 
@@ -136,7 +136,7 @@ class Extension:
         self.refresher: "Refresher | None" = None
         self.scheduler: tc.Scheduler = start_scheduler(contexts, dispatch)
         try:
-            engine = Engine(None, self.scheduler, GUEST_RING_ENTRIES, guest=True)
+            engine = guest_engine(self.scheduler, GUEST_RING_ENTRIES)
         except BaseException:
             self.scheduler.stop()
             raise
