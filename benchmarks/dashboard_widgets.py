@@ -6,7 +6,7 @@ points with it, and times 40 refreshes in the kernel: new data for every series,
 widgets, serialised and sent as comm messages (no front end is needed for that). It prints the
 milliseconds per refresh and the comm payload per refresh, best of ``--reps`` kernels.
 
-``dashboard`` is kernel_ext.dashboard itself (4 contexts, a full minute of history, 5 series per
+``dashboard`` is tinycoro.kernel_ext.dashboard itself (4 contexts, a full minute of history, 5 series per
 context); ``svg`` a naive SVG sparkline per series in plain ipywidgets.HTML. bqplot, plotly
 (with anywidget) and ipympl are not dependencies of tinycoro: install them to compare; a library
 that is missing is reported as such. kernel_ext/dashboard.py's docstring quotes a run.
@@ -22,7 +22,7 @@ SETUP = {
     "dashboard": r"""
 import random, time
 import tinycoro as tc
-from kernel_ext.dashboard import Dashboard, History
+from tinycoro.kernel_ext.dashboard import Dashboard, History
 from tinycoro.core.stats import ContextStats
 sched = tc.Scheduler(4).start()
 box = Dashboard(sched)

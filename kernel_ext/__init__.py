@@ -5,11 +5,11 @@ Loading the extension (``tinycoro.load_ipython_extension`` forwards here):
 * starts a default long-lived :class:`tinycoro.Scheduler` (``TINYCORO_CONTEXTS`` /
   ``TINYCORO_DISPATCH`` configure it; ``%tinycoro restart -n N --dispatch D`` changes it) and
   makes it the one ``tc.spawn`` falls back to; a task of it that fails while nothing awaits it
-  prints its traceback in the cell that spawned it (:func:`kernel_ext.extension.report_failure`);
-* installs :class:`kernel_ext.runner.CellRunner` as ``shell.loop_runner`` with ``autoawait``
+  prints its traceback in the cell that spawned it (:func:`tinycoro.kernel_ext.extension.report_failure`);
+* installs :class:`tinycoro.kernel_ext.runner.CellRunner` as ``shell.loop_runner`` with ``autoawait``
   on, so a cell can ``await`` tinycoro awaitables at top level; the cell runs on the kernel's
   main thread, the tasks it spawns on the scheduler's contexts;
-* registers the ``%tinycoro`` magic (:mod:`kernel_ext.magics`);
+* registers the ``%tinycoro`` magic (:mod:`tinycoro.kernel_ext.magics`);
 * lets the rest of the cell that loads it ``await`` tinycoro awaitables too (IPython chose that
   cell's runner before the extension existed; see ``Extension._hand_over_loading_cell``).
 
@@ -17,8 +17,9 @@ Unloading stops the scheduler (cancelling what is left), restores the previous `
 and ``autoawait``, removes the magic and leaves no tinycoro thread behind. Loading twice is a
 no-op; ``%reload_ext tinycoro`` unloads and loads again.
 
+Installed as the subpackage ``tinycoro.kernel_ext`` (the folder ``kernel_ext/`` of the repository).
 Layering: this package imports :mod:`tinycoro`; tinycoro never imports it (its extension hooks
-import it lazily). ipywidgets is imported only by :mod:`kernel_ext.dashboard`.
+import it lazily). ipywidgets is imported only by :mod:`tinycoro.kernel_ext.dashboard`.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def get_extension(shell: Any = None) -> Extension | None:
 
 
 def load_ipython_extension(shell: Any) -> None:
-    """``%load_ext tinycoro`` (or ``%load_ext kernel_ext``)."""
+    """``%load_ext tinycoro`` (or ``%load_ext tinycoro.kernel_ext``)."""
     if shell in _loaded:
         return  # loading twice (under either name) is harmless
     from .magics import TinycoroMagics

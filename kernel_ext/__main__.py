@@ -1,4 +1,4 @@
-"""``python -m kernel_ext install [--user]``: see :mod:`kernel_ext.install`."""
+"""``python -m tinycoro.kernel_ext install [--user]``: see :mod:`tinycoro.kernel_ext.install`."""
 
 import sys
 

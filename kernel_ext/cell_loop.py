@@ -1,6 +1,6 @@
 """The asyncio loop of awaiting cells, turned by the cell's tinycoro engine (see docs/jupyter.md).
 
-An awaiting cell is a tinycoro task on the guest engine (:mod:`kernel_ext.runner`), so tinycoro's
+An awaiting cell is a tinycoro task on the guest engine (:mod:`tinycoro.kernel_ext.runner`), so tinycoro's
 awaitables, combinators, ``tc.timeout`` and ``tc.current_task()`` work in it as in any task. Its
 asyncio awaitables are served by *the kernel's own asyncio loop*: the one that called the cell
 runner (ipykernel's tornado-on-asyncio loop, which runs on the main thread between cells). So
@@ -42,13 +42,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from typing import Any, Callable, Coroutine, Generator, TypeVar
+from typing import Any, Callable, Coroutine, Generator, TypeVar, cast
 
 import tinycoro as tc
 from tinycoro import uring
-from tinycoro.core.local import _local
-from tinycoro.core.task import Task
-from tinycoro.core.traps import YIELD, Op, perform_raw
+from tinycoro.lowlevel import YIELD, Op, Task, current_task, outside_engine, perform_raw
 
 __all__ = ["CellLoop"]
 
@@ -188,18 +186,16 @@ class CellLoop:
     def turn(self, loop: asyncio.AbstractEventLoop) -> None:
         """One iteration of *loop* with a zero timeout, with no tinycoro engine visible and
         the cell's asyncio face set aside (the loop's tasks step here)."""
-        engine, task = _local.engine, _local.task
-        _local.engine = _local.task = None  # asyncio tasks' tinycoro awaits use the hosted ring
         face = self.face
         if face is not None:
             _leave_task(loop, face)
         try:
-            loop.call_soon(_noop)  # something is ready: the iteration polls without blocking
-            loop._run_once()  # type: ignore[attr-defined]
+            with outside_engine():  # asyncio tasks' tinycoro awaits use the hosted ring
+                loop.call_soon(_noop)  # something is ready: the iteration polls without blocking
+                loop._run_once()  # type: ignore[attr-defined]
         finally:
             if face is not None:
                 _enter_task(loop, face)
-            _local.engine, _local.task = engine, task
 
     async def drive(self) -> None:
         """Turn the loop while the cell runs (a task on the guest engine; cancel it after)."""
@@ -281,7 +277,7 @@ class _CellTask:
 
     def cancel(self, msg: Any = None) -> bool:
         exc = asyncio.CancelledError() if msg is None else asyncio.CancelledError(msg)
-        if not self._task._interrupt(exc):
+        if not self._task.interrupt(exc):
             return False  # the cell has finished
         self._requests += 1
         self._pending.append(exc)
@@ -295,7 +291,7 @@ class _CellTask:
             self._requests -= 1
             if self._requests == 0:
                 for exc in self._pending:
-                    self._task._withdraw(exc)  # the cell's own thread: it is the owner
+                    self._task.withdraw(exc)  # the cell's own thread: it is the owner
                 self._pending.clear()
         return self._requests
 
@@ -333,7 +329,8 @@ class _Forward:
         # The face is asyncio's current task on the loop for the cell's whole run; only the
         # turns set it aside (CellLoop.turn), as they are the one place other asyncio tasks
         # step. Entering it once, not around each step, keeps a cell's step as cheap as before.
-        face = cl.face = _CellTask(_local.task, cell, loop)  # the cell's task is running this
+        me = cast(Task, current_task())  # the cell's task is running this
+        face = cl.face = _CellTask(me, cell, loop)
         _enter_task(loop, face)
         value: Any = None
         exc: BaseException | None = None

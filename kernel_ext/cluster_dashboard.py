@@ -21,7 +21,7 @@ Where the numbers come from: ``cluster.load()`` (per engine, its scheduler's
 thread, so never behind a busy engine; engines on other hosts included), ``cluster.tasks()``
 (the same, for the task list) and ``cluster.engines`` (id, host, pid).
 
-The threading model is the local dashboard's (:class:`kernel_ext.dashboard.RefreshThread`):
+The threading model is the local dashboard's (:class:`tinycoro.kernel_ext.dashboard.RefreshThread`):
 widgets are created on the asking thread, then one refresher thread is the only code that sets
 their traits, under ``hold_sync``, a few times a second, also while a cell blocks; it ends
 after rendering the final "stopped" state once the cluster stops.

@@ -428,7 +428,7 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
 class RefreshThread:
     """One thread that updates a set of dashboards every *interval* seconds until what they
     show stops: the threading part of :class:`Refresher` (one scheduler) and of the cluster
-    dashboard's refresher (:mod:`kernel_ext.cluster_dashboard`). A subclass says what one
+    dashboard's refresher (:mod:`tinycoro.kernel_ext.cluster_dashboard`). A subclass says what one
     tick does (:meth:`_tick`)."""
 
     thread_name = "tinycoro-dashboard"

@@ -1,7 +1,7 @@
 """What ``%load_ext tinycoro`` owns in one IPython shell, and how it is torn down again.
 
 One :class:`Extension` per shell holds the default long-lived :class:`tinycoro.Scheduler`, the
-guest engine that cell coroutines run on (see :mod:`kernel_ext.runner`), the IPython state it
+guest engine that cell coroutines run on (see :mod:`tinycoro.kernel_ext.runner`), the IPython state it
 replaced (``loop_runner`` and ``autoawait``), and the dashboard refresher, if one was started.
 """
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator
 
 import tinycoro as tc
 from tinycoro.core.checks import check_contexts, check_dispatch
-from tinycoro.core.engine import Engine
+from tinycoro.lowlevel import Engine, guest_engine
 
 from .runner import CellRunner
 
@@ -136,7 +136,7 @@ class Extension:
         self.refresher: "Refresher | None" = None
         self.scheduler: tc.Scheduler = start_scheduler(contexts, dispatch)
         try:
-            engine = Engine(None, self.scheduler, GUEST_RING_ENTRIES, guest=True)
+            engine = guest_engine(self.scheduler, GUEST_RING_ENTRIES)
         except BaseException:
             self.scheduler.stop()
             raise

@@ -1,8 +1,8 @@
 """Install a "Python 3 (tinycoro)" kernelspec: an ipykernel that loads the extension at start.
 
-    python -m kernel_ext install [--user | --sys-prefix | --prefix DIR] [--name NAME]
+    python -m tinycoro.kernel_ext install [--user | --sys-prefix | --prefix DIR] [--name NAME]
                                 [--display-name TEXT] [--contexts N] [--dispatch D]
-    python -m kernel_ext uninstall [--name NAME]
+    python -m tinycoro.kernel_ext uninstall [--name NAME]
 
 The kernel runs this interpreter (``sys.executable``) with ``--ext=tinycoro``, so every cell
 can ``await`` tinycoro awaitables without ``%load_ext``. ``--contexts``/``--dispatch`` go into
@@ -72,7 +72,7 @@ def install(
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m kernel_ext", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m tinycoro.kernel_ext", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     i = sub.add_parser("install", help=f'install the "{DISPLAY_NAME}" kernelspec')
     where = i.add_mutually_exclusive_group()

@@ -1,6 +1,6 @@
 """``%tinycoro`` line magic: ``status`` (default) | ``tasks`` | ``dashboard`` |
 ``restart [-n N] [--dispatch D]`` | ``stop``, and ``cluster ...`` for a tinycoro cluster on
-ipyparallel engines (:mod:`kernel_ext.cluster_magics`)."""
+ipyparallel engines (:mod:`tinycoro.kernel_ext.cluster_magics`)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ class TinycoroMagics(Magics):
 
     @property
     def cluster(self) -> "ClusterCommands":
-        """The notebook's cluster commands (:mod:`kernel_ext.cluster_magics`)."""
+        """The notebook's cluster commands (:mod:`tinycoro.kernel_ext.cluster_magics`)."""
         if self._commands is None:
             from .cluster_magics import ClusterCommands  # it imports this module's formatters
 
@@ -130,7 +130,7 @@ class TinycoroMagics(Magics):
     # ``restart``, so one flat parser plus a check that the options came with ``restart`` is
     # simpler than argparse subparsers (which magic_arguments cannot declare). ``cluster``
     # has its own actions and options (-n there counts engines), so its arguments go to a
-    # parser of their own (kernel_ext.cluster_magics).
+    # parser of their own (tinycoro.kernel_ext.cluster_magics).
     @magic_arguments()
     @argument(
         "command", nargs="?", default="status", choices=COMMANDS,

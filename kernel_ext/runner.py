@@ -7,7 +7,7 @@ temporary context with its own ready queue, io_uring ring and eventfd for as lon
 runs, while ``tc.spawn`` from the cell dispatches to the extension's long-lived scheduler.
 The cell's asyncio awaitables are forwarded to the kernel's own asyncio loop (the one that
 called the runner), which a second task on the same engine turns while the cell runs
-(:mod:`kernel_ext.cell_loop`), so a cell awaits both kinds.
+(:mod:`tinycoro.kernel_ext.cell_loop`), so a cell awaits both kinds.
 
 Interrupts (the kernel's SIGINT) and why they are handled the way they are
 --------------------------------------------------------------------------
@@ -17,7 +17,7 @@ bookkeeping (in ``_step`` between resuming the cell and acting on what it yielde
 CQE was reaped but before the task was made ready) and leave the engine inconsistent, or
 finish the cell task while its coroutine is still suspended (DESIGN rule 12). So while a
 cell runs, :class:`CellRunner` installs its own handler, which decides by *where* the signal
-landed (:func:`tinycoro.core._ki.user_code_interrupted`):
+landed (:func:`tinycoro.lowlevel.user_frames_to`):
 
 * If the interrupted frame and every frame out to the cell coroutine's outermost frame are
   the cell's own code (or IPython's, or a library's), i.e. the cell computes between two
@@ -27,7 +27,7 @@ landed (:func:`tinycoro.core._ki.user_code_interrupted`):
 * Otherwise (the thread is asleep in the engine's sleep point, or in tinycoro code, or the
   step frame itself was interrupted) it does not raise. It queues a call on the engine (a
   lock-free deque append; the handler must not take a lock the interrupted code may hold)
-  that asks for ``KeyboardInterrupt`` at the cell's pending await (``task._interrupt``, the
+  that asks for ``KeyboardInterrupt`` at the cell's pending await (``task.interrupt``, the
   mechanism behind ``Task.cancel``): the pending io_uring operation is cancelled in the
   kernel (or the task taken off the waiter list it is parked on) and ``KeyboardInterrupt``
   is thrown into the cell once the operation's completion has arrived, so no buffer is
@@ -43,7 +43,7 @@ interrupt looks.
 Waking up: a signal that arrives just before the engine blocks in ``read(2)`` of its eventfd
 interrupts no system call, and Python runs the handler only when the thread next executes
 bytecode. So while a cell runs, ``signal.set_wakeup_fd`` points at a socket on which the cell's
-engine keeps an io_uring receive in flight (:class:`~tinycoro.core._ki.SignalWakeup`): the C
+engine keeps an io_uring receive in flight (:class:`~tinycoro.lowlevel.SignalWakeup`): the C
 level handler writes it the moment the signal arrives, the completion writes the eventfd, and
 the handler runs at once. No polling; the previous wakeup fd is restored after the cell.
 """
@@ -56,16 +56,24 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any, Callable, Coroutine
 
-from tinycoro.core import _ki
-from tinycoro.core.engine import Engine
-from tinycoro.core.local import _local
-from tinycoro.core.task import Task
+from tinycoro.lowlevel import (
+    Engine,
+    SignalWakeup,
+    Task,
+    abandon,
+    current_engine,
+    current_task,
+    run_guest,
+    start_guest,
+    user_frames_to,
+)
 
 from .cell_loop import CellLoop
 
 __all__ = ["CellRunner"]
 
-_ki.protect_package(__name__.partition(".")[0])  # the runner's own frames are runtime code
+# The runner's own frames are runtime code for the interrupt rules (lowlevel.protect_package):
+# they are, being tinycoro.kernel_ext's.
 
 
 def _ipython_shell() -> Any:
@@ -121,7 +129,7 @@ class CellRunner:
     # -- IPython's loop_runner protocol ---------------------------------------------------------
     def __call__(self, coro: Coroutine[Any, Any, Any]) -> Any:
         engine = self.engine
-        if _local.engine is not None:
+        if current_engine() is not None:
             coro.close()
             raise RuntimeError(
                 "a cell that awaits cannot be run from inside a tinycoro task "
@@ -141,13 +149,14 @@ class CellRunner:
         # on is delivered to it (at its first await if it has not started yet).
         cell_loop = self.cell_loop
         self._cell = coro
-        task = self.running = Task(cell_loop.forward(coro), engine, name="<cell>")
+        forward = cell_loop.forward(coro)
+        task = self.running = Task(forward, engine, name="<cell>")
         try:
             restore, wakeup = self._install_sigint()
         except BaseException:  # e.g. the kernel's KeyboardInterrupt, just before we took over
             self.running = self._cell = None
             self._busy.release()
-            task._coro.close()
+            forward.close()
             coro.close()
             raise
         try:
@@ -155,22 +164,21 @@ class CellRunner:
             if wakeup is not None:
                 helpers.append(Task(wakeup.watch(), engine, name="<cell signal wakeup>"))
             for t in (task, *helpers):
-                engine.live.add(t)  # so that engine.abandon() finds it wherever it is
-                engine.push(t)
+                start_guest(engine, t)  # so that abandon() finds it wherever it is
 
             def serve() -> None:
-                engine.run(until=task)
+                run_guest(engine, task)
                 self.running = None  # from here on, a SIGINT is too late for this cell
                 for t in helpers:
                     t.cancel()
-                    engine.run(until=t)  # its poll or receive is cancelled and reaped
+                    run_guest(engine, t)  # its poll or receive is cancelled and reaped
 
             try:
                 cell_loop.run(serve)  # with the loop serving the cell's asyncio work running
             except BaseException as exc:  # the engine itself failed mid-turn
                 # Never leave the cell suspended: cancel and wait out its I/O, take it off any
                 # waiter list, close its coroutine (finally blocks run) and finish it with exc.
-                engine.abandon(exc)
+                abandon(engine, exc)
                 raise
         finally:
             self.running = self._cell = None
@@ -193,22 +201,22 @@ class CellRunner:
             return  # the cell is returning; the interrupt arrived too late to matter
         cell = self._cell
         if (
-            _local.task is task
+            current_task() is task
             and cell is not None
-            and _ki.user_frames_to(frame, getattr(cell, "cr_frame", None))
+            and user_frames_to(frame, getattr(cell, "cr_frame", None))
         ):
             raise KeyboardInterrupt  # the cell computes between awaits: interrupt it right here
         # Nothing here may take a lock: the handler may have interrupted this very thread
-        # while it held one (Task._interrupt takes the task module's lock). A deque append
+        # while it held one (Task.interrupt takes the task module's lock). A deque append
         # (and an eventfd write if the engine sleeps) is safe; the engine does the rest.
         self.engine.call_soon(self._interrupt_cell, task)
 
     @staticmethod
     def _interrupt_cell(task: Task) -> None:
         """On the engine's own turn: deliver KeyboardInterrupt at the cell's pending await."""
-        task._interrupt(KeyboardInterrupt())
+        task.interrupt(KeyboardInterrupt())
 
-    def _install_sigint(self) -> tuple[Callable[[], None], _ki.SignalWakeup | None]:
+    def _install_sigint(self) -> tuple[Callable[[], None], SignalWakeup | None]:
         """Install the cell's SIGINT handler and signal wakeup; return (restore, wakeup)."""
         if threading.current_thread() is not threading.main_thread():
             return (lambda: None), None  # signals are only handled on the main thread anyway
@@ -217,7 +225,7 @@ class CellRunner:
         if previous is None:  # installed from C; the best stand-in is Python's default
             previous = signal.default_int_handler
         try:
-            wakeup = _ki.SignalWakeup()
+            wakeup = SignalWakeup()
         except BaseException:
             signal.signal(signal.SIGINT, previous)
             raise

@@ -280,7 +280,7 @@ def kernel_dirs(tmp_path_factory) -> list[str]:
         )
     )
     subprocess.run(
-        [sys.executable, "-m", "kernel_ext", "install", "--prefix", str(root), "--contexts", "2"],
+        [sys.executable, "-m", "tinycoro.kernel_ext", "install", "--prefix", str(root), "--contexts", "2"],
         check=True,
         capture_output=True,
         timeout=60,

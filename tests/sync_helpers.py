@@ -6,7 +6,7 @@ import time
 from typing import Any, Callable
 
 import tinycoro as tc
-from tinycoro.core.local import _local
+from tinycoro.core.local import thread_state as _local
 from tinycoro.testing import is_blocked, wait_blocked
 
 __all__ = ["run", "spawn_here", "until", "wait_blocked", "is_blocked", "settle", "Cancelled"]

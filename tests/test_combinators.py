@@ -341,7 +341,7 @@ def test_cancel_is_not_lost_while_another_interrupt_is_pending():
 
         t = tc.spawn(victim())
         await wait_blocked(t)
-        t._interrupt(Other())  # e.g. a timeout firing
+        t.interrupt(Other())  # e.g. a timeout firing
         assert t.cancel()
         return await t
 

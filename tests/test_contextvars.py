@@ -92,7 +92,7 @@ def test_context_argument_runs_the_task_in_exactly_that_context(contexts):
         assert s.run_sync(_get_after_sleep(), timeout=10) == "unset"
         t = s.submit(child(), context=ctx2)
         done = threading.Event()
-        t._add_done_callback(lambda _t: done.set())
+        t.add_done_callback(lambda _t: done.set())
         assert done.wait(10)
         assert t.result() == "unset" and ctx2[var] == "written by the task"
         with pytest.raises(TypeError, match="context"):

@@ -15,7 +15,7 @@ from conftest import wait_until
 
 import tinycoro as tc
 from tinycoro.core.stats import ContextStats
-from kernel_ext.dashboard import SPAN, Dashboard, History, Refresher, sparkline
+from tinycoro.kernel_ext.dashboard import SPAN, Dashboard, History, Refresher, sparkline
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -201,7 +201,7 @@ def test_after_restart_the_dashboard_follows_the_new_scheduler(monkeypatch):
     pytest.importorskip("IPython")
     from IPython.core.interactiveshell import InteractiveShell
 
-    import kernel_ext
+    from tinycoro import kernel_ext
 
     monkeypatch.setenv("TINYCORO_CONTEXTS", "2")
     shell = InteractiveShell.instance()

@@ -19,7 +19,7 @@ from conftest import wait_until
 
 import tinycoro as tc
 from tinycoro.cluster import EngineLoad
-from kernel_ext.cluster_dashboard import (
+from tinycoro.kernel_ext.cluster_dashboard import (
     ClusterDashboard, ClusterRefresher, CpuMeter,
 )
 

@@ -384,7 +384,7 @@ def test_wait_blocked_parks_until_the_tasks_block_and_is_bounded(contexts):
         wait_until(lambda: any(i.id == w.id and i.state == "parked" for i in s.tasks()), what="watcher parked")
         go.set()
         done = threading.Event()
-        w._add_done_callback(lambda _t: done.set())
+        w.add_done_callback(lambda _t: done.set())
         assert done.wait(10) and w.result() == "blocked"
         ev.set()
 
@@ -421,5 +421,5 @@ def test_stats_is_pure_and_the_first_snapshot_already_shows_busy():
         finally:
             go.set()
         done = threading.Event()
-        t._add_done_callback(lambda _t: done.set())
+        t.add_done_callback(lambda _t: done.set())
         assert done.wait(10)

@@ -94,7 +94,7 @@ def test_thirty_interrupts_at_random_moments(tck: kp.Kernel, kind: str):
         markers.append(_stdout(msgs).count(MARKER))
     # Whatever a late finaliser would print arrives with a later cell: collect garbage and look.
     tail = tck.ok(
-        "import gc, kernel_ext\n"
+        "import gc\nfrom tinycoro import kernel_ext\n"
         "gc.collect()\n"
         "_e = kernel_ext.get_extension(get_ipython()).engine\n"
         "_l = kernel_ext.get_extension(get_ipython()).runner.cell_loop.loop\n"

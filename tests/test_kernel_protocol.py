@@ -1,7 +1,7 @@
 """A real ipykernel process driven through jupyter_client: what a notebook frontend sees.
 
 Each test starts a fresh kernel from this interpreter (a throwaway kernelspec, plus the
-"Python 3 (tinycoro)" one written by ``python -m kernel_ext install --prefix``) and talks the
+"Python 3 (tinycoro)" one written by ``python -m tinycoro.kernel_ext install --prefix``) and talks the
 Jupyter messaging protocol to it. Tests synchronise on messages (a stream line, a reply, an
 idle status), never on sleeps.
 """
@@ -24,7 +24,7 @@ from conftest import ECHO_SERVER_CELL, TWO_CELL
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 
-from kernel_ext.dashboard import cell_text
+from tinycoro.kernel_ext.dashboard import cell_text
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(60)]
 

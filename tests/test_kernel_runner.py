@@ -24,7 +24,7 @@ from conftest import (
 )
 from IPython.core.interactiveshell import InteractiveShell
 
-import kernel_ext
+from tinycoro import kernel_ext
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -44,3 +44,104 @@ def test_vulture_finds_no_dead_code():
     r = _run("vulture", "--min-confidence", "80", "tinycoro", "kernel_ext", str(WHITELIST))
     findings = (r.stdout + r.stderr).strip()
     assert r.returncode == 0 and not findings, f"vulture found (whitelist: {WHITELIST.name}):\n{findings}"
+
+
+# -- the core boundary -------------------------------------------------------------------------
+# Modules outside tinycoro/core (the rest of the package, the notebook layer, the benchmarks)
+# import only public names of the core: tinycoro.lowlevel and the core modules' public names
+# are the seam (docs/lowlevel.md). The folders checked, and the package each one is installed as.
+BOUNDARY_TREES = {"tinycoro": "tinycoro", "kernel_ext": "tinycoro.kernel_ext", "benchmarks": "benchmarks"}
+CORE = "tinycoro.core"
+
+
+def _module_name(path: Path, root: Path, trees: dict[str, str]) -> tuple[str, bool]:
+    """(dotted name of the module at *path*, whether it is a package's __init__)."""
+    rel = path.relative_to(root)
+    parts = [trees[rel.parts[0]], *rel.parts[1:]]
+    parts[-1] = parts[-1][: -len(".py")]
+    is_init = parts[-1] == "__init__"
+    if is_init:
+        parts.pop()
+    return ".".join(p for part in parts for p in part.split(".")), is_init
+
+
+def _private(dotted: str) -> bool:
+    return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in dotted.split("."))
+
+
+def core_boundary_violations(root: Path, trees: dict[str, str] = BOUNDARY_TREES) -> list[str]:
+    """Every import, in a module outside tinycoro/core, of an underscore name of the core: a
+    private module (``tinycoro.core._x``) or a private name (``from .core.local import _local``,
+    relative imports resolved), as ``path:line: what``."""
+    import ast
+
+    out = []
+    for tree_dir in trees:
+        base = root / tree_dir
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*.py")):
+            name, is_init = _module_name(path, root, trees)
+            if name == CORE or name.startswith(CORE + "."):
+                continue  # inside the core
+            package = name if is_init else name.rpartition(".")[0]
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                found = []
+                if isinstance(node, ast.Import):
+                    found = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    if node.level:
+                        anchor = package.split(".")
+                        anchor = anchor[: len(anchor) - (node.level - 1)]
+                        mod = ".".join(anchor + ([node.module] if node.module else []))
+                    else:
+                        mod = node.module or ""
+                    found = [f"{mod}.{a.name}" for a in node.names]
+                for dotted in found:
+                    if (dotted == CORE or dotted.startswith(CORE + ".")) and _private(dotted[len(CORE):]):
+                        out.append(f"{path.relative_to(root)}:{node.lineno}: imports {dotted}")
+    return out
+
+
+def test_nothing_outside_the_core_imports_its_private_names():
+    found = core_boundary_violations(ROOT)
+    assert not found, (
+        "private names of tinycoro.core imported from outside it (use tinycoro.lowlevel or a "
+        "public name of the core module; docs/lowlevel.md):\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "where, source",
+    [
+        ("tinycoro/sync/x.py", "from ..core.local import _local\n"),
+        ("tinycoro/x.py", "from .core import _ki\n"),
+        ("tinycoro/x.py", "from .core._ki import SignalWakeup\n"),
+        ("tinycoro/aio/__init__.py", "from ..core.local import _local as local\n"),
+        ("kernel_ext/x.py", "from tinycoro.core.local import _local\n"),
+        ("kernel_ext/x.py", "import tinycoro.core._ki\n"),
+        ("benchmarks/x.py", "from tinycoro.core.task import _STRIPES\n"),
+    ],
+)
+def test_the_boundary_check_finds_private_imports(tmp_path, where, source):
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    assert len(core_boundary_violations(tmp_path)) == 1
+
+
+@pytest.mark.parametrize(
+    "where, source",
+    [
+        ("tinycoro/core/engine.py", "from .local import _local\n"),  # inside the core
+        ("tinycoro/sync/x.py", "from ..core.local import thread_state\n"),
+        ("tinycoro/x.py", "from . import _source_tree\nfrom .sync import _lot\n"),  # not the core
+        ("kernel_ext/x.py", "from tinycoro.lowlevel import Task\nfrom tinycoro.core import ki\n"),
+        ("kernel_ext/x.py", "from .cell_loop import _noop\n"),  # tinycoro.kernel_ext's own
+    ],
+)
+def test_the_boundary_check_allows_public_imports(tmp_path, where, source):
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    assert core_boundary_violations(tmp_path) == []

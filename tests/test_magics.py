@@ -16,7 +16,7 @@ from conftest import tinycoro_shell, tinycoro_threads, wait_until
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
-import kernel_ext
+from tinycoro import kernel_ext
 import tinycoro as tc
 
 pytestmark = pytest.mark.timeout(60)
@@ -310,7 +310,7 @@ def test_stop_then_restart(loaded, capsys):
 # -- %tinycoro dashboard ---------------------------------------------------------------------
 def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
     pytest.importorskip("ipywidgets")
-    from kernel_ext.dashboard import Dashboard
+    from tinycoro.kernel_ext.dashboard import Dashboard
 
     ext = kernel_ext.get_extension(loaded)
     board = loaded.run_line_magic("tinycoro", "dashboard")
@@ -339,7 +339,7 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
 
 
 def test_dashboard_without_ipywidgets_is_a_usage_error(loaded, monkeypatch):
-    import kernel_ext.dashboard as dash
+    import tinycoro.kernel_ext.dashboard as dash
 
     monkeypatch.setattr(dash, "_w", None)
     with pytest.raises(UsageError, match="needs ipywidgets"):

@@ -190,7 +190,7 @@ def test_env_var_forces_the_pure_ring(var):
 
 def test_scheduler_runs_on_the_selected_ring():
     import tinycoro as tc
-    from tinycoro.core.local import _local
+    from tinycoro.core.local import thread_state as _local
 
     seen = []
 

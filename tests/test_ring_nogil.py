@@ -17,7 +17,7 @@ import pytest
 import tinycoro as tc
 from tinycoro import uring
 from tinycoro.core import engine as engine_mod
-from tinycoro.core.local import _local
+from tinycoro.core.local import thread_state as _local
 from tinycoro.core.traps import Op, perform
 
 compiled = pytest.mark.skipif(uring.CRing is None, reason=f"compiled ring: {uring.WHY_PURE}")

@@ -384,7 +384,7 @@ def test_a_crashed_context_releases_every_waiter(monkeypatch):
         victim = sched.submit(tc.sleep(60))
         wait_until(lambda: sched.stats().contexts[0].io_inflight == 1, what="victim's timer")
         released = threading.Event()
-        victim._add_done_callback(lambda _t: released.set())
+        victim.add_done_callback(lambda _t: released.set())
 
         async def crasher():
             await bad_trap()

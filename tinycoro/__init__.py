@@ -12,6 +12,10 @@ queue, one io_uring ring, one eventfd). Tasks are native ``async def`` coroutine
     print(tc.run(main()))
 """
 
+from ._source_tree import map_notebook_layer
+
+map_notebook_layer(__path__[0])  # tinycoro.kernel_ext from a clone: see _source_tree
+
 from . import io, net
 from .core import (
     Cancelled,
@@ -39,6 +43,7 @@ from .channel import Channel
 from .combinators import TaskGroup, timeout, when_all, when_any
 from .sync import Condition, Event, Latch, Mutex, Semaphore, WaitGroup
 from .aio import aio  # the function; the package stays importable as tinycoro.aio.host/bridge
+from . import lowlevel
 
 __version__ = "0.1.0"
 
@@ -67,6 +72,7 @@ __all__ = [
     "current_task",
     "get_default_scheduler",
     "io",
+    "lowlevel",
     "net",
     "run",
     "set_default_scheduler",
@@ -91,13 +97,14 @@ def __getattr__(name: str):
 
 
 def load_ipython_extension(ipython):  # pragma: no cover - exercised by the kernel tests
-    """``%load_ext tinycoro``: the notebook layer lives in kernel_ext, imported only here."""
-    from kernel_ext import load_ipython_extension as _load
+    """``%load_ext tinycoro``: the notebook layer lives in tinycoro.kernel_ext, imported only
+    here."""
+    from .kernel_ext import load_ipython_extension as _load
 
     _load(ipython)
 
 
 def unload_ipython_extension(ipython):  # pragma: no cover
-    from kernel_ext import unload_ipython_extension as _unload
+    from .kernel_ext import unload_ipython_extension as _unload
 
     _unload(ipython)

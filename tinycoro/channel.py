@@ -87,7 +87,7 @@ class Channel(Generic[T]):
                     return
                 waiter = self._senders.enqueue(item)
         if receiver is not None:
-            receiver.task._wake(item)
+            receiver.task.wake(item)
             return
         # No undo: if our item was taken, the send happened; a cancel comes at the next await.
         if await self._senders.park(waiter) is _CLOSED:
@@ -111,7 +111,7 @@ class Channel(Generic[T]):
                 item = _CLOSED  # marker: we must wait (no real item is ever _CLOSED)
         if sender is not None:
             sender.item = None
-            sender.task._wake(None)
+            sender.task.wake(None)
         if item is _CLOSED:
             # No undo: an item handed to us is returned even if a cancel raced with it (the
             # cancel is raised at our next await), so no item is ever lost.

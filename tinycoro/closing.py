@@ -20,7 +20,7 @@ import threading
 from typing import Callable
 
 from .core.errors import ClosedResourceError, oserror
-from .core.local import _local
+from .core.local import thread_state as _local
 from .core.traps import Op, foreign_owner, perform_raw
 from .uring import prep_close  # bound once: no module attribute lookup per close
 

@@ -4,7 +4,7 @@ All of them are structured: they return or raise only after every task they star
 finished, so no child outlives the call (a child that ignores cancellation delays them).
 
 ``timeout`` and ``TaskGroup`` are *scopes*: a region of one task's code that another thread may
-interrupt. The interrupt is ``task._interrupt(signal)`` with the scope's own
+interrupt. The interrupt is ``task.interrupt(signal)`` with the scope's own
 :class:`~tinycoro.sync._interrupts.ScopeSignal` (a ``tc.Cancelled`` subclass, so cleanup written
 for cancellation runs); the engine delivers it at the task's pending await, cancelling an
 in-flight io_uring op in the kernel or aborting a parked wait. The scope's ``__aexit__`` turns
@@ -16,7 +16,7 @@ and ``__aexit__`` decide under the scope's lock: either the scope is still armed
 thread sets the task's pending interrupt inside that critical section; or ``__aexit__`` got there
 first and the scope will never fire. So when ``__aexit__`` finds the scope fired, the signal is
 already either delivered (it is the exception passing through) or still pending on the task, and
-a pending one is withdrawn (``task._withdraw``). Nothing can leak past the block.
+a pending one is withdrawn (``task.withdraw``). Nothing can leak past the block.
 
 The core queues interrupts (one is delivered per await), so none is ever dropped there. Code that
 must keep awaiting after an interrupt (``Condition.wait`` re-taking its mutex, ``when_all``
@@ -37,7 +37,7 @@ from typing import Any, Awaitable, Coroutine
 
 from .core.checks import check_seconds
 from .core.errors import Cancelled
-from .core.local import _local
+from .core.local import thread_state
 from .core.runtime import spawn_watched
 from .core.task import Task, describe
 from .sync._interrupts import ScopeSignal, keep_one
@@ -71,7 +71,7 @@ class _Scope:
         self._fired = False
 
     def _enter(self) -> Task:
-        task = _local.task
+        task = thread_state.task
         if task is None:
             raise RuntimeError(f"async with {type(self).__name__}: only inside a tinycoro task")
         if self._state is not _IDLE:
@@ -90,7 +90,7 @@ class _Scope:
                 return
             self._state = _FIRED
             self._fired = True
-            self._task._interrupt(self._signal)
+            self._task.interrupt(self._signal)
 
     def _signal_dropped(self) -> None:
         """Our delivered signal was swallowed by a merge (``keep_one``); re-deliver later."""
@@ -110,7 +110,7 @@ class _Scope:
         else:
             _innermost[task] = outer
         if fired:
-            task._withdraw(self._signal)  # fired as the body finished: never leak it
+            task.withdraw(self._signal)  # fired as the body finished: never leak it
         # Re-deliver the outermost enclosing signal that was dropped, if any.
         target = None
         s = outer
@@ -122,7 +122,7 @@ class _Scope:
             with target._lock:
                 if target._state is _FIRED:
                     target._dropped = False
-                    task._interrupt(target._signal)
+                    task.interrupt(target._signal)
         return exc is not None and exc is self._signal
 
     def __repr__(self) -> str:
@@ -237,7 +237,7 @@ class TaskGroup(_Scope):
             task.cancel()
         if adopted:
             # Outside the lock: the callback runs at once if the task has already finished.
-            task._add_done_callback(on_done)
+            task.add_done_callback(on_done)
         return task
 
     def _on_done_quietly(self, task: Task) -> None:
@@ -366,7 +366,7 @@ def _prepare(aws: tuple[Awaitable[Any], ...]) -> list[Any]:
                 items.append(_await(aw))
             else:
                 raise TypeError(f"expected a coroutine, a tc.Task or an awaitable, got {aw!r}")
-        if items and _local.task is None:
+        if items and thread_state.task is None:
             raise RuntimeError("when_all()/when_any() awaited outside a tinycoro task")
     except BaseException:
         _close(items + [a for a in aws if inspect.iscoroutine(a)])
@@ -427,7 +427,7 @@ class _Race:
             if self.winner is not None:
                 return False
             self.winner = (index, value)
-        self.group._cancel_children(keep=_local.task)
+        self.group._cancel_children(keep=thread_state.task)
         return True
 
 
@@ -465,7 +465,7 @@ async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
             if not isinstance(item, Task):
                 # A contestant cancelled before its first step never awaited *item*: close it
                 # (a no-op once it has run), or Python warns that it was never awaited.
-                t._add_done_callback(lambda _t, c=item: c.close())
+                t.add_done_callback(lambda _t, c=item: c.close())
     if race.winner is None:
         raise Cancelled("every awaitable given to when_any() was cancelled")
     return race.winner

@@ -38,7 +38,7 @@ from .uring import (
 from .closing import PendingOps, close_fd
 from .core.checks import check_int, is_int
 from .core.errors import ClosedResourceError
-from .core.local import _local
+from .core.local import thread_state as _local
 from .core.traps import Op, perform, yield_now
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 
 from .combinators import timeout
-from .core.local import _local
+from .core.local import thread_state
 from .core.task import Task
 from .core.traps import Op, Park, park
 
@@ -43,7 +43,7 @@ class _Watch:
             if self.done:
                 return
             self.done = True
-        self.waiter._wake(None)
+        self.waiter.wake(None)
 
     def abort(self) -> bool:
         """Park ticket hook: the waiter was cancelled (or its timeout fired)."""
@@ -66,7 +66,7 @@ async def wait_blocked(*tasks: Task, seconds: float = 30.0) -> None:
     """
     if all(is_blocked(t) for t in tasks):
         return
-    watch = _Watch(tasks, _local.task)
+    watch = _Watch(tasks, thread_state.task)
     for engine in {t._engine for t in tasks}:
         engine.call_soon(engine.watch_blocked, watch)
     try:

@@ -22,7 +22,7 @@ import weakref
 from typing import Any, Awaitable, TypeVar
 
 from ..core.errors import Cancelled
-from ..core.local import _local
+from ..core.local import thread_state
 from ..core.traps import Park, park
 
 log = logging.getLogger("tinycoro")
@@ -128,7 +128,7 @@ class _Call:
 
     def _finish(self) -> None:
         self.companion.calls.discard(self)
-        self.task._wake(None)
+        self.task.wake(None)
 
 
 async def _await(awaitable: Awaitable[Any]) -> Any:
@@ -166,7 +166,7 @@ async def aio(awaitable: Awaitable[T]) -> T:
     """
     if not inspect.isawaitable(awaitable):
         raise TypeError(f"tc.aio() takes an awaitable (a coroutine, task or future), got {awaitable!r}")
-    engine = _local.engine
+    engine = thread_state.engine
     if engine is None:
         if asyncio._get_running_loop() is None:
             if inspect.iscoroutine(awaitable):
@@ -179,7 +179,7 @@ async def aio(awaitable: Awaitable[T]) -> T:
             awaitable.close()
         raise RuntimeError("tc.aio(): this context belongs to no scheduler")
     companion = companion_for(scheduler)
-    call = _Call(_local.task, companion)
+    call = _Call(thread_state.task, companion)
     companion.start(awaitable, call)
 
     def abort() -> bool:

@@ -26,7 +26,7 @@ import sys
 from typing import Any, Iterator
 
 from ..core.errors import asyncio_in_task
-from ..core.local import _local
+from ..core.local import thread_state
 
 __all__ = ["NOT_ASYNCIO", "refusing"]
 
@@ -37,7 +37,7 @@ class _NotAsyncio(asyncio.AbstractEventLoop):
     def __getattribute__(self, name: str) -> Any:
         if name.startswith("__") or name == "is_closed":
             return object.__getattribute__(self, name)
-        task = _local.task
+        task = thread_state.task
         who = task.name if task is not None else "code on a tinycoro context"
         caller = sys._getframe(1)
         module = caller.f_globals.get("__name__", "?")

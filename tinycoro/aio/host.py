@@ -8,7 +8,7 @@ into asyncio futures of the running loop:
   (``loop.add_reader``), so completions are reaped in a loop callback. SQEs prepared during one
   loop iteration are submitted together by one ``call_soon`` flush;
 * a :class:`~tinycoro.core.traps.Park` waits on the asyncio task's stand-in, an
-  :class:`AioWaiter`, whose ``_wake`` (called by a primitive on any thread) reaches the loop
+  :class:`AioWaiter`, whose ``wake`` (called by a primitive on any thread) reaches the loop
   through ``loop.call_soon_threadsafe``;
 * ``YIELD`` is a bare ``yield`` (asyncio's ``sleep(0)``), and ``await task`` of a tinycoro Task
   waits for its done callback.
@@ -270,7 +270,7 @@ _waiter_ids = itertools.count(1)
 class AioWaiter:
     """An asyncio task's stand-in on tinycoro waiter lists and as a Mutex owner.
 
-    ``_wake(value)`` may be called from any thread (a primitive's baton pass on a tinycoro
+    ``wake(value)`` may be called from any thread (a primitive's baton pass on a tinycoro
     context); the value reaches the asyncio task through its loop. A wake may arrive before the
     task has parked (between the primitive's enqueue and the park): it is kept for the park.
     """
@@ -289,7 +289,7 @@ class AioWaiter:
     def __repr__(self) -> str:
         return f"<asyncio task {self.name!r}>"
 
-    def _wake(self, value: Any = None) -> None:
+    def wake(self, value: Any = None) -> None:
         if threading.get_ident() == self._thread:
             self._deliver(value)
             return
@@ -430,11 +430,11 @@ def _join(task: Task, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, No
         except RuntimeError:  # the loop is closed: nobody waits any more
             pass
 
-    task._add_done_callback(done)
+    task.add_done_callback(done)
     try:
         yield from fut
     except _CancelledError:
-        task._unjoin(done)
+        task.remove_done_callback(done)
         raise
 
 

@@ -201,7 +201,7 @@ async def serve_here(handler: Callable[[Any], Any], host: str, port: int,
             conn = await lst.accept()
             t = tc.spawn(one(conn), name=getattr(handler, "__qualname__", "handler"))
             live.add(t)
-            t._add_done_callback(live.discard)
+            t.add_done_callback(live.discard)
 
     try:
         for _ in range(count):

@@ -1,5 +1,11 @@
 """Per-thread runtime state: which engine this thread drives and which task it is running.
 
+:data:`thread_state` is its public name, for the layers above the core (sync, io, net,
+channel, aio, kernel_ext) and :mod:`tinycoro.lowlevel`: they read ``thread_state.engine`` and
+``thread_state.task`` directly, an attribute read instead of a function call on the hot paths.
+Only the engine (and :func:`tinycoro.lowlevel.outside_engine`) writes them. Inside the core
+the same object is ``_local``.
+
 ``_local.engine`` and ``_local.task`` are read on every trap and by every Mutex lock and unlock,
 and the engine writes ``_local.task`` on every step, so their cost matters. The compiled
 ``tinycoro._clocal.Local`` keeps each in a C thread-local pointer: ~170 instructions per access
@@ -31,3 +37,5 @@ def _make() -> tuple[Any, bool]:
 
 
 _local, COMPILED = _make()
+thread_state = _local
+"""This thread's ``engine`` and ``task`` (``None`` outside tinycoro): see the module doc."""

@@ -8,7 +8,7 @@ import types
 from typing import Any, Callable, Coroutine
 
 from .. import uring
-from . import _ki
+from . import ki
 from .checks import check_seconds
 from .errors import DeadlockError, oserror
 from .local import _local
@@ -53,7 +53,7 @@ def run(
         raise RuntimeError("tc.run() cannot be called from inside a tinycoro task; await instead")
     # Ctrl-C from here on is recorded and acted on by loop() (or raised on the way out): never
     # raised in the middle of building the scheduler or submitting the task.
-    with _ki.defer_sigint():
+    with ki.defer_sigint():
         try:
             sched = Scheduler(contexts, dispatch=dispatch)
         except BaseException:

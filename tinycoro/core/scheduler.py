@@ -27,7 +27,7 @@ import time
 import types
 from typing import Any, Callable, Coroutine
 
-from . import _ki, traps
+from . import ki, traps
 from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
 from .errors import DeadlockError
@@ -239,8 +239,8 @@ class Scheduler:
             raise RuntimeError("this Scheduler is closed")
         self._mode = "loop"
         # Ctrl-C on the main thread is recorded, never raised inside this bookkeeping (DESIGN
-        # rule 12); it wakes _watch through a call on context 0 (_ki.SigintDeferred).
-        with _ki.defer_sigint() as interrupt:
+        # rule 12); it wakes _watch through a call on context 0 (ki.SigintDeferred).
+        with ki.defer_sigint() as interrupt:
             with self._lock:
                 if self._token == 0:
                     self._finish_locked()

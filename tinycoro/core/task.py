@@ -7,7 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generator
+from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, runtime_checkable
 
 from .errors import Cancelled
 from .local import _local
@@ -34,7 +34,28 @@ _copy_context = contextvars.copy_context
 PENDING, DONE = "pending", "done"
 
 
-def describe(task: "Task | None") -> str:
+@runtime_checkable
+class Waker(Protocol):
+    """What stands on a primitive's waiter list: something the primitive can wake.
+
+    A tinycoro :class:`Task` is one; so is an asyncio task's stand-in (``tc.aio``'s
+    ``AioWaiter``), which reaches its loop through ``call_soon_threadsafe``. ``wake(value)``
+    is called at most once per park, from any thread, by whoever took the waiter off the list
+    (baton passing, DESIGN rule 6); *value* is what the waiter's ``park`` returns. ``id`` and
+    ``name`` name it in reprs and deadlock reports. ``isinstance(x, Waker)`` checks that
+    those three are there (not their types).
+    """
+
+    @property
+    def id(self) -> object: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def wake(self, value: Any = None) -> None: ...
+
+
+def describe(task: "Waker | None") -> str:
     """A task's short name, ``<Task 3 'name'>`` (or ``None``). Unlike ``repr(task)`` it does
     not name what the task waits on, which may be a primitive whose repr names its owner task:
     with a lock-order deadlock, that would recurse."""
@@ -47,7 +68,12 @@ class Task:
     """A coroutine scheduled on one context. ``await task`` joins it.
 
     Only the owning context steps the coroutine. Other threads reach the task through
-    ``_wake`` (rescheduling it on its own context) and ``cancel``.
+    :meth:`wake` (rescheduling it on its own context), :meth:`interrupt` and :meth:`cancel`.
+
+    A Task is a :class:`Waker`: the low-level methods (:meth:`wake`, :meth:`interrupt`,
+    :meth:`withdraw`, :meth:`add_done_callback`, :meth:`remove_done_callback`) are what
+    primitives and integrations outside the core build on (docs/lowlevel.md,
+    :mod:`tinycoro.lowlevel`); application code uses ``await``, ``cancel`` and ``result``.
     """
 
     __slots__ = (
@@ -85,7 +111,9 @@ class Task:
         self.id = i = next(_ids)
         self._lock = _locks[i % _STRIPES]
         self._context = _copy_context() if context is None else context
-        self.name: str = name or getattr(coro, "__qualname__", type(coro).__name__)
+        if not name:
+            name = getattr(coro, "__qualname__", None) or type(coro).__name__
+        self.name: str = name
         self._engine = engine
         self._state = PENDING
         self._value: Any = None  # sent into the coroutine at its next step
@@ -134,7 +162,7 @@ class Task:
         Returns False if the task has already finished. The in-flight operation, if any, is
         cancelled in the kernel; its buffer stays alive until its completion arrives.
         """
-        return self._interrupt(Cancelled())
+        return self.interrupt(Cancelled())
 
     def __await__(self) -> Generator[Any, Any, Any]:
         if self._state is not DONE:
@@ -145,11 +173,11 @@ class Task:
             if me is self:
                 raise RuntimeError(f"{self!r} cannot await itself")
             with self._lock:
-                registered = self._state is not DONE
-                if registered:
-                    self._joiners.append(me)
-            if registered:
-                yield from park(Park(lambda: self._unjoin(me), self))
+                joiners = self._joiners  # None once DONE (set under this lock)
+                if joiners is not None:
+                    joiners.append(me)
+            if joiners is not None:
+                yield from park(Park(lambda: self.remove_done_callback(me), self))
         return self.result()
 
     def __repr__(self) -> str:
@@ -161,18 +189,26 @@ class Task:
             state = f"waiting on {describe(what) if type(what) is Task else repr(what)}"
         return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
 
-    # -- runtime internals ---------------------------------------------------------------------
-    def _wake(self, value: Any = None) -> None:
-        """Resume this parked task with *value*, on its own context. Any thread."""
+    # -- low level (tinycoro.lowlevel; docs/lowlevel.md) ----------------------------------------
+    def wake(self, value: Any = None) -> None:
+        """Resume this parked task with *value* (what its ``park`` returns), on its own context.
+        Any thread; at most once per park, by whoever took the task off its waiter list.
+
+        The :class:`Waker` protocol's one method: a primitive wakes whatever stands on its
+        waiter list this way, a Task or another event loop's stand-in (``tc.aio``).
+        """
         self._value = value
         self._engine.push(self)
 
-    def _interrupt(self, exc: BaseException) -> bool:
-        """Queue *exc* for delivery at the task's pending await; any thread.
+    def interrupt(self, exc: BaseException) -> bool:
+        """Queue *exc* to be raised at the task's pending await; any thread. False if the task
+        has finished. ``cancel()`` is ``interrupt(tc.Cancelled())``.
 
-        Interrupts queue up instead of replacing each other: a ``cancel()`` that arrives while
-        a timeout's signal is pending is delivered at the next await after it. A second plain
-        cancel while one is pending is a no-op.
+        The pending io_uring operation is cancelled in the kernel (its buffer stays alive
+        until its completion arrives), or the task is taken off the waiter list it is parked
+        on. Interrupts queue up instead of replacing each other: a ``cancel()`` that arrives
+        while a timeout's signal is pending is delivered at the next await after it. A second
+        plain cancel while one is pending is a no-op.
         """
         with self._lock:
             if self._state is DONE:
@@ -188,8 +224,9 @@ class Task:
         self._engine.call_soon(self._engine.deliver_cancel, self)
         return True
 
-    def _withdraw(self, exc: BaseException) -> bool:
-        """Take back *exc* if it is still pending (identity); True if it was.
+    def withdraw(self, exc: BaseException) -> bool:
+        """Take back *exc*, queued by :meth:`interrupt`, if it is still pending (identity);
+        True if it was.
 
         Owner thread only (a scope withdraws its own signal as it exits): so between the
         engine's ``abort()`` of a park and its ``_take_interrupt()`` nothing can withdraw.
@@ -216,25 +253,28 @@ class Task:
                 self._interrupts = None
             return exc
 
-    def _unjoin(self, joiner: "Task | Callable[[Task], None]") -> bool:
+    def remove_done_callback(self, fn: "Task | Callable[[Task], None]") -> bool:
+        """Unregister *fn* (added by :meth:`add_done_callback`); True if it was still there."""
         with self._lock:
-            if self._joiners is not None and joiner in self._joiners:
-                self._joiners.remove(joiner)
+            joiners = self._joiners
+            if joiners is not None and fn in joiners:
+                joiners.remove(fn)
                 return True
         return False
 
-    def _add_done_callback(self, fn: Callable[["Task"], None]) -> None:
-        """Call ``fn(task)`` when done (on the task's context), or now if already done."""
+    def add_done_callback(self, fn: Callable[["Task"], None]) -> None:
+        """Call ``fn(task)`` when the task is done (on the task's context, right after its
+        last step), or now if it is done already. *fn* must not block or raise."""
         with self._lock:
-            pending = self._state is not DONE
-            if pending:
-                self._joiners.append(fn)
-        if not pending:
+            joiners = self._joiners  # None once DONE (set under this lock)
+            if joiners is not None:
+                joiners.append(fn)
+        if joiners is None:
             fn(self)
 
     def _finish(self, result: Any, exc: BaseException | None) -> bool:
-        """Record the outcome and wake every joiner on its own context (owner thread only).
-        Returns whether anything (a joiner, a done callback) was waiting for it."""
+        """Runtime internal: record the outcome and wake every joiner on its own context (owner
+        thread only). Returns whether anything (a joiner, a done callback) was waiting for it."""
         self._result = result
         self._exception = exc
         self._coro = None
@@ -242,9 +282,9 @@ class Task:
         with self._lock:
             self._state = DONE
             joiners, self._joiners = self._joiners, None
-        for j in joiners:
+        for j in joiners or ():
             if type(j) is Task:
-                j._wake(None)
+                j.wake(None)
             else:
                 j(self)
         return bool(joiners)

@@ -4,7 +4,7 @@ A tinycoro coroutine suspends by yielding one of three things:
 
 * an :class:`Op`: "prepare this SQE on my context's ring, resume me with the CQE's ``res``";
 * a :class:`Park`: "I have put myself on a waiter list; resume me when someone calls
-  ``task._wake(value)``"; ``abort`` lets the engine take the task back off the list on cancel;
+  ``task.wake(value)``"; ``abort`` lets the engine take the task back off the list on cancel;
 * ``YIELD``: "put me at the back of the ready queue".
 
 Everything else (sleep, files, sockets, every primitive) is built from these. Each trap checks
@@ -89,7 +89,7 @@ _OUTSIDE = (
 # installed by a layer above (tinycoro.aio) runs the trap there. ``run(trap)`` returns a
 # generator to ``yield from`` (it yields that event loop's own futures), or None when it cannot
 # serve this thread; ``waiter()`` returns the task-like object that stands for the caller on a
-# primitive's waiter list (with ``_wake(value)``, ``id``, ``name``), or None. Only the
+# primitive's waiter list (a Waker: ``wake(value)``, ``id``, ``name``), or None. Only the
 # ``_local.engine is None`` branches below consult it: the engine's hot path is unchanged.
 # ``owner()`` returns what stands for the engine there: an object with ``call_soon(fn, *args)``
 # (any thread) and ``cancel_op(op)`` (its own thread), as closing a resource needs (rule 10).
@@ -166,7 +166,7 @@ def perform_raw(op: Op):
 
 @types.coroutine
 def park(ticket: Park):
-    """Suspend until woken; return the value the waker passed to ``task._wake``."""
+    """Suspend until woken; return the value the waker passed to ``task.wake``."""
     if _local.engine is None:
         return (yield from _outside(ticket))
     return (yield ticket)

@@ -1,6 +1,6 @@
 """What a primitive does when a second interrupt reaches a task that must not stop yet.
 
-A task's pending interrupts queue up (``Task._interrupt``; one is delivered per await). Two
+A task's pending interrupts queue up (``Task.interrupt``; one is delivered per await). Two
 kinds exist:
 
 * a real cancellation (``tc.Cancelled`` from ``task.cancel()``, or anything else thrown in);

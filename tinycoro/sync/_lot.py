@@ -8,12 +8,12 @@ it. Waiting is always the same three steps:
 3. ``await lot.park(waiter)``.
 
 Between steps 2 and 3 another thread may already have popped the waiter and called
-``task._wake(value)``: the engine copes with a wake that arrives before the park (the task is
+``task.wake(value)``: the engine copes with a wake that arrives before the park (the task is
 simply made ready again and the park returns at once), so no wakeup is lost in that gap.
 
 Waking is: under the lock, ``pop()`` the first live waiter and hand it whatever it waited for
 (ownership, a permit, an item: baton passing, DESIGN rule 6); release the lock; then call
-``waiter.task._wake(value)``, which reschedules the task on its own context.
+``waiter.task.wake(value)``, which reschedules the task on its own context.
 
 Cancellation uses lazy deletion. When a parked task is cancelled the engine calls ``abort()`` on
 the task's own context; under the lock, a waiter still queued is only *marked* dead (O(1)) and
@@ -29,8 +29,8 @@ import threading
 from collections import deque
 from typing import Any, Callable
 
-from ..core.local import _local
-from ..core.task import Task, describe
+from ..core.local import thread_state
+from ..core.task import Waker, describe
 from ..core.traps import Park, foreign_waiter, park
 
 _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
@@ -41,7 +41,7 @@ class Waiter:
 
     __slots__ = ("lot", "task", "item", "queued")
 
-    def __init__(self, lot: "ParkingLot", task: Task, item: Any) -> None:
+    def __init__(self, lot: "ParkingLot", task: Waker, item: Any) -> None:
         self.lot = lot
         self.task = task
         self.item = item
@@ -89,7 +89,7 @@ class ParkingLot:
 
     def enqueue(self, item: Any = None) -> Waiter:
         """Queue the calling task at the back; lock held. Call :meth:`park` once unlocked."""
-        task = _local.task
+        task = thread_state.task
         if task is None:
             task = foreign_waiter()  # an asyncio task's stand-in (tinycoro.aio), or None
         if task is None:
@@ -132,4 +132,4 @@ class ParkingLot:
 def wake_all(waiters: list[Waiter], value: Any) -> None:
     """Reschedule every popped waiter with *value*; call with the primitive's lock released."""
     for w in waiters:
-        w.task._wake(value)
+        w.task.wake(value)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import threading
 from typing import Any, Callable
 
-from ..core.local import _local
+from ..core.local import thread_state
 from ..core.traps import foreign_waiter
 from ._interrupts import keep_one
 from ._lot import ParkingLot, wake_all
@@ -61,7 +61,7 @@ class Condition:
         it is evaluated with the mutex held, and not waited for at all if already true.
         """
         m = self._mutex
-        me = _local.task
+        me = thread_state.task
         if me is None:
             me = foreign_waiter()
         if me is None or not m._locked or m._owner is not me:

@@ -45,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.local import _local
+from ..core.local import thread_state
 from ..core.task import Task, describe
 from ..core.traps import foreign_waiter
 from ._lot import ParkingLot, Waiter
@@ -94,7 +94,7 @@ class Mutex:
 
     async def lock(self) -> None:
         """Acquire the mutex, waiting in FIFO order behind earlier waiters if it is held."""
-        me = _local.task
+        me = thread_state.task
         if me is None:
             me = foreign_waiter() or _FOREIGN  # an asyncio task owns it through its stand-in
         if not self._contended:
@@ -121,7 +121,7 @@ class Mutex:
         if first is waiter:  # the mutex was free after all and nobody queued before us
             return
         if first is not None:
-            first.task._wake(None)
+            first.task.wake(None)
         # Whoever settles makes us the owner before waking us. If we were cancelled while that
         # wake was on its way, the engine calls _undo to pass the lock on before throwing
         # Cancelled.
@@ -129,7 +129,7 @@ class Mutex:
 
     def try_lock(self) -> bool:
         """Take the mutex if it is free and nobody waits for it; never waits."""
-        me = _local.task or foreign_waiter() or _FOREIGN
+        me = thread_state.task or foreign_waiter() or _FOREIGN
         with self._mu:
             if self._lot or not self._take_locked():
                 return False
@@ -138,7 +138,7 @@ class Mutex:
 
     def unlock(self) -> None:
         """Release the mutex, handing it straight to the first waiter if there is one."""
-        me = _local.task
+        me = thread_state.task
         if me is not None and self._owner is me:
             self._owner = None
             self._free.append(0)  # first the token, then the flag: see the module doc
@@ -161,7 +161,7 @@ class Mutex:
             first = self._settle_locked()
             mu.release()
             if first is not None:
-                first.task._wake(None)
+                first.task.wake(None)
             return
         mu.release()
         if not held:
@@ -206,7 +206,7 @@ class Mutex:
         with self._mu:
             first = self._settle_locked()
         if first is not None:
-            first.task._wake(None)
+            first.task.wake(None)
 
     def _undo(self, _value: Any) -> None:
         # Engine hook, on the cancelled waiter's context: it was made owner by a settle but is
@@ -216,11 +216,11 @@ class Mutex:
             self._free.append(0)
             first = self._settle_locked()
         if first is not None:
-            first.task._wake(None)
+            first.task.wake(None)
 
     async def __aenter__(self) -> "Mutex":
         # The uncontended path of lock(), inlined: one coroutine frame less per acquisition.
-        me = _local.task
+        me = thread_state.task
         if me is None:
             me = foreign_waiter() or _FOREIGN
         if not self._contended:

@@ -59,7 +59,7 @@ class Semaphore:
             if waiter is None:
                 self._value += 1
                 return
-        waiter.task._wake(None)
+        waiter.task.wake(None)
 
     def _undo(self, _value: Any) -> None:
         self.release()

@@ -7,7 +7,7 @@ inconsistent for good. DESIGN rule 12: the interrupt is raised only where *user*
 otherwise recorded and delivered at a safe point (the task's pending await, or the end of
 ``tc.run``). Three pieces, used by ``tc.run``/``Scheduler.loop`` and by the notebook cell runner:
 
-* :func:`user_code_interrupted` decides, from the interrupted frame, whether raising there is
+* :func:`user_frames_to` decides, from the interrupted frame, whether raising there is
   as safe as in a plain Python program (the idea of trio's KI protection, decided by module
   between the interrupted frame and the task's own outermost frame, instead of by marking
   functions);
@@ -16,6 +16,9 @@ otherwise recorded and delivered at a safe point (the task's pending await, or t
 * :class:`SignalWakeup` points ``signal.set_wakeup_fd`` at a socket that an engine keeps an
   io_uring receive pending on, so a signal wakes the engine's sleep point even when it arrives
   just before the blocking read, where no EINTR interrupts anything.
+
+Integrations outside the core (the notebook cell runner) use these through
+:mod:`tinycoro.lowlevel`, with :func:`protect_package` to mark their own frames as runtime code.
 """
 
 from __future__ import annotations
@@ -27,16 +30,13 @@ import signal
 import socket
 import threading
 from types import FrameType
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 from .. import uring
 from .traps import Op, perform_raw
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .task import Task
-
 __all__ = [
-    "user_code_interrupted", "user_frames_to", "defer_sigint", "SigintDeferred", "SignalWakeup",
+    "user_frames_to", "defer_sigint", "SigintDeferred", "SignalWakeup", "protect_package",
 ]
 
 # asyncio's and the selector's modules are runtime code too: a notebook cell that calls into
@@ -45,7 +45,9 @@ _RUNTIME_PACKAGES = {"tinycoro", "asyncio", "selectors"}
 
 
 def protect_package(name: str) -> None:
-    """Treat every module of top-level package *name* as runtime code (kernel_ext does this)."""
+    """Treat every module of top-level package *name* as runtime code: an interrupt landing in
+    its frames is deferred to a safe point (a runner or driver built outside tinycoro calls
+    this for its own package; ``tinycoro`` itself, ``tinycoro.kernel_ext`` included, is)."""
     _RUNTIME_PACKAGES.add(name)
 
 
@@ -54,26 +56,17 @@ def _is_runtime(frame: FrameType) -> bool:
     return name.partition(".")[0] in _RUNTIME_PACKAGES
 
 
-def user_code_interrupted(frame: FrameType | None, task: "Task") -> bool:
+def user_frames_to(frame: FrameType | None, outer: FrameType | None) -> bool:
     """True if a signal that interrupted *frame* may raise KeyboardInterrupt right there.
 
-    *task* is the task the engine is running on this thread. Raising is safe only when *frame*
-    and every frame out to the task's own outermost coroutine frame are the task's code (or
-    IPython's, or a library's it called): the exception then unwinds nothing but those frames
-    and reaches the engine as an ordinary task failure. A tinycoro frame on the way (the
-    engine's step that resumed the task, a trap, a primitive), or not reaching the task's
-    frame at all (the engine loop, its sleep point, the runner), means runtime code: the
-    interrupt must be deferred to a safe point.
-    """
-    return user_frames_to(frame, getattr(task._coro, "cr_frame", None))
-
-
-def user_frames_to(frame: FrameType | None, outer: FrameType | None) -> bool:
-    """True if *frame* and every frame out to *outer* (a task's outermost coroutine frame;
-    None once it finished) are not runtime code, so KeyboardInterrupt may be raised at *frame*.
-
-    The test behind :func:`user_code_interrupted`, for any outermost frame (the notebook cell
-    runner passes the cell coroutine's own frame, inside its forwarding wrapper).
+    *outer* is the outermost coroutine frame of the task running on this thread (None once it
+    finished; the notebook cell runner passes the cell coroutine's own frame, inside its
+    forwarding wrapper). Raising is safe only when *frame* and every frame out to *outer* are
+    the task's code (or IPython's, or a library's it called): the exception then unwinds
+    nothing but those frames and reaches the engine as an ordinary task failure. A runtime
+    frame on the way (the engine's step that resumed the task, a trap, a primitive), or not
+    reaching *outer* at all (the engine loop, its sleep point, the runner), means the interrupt
+    must be deferred to a safe point.
     """
     if outer is None:
         return False
