@@ -70,9 +70,17 @@ def build_echo_load(src: Path | None = None) -> Path:
 class EchoServer:
     """One echo server process of a given kind; ``port`` once it printed READY."""
 
-    def __init__(self, kind: str, contexts: int = 1, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        contexts: int = 1,
+        env: dict[str, str] | None = None,
+        wrap: list[str] | None = None,
+        ready_timeout: float = 20.0,
+    ) -> None:
         self.kind = kind
-        cmd = [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
+        # *wrap* runs the server under a tool (valgrind, for instructions per request)
+        cmd = list(wrap or []) + [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
         penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         if kind == URINGIO:
             py, why = uringio_python()
@@ -83,7 +91,7 @@ class EchoServer:
         self.proc = subprocess.Popen(
             cmd, cwd=str(REPO), env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
-        self.port = self._wait_ready(timeout=20.0)
+        self.port = self._wait_ready(timeout=ready_timeout)
 
     def _wait_ready(self, timeout: float) -> int:
         assert self.proc.stdout is not None

@@ -21,7 +21,7 @@ import math
 import mmap
 import os
 import stat as _stat
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from . import uring
 # bound once: no module attribute lookup per operation
@@ -35,7 +35,7 @@ from .uring import (
     prep_unlinkat,
     prep_write,
 )
-from .closing import PendingOps, close_fd
+from .closing import PendingOps, ResourceOp, close_fd
 from .core.checks import check_int, is_int
 from .core.errors import ClosedResourceError
 from .core.local import _local
@@ -69,7 +69,7 @@ MAX_OFFSET = (1 << 63) - 1
 # size (512 or 4096 here); requiring the page size satisfies every device.
 DIRECT_ALIGN = mmap.PAGESIZE
 # preadv2(RWF_NOWAIT): Linux >= 4.14. Where os lacks it, every read goes through the ring.
-_preadv = getattr(os, "preadv", None)
+_preadv: Callable[..., int] | None = getattr(os, "preadv", None)
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 FILE_READS_ENV = "TINYCORO_FILE_READS"  # "ring": no inline page-cache reads (tests, A/B runs)
 
@@ -91,7 +91,7 @@ def _pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
     first page is not cached; OSError otherwise."""
     buf = bytearray(size)
     try:
-        n = _preadv(fd, (buf,), offset, _RWF_NOWAIT)
+        n = _preadv(fd, (buf,), offset, _RWF_NOWAIT)  # type: ignore[misc]  # None: never called
     except BlockingIOError:
         return None
     return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
@@ -376,6 +376,7 @@ class AsyncFile:
             if self.direct:
                 _check_direct(None, 0, offset)
             return b""
+        buf: memoryview | bytearray
         if self.direct:
             _check_direct(None, size, offset)
             buf = aligned_buffer(size)
@@ -437,8 +438,8 @@ class AsyncFile:
         fd = self._fd
         while True:
             try:
-                n = _preadv(fd, (memoryview(buf)[got:] if got else buf,), offset + got,
-                            _RWF_NOWAIT)
+                n = _preadv(fd, (memoryview(buf)[got:] if got else buf,),  # type: ignore[misc]
+                            offset + got, _RWF_NOWAIT)  # (None: _inline is never set)
             except BlockingIOError:
                 return ~got
             except OSError as e:
@@ -479,8 +480,8 @@ class AsyncFile:
         # and for buffers beyond what one read(2) moves.
         while got < size:
             want = min(size - got, MAX_RW)
-            n = await ops.perform(
-                Op(prep_read, self._fd, view[got:] if got else view, want, offset + got)
+            n = await ResourceOp(
+                ops, prep_read, self._fd, view[got:] if got else view, want, offset + got
             )
             if n == 0:
                 break
@@ -555,14 +556,14 @@ class AsyncFile:
         while done < total:
             chunk = view[done:]
             off = offset if offset == _CURRENT_POSITION else offset + done
-            done += await ops.perform(
-                Op(prep_write, self._fd, chunk, min(total - done, MAX_RW), off)
+            done += await ResourceOp(
+                ops, prep_write, self._fd, chunk, min(total - done, MAX_RW), off
             )
         return total
 
     async def fsync(self) -> None:
         self._check_open()
-        await self._ops.perform(Op(prep_fsync, self._fd, 0))
+        await ResourceOp(self._ops, prep_fsync, self._fd, 0)
 
     async def close(self) -> None:
         """Close the file (an io_uring close). Closing twice is a no-op.
