@@ -1,5 +1,5 @@
 """One awaitable per operation (DESIGN rule 14, issue 20): a stream's recv and sendall, a
-listener's accept and a file's ring read are each the awaitable their call returns, so an
+listener's accept and a file's ring reads and writes are each the awaitable their call returns, so an
 operation costs the awaiting coroutine one generator frame, not a chain of wrapper coroutines.
 Around that: the stream's reused ops are really reused, an op is still what ``tc.spawn`` and
 ``asyncio.create_task`` take, and a stream is freed without the cycle collector."""
@@ -65,37 +65,47 @@ def test_recv_and_sendall_each_cost_one_generator_frame():
     assert created == ["_SendallOp.__await__", "_RecvOp.__await__"]
 
 
-def test_accept_and_file_reads_skip_the_wrapper_coroutines(tmp_path):
+def test_accept_and_file_ring_operations_skip_the_wrapper_coroutines(tmp_path):
     path = tmp_path / "f.bin"
     path.write_bytes(b"abcdefgh" * 512)
+
+    def traced(counter, aw):
+        async def run():
+            sys.settrace(counter)
+            try:
+                return await aw
+            finally:
+                sys.settrace(None)
+        return run()
 
     async def main():
         lst = await tc.net.listen()
         client = await tc.net.connect("127.0.0.1", lst.port)
-        counter = _FrameCounter()
-        sys.settrace(counter)
-        try:
-            conn = await lst.accept()
-        finally:
-            sys.settrace(None)
-        accepted = counter.created
-        f = await tc.io.open(path, "rb")
+        frames = {}
+        frames["accept"] = _FrameCounter()
+        conn = await traced(frames["accept"], lst.accept())
+        f = await tc.io.open(path, "r+b")
         f._inline = False  # the ring path, not the page-cache read done inline
-        counter = _FrameCounter()
-        sys.settrace(counter)
-        try:
-            data = await f.read_at(8, 8)
-        finally:
-            sys.settrace(None)
+        frames["read_at"] = _FrameCounter()
+        data = await traced(frames["read_at"], f.read_at(8, 8))
+        buf = bytearray(8)
+        frames["readinto_at"] = _FrameCounter()
+        n = await traced(frames["readinto_at"], f.readinto_at(buf, 16))
+        frames["write_at"] = _FrameCounter()
+        w = await traced(frames["write_at"], f.write_at(b"ABCDEFGH", 0))
         for c in (f, conn, client, lst):
             await c.close()
-        return accepted, data, counter.created
+        return {k: v.created for k, v in frames.items()}, (data, n, bytes(buf), w)
 
-    accepted, data, read = tc.run(main(), contexts=1)
-    assert data == b"abcdefgh"
-    assert "PendingOps.perform" not in accepted + read and "perform_raw" not in accepted + read
-    assert accepted.count("_AcceptOp.__await__") == 1
-    assert read.count("ResourceOp.__await__") == 1
+    created, results = tc.run(main(), contexts=1)
+    assert results == (b"abcdefgh", 8, b"abcdefgh", 8)
+    assert path.read_bytes()[:16] == b"ABCDEFGHabcdefgh"
+    assert created == {
+        "accept": ["_AcceptOp.__await__"],
+        "read_at": ["AsyncFile.read_at", "_RingRead.__await__"],  # the page-cache path's frame
+        "readinto_at": ["_RingRead.__await__"],
+        "write_at": ["_RingWrite.__await__"],
+    }
 
 
 def test_a_streams_sendall_and_recv_reuse_their_ops(contexts):

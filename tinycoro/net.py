@@ -288,7 +288,24 @@ class _AcceptOp(ResourceOp):
         return f"accept on {where}"
 
     def __await__(self) -> Generator[Any, Any, "Stream"]:
-        fd = yield from ResourceOp.__await__(self)
+        pending = self.pending
+        ops = pending._ops
+        engine = _local.engine
+        ops[self] = engine if engine is not None else foreign_owner()
+        if pending.closed:
+            del ops[self]
+            raise pending._error()
+        try:
+            if engine is not None:
+                fd = yield self
+            else:
+                fd = yield from _outside(self)
+        finally:
+            del ops[self]
+        if fd < 0:
+            if pending.closed:
+                raise ClosedResourceError(CLOSED_WHILE_WAITING)
+            raise oserror(fd, self.what)
         listener = self.listener
         return listener._stream(listener._wrap(fd))
 
