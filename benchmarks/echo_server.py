@@ -1,14 +1,18 @@
 """The echo servers, one process each: ``python -m benchmarks.echo_server KIND [CONTEXTS]``.
 
-KIND is one of ``tinycoro``, ``asyncio-streams``, ``asyncio-protocol``, ``uvloop-protocol``.
+KIND is one of ``tinycoro``, ``asyncio-streams``, ``asyncio-protocol``, ``uvloop-streams``,
+``uvloop-protocol``.
 Each binds 127.0.0.1 on a free port, prints ``READY <port>`` and serves until killed. Every
 server echoes whatever it receives, as soon as it receives it, with the idiom its library
 recommends:
 
 * tinycoro: one task per connection, ``recv`` into the stream's reused buffer, ``sendall``;
 * asyncio streams: ``start_server`` + ``reader.read`` / ``writer.write`` / ``await drain()``;
-* asyncio / uvloop protocol: ``transport.write(data)`` inside ``data_received``; uvloop runs with
-  its event loop policy.
+* asyncio / uvloop protocol: ``transport.write(data)`` inside ``data_received``;
+* uvloop streams: the asyncio streams server above on uvloop's loop, the like-for-like peer of
+  a coroutine API (a coroutine per connection awaiting each read and write).
+
+uvloop runs with its event loop policy.
 
 With ``TINYCORO_BENCH_PROFILE=<path>`` the tinycoro server profiles its context thread with
 cProfile for ``TINYCORO_BENCH_PROFILE_SECS`` seconds (default 5), then writes the stats to
@@ -22,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-KINDS = ("tinycoro", "asyncio-streams", "asyncio-protocol", "uvloop-protocol")
+KINDS = ("tinycoro", "asyncio-streams", "asyncio-protocol", "uvloop-streams", "uvloop-protocol")
 HOST = "127.0.0.1"
 BACKLOG = 1024
 
@@ -129,7 +133,7 @@ def main(argv: list[str]) -> None:
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        asyncio.run(_protocol_main())
+        asyncio.run(_streams_main() if kind == "uvloop-streams" else _protocol_main())
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class Series:
     label: str
     fn: Callable[[], Sample] | None = None
     skip: str | None = None
+    instructions: float | None = None  # user-space instructions per request (callgrind), once per run
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class SeriesResult:
     label: str
     samples: list[Sample] = field(default_factory=list)
     skip: str | None = None
+    instructions: float | None = None
 
     @property
     def median(self) -> float | None:
@@ -138,7 +140,10 @@ def _measure(series: Series) -> Sample:
 def run_case(case: Case, reps: int, warmup: int = 0, log: Callable[[str], None] = print) -> CaseResult:
     """Run every series of *case* ``warmup + reps`` times, rotating the order each rep."""
     t0 = time.perf_counter()
-    results = {s.label: SeriesResult(s.label, skip=case.skip or s.skip) for s in case.series}
+    results = {
+        s.label: SeriesResult(s.label, skip=case.skip or s.skip, instructions=s.instructions)
+        for s in case.series
+    }
     live = [s for s in case.series if results[s.label].skip is None]
     for rep in range(warmup + reps):
         k = rep % len(live) if live else 0
@@ -190,12 +195,13 @@ def _fmt_target(t: float | None) -> str:
 
 
 def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
-    """Rows: workload, case, runtime, median, unit, p99, server CPU, min-max over reps, reps."""
+    """Rows: workload, case, runtime, median, unit, p99, server CPU, instructions per request,
+    min-max over reps, reps."""
     rows = []
     for cr in results:
         for s in cr.series:
             if s.skip:
-                rows.append([cr.case.workload, cr.case.case, s.label, f"skipped: {s.skip}", "", "", "", "", ""])
+                rows.append([cr.case.workload, cr.case.case, s.label, f"skipped: {s.skip}", "", "", "", "", "", ""])
                 continue
             lo, hi = s.spread  # type: ignore[misc]
             p99, cpu = s.p99_us, s.cpu_us
@@ -208,6 +214,7 @@ def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
                     cr.case.unit,
                     "-" if p99 is None else f"{p99:.0f}",
                     "-" if cpu is None else f"{cpu[0]:.1f} + {cpu[1]:.1f}",
+                    "-" if s.instructions is None else f"{s.instructions / 1e3:.1f} k",
                     f"{_fmt_value(lo)} - {_fmt_value(hi)}",
                     str(len(s.samples)),
                 ]
@@ -217,7 +224,7 @@ def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
 
 MEDIAN_HEADER = [
     "workload", "case", "runtime", "median", "unit", "p99 us",
-    "server CPU us/req (user + sys)", "min - max", "reps",
+    "server CPU us/req (user + sys)", "instructions/req (callgrind)", "min - max", "reps",
 ]
 RATIO_HEADER = ["workload", "case", "ratio", "value", "target", "status"]
 

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from benchmarks.harness import Case, Ratio, Sample, Series, format_tables, ratio_rows, run_case
+from benchmarks.harness import (
+    MEDIAN_HEADER,
+    Case,
+    Ratio,
+    Sample,
+    Series,
+    format_tables,
+    medians_rows,
+    ratio_rows,
+    run_case,
+)
 
 
 def _const(log: list[str], label: str, values: list[float]):
@@ -82,3 +92,21 @@ def test_echo_cases_are_skipped_with_the_reason_without_the_load_generator(tmp_p
     with ExitStack() as stack:
         case = w_echo.build(config.TINY, stack)[0]
     assert case.skip == "no C compiler (gcc) to build echo_load"
+
+
+def test_cpu_and_instructions_per_request_stand_beside_the_rate() -> None:
+    case = Case(
+        "w",
+        "c",
+        "req/s",
+        [
+            Series("tinycoro", lambda: Sample(100.0, cpu_us=(1.5, 2.5)), instructions=12_345.0),
+            Series("peer", lambda: Sample(50.0, cpu_us=(0.5, 3.0))),
+        ],
+    )
+    res = run_case(case, reps=1, log=lambda _m: None)
+    rows = {r[2]: dict(zip(MEDIAN_HEADER, r)) for r in medians_rows([res])}
+    assert rows["tinycoro"]["server CPU us/req (user + sys)"] == "1.5 + 2.5"
+    assert rows["tinycoro"]["instructions/req (callgrind)"] == "12.3 k"
+    assert rows["peer"]["instructions/req (callgrind)"] == "-"
+    assert all(len(r) == len(MEDIAN_HEADER) for r in medians_rows([res]))

@@ -96,6 +96,36 @@ def test_echo_load_reports_an_echo_that_differs() -> None:
             w_echo.run_load(exe, port, conns=2, size=64, seconds=0.3)
 
 
+@needs_cc
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["tinycoro", "asyncio-streams", "uvloop-streams", "uvloop-protocol"])
+def test_every_echo_server_echoes(kind: str) -> None:
+    # uvloop streams is the like-for-like peer of tinycoro's streams (issue 20)
+    if kind.startswith("uvloop"):
+        pytest.importorskip("uvloop")
+    exe = w_echo.build_echo_load()
+    srv = w_echo.EchoServer(kind, 1)
+    try:
+        sample = w_echo.run_load(exe, srv.port, conns=4, size=64, seconds=0.3, server_pid=srv.proc.pid)
+    finally:
+        srv.close()
+    assert sample.value > 0 and sample.cpu_us is not None
+
+
+@needs_cc
+@pytest.mark.timeout(300)
+def test_instructions_per_request_are_counted_under_callgrind() -> None:
+    import shutil
+
+    from benchmarks.profile import echo_instructions
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind not installed")
+    value, note = echo_instructions("tinycoro", seconds=0.5, conns=4)
+    assert value is not None and value > 0, note
+    assert "requests under callgrind" in note
+
+
 def test_direct_rows_say_when_fio_is_missing(monkeypatch) -> None:
     monkeypatch.setattr(w_direct.shutil, "which", lambda _name: None)
     with ExitStack() as stack:

@@ -3,7 +3,8 @@
 io_uring holds its own reference to the file of every in-flight operation, so closing the
 descriptor does not end another task's pending ``recv``, ``accept`` or ``read``. Each resource
 therefore keeps a :class:`PendingOps`: the operations awaited on it right now, with the engine
-each runs on. ``close()`` marks it closed and asks every such engine, on its own thread
+each runs on. Its operations are :class:`ResourceOp` objects, awaitables that enter themselves
+there when they start and leave when they complete, in the awaiting task's one frame. ``close()`` marks it closed and asks every such engine, on its own thread
 (DESIGN rule 2), to cancel the operation in the kernel; the awaiting task turns the cancelled
 completion into :class:`~tinycoro.core.errors.ClosedResourceError` (DESIGN rule 10). It is not a
 ``tc.Cancelled``: closing a resource does not cancel the task that waited on it.
@@ -17,14 +18,16 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from typing import Any, Callable, Generator
 
 from .core.errors import ClosedResourceError, oserror
 from .core.local import thread_state as _local
-from .core.traps import Op, foreign_owner, perform_raw
+from .core.traps import Op, run_outside, foreign_owner, perform_raw
 from .uring import prep_close  # bound once: no module attribute lookup per close
 
-__all__ = ["PendingOps", "close_fd"]
+__all__ = ["PendingOps", "ResourceOp", "close_fd"]
+
+CLOSED_WHILE_WAITING = "the resource was closed while this operation waited on it"
 
 _closing = threading.Lock()  # only close() takes it: closing is rare, operations are not
 
@@ -38,7 +41,7 @@ class PendingOps:
 
     An operation either sees the resource closed before it starts or is in the set that
     ``close()`` cancels. No lock orders the two: each side writes first and reads second
-    (``perform`` adds its op, then reads ``closed``; ``close`` sets ``closed``, then copies the
+    (an op's ``__await__`` adds the op, then reads ``closed``; ``close`` sets ``closed``, then copies the
     set), and under the GIL every one of those steps is atomic and seen in program order, so
     at least one side sees the other (Dekker's argument; both may, which is harmless: an op
     that never reached a ring is not in flight, and ``cancel_op`` ignores it). A
@@ -49,7 +52,7 @@ class PendingOps:
     __slots__ = ("_ops", "closed", "_error")
 
     def __init__(self, error: Callable[[], BaseException]) -> None:
-        self._ops: dict[Op, object] = {}
+        self._ops: dict[Op, Any] = {}  # op -> the engine (or loop host) it runs on
         self.closed = False
         self._error = error  # builds the exception for "used after close"
 
@@ -59,27 +62,6 @@ class PendingOps:
     def check(self) -> None:
         if self.closed:
             raise self._error()
-
-    async def perform(self, op: Op) -> int:
-        """Run *op* like :func:`~tinycoro.core.traps.perform`; ClosedResourceError if the
-        resource is closed before it starts or while it is pending."""
-        engine = _local.engine
-        if engine is None:  # an asyncio task: its op runs on the loop's hosted ring
-            engine = foreign_owner()
-        ops = self._ops
-        ops[op] = engine
-        if self.closed:
-            del ops[op]
-            raise self._error()
-        try:
-            res = await perform_raw(op)
-        finally:
-            del ops[op]
-        if res < 0:
-            if self.closed:
-                raise ClosedResourceError("the resource was closed while this operation waited on it")
-            raise oserror(res, op.what)
-        return res
 
     def close(self) -> bool:
         """Mark closed and cancel every pending operation; False if it was closed already."""
@@ -95,6 +77,48 @@ class PendingOps:
             # queued now runs at the engine's next turn, after that step has placed the SQE.
             engine.call_soon(_cancel_on_owner, engine, op)
         return True
+
+
+class ResourceOp(Op):
+    """An operation on a resource that ``close()`` can end (DESIGN rule 10): ``await`` it for
+    its result, ``OSError`` if it fails, ``tc.ClosedResourceError`` if the resource is closed
+    before it starts or while it is pending.
+
+    The close-tracking is done in the op's own ``__await__``, around its one yield: the op
+    enters its resource's :class:`PendingOps` before it yields (so ``close()`` finds it, or
+    it sees ``closed``), and leaves it once resumed, by its completion or by an interrupt.
+    Subclasses with a result of their own (a stream's recv) write out the same steps.
+    """
+
+    __slots__ = ("pending",)
+
+    def __init__(
+        self, pending: PendingOps, prep: Callable[..., None], *args: Any, returns_fd: bool = False
+    ) -> None:
+        Op.__init__(self, prep, *args, returns_fd=returns_fd)
+        self.pending = pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        pending = self.pending
+        ops = pending._ops
+        engine = _local.engine
+        # engine None: an asyncio task, whose op runs on its loop's hosted ring
+        ops[self] = engine if engine is not None else foreign_owner()
+        if pending.closed:
+            del ops[self]
+            raise pending._error()
+        try:
+            if engine is not None:
+                res = yield self
+            else:
+                res = yield from run_outside(self)
+        finally:
+            del ops[self]
+        if res < 0:
+            if pending.closed:
+                raise ClosedResourceError(CLOSED_WHILE_WAITING)
+            raise oserror(res, self.what)
+        return res
 
 
 async def close_fd(fd: int) -> None:

@@ -21,7 +21,7 @@ import math
 import mmap
 import os
 import stat as _stat
-from typing import Any, Union
+from typing import Any, Awaitable, Callable, Generator, Union
 
 from . import compiled, uring
 # bound once: no module attribute lookup per operation
@@ -35,11 +35,11 @@ from .uring import (
     prep_unlinkat,
     prep_write,
 )
-from .closing import PendingOps, close_fd
+from .closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp, close_fd
 from .core.checks import check_int, is_int
-from .core.errors import ClosedResourceError
+from .core.errors import ClosedResourceError, oserror
 from .core.local import thread_state as _local
-from .core.traps import Op, perform, yield_now
+from .core.traps import Op, Ready, run_outside, foreign_owner, perform, yield_now
 
 __all__ = [
     "AsyncFile",
@@ -69,7 +69,7 @@ MAX_OFFSET = (1 << 63) - 1
 # size (512 or 4096 here); requiring the page size satisfies every device.
 DIRECT_ALIGN = mmap.PAGESIZE
 # preadv2(RWF_NOWAIT): Linux >= 4.14. Where os lacks it, every read goes through the ring.
-_preadv = getattr(os, "preadv", None)
+_preadv: Callable[..., int] | None = getattr(os, "preadv", None)
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 FILE_READS_ENV = "TINYCORO_FILE_READS"  # "ring": no inline page-cache reads (tests, A/B runs)
 
@@ -91,7 +91,7 @@ def _pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
     first page is not cached; OSError otherwise."""
     buf = bytearray(size)
     try:
-        n = _preadv(fd, (buf,), offset, _RWF_NOWAIT)
+        n = _preadv(fd, (buf,), offset, _RWF_NOWAIT)  # type: ignore[misc]  # None: never called
     except BlockingIOError:
         return None
     return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
@@ -245,6 +245,129 @@ def _closed_file_error(name: str) -> Any:
     return lambda: ValueError(f"I/O operation on closed file {name!r}")
 
 
+_ZERO = Ready(0)
+_EMPTY = Ready(b"")
+
+
+def _size_words(n: int) -> str:
+    return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
+
+
+class _RingRead(ResourceOp):
+    """Fill a buffer from an offset through the ring: the awaitable a file's ring read is
+    (DESIGN rule 14). One read almost always fills it; it reads on after a short read (short
+    only at EOF; an O_DIRECT read that comes back short is EOF) and for buffers beyond what
+    one read(2) moves, in this same frame. Its result is the byte count, or with *out* (the
+    buffer *view* looks at) the bytes read."""
+
+    __slots__ = ("view", "offset", "got", "direct", "out", "name")
+
+    def __init__(
+        self, file: "AsyncFile", view: memoryview, offset: int, got: int = 0, out: Any = None
+    ) -> None:
+        want = min(len(view) - got, MAX_RW)
+        ResourceOp.__init__(
+            self, file._ops, prep_read, file._fd, view[got:] if got else view, want, offset + got
+        )
+        self.view = view
+        self.offset = offset
+        self.got = got
+        self.direct = file.direct
+        self.out = out
+        self.name = file.name
+
+    def describe(self) -> str:
+        args = self.args
+        if not args:
+            return f"read from {self.name}"
+        return f"read {_size_words(args[2])} at {args[3]} from {os.path.basename(self.name)}"
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        pending = self.pending
+        ops = pending._ops
+        engine = _local.engine
+        view = self.view
+        size = len(view)
+        got = self.got
+        ops[self] = engine if engine is not None else foreign_owner()
+        try:
+            while got < size:
+                if pending.closed:
+                    raise pending._error()
+                if engine is not None:
+                    res = yield self
+                else:
+                    res = yield from run_outside(self)
+                if res < 0:
+                    if pending.closed:
+                        raise ClosedResourceError(CLOSED_WHILE_WAITING)
+                    raise oserror(res, self.what)
+                if res == 0:
+                    break  # EOF
+                want = self.args[2]
+                got += res
+                if got >= size or (self.direct and res < want):
+                    break
+                self.args = (self.args[0], view[got:], min(size - got, MAX_RW), self.offset + got)
+        finally:
+            del ops[self]
+        out = self.out
+        if out is None:
+            return got
+        if got == size and not self.direct:
+            return bytes(out)
+        return bytes(out[:got])
+
+
+class _RingWrite(ResourceOp):
+    """Write all of a buffer at an offset (or at the file position: _CURRENT_POSITION)
+    through the ring, in as many writes as it takes, in this one frame; the total."""
+
+    __slots__ = ("view", "offset", "name")
+
+    def __init__(self, file: "AsyncFile", view: memoryview, offset: int) -> None:
+        ResourceOp.__init__(
+            self, file._ops, prep_write, file._fd, view, min(len(view), MAX_RW), offset
+        )
+        self.view = view
+        self.offset = offset
+        self.name = file.name
+
+    def describe(self) -> str:
+        args = self.args
+        where = "" if self.offset == _CURRENT_POSITION else f" at {args[3]}"
+        return f"write {_size_words(args[2])}{where} to {os.path.basename(self.name)}"
+
+    def __await__(self) -> Generator[Any, Any, int]:
+        pending = self.pending
+        ops = pending._ops
+        engine = _local.engine
+        view = self.view
+        total = len(view)
+        offset = self.offset
+        done = 0
+        ops[self] = engine if engine is not None else foreign_owner()
+        try:
+            while True:
+                if pending.closed:
+                    raise pending._error()
+                if engine is not None:
+                    res = yield self
+                else:
+                    res = yield from run_outside(self)
+                if res < 0:
+                    if pending.closed:
+                        raise ClosedResourceError(CLOSED_WHILE_WAITING)
+                    raise oserror(res, self.what)
+                done += res
+                if done >= total:
+                    return total
+                off = offset if offset == _CURRENT_POSITION else offset + done
+                self.args = (self.args[0], view[done:], min(total - done, MAX_RW), off)
+        finally:
+            del ops[self]
+
+
 class AsyncFile:
     """A file opened with :func:`open`. Reads and writes go through io_uring.
 
@@ -360,18 +483,29 @@ class AsyncFile:
         self._pos += n
         return n
 
-    async def readinto_at(self, buf: Any, offset: int) -> int:
-        """Read into *buf* from *offset*, straight from the kernel (no copy); 0 at EOF."""
+    def readinto_at(self, buf: Any, offset: int) -> Awaitable[int]:
+        """Read into *buf* from *offset*, straight from the kernel (no copy); 0 at EOF.
+
+        A file read through the ring only (O_DIRECT, not a regular file) returns the ring
+        read itself to await (DESIGN rule 14); others may read the page cache inline first."""
         view = _writable_view(buf, "readinto_at")
         offset = _check_offset(offset)
         self._check_readable()
-        return await self._read_into(view, offset)
+        if self._inline:
+            return self._read_into(view, offset)
+        size = len(view)
+        if not size:
+            return _ZERO
+        if self.direct:
+            _check_direct(view, size, offset)
+        return _RingRead(self, view, offset)
 
-    async def _pread(self, size: int, offset: int) -> bytes:
+    def _pread(self, size: int, offset: int) -> Awaitable[bytes]:
         if size == 0:
             if self.direct:
                 _check_direct(None, 0, offset)
-            return b""
+            return _EMPTY
+        buf: memoryview | bytearray
         if self.direct:
             _check_direct(None, size, offset)
             buf = aligned_buffer(size)
@@ -379,6 +513,11 @@ class AsyncFile:
             # bytearray(n) is calloc'd: large ones come as untouched zero pages, so the one
             # real copy is bytes() below (a bytes object cannot be filled in place).
             buf = bytearray(size)
+        if not self._inline:  # the ring only: its read op is the awaitable, and makes bytes
+            return _RingRead(self, memoryview(buf), offset, 0, buf)
+        return self._pread_inline(buf, size, offset)
+
+    async def _pread_inline(self, buf: Any, size: int, offset: int) -> bytes:
         got = await self._read_into(memoryview(buf), offset, checked=True)
         if got == size and not self.direct:
             return bytes(buf)
@@ -433,8 +572,8 @@ class AsyncFile:
         fd = self._fd
         while True:
             try:
-                n = _preadv(fd, (memoryview(buf)[got:] if got else buf,), offset + got,
-                            _RWF_NOWAIT)
+                n = _preadv(fd, (memoryview(buf)[got:] if got else buf,),  # type: ignore[misc]
+                            offset + got, _RWF_NOWAIT)  # (None: _inline is never set)
             except BlockingIOError:
                 return ~got
             except OSError as e:
@@ -465,25 +604,10 @@ class AsyncFile:
             got = await self._ring_read(memoryview(buf), offset, ~got)
         return bytes(buf) if got == size else bytes(memoryview(buf)[:got])
 
-    async def _ring_read(self, view: memoryview, offset: int, got: int) -> int:
+    def _ring_read(self, view: memoryview, offset: int, got: int) -> Awaitable[int]:
         """Fill *view* from *offset* through the ring, its first *got* bytes being there
-        already; the total, short only at EOF."""
-        size = len(view)
-        direct = self.direct
-        ops = self._ops
-        # One read almost always fills the buffer (page cache); the loop is for short reads
-        # and for buffers beyond what one read(2) moves.
-        while got < size:
-            want = min(size - got, MAX_RW)
-            n = await ops.perform(
-                Op(prep_read, self._fd, view[got:] if got else view, want, offset + got)
-            )
-            if n == 0:
-                break
-            got += n
-            if direct and n < want:
-                break
-        return got
+        already; the total, short only at EOF (see _RingRead)."""
+        return _RingRead(self, view, offset, got)
 
     async def readline(self) -> bytes:
         """The next line from the current position, with its ``b"\\n"``; ``b""`` at EOF."""
@@ -534,31 +658,26 @@ class AsyncFile:
             self._pos += n
         return n
 
-    async def write_at(self, data: Any, offset: int) -> int:
-        """Write all of *data* at *offset*; returns the number of bytes written."""
+    def write_at(self, data: Any, offset: int) -> Awaitable[int]:
+        """Write all of *data* at *offset*; the awaited result is the number of bytes written
+        (the write op itself: DESIGN rule 14)."""
         view = _as_bytes_view(data, "write_at")
         offset = _check_offset(offset)
         self._check_open()
-        return await self._pwrite(view, offset)
+        return self._pwrite(view, offset)
 
-    async def _pwrite(self, view: memoryview, offset: int) -> int:
+    def _pwrite(self, view: memoryview, offset: int) -> Awaitable[int]:
         total = len(view)
         self._lbuf = b""
         if self.direct and total:
             _check_direct(view, total, 0 if offset == _CURRENT_POSITION else offset)
-        ops = self._ops
-        done = 0
-        while done < total:
-            chunk = view[done:]
-            off = offset if offset == _CURRENT_POSITION else offset + done
-            done += await ops.perform(
-                Op(prep_write, self._fd, chunk, min(total - done, MAX_RW), off)
-            )
-        return total
+        if not total:
+            return _ZERO
+        return _RingWrite(self, view, offset)
 
     async def fsync(self) -> None:
         self._check_open()
-        await self._ops.perform(Op(prep_fsync, self._fd, 0))
+        await ResourceOp(self._ops, prep_fsync, self._fd, 0)
 
     async def close(self) -> None:
         """Close the file (an io_uring close). Closing twice is a no-op.

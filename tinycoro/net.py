@@ -21,7 +21,8 @@ import os
 import select
 import socket
 import threading
-from typing import Any
+import weakref
+from typing import Any, Awaitable, Callable, Generator
 
 from . import uring
 # bound once: no module attribute lookup per operation
@@ -35,10 +36,11 @@ from .uring import (
     prep_shutdown,
     prep_splice,
 )
-from .closing import PendingOps, close_fd
+from .closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp, close_fd
 from .core.checks import check_int
-from .core.errors import ClosedResourceError
-from .core.traps import Op, perform
+from .core.errors import ClosedResourceError, oserror
+from .core.local import _local
+from .core.traps import Op, Ready, run_outside, foreign_owner, perform
 from .io import MAX_OFFSET, MAX_RW, _as_bytes_view, _path_bytes
 from .sync import Event
 
@@ -130,6 +132,184 @@ def _closed_error(kind: str):
     return lambda: ClosedResourceError(f"operation on a closed {kind}")
 
 
+# -- a stream's operations: each is the awaitable its call returns (DESIGN rule 14) ----------
+_NONE = Ready(None)  # what sendall returns for nothing to send
+_ZERO = Ready(0)
+
+
+def _peer_of(ref: Callable[[], Any]) -> str:
+    """The peer of the stream behind the weak reference *ref*, for describe()."""
+    stream = ref()
+    if stream is None or stream.closed:
+        return "a closed stream"
+    try:
+        peer = stream.getpeername()
+    except OSError:
+        return "?"
+    if isinstance(peer, tuple):
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer) or "an unnamed socket"
+
+
+class _RecvOp(ResourceOp):
+    """A stream's ``recv(max_bytes)``: awaiting it receives into the stream's buffer and
+    returns a copy, ``b""`` at EOF.
+
+    A stream keeps one, for its last *max_bytes*, and hands the same op to every recv: only
+    one recv at a time may use the buffer, and the token (see ``Stream.__init__``) says who;
+    the op is taken in ``__await__``, so an op that is never awaited holds nothing. The
+    close-tracking of :class:`ResourceOp` is written out here, in this one frame.
+    """
+
+    __slots__ = ("view", "token", "owner")
+
+    def __init__(self, stream: "Stream", buf: bytearray, max_bytes: int) -> None:
+        ResourceOp.__init__(self, stream._ops, prep_recv, stream._fd, buf, max_bytes, 0)
+        self.view = memoryview(buf)
+        self.token = stream._recv_token
+        self.owner = weakref.ref(stream)  # weak: the stream holds this op (no cycle)
+
+    def describe(self) -> str:
+        return f"recv from {_peer_of(self.owner)}"
+
+    def __await__(self) -> Generator[Any, Any, bytes]:
+        token = self.token
+        pending = self.pending
+        try:
+            token.pop()
+        except KeyError:
+            pending.check()
+            stream = self.owner()
+            kind = type(stream).__name__ if stream is not None else "stream"
+            raise RuntimeError(f"another task is already receiving on this {kind}") from None
+        try:
+            ops = pending._ops
+            engine = _local.engine
+            ops[self] = engine if engine is not None else foreign_owner()
+            if pending.closed:
+                del ops[self]
+                raise pending._error()
+            try:
+                # If this await is cancelled, Cancelled is raised only after the kernel posted
+                # the recv's completion, so the buffer (and the op) are free again by then.
+                if engine is not None:
+                    res = yield self
+                else:
+                    res = yield from run_outside(self)
+            finally:
+                del ops[self]
+            if res < 0:
+                if pending.closed:
+                    raise ClosedResourceError(CLOSED_WHILE_WAITING)
+                raise oserror(res, self.what)
+            # copied before the token goes back: the next recv reuses the buffer
+            return bytes(self.view[:res])
+        finally:
+            token.add(0)
+
+
+class _SendallOp(ResourceOp):
+    """A stream's ``sendall(data)``: one send, and more only if the kernel took part of it.
+
+    A small message the socket takes at once costs one SQE and one resumption. The stream
+    keeps one for reuse (``token`` set: the caller took the stream's send token, which this op
+    gives back when it is over); concurrent sendalls build their own.
+    """
+
+    __slots__ = ("token", "owner")
+
+    def __init__(
+        self, stream: "Stream", data: Any, token: set[int] | None = None, owner: Any = None
+    ) -> None:
+        n = min(len(data), MAX_RW) if data is not None else 0
+        args = (stream._fd, data, n, _MSG_NOSIGNAL) if data is not None else ()
+        ResourceOp.__init__(self, stream._ops, prep_send, *args)
+        self.token = token
+        self.owner = owner
+
+    def describe(self) -> str:
+        args = self.args
+        size = f"{args[2]} B" if args else "data"
+        peer = _peer_of(self.owner) if self.owner is not None else "a stream"
+        return f"send {size} to {peer}"
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        pending = self.pending
+        try:
+            if not self.args:
+                raise RuntimeError("this sendall() was awaited already")
+            ops = pending._ops
+            engine = _local.engine
+            ops[self] = engine if engine is not None else foreign_owner()
+            try:
+                while True:
+                    if pending.closed:
+                        raise pending._error()
+                    if engine is not None:
+                        res = yield self
+                    else:
+                        res = yield from run_outside(self)
+                    if res < 0:
+                        if pending.closed:
+                            raise ClosedResourceError(CLOSED_WHILE_WAITING)
+                        raise oserror(res, self.what)
+                    fd, data, n, flags = self.args
+                    if res == len(data):
+                        return
+                    data = memoryview(data)[res:]  # the kernel took part: send the rest
+                    self.args = (fd, data, min(len(data), MAX_RW), flags)
+            finally:
+                del ops[self]
+        finally:
+            self.args = ()  # lets go of the caller's data; a second await is refused
+            token = self.token
+            if token is not None:
+                token.add(0)
+
+
+class _AcceptOp(ResourceOp):
+    """A listener's accept: the connected stream."""
+
+    __slots__ = ("listener",)
+
+    def __init__(self, listener: "Listener") -> None:
+        ResourceOp.__init__(
+            self, listener._ops, prep_accept, listener._fd, None, socket.SOCK_CLOEXEC,
+            returns_fd=True,
+        )
+        self.listener = listener
+
+    def describe(self) -> str:
+        try:
+            name = self.listener.getsockname()
+        except OSError:
+            name = "?"
+        where = f"{name[0]}:{name[1]}" if isinstance(name, tuple) else str(name)
+        return f"accept on {where}"
+
+    def __await__(self) -> Generator[Any, Any, "Stream"]:
+        pending = self.pending
+        ops = pending._ops
+        engine = _local.engine
+        ops[self] = engine if engine is not None else foreign_owner()
+        if pending.closed:
+            del ops[self]
+            raise pending._error()
+        try:
+            if engine is not None:
+                fd = yield self
+            else:
+                fd = yield from run_outside(self)
+        finally:
+            del ops[self]
+        if fd < 0:
+            if pending.closed:
+                raise ClosedResourceError(CLOSED_WHILE_WAITING)
+            raise oserror(fd, self.what)
+        listener = self.listener
+        return listener._stream(listener._wrap(fd))
+
+
 # -- one socket --------------------------------------------------------------------------------
 class _Socket:
     """Owns one socket: its descriptor, its pending operations, an io_uring close, and
@@ -179,7 +359,6 @@ class Stream(_Socket):
         # One receive buffer per stream, reused by every recv: allocating (and zero-filling)
         # 64 KiB per call cut echo throughput by 3.6x in DESIGN.md's measurements.
         self._rbuf = bytearray(_RECV_BUFFER)
-        self._rview = memoryview(self._rbuf)
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
         # (a flag tested, then set, is not). The right to receive is a token, the one element
@@ -188,13 +367,18 @@ class Stream(_Socket):
         # set, atomic under the GIL, so of two threads that pop at once exactly one gets it.
         # A threading.Lock did the same for ~200 ns more per recv (acquire + release).
         self._recv_token = {0}
-        # The recv Op is made once and reused while max_bytes stays the same: building one
-        # cost ~0.5 us per recv here, about 5 % of an echo request's Python time.
-        self._recv_op: Op | None = None
-        # Likewise one send Op, for one send at a time (sends may overlap: the others build
-        # their own); the token says who holds it, as _recv_token does for recv.
-        self._send_op = Op(prep_send)
+        # The recv op is made once and reused while max_bytes stays the same: building one
+        # cost ~0.5 us per recv here, about 5 % of an echo request's Python time. Reusing it
+        # is safe: the holder of the token owns it, and the previous recv's CQE has arrived,
+        # so nothing in the kernel or an engine uses it now; the engine gives it a new ud and
+        # task and clears a cancel's mark when it starts it, and lets go of the task when it
+        # completes. A cancel that close() queued for the previous recv finds a new ud on the
+        # op, not in flight: once closed, the op refuses before the ring.
+        self._recv_op = _RecvOp(self, self._rbuf, _RECV_BUFFER)
+        # Likewise one sendall op, for one sendall at a time (sends may overlap: the others
+        # build their own); the token says who holds it, as _recv_token does for recv.
         self._send_token = {0}
+        self._send_op = _SendallOp(self, None, self._send_token, weakref.ref(self))
 
     def __repr__(self) -> str:
         if self.closed:
@@ -208,96 +392,67 @@ class Stream(_Socket):
     def getpeername(self) -> Any:
         return self._sock.getpeername()
 
-    async def recv(self, max_bytes: int = _RECV_BUFFER) -> bytes:
-        """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed."""
+    def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
+        """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
+
+        Returns the operation to await (no coroutine of its own: DESIGN rule 14)."""
         if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
-        token = self._recv_token
-        try:
-            token.pop()
-        except KeyError:
-            self._check_open()
-            raise RuntimeError(
-                f"another task is already receiving on this {type(self).__name__}"
-            ) from None
-        try:
-            op = self._recv_op
-            if op is None or op.args[2] != max_bytes:
-                rbuf = self._rbuf
-                if max_bytes > len(rbuf):
-                    rbuf = self._rbuf = bytearray(max_bytes)
-                    self._rview = memoryview(rbuf)
-                op = self._recv_op = Op(prep_recv, self._fd, rbuf, max_bytes, 0)
-            # Reusing the op is safe: the holder of the token owns it, and the previous recv's
-            # CQE has arrived (below), so nothing in the kernel or an engine uses it now; the
-            # engine gives it a new ud and task and clears a cancel's mark when it starts it,
-            # and lets go of the task when it completes. A cancel that close() queued for the
-            # previous recv finds a new ud on the op, not in flight: once closed, perform()
-            # refuses before the ring.
-            # If this await is cancelled, Cancelled is raised only after the kernel posted the
-            # recv's completion, so the shared buffer (and the op) are free again by then.
-            n = await self._ops.perform(op)
-            return bytes(self._rview[:n])
-        finally:
-            token.add(0)
+        op = self._recv_op
+        if op.args[2] != max_bytes:
+            rbuf = self._rbuf
+            if max_bytes > len(rbuf):
+                # the ops made for the old buffer keep it alive while they are in flight
+                rbuf = self._rbuf = bytearray(max_bytes)
+            op = self._recv_op = _RecvOp(self, rbuf, max_bytes)
+        return op
 
-    async def send(self, data: Any) -> int:
-        """Send some of *data*; returns how many bytes the kernel took."""
-        return await self._send_once(data, "send", _MSG_NOSIGNAL)
+    def send(self, data: Any) -> Awaitable[int]:
+        """Send some of *data*; the awaited result is how many bytes the kernel took."""
+        return self._send_once(data, "send", _MSG_NOSIGNAL)
 
-    async def send_nowait(self, data: Any) -> int:
+    def send_nowait(self, data: Any) -> Awaitable[int]:
         """Send what the socket takes right now (MSG_DONTWAIT): BlockingIOError (EAGAIN) if it
         takes nothing. For a last best-effort message, e.g. TLS close_notify, that must never
         wait for the peer."""
-        return await self._send_once(data, "send_nowait", _MSG_NOSIGNAL | socket.MSG_DONTWAIT)
+        return self._send_once(data, "send_nowait", _MSG_NOSIGNAL | socket.MSG_DONTWAIT)
 
-    async def _send_once(self, data: Any, what: str, flags: int) -> int:
+    def _send_once(self, data: Any, what: str, flags: int) -> Awaitable[int]:
         """One io_uring send of (at most MAX_RW bytes of) *data* with *flags*."""
         view = _as_bytes_view(data, what)
         self._check_open()
         if not view:
-            return 0
+            return _ZERO
         n = min(len(view), MAX_RW)
-        return await self._ops.perform(Op(prep_send, self._fd, view, n, flags))
+        return ResourceOp(self._ops, prep_send, self._fd, view, n, flags)
 
-    async def sendall(self, data: Any) -> None:
+    def sendall(self, data: Any) -> Awaitable[None]:
         """Send all of *data*, however many operations that takes."""
-        ops = self._ops
         if type(data) is bytes and len(data) <= MAX_RW:
             # Fast path for what recv() returns: the bytes object itself goes to the kernel
             # (no memoryview); a loopback send almost always takes everything at once.
-            total = len(data)
-            if not total:
-                return
+            if not data:
+                return _NONE
             token = self._send_token
             try:
                 token.pop()
-            except KeyError:  # another task's send on this stream is in flight: an op of its own
-                n = await ops.perform(Op(prep_send, self._fd, data, total, _MSG_NOSIGNAL))
-            else:
-                # The stream's reusable send op, as recv's (see there); it lets go of the
-                # caller's bytes as soon as the send is over.
-                op = self._send_op
-                op.args = (self._fd, data, total, _MSG_NOSIGNAL)
-                try:
-                    n = await ops.perform(op)
-                finally:
-                    op.args = ()
-                    token.add(0)
-            if n == total:
-                return
-            data = memoryview(data)[n:]
+            except KeyError:  # another sendall on this stream holds the reusable op
+                return _SendallOp(self, data)
+            # The stream's reusable op, as recv's (see there); its await gives the token back
+            # and lets go of the caller's bytes as soon as the send is over.
+            op = self._send_op
+            op.args = (self._fd, data, len(data), _MSG_NOSIGNAL)
+            return op
         view = _as_bytes_view(data, "sendall")
         self._check_open()
-        while view:
-            n = min(len(view), MAX_RW)
-            n = await ops.perform(Op(prep_send, self._fd, view, n, _MSG_NOSIGNAL))
-            view = view[n:]
+        if not view:
+            return _NONE
+        return _SendallOp(self, view)
 
     async def shutdown_write(self) -> None:
         """Half-close: the peer's recv returns b"" while we can still receive."""
         self._check_open()
-        await self._ops.perform(Op(prep_shutdown, self._fd, socket.SHUT_WR))
+        await ResourceOp(self._ops, prep_shutdown, self._fd, socket.SHUT_WR)
 
     async def sendfile(self, file: Any, offset: int = 0, count: int | None = None) -> int:
         """Send *count* bytes of *file* from *offset* (to EOF if None) without copying them
@@ -328,8 +483,8 @@ class Stream(_Socket):
                     break  # EOF
                 moved = 0
                 while moved < n:
-                    moved += await self._ops.perform(
-                        Op(prep_splice, pr, -1, self._fd, -1, n - moved, move)
+                    moved += await ResourceOp(
+                        self._ops, prep_splice, pr, -1, self._fd, -1, n - moved, move
                     )
                 total += n
             return total
@@ -351,18 +506,16 @@ class Listener(_Socket):
 
     _stream = Stream
 
-    async def _accept_raw(self) -> Stream:
-        op = Op(prep_accept, self._fd, None, socket.SOCK_CLOEXEC, returns_fd=True)
-        fd = await self._ops.perform(op)
-        return self._stream(self._wrap(fd))
+    def _accept_raw(self) -> Awaitable[Stream]:
+        return _AcceptOp(self)
 
     def _wrap(self, fd: int) -> socket.socket:
         return socket.socket(fileno=fd)
 
-    async def accept(self) -> Stream:
-        """The next incoming connection."""
+    def accept(self) -> Awaitable[Stream]:
+        """The next incoming connection (the operation to await)."""
         self._check_open()
-        return await self._accept_raw()
+        return _AcceptOp(self)
 
 
 class TcpListener(Listener):
@@ -409,11 +562,14 @@ class TcpListener(Listener):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
 
-    async def accept(self) -> Any:
+    def accept(self) -> Awaitable[Any]:
         """The next incoming connection (a TlsStream after its handshake, with ``ssl=``)."""
         self._check_open()
         if self.ssl is None:
-            return await self._accept_raw()
+            return _AcceptOp(self)
+        return self._accept_tls()
+
+    async def _accept_tls(self) -> Any:
         from .tls import handshake, handshake_failed
 
         while True:
@@ -512,9 +668,9 @@ class UdpSocket(_Socket):
         addr = uring.sockaddr_in(family, numeric, port)
         if not view:
             return self._sock.sendto(b"", (numeric, port))  # the binding refuses empty buffers
-        op = Op(prep_sendto, self._fd, view, len(view), addr, 0)  # keeps addr alive
+        op = ResourceOp(self._ops, prep_sendto, self._fd, view, len(view), addr, 0)  # keeps addr
         op.what = f"{host}:{port}"
-        return await self._ops.perform(op)
+        return await op
 
     async def recvfrom(self, max_bytes: int = 65536) -> tuple[bytes, tuple[str, int]]:
         """The next datagram (truncated to *max_bytes*) and its sender's ``(host, port)``."""
@@ -524,7 +680,7 @@ class UdpSocket(_Socket):
             try:
                 data, addr = self._sock.recvfrom(max_bytes, socket.MSG_DONTWAIT)
             except BlockingIOError:
-                await self._ops.perform(Op(prep_poll_add, self._fd, select.POLLIN))
+                await ResourceOp(self._ops, prep_poll_add, self._fd, select.POLLIN)
                 continue
             return data, addr[:2]
 

@@ -20,7 +20,7 @@ __all__ = ["is_blocked", "wait_blocked"]
 
 def is_blocked(task: Task) -> bool:
     """True while *task* is suspended on an I/O operation, a timer or a primitive."""
-    return type(task._waiting) in (Op, Park) and not task.done()
+    return isinstance(task._waiting, (Op, Park)) and not task.done()
 
 
 class _Watch:

@@ -454,7 +454,7 @@ def run_trap(trap: Any) -> Generator[Any, Any, Any] | None:
     if loop is None:
         return None
     kind = type(trap)
-    if kind is Op:
+    if isinstance(trap, Op):  # any kind of op (a stream's recv, a file's read)
         return _perform(trap, loop)
     if kind is Park:
         w = current_waiter()

@@ -421,7 +421,7 @@ class Engine(RingOwner):
         except BaseException as e:  # noqa: BLE001 - the task's outcome, delivered to joiners
             self._finish(task, None, e)
             return
-        if type(y) is Op:
+        if isinstance(y, Op):  # any kind of op (a stream's recv, a file's read): rule 14
             self._start(task, y)
         elif y is YIELD:
             if task._interrupts is not None:
@@ -543,7 +543,7 @@ class Engine(RingOwner):
         if task._state is DONE or task._interrupts is None:
             return
         waiting = task._waiting
-        if type(waiting) is Op:
+        if isinstance(waiting, Op):
             # Only an op still in the kernel: one whose completion was reaped but whose task
             # has not stepped yet is finished, and the interrupt goes to the next await.
             if self.inflight.get(waiting.ud) is waiting:
@@ -672,7 +672,7 @@ class Engine(RingOwner):
         out = []
         for t in list(self.live):
             waiting = t._waiting
-            if type(waiting) is Op:
+            if isinstance(waiting, Op):
                 state, what = "io", repr(waiting)
             elif type(waiting) is Park:
                 w = waiting.what

@@ -47,7 +47,7 @@ def run(
     Every task it spawns is waited for too (the stop protocol ends the run exactly when the
     last context runs out of work), and every thread, ring and eventfd is gone on return.
     """
-    _check_coro(coro, "run")
+    coro = _check_coro(coro, "run")
     if _local.engine is not None:
         coro.close()
         raise RuntimeError("tc.run() cannot be called from inside a tinycoro task; await instead")
@@ -97,7 +97,7 @@ def spawn_watched(
     """:func:`spawn` with a done callback registered before the task can run (see
     :meth:`Scheduler.submit_watched`)."""
     if type(coro) is not _CoroutineType:  # exact-type test first: ~5x cheaper than inspect
-        _check_coro(coro, "spawn")
+        coro = _check_coro(coro, "spawn")
     engine = _local.engine
     sched = engine.scheduler if engine is not None else _default
     if sched is None:

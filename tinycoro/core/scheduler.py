@@ -45,12 +45,17 @@ INTERRUPT_UNWIND = 1.0  # seconds cancelled tasks get to unwind after Ctrl-C, th
 WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no timeout is given
 
 
-def _check_coro(coro: Any, where: str) -> None:
+def _check_coro(coro: Any, where: str) -> Any:
+    """*coro* if it is a coroutine; an operation's awaitable (``stream.recv()`` returns one,
+    DESIGN rule 14) wrapped in a coroutine that awaits it; TypeError for anything else."""
     if not inspect.iscoroutine(coro):
+        if isinstance(coro, traps.OP_AWAITABLES):
+            return traps.await_op(coro)
         hint = ""
         if inspect.iscoroutinefunction(coro):
             hint = f"; call it first: {where}({getattr(coro, '__name__', 'fn')}())"
         raise TypeError(f"{where}() takes a coroutine object, got {coro!r}{hint}")
+    return coro
 
 
 def _check_timeout(name: str, value: Any) -> float | None:
@@ -146,7 +151,7 @@ class Scheduler:
         run: whoever passes it takes care of the outcome, so a failure is never reported as
         unobserved (``run_sync``, ``tc.run``'s main task, task groups)."""
         if type(coro) is not _CoroutineType:  # exact-type test first: ~5x cheaper than inspect
-            _check_coro(coro, "submit")
+            coro = _check_coro(coro, "submit")
         if context is not None and type(context) is not contextvars.Context:
             coro.close()
             raise TypeError(f"context must be a contextvars.Context or None, got {context!r}")
@@ -406,7 +411,7 @@ class Scheduler:
         On *timeout* the task is cancelled and ``TimeoutError`` raised.
         """
         timeout = _check_timeout("timeout", timeout)
-        _check_coro(coro, "run_sync")
+        coro = _check_coro(coro, "run_sync")
         if _local.engine is not None and not getattr(_local.engine, "guest", False):
             coro.close()
             raise RuntimeError("run_sync() would block a tinycoro context; await the coroutine")

@@ -2,7 +2,10 @@
 
 A tinycoro coroutine suspends by yielding one of three things:
 
-* an :class:`Op`: "prepare this SQE on my context's ring, resume me with the CQE's ``res``";
+* an :class:`Op`: "prepare this SQE on my context's ring, resume me with the CQE's ``res``".
+  The op is itself the awaitable (DESIGN rule 14): ``await op`` runs its ``__await__``, which
+  yields the op and turns the result into the caller's answer, so an I/O call costs the
+  awaiting coroutine one resumption and one generator, not a chain of wrapper coroutines;
 * a :class:`Park`: "I have put myself on a waiter list; resume me when someone calls
   ``task.wake(value)``"; ``abort`` lets the engine take the task back off the list on cancel;
 * ``YIELD``: "put me at the back of the ready queue".
@@ -16,13 +19,50 @@ from __future__ import annotations
 
 import contextlib
 import types
-from typing import Any, Callable, ContextManager
+from typing import Any, Callable, ContextManager, Generator
 
 from .errors import oserror
 from .local import _local
 
 
-class Op:
+class _CoroutineProtocol:
+    """``send``/``throw``/``close`` over the object's own ``__await__`` generator, so that an
+    operation is also a ``collections.abc.Coroutine``: what ``asyncio.create_task`` and
+    ``tc.spawn`` take (``asyncio.create_task(stream.recv())``). ``await op``, the hot path,
+    does not go through these."""
+
+    __slots__ = ()
+    _gen: Any
+
+    def send(self, value: Any) -> Any:
+        gen = self._gen
+        if gen is None:
+            gen = self._gen = self.__await__()  # type: ignore[attr-defined]
+        try:
+            return gen.send(value)
+        except BaseException:
+            self._gen = None  # finished (or failed): the op may be awaited again
+            raise
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        gen = self._gen
+        if gen is None:
+            gen = self._gen = self.__await__()  # type: ignore[attr-defined]
+        try:
+            if val is None and tb is None:
+                return gen.throw(typ)
+            return gen.throw(typ, val, tb)
+        except BaseException:
+            self._gen = None
+            raise
+
+    def close(self) -> None:
+        gen, self._gen = self._gen, None
+        if gen is not None:
+            gen.close()
+
+
+class Op(_CoroutineProtocol):
     """One io_uring operation: ``prep(sqe, *args)`` fills its SQE.
 
     The op keeps ``args`` (buffers, paths, timespecs, socket addresses) alive until its CQE has
@@ -34,7 +74,7 @@ class Op:
     instead of leaking it.
     """
 
-    __slots__ = ("prep", "args", "task", "ud", "cancelling", "what", "returns_fd")
+    __slots__ = ("prep", "args", "task", "ud", "cancelling", "what", "returns_fd", "_gen")
 
     def __init__(self, prep: Callable[..., None], *args: Any, returns_fd: bool = False) -> None:
         self.prep = prep
@@ -42,12 +82,77 @@ class Op:
         self.task: Any = None  # its waiter: a Task, or what a ring owner resumes (core.ring)
         self.ud = 0
         self.cancelling = False
-        self.what = None
+        self.what: str | None = None
         self.returns_fd = returns_fd
+        self._gen = None  # only for the coroutine protocol (see _CoroutineProtocol)
 
     def __repr__(self) -> str:
-        name = getattr(self.prep, "__name__", "op").replace("io_uring_prep_", "")
-        return f"<Op {name} ud={self.ud}>"
+        return f"<{type(self).__name__} {self._kind()} ud={self.ud}>"
+
+    def _kind(self) -> str:
+        return getattr(self.prep, "__name__", "op").replace("io_uring_prep_", "")
+
+    def describe(self) -> str:
+        """What this operation waits for, in plain words (built only when asked)."""
+        what = self.what
+        return f"{self._kind()} {what}" if what is not None else self._kind()
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        """Run the op on the current context's ring; its result, ``OSError`` if < 0.
+
+        Subclasses (a stream's recv, a resource's operations) override this to add what
+        their call needs (close-tracking, turning the count into bytes) in this same frame.
+        """
+        if _local.engine is None:
+            res = yield from run_outside(self)
+        else:
+            res = yield self
+        if res < 0:
+            raise oserror(res, self.what)
+        return res
+
+
+class _Raw(_CoroutineProtocol):
+    """``await perform_raw(op)``: the op's result as is, negative errno included."""
+
+    __slots__ = ("op", "_gen")
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self._gen = None
+
+    def __await__(self) -> Generator[Any, Any, int]:
+        op = self.op
+        if _local.engine is None:
+            return (yield from run_outside(op))
+        return (yield op)
+
+
+class Ready:
+    """An awaitable whose result is known at once (an empty send, say): awaiting it does not
+    suspend. Lets a call that returns an op return this instead where no op is needed."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    # The coroutine protocol (see _CoroutineProtocol) without state: shared instances
+    # (sendall's answer for b"") finish at their first step.
+    def send(self, value: Any) -> Any:
+        raise StopIteration(self.value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        if val is None and tb is None:
+            raise typ
+        raise val.with_traceback(tb) if val is not None else typ
+
+    def close(self) -> None:
+        pass
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        yield from ()  # a generator that never suspends
+        return self.value
 
 
 class Park:
@@ -127,7 +232,10 @@ def foreign_owner() -> Any:
     return o() if o is not None else None
 
 
-def _outside(trap: Any):
+def run_outside(trap: Any) -> Generator[Any, Any, Any]:
+    """The generator that runs *trap* where no engine runs on this thread (an asyncio task),
+    through the installed driver; RuntimeError naming what was awaited when none serves it.
+    Awaitables built on the traps (the I/O ops) ``yield from`` it on their foreign path."""
     run = _driver_run
     gen = run(trap) if run is not None else None
     if gen is None:
@@ -137,38 +245,41 @@ def _outside(trap: Any):
 
 def _describe(trap: Any) -> str:
     """What was awaited, for the error message (built only on the error path)."""
-    if type(trap) is Park:
+    if isinstance(trap, Park):
         return f"waiting on {trap.what!r}"
     if trap is YIELD:
         return "tc.yield_now()"
     return repr(trap)
 
 
-@types.coroutine
-def perform(op: Op):
-    """Run *op* on the current context's ring; return its result, raise ``OSError`` if < 0."""
-    if _local.engine is None:
-        res = yield from _outside(op)
-    else:
-        res = yield op
-    if res < 0:
-        raise oserror(res, op.what)
-    return res
+# What an I/O call may return instead of a coroutine; tc.spawn() and Scheduler.submit() take
+# them too, wrapped by await_op (``tc.spawn(stream.recv())``).
+OP_AWAITABLES = (Op, _Raw, Ready)
 
 
-@types.coroutine
-def perform_raw(op: Op):
-    """Like :func:`perform` but return a negative result instead of raising (timeouts)."""
-    if _local.engine is None:
-        return (yield from _outside(op))
-    return (yield op)
+async def await_op(aw: Any) -> Any:
+    """A coroutine that awaits *aw*, one of OP_AWAITABLES (for spawn and submit)."""
+    return await aw
+
+
+def perform(op: Op) -> Op:
+    """*op* itself, the awaitable: ``await perform(op)`` runs it on the current context's ring
+    and returns its result, raising ``OSError`` if < 0 (kept for callers written before ops
+    were awaitable)."""
+    return op
+
+
+def perform_raw(op: Op) -> _Raw:
+    """Like :func:`perform` but the awaited result is the negative errno instead of an
+    exception (timeouts)."""
+    return _Raw(op)
 
 
 @types.coroutine
 def park(ticket: Park):
     """Suspend until woken; return the value the waker passed to ``task.wake``."""
     if _local.engine is None:
-        return (yield from _outside(ticket))
+        return (yield from run_outside(ticket))
     return (yield ticket)
 
 
@@ -176,7 +287,7 @@ def park(ticket: Park):
 def yield_now() -> types.GeneratorType:
     """Go to the back of the ready queue, letting every other ready task run first."""
     if _local.engine is None:
-        yield from _outside(YIELD)
+        yield from run_outside(YIELD)
         return
     yield YIELD
 
@@ -193,4 +304,4 @@ def checkpoint_if_cancelled() -> types.GeneratorType:
 
 def join_outside(task: Any):
     """Wait for *task* to finish where no tinycoro task runs (``await task`` in asyncio)."""
-    return _outside(task)
+    return run_outside(task)
