@@ -39,7 +39,7 @@ from .uring import (
 from .closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp, close_fd
 from .core.checks import check_int
 from .core.errors import ClosedResourceError, oserror
-from .core.local import _local
+from .core.local import thread_state as _local
 from .core.traps import Op, Ready, run_outside, foreign_owner, perform
 from .io import MAX_OFFSET, MAX_RW, _as_bytes_view, _path_bytes
 from .sync import Event
