@@ -87,7 +87,8 @@ class ResourceOp(Op):
     The close-tracking is done in the op's own ``__await__``, around its one yield: the op
     enters its resource's :class:`PendingOps` before it yields (so ``close()`` finds it, or
     it sees ``closed``), and leaves it once resumed, by its completion or by an interrupt.
-    Subclasses with a result of their own (a stream's recv) write out the same steps.
+    Subclasses with a result of their own (a stream's recv) use the same two steps,
+    ``_enter`` and ``_failure``, around their own yield.
     """
 
     __slots__ = ("pending",)
@@ -98,26 +99,36 @@ class ResourceOp(Op):
         Op.__init__(self, prep, *args, returns_fd=returns_fd)
         self.pending = pending
 
-    def __await__(self) -> Generator[Any, Any, Any]:
+    def _enter(self) -> Any:
+        """Enter the resource's pending set before the first yield; the current engine (None
+        in an asyncio task, whose op runs on its loop's hosted ring). ClosedResourceError if
+        the resource is closed already. The caller leaves with ``del self.pending._ops[self]``
+        once resumed. A plain call, not a generator: the op's await stays one frame."""
         pending = self.pending
-        ops = pending._ops
         engine = _local.engine
-        # engine None: an asyncio task, whose op runs on its loop's hosted ring
-        ops[self] = engine if engine is not None else foreign_owner()
+        pending._ops[self] = engine if engine is not None else foreign_owner()
         if pending.closed:
-            del ops[self]
+            del pending._ops[self]
             raise pending._error()
+        return engine
+
+    def _failure(self, res: int) -> BaseException:
+        """The error for a negative result: the close's doing, or the errno's."""
+        if self.pending.closed:
+            return ClosedResourceError(CLOSED_WHILE_WAITING)
+        return oserror(res, self.what)
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        engine = self._enter()
         try:
             if engine is not None:
                 res = yield self
             else:
                 res = yield from run_outside(self)
         finally:
-            del ops[self]
+            del self.pending._ops[self]
         if res < 0:
-            if pending.closed:
-                raise ClosedResourceError(CLOSED_WHILE_WAITING)
-            raise oserror(res, self.what)
+            raise self._failure(res)
         return res
 
 

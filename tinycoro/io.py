@@ -35,11 +35,11 @@ from .uring import (
     prep_unlinkat,
     prep_write,
 )
-from .closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp, close_fd
+from .closing import PendingOps, ResourceOp, close_fd
 from .core.checks import check_int, is_int
-from .core.errors import ClosedResourceError, oserror
+from .core.errors import ClosedResourceError
 from .core.local import thread_state as _local
-from .core.traps import Op, Ready, run_outside, foreign_owner, perform, yield_now
+from .core.traps import Op, Ready, perform, run_outside, yield_now
 
 __all__ = [
     "AsyncFile",
@@ -284,12 +284,10 @@ class _RingRead(ResourceOp):
 
     def __await__(self) -> Generator[Any, Any, Any]:
         pending = self.pending
-        ops = pending._ops
-        engine = _local.engine
         view = self.view
         size = len(view)
         got = self.got
-        ops[self] = engine if engine is not None else foreign_owner()
+        engine = self._enter()
         try:
             while got < size:
                 if pending.closed:
@@ -299,9 +297,7 @@ class _RingRead(ResourceOp):
                 else:
                     res = yield from run_outside(self)
                 if res < 0:
-                    if pending.closed:
-                        raise ClosedResourceError(CLOSED_WHILE_WAITING)
-                    raise oserror(res, self.what)
+                    raise self._failure(res)
                 if res == 0:
                     break  # EOF
                 want = self.args[2]
@@ -310,7 +306,7 @@ class _RingRead(ResourceOp):
                     break
                 self.args = (self.args[0], view[got:], min(size - got, MAX_RW), self.offset + got)
         finally:
-            del ops[self]
+            del pending._ops[self]
         out = self.out
         if out is None:
             return got
@@ -340,13 +336,11 @@ class _RingWrite(ResourceOp):
 
     def __await__(self) -> Generator[Any, Any, int]:
         pending = self.pending
-        ops = pending._ops
-        engine = _local.engine
         view = self.view
         total = len(view)
         offset = self.offset
         done = 0
-        ops[self] = engine if engine is not None else foreign_owner()
+        engine = self._enter()
         try:
             while True:
                 if pending.closed:
@@ -356,16 +350,14 @@ class _RingWrite(ResourceOp):
                 else:
                     res = yield from run_outside(self)
                 if res < 0:
-                    if pending.closed:
-                        raise ClosedResourceError(CLOSED_WHILE_WAITING)
-                    raise oserror(res, self.what)
+                    raise self._failure(res)
                 done += res
                 if done >= total:
                     return total
                 off = offset if offset == _CURRENT_POSITION else offset + done
                 self.args = (self.args[0], view[done:], min(total - done, MAX_RW), off)
         finally:
-            del ops[self]
+            del pending._ops[self]
 
 
 class AsyncFile:

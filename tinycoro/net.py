@@ -36,11 +36,10 @@ from .uring import (
     prep_shutdown,
     prep_splice,
 )
-from .closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp, close_fd
+from .closing import PendingOps, ResourceOp, close_fd
 from .core.checks import check_int
-from .core.errors import ClosedResourceError, oserror
-from .core.local import thread_state as _local
-from .core.traps import Op, Ready, run_outside, foreign_owner, perform
+from .core.errors import ClosedResourceError
+from .core.traps import Op, Ready, perform, run_outside
 from .io import MAX_OFFSET, MAX_RW, _as_bytes_view, _path_bytes
 from .sync import Event
 
@@ -183,12 +182,7 @@ class _RecvOp(ResourceOp):
             kind = type(stream).__name__ if stream is not None else "stream"
             raise RuntimeError(f"another task is already receiving on this {kind}") from None
         try:
-            ops = pending._ops
-            engine = _local.engine
-            ops[self] = engine if engine is not None else foreign_owner()
-            if pending.closed:
-                del ops[self]
-                raise pending._error()
+            engine = self._enter()
             try:
                 # If this await is cancelled, Cancelled is raised only after the kernel posted
                 # the recv's completion, so the buffer (and the op) are free again by then.
@@ -197,11 +191,9 @@ class _RecvOp(ResourceOp):
                 else:
                     res = yield from run_outside(self)
             finally:
-                del ops[self]
+                del pending._ops[self]
             if res < 0:
-                if pending.closed:
-                    raise ClosedResourceError(CLOSED_WHILE_WAITING)
-                raise oserror(res, self.what)
+                raise self._failure(res)
             # copied before the token goes back: the next recv reuses the buffer
             return bytes(self.view[:res])
         finally:
@@ -238,9 +230,7 @@ class _SendallOp(ResourceOp):
         try:
             if not self.args:
                 raise RuntimeError("this sendall() was awaited already")
-            ops = pending._ops
-            engine = _local.engine
-            ops[self] = engine if engine is not None else foreign_owner()
+            engine = self._enter()
             try:
                 while True:
                     if pending.closed:
@@ -250,16 +240,14 @@ class _SendallOp(ResourceOp):
                     else:
                         res = yield from run_outside(self)
                     if res < 0:
-                        if pending.closed:
-                            raise ClosedResourceError(CLOSED_WHILE_WAITING)
-                        raise oserror(res, self.what)
+                        raise self._failure(res)
                     fd, data, n, flags = self.args
                     if res == len(data):
                         return
                     data = memoryview(data)[res:]  # the kernel took part: send the rest
                     self.args = (fd, data, min(len(data), MAX_RW), flags)
             finally:
-                del ops[self]
+                del pending._ops[self]
         finally:
             self.args = ()  # lets go of the caller's data; a second await is refused
             token = self.token
@@ -288,24 +276,16 @@ class _AcceptOp(ResourceOp):
         return f"accept on {where}"
 
     def __await__(self) -> Generator[Any, Any, "Stream"]:
-        pending = self.pending
-        ops = pending._ops
-        engine = _local.engine
-        ops[self] = engine if engine is not None else foreign_owner()
-        if pending.closed:
-            del ops[self]
-            raise pending._error()
+        engine = self._enter()
         try:
             if engine is not None:
                 fd = yield self
             else:
                 fd = yield from run_outside(self)
         finally:
-            del ops[self]
+            del self.pending._ops[self]
         if fd < 0:
-            if pending.closed:
-                raise ClosedResourceError(CLOSED_WHILE_WAITING)
-            raise oserror(fd, self.what)
+            raise self._failure(fd)
         listener = self.listener
         return listener._stream(listener._wrap(fd))
 
