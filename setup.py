@@ -31,6 +31,10 @@ PLAIN_SOURCES = {
     "tinycoro._clocal": os.path.join("tinycoro", "_clocal.pyx"),
     "tinycoro._cfile": os.path.join("tinycoro", "_cfile.pyx"),
 }
+# Hot modules compiled from their own .py source, each with an augmenting .pxd beside it that
+# declares its classes and hot attributes (DESIGN rule 14, as python-zeroconf and yarl do).
+# Where they are not built, the .py runs interpreted; ``tinycoro.compiled.SOURCE_MODULES`` is
+# the list, shared with the run-time switch.
 
 
 def _compiled_module() -> ModuleType:
@@ -80,7 +84,7 @@ def _extensions() -> list:
     if var is not None:
         _warn(f"{var} is set")
         return []
-    return _ring_extension() + _plain_extensions()
+    return _ring_extension() + _plain_extensions() + _source_extensions()
 
 
 def _plain_extensions() -> list:
@@ -96,6 +100,30 @@ def _plain_extensions() -> list:
         try:
             out += cythonize([ext], quiet=True)
         except Exception as e:  # noqa: BLE001 - that module's pure-Python fallback is used
+            sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")
+    return out
+
+
+def _source_extensions() -> list:
+    """The hot modules, compiled from their .py with the .pxd beside each; each one on its own,
+    so that one that fails to cythonize or compile leaves the others compiled."""
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        return []  # _ring_extension said so
+    from setuptools import Extension
+
+    out = []
+    for name in _compiled_module().SOURCE_MODULES:
+        source = os.path.join(*name.split(".")) + ".py"
+        ext = Extension(name, [source], extra_compile_args=["-O2"], optional=True)
+        try:
+            out += cythonize(
+                [ext],
+                quiet=True,
+                compiler_directives={"language_level": "3"},
+            )
+        except Exception as e:  # noqa: BLE001 - that module runs interpreted
             sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")
     return out
 

@@ -68,12 +68,15 @@ def test_every_compiled_module_in_use_is_recorded():
 def test_the_variable_makes_every_module_pure_and_the_record_says_so():
     code = textwrap.dedent(
         """
+        import sys
         import tinycoro, tinycoro.io as io
         from tinycoro import compiled, uring
         from tinycoro.core import local
         print(uring.COMPILED, local.COMPILED, io._pread_nowait is io._pread_nowait_py)
         print(sorted(compiled.fallbacks.items()))
         print(compiled.describe())
+        print([compiled.is_compiled(sys.modules[n]) for n in compiled.SOURCE_MODULES])
+        print([sys.modules[n].__file__.endswith(".py") for n in compiled.SOURCE_MODULES])
         """
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("TINYCORO_")}
@@ -81,8 +84,33 @@ def test_the_variable_makes_every_module_pure_and_the_record_says_so():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     lines = out.stdout.strip().splitlines()
     assert lines[0] == "False False True"
-    assert lines[1] == str([(n, "TINYCORO_PURE is set") for n in ("_cfile", "_clocal", "_cring")])
+    names = sorted(("_cfile", "_clocal", "_cring", *compiled.SOURCE_MODULES))
+    assert lines[1] == str([(n, "TINYCORO_PURE is set") for n in names])
     assert lines[2] == "pure-Python runtime (TINYCORO_PURE is set)"
+    # the modules compiled from their .py run from the .py, even where a build lies beside it
+    assert lines[3] == str([False] * len(compiled.SOURCE_MODULES))
+    assert lines[4] == str([True] * len(compiled.SOURCE_MODULES))
+
+
+def test_every_module_compiled_from_source_is_recorded():
+    # Each hot module compiled from its .py (DESIGN rule 14) is recorded as compiled, or as
+    # interpreted with the reason; the record agrees with the module actually imported.
+    assert compiled.SOURCE_MODULES
+    for name in compiled.SOURCE_MODULES:
+        module = sys.modules[name]  # import tinycoro imported every one of them
+        if compiled.is_compiled(module):
+            assert name not in compiled.fallbacks
+            assert name in compiled.describe() or "except" not in compiled.describe()
+        else:
+            assert name in compiled.fallbacks, name
+            assert module.__file__.endswith(".py")
+
+
+def test_frame_based_modules_are_never_compiled():
+    # Interrupt protection walks Python frames (DESIGN rule 12): a compiled frame-walker, or a
+    # compiled module whose frames it must see, would silently change where a signal lands.
+    assert "tinycoro.core.ki" not in compiled.SOURCE_MODULES
+    assert not any(n.startswith("tinycoro.kernel_ext") for n in compiled.SOURCE_MODULES)
 
 
 @pytest.mark.timeout(60)

@@ -16,6 +16,10 @@ from ._source_tree import map_notebook_layer
 
 map_notebook_layer(__path__[0])  # tinycoro.kernel_ext from a clone: see _source_tree
 
+from . import compiled as _compiled
+
+_compiled.force_pure_sources()  # TINYCORO_PURE: before any compiled-from-source module loads
+
 from . import io, net
 from .core import (
     Cancelled,
@@ -44,6 +48,8 @@ from .combinators import TaskGroup, timeout, when_all, when_any
 from .sync import Condition, Event, Latch, Mutex, Semaphore, WaitGroup
 from .aio import aio  # the function; the package stays importable as tinycoro.aio.host/bridge
 from . import lowlevel
+
+_compiled.note_sources()
 
 __version__ = "0.1.0"
 

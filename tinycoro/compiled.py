@@ -12,6 +12,14 @@ when running, the compiled modules that are there are not used (CI runs the suit
 The names of earlier releases, ``TINYCORO_PURE_RING`` (run time) and ``TINYCORO_NO_EXTENSION``
 (build time), are still accepted, at both times, and are deprecated.
 
+Besides those three, the hot modules listed in :data:`SOURCE_MODULES` may be compiled from
+their own ``.py`` source, with an augmenting ``.pxd`` beside each (DESIGN rule 14): the build
+puts a ``.so`` next to the ``.py``, which Python's import then prefers. With the variable set at
+run time, :func:`force_pure_sources` (called first thing by ``import tinycoro``) puts a finder
+ahead of that choice which loads the ``.py``; :func:`note_sources` records, after the package is
+imported, which of them run compiled (a module that does not is in :data:`fallbacks`, keyed by
+its full name, with the reason).
+
 This module imports nothing of tinycoro's and nothing outside the standard library, so that
 ``setup.py`` can load it from the source tree before anything is built.
 """
@@ -19,11 +27,17 @@ This module imports nothing of tinycoro's and nothing outside the standard libra
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 import os
+import sys
 from types import ModuleType
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
-__all__ = ["PURE_VAR", "DEPRECATED_VARS", "pure_requested", "load", "fallbacks", "describe"]
+__all__ = [
+    "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
+    "describe", "force_pure_sources", "note_sources", "is_compiled",
+]
 
 #: The one switch: set (to anything but "" or "0") it forces the pure-Python runtime.
 PURE_VAR = "TINYCORO_PURE"
@@ -34,6 +48,60 @@ DEPRECATED_VARS = ("TINYCORO_PURE_RING", "TINYCORO_NO_EXTENSION")
 #: A module absent from it and loaded by :func:`load` runs compiled.
 fallbacks: dict[str, str] = {}
 _loaded: dict[str, ModuleType] = {}
+
+#: The modules that setup.py compiles from their own .py (with the .pxd beside each), by their
+#: full names. Frame-based code (tinycoro.core.ki, the notebook runner) is never among them.
+SOURCE_MODULES: tuple[str, ...] = (
+    "tinycoro.core.ring",
+    "tinycoro.core.engine",
+)
+
+
+def is_compiled(module: ModuleType) -> bool:
+    """Whether *module* was loaded from a compiled extension rather than its .py."""
+    origin = getattr(module, "__file__", None) or ""
+    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+class _SourceFinder:
+    """A meta path finder that loads the .py of :data:`SOURCE_MODULES` even where a compiled
+    build of it lies beside it (``TINYCORO_PURE`` at run time)."""
+
+    @staticmethod
+    def find_spec(fullname: str, path: Sequence[str] | None = None, target: Any = None) -> Any:
+        if fullname not in SOURCE_MODULES or not path:
+            return None
+        leaf = fullname.rpartition(".")[2] + ".py"
+        for folder in path:
+            source = os.path.join(folder, leaf)
+            if os.path.exists(source):
+                return importlib.util.spec_from_file_location(fullname, source)
+        return None
+
+
+def force_pure_sources() -> None:
+    """With ``TINYCORO_PURE`` set, make every module of :data:`SOURCE_MODULES` import from its
+    .py (before any of them is imported); otherwise do nothing."""
+    var = pure_requested()
+    if var is None:
+        return
+    if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SourceFinder())  # type: ignore[arg-type]
+    for name in SOURCE_MODULES:
+        fallbacks[name] = f"{var} is set"
+
+
+def note_sources() -> None:
+    """Record, for each module of :data:`SOURCE_MODULES` imported by now, whether it runs
+    compiled (in ``_loaded``) or interpreted (why, in :data:`fallbacks`)."""
+    for name in SOURCE_MODULES:
+        module = sys.modules.get(name)
+        if module is None or name in fallbacks:
+            continue
+        if is_compiled(module):
+            _loaded[name] = module
+        else:
+            fallbacks[name] = f"{name} is not built (its .py runs interpreted)"
 
 
 def pure_requested(environ: Mapping[str, str] | None = None) -> str | None:

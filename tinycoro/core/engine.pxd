@@ -1,0 +1,41 @@
+# Augments engine.py when it is compiled (DESIGN rule 14; setup.py cythonizes engine.py with
+# this file beside it). The .py is the source: this declares the Engine's layout and makes its
+# per-operation methods (_step, _start, _deliver, _park, _finish) C calls from its run loop.
+# Attributes are public: the scheduler, statistics and the notebook layer read them.
+
+from .ring cimport RingOwner
+
+
+cdef class Engine(RingOwner):
+    cdef public object id
+    cdef public object scheduler
+    cdef public bint guest
+    cdef public object ready
+    cdef public object calls
+    cdef public dict parked
+    cdef public set live
+    cdef public bint abandoning
+    cdef public bint sleeping
+    cdef public bint stop_requested
+    cdef public object stop_flag
+    cdef public object _wake_lock
+    cdef public object _fence
+    cdef public Py_ssize_t tasks_run
+    cdef public Py_ssize_t failed
+    cdef public object failures
+    cdef public Py_ssize_t steps
+    cdef public Py_ssize_t inline_left
+    cdef public Py_ssize_t wakeups
+    cdef public double sleep_total
+    cdef public double sleep_since
+    cdef public tuple _samples
+    cdef public list _deadlines
+    cdef public Py_ssize_t _dead_deadlines
+    cdef public object _deadline_seq
+    cdef public object _poller
+    cdef public list watchers
+    cdef public object thread_ident
+
+    cpdef _step(self, task)
+    cdef _start(self, task, op)
+    cdef _park(self, task, ticket)

@@ -1,0 +1,20 @@
+# Augments ring.py when it is compiled (DESIGN rule 14; setup.py cythonizes ring.py with this
+# file beside it). The .py is the source: this declares the class's layout and its hot calls.
+# Attributes are public: the asyncio host (a Python subclass) and statistics read them.
+
+cdef object _prep_cancel
+cdef object _SKIP_UD
+cdef object _RingBusy
+
+cdef class RingOwner:
+    cdef public object ring
+    cdef public dict inflight
+    cdef public Py_ssize_t unsubmitted
+    cdef public Py_ssize_t own_inflight
+    cdef public Py_ssize_t ops
+    cdef public object _ids
+    cdef public list _done
+    cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
+
+    cpdef _reap(self)
+    cpdef _submit(self)
