@@ -69,14 +69,38 @@ class OptionalBuildExt(build_ext):
     def build_extensions(self) -> None:
         self.check_extensions_list(self.extensions)
         built = []
+        failed: set[str] = set()
         for ext in self.extensions:
+            missing = _cimports(ext.name) & failed
+            if missing:  # its types come from a module that runs interpreted: so must it
+                sys.stderr.write(f"tinycoro: not building {ext.name}: {sorted(missing)} failed\n")
+                failed.add(ext.name)
+                continue
             try:
                 self.build_extension(ext)
             except Exception as e:  # noqa: BLE001 - any compiler failure means: no compiled ring
                 _warn(f"building {ext.name} failed ({type(e).__name__}: {e})")
+                failed.add(ext.name)
             else:
                 built.append(ext)
         self.extensions = built
+
+
+def _cimports(name: str) -> set[str]:
+    """The modules of this package that *name*'s .pxd cimports (``from .x cimport``): a
+    compiled module checks their compiled types at import, so it is built only with them."""
+    pxd = os.path.join(*name.split(".")) + ".pxd"
+    if not os.path.exists(pxd):
+        return set()
+    package = name.rpartition(".")[0]
+    out = set()
+    with open(pxd) as f:
+        for line in f:
+            words = line.split()
+            if len(words) >= 4 and words[0] == "from" and words[2] == "cimport":
+                if words[1].startswith(".") and not words[1].startswith(".."):
+                    out.add(f"{package}.{words[1][1:]}")
+    return out
 
 
 def _extensions() -> list:

@@ -53,6 +53,8 @@ _loaded: dict[str, ModuleType] = {}
 #: full names. Frame-based code (tinycoro.core.ki, the notebook runner) is never among them.
 SOURCE_MODULES: tuple[str, ...] = (
     "tinycoro.core.ring",
+    "tinycoro.core.traps",
+    "tinycoro.core.task",
     "tinycoro.core.engine",
 )
 

@@ -4,6 +4,8 @@
 # Attributes are public: the scheduler, statistics and the notebook layer read them.
 
 from .ring cimport RingOwner
+from .task cimport Task
+from .traps cimport Op, Park
 
 
 cdef class Engine(RingOwner):
@@ -36,6 +38,6 @@ cdef class Engine(RingOwner):
     cdef public list watchers
     cdef public object thread_ident
 
-    cpdef _step(self, task)
-    cdef _start(self, task, op)
-    cdef _park(self, task, ticket)
+    cpdef _step(self, Task task)
+    cdef _start(self, Task task, Op op)
+    cdef _park(self, Task task, Park ticket)

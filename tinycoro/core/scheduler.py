@@ -18,6 +18,7 @@ runs a task.
 
 from __future__ import annotations
 
+import collections.abc
 import contextvars
 import inspect
 import itertools
@@ -40,6 +41,7 @@ log = logging.getLogger("tinycoro")
 __all__ = ["DISPATCH", "Scheduler"]  # DISPATCH: re-exported for the notebook layer
 
 _CoroutineType = types.CoroutineType
+_Coroutine = collections.abc.Coroutine
 _sched_ids = itertools.count()
 INTERRUPT_UNWIND = 1.0  # seconds cancelled tasks get to unwind after Ctrl-C, then are closed
 WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no timeout is given
@@ -48,9 +50,10 @@ WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no time
 def _check_coro(coro: Any, where: str) -> Any:
     """*coro* if it is a coroutine; an operation's awaitable (``stream.recv()`` returns one,
     DESIGN rule 14) wrapped in a coroutine that awaits it; TypeError for anything else."""
-    if not inspect.iscoroutine(coro):
-        if isinstance(coro, traps.OP_AWAITABLES):
-            return traps.await_op(coro)
+    if isinstance(coro, traps.OP_AWAITABLES):
+        return traps.await_op(coro)
+    # collections.abc, not inspect: a coroutine compiled by Cython is one (DESIGN rule 14)
+    if not isinstance(coro, _Coroutine):
         hint = ""
         if inspect.iscoroutinefunction(coro):
             hint = f"; call it first: {where}({getattr(coro, '__name__', 'fn')}())"

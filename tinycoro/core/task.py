@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, runtime_ch
 
 from .errors import Cancelled
 from .local import _local
-from .traps import Park, join_outside, park
+from .traps import Park, join_outside
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -177,7 +177,7 @@ class Task:
                 if joiners is not None:
                     joiners.append(me)
             if joiners is not None:
-                yield from park(Park(lambda: self.remove_done_callback(me), self))
+                yield from Park(lambda: self.remove_done_callback(me), self).__await__()
         return self.result()
 
     def __repr__(self) -> str:

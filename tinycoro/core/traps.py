@@ -18,7 +18,6 @@ that says why, instead of confusing the foreign event loop.
 from __future__ import annotations
 
 import contextlib
-import types
 from typing import Any, Callable, ContextManager, Generator
 
 from .errors import oserror
@@ -174,12 +173,25 @@ class Park:
         self.undo = undo
         self.what = what
 
+    def __await__(self) -> Generator[Any, Any, Any]:
+        """Park: suspend until woken; the value the waker passed to ``task.wake``."""
+        if _local.engine is None:
+            return (yield from run_outside(self))
+        return (yield self)
+
 
 class _Yield:
     __slots__ = ()
 
     def __repr__(self) -> str:
         return "YIELD"
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        """Go to the back of the ready queue."""
+        if _local.engine is None:
+            yield from run_outside(self)
+            return
+        yield self
 
 
 YIELD = _Yield()
@@ -254,7 +266,7 @@ def _describe(trap: Any) -> str:
 
 # What an I/O call may return instead of a coroutine; tc.spawn() and Scheduler.submit() take
 # them too, wrapped by await_op (``tc.spawn(stream.recv())``).
-OP_AWAITABLES = (Op, _Raw, Ready)
+OP_AWAITABLES = (Op, _Raw, Ready, Park, _Yield)
 
 
 async def await_op(aw: Any) -> Any:
@@ -275,31 +287,30 @@ def perform_raw(op: Op) -> _Raw:
     return _Raw(op)
 
 
-@types.coroutine
-def park(ticket: Park):
-    """Suspend until woken; return the value the waker passed to ``task.wake``."""
-    if _local.engine is None:
-        return (yield from run_outside(ticket))
-    return (yield ticket)
+def park(ticket: Park) -> Park:
+    """``await park(ticket)``: suspend until woken; return the value the waker passed to
+    ``task.wake``. The ticket is itself the awaitable (DESIGN rule 14: traps are ``__await__``
+    methods, which compile; never ``@types.coroutine`` generators)."""
+    return ticket
 
 
-@types.coroutine
-def yield_now() -> types.GeneratorType:
-    """Go to the back of the ready queue, letting every other ready task run first."""
-    if _local.engine is None:
-        yield from run_outside(YIELD)
-        return
-    yield YIELD
+def yield_now() -> _Yield:
+    """``await yield_now()``: go to the back of the ready queue, letting every other ready
+    task run first."""
+    return YIELD
 
 
-@types.coroutine
-def checkpoint_if_cancelled() -> types.GeneratorType:
+_NOTHING = Ready(None)
+
+
+def checkpoint_if_cancelled() -> "_Yield | Ready":
     """Take a cancel or an expired timeout that is on its way to this task here, by yielding
     once; return at once when none is (trio has the same name). For code that must not start
     something it could not then finish, such as encrypting a TLS record."""
     task = _local.task
     if task is not None and task._interrupts is not None:
-        yield from yield_now()
+        return YIELD
+    return _NOTHING
 
 
 def join_outside(task: Any):

@@ -1,0 +1,23 @@
+# Augments task.py when it is compiled (DESIGN rule 14; setup.py cythonizes task.py with this
+# file beside it). The .py is the source: this declares the Task's layout, so the engine, which
+# cimports it, reads and writes a task's fields directly. Attributes are public: primitives,
+# the scheduler and the notebook layer use them.
+
+cdef class Task:
+    cdef public object _coro
+    cdef public object id
+    cdef public object name
+    cdef public object _engine
+    cdef public object _state
+    cdef public object _value
+    cdef public object _exc
+    cdef public object _result
+    cdef public object _exception
+    cdef public object _waiting
+    cdef public list _interrupts
+    cdef public list _joiners
+    cdef public bint _retrieved
+    cdef public double _born
+    cdef public object _lock
+    cdef public object _context
+    cdef object __weakref__

@@ -1,0 +1,30 @@
+# Augments traps.py when it is compiled (DESIGN rule 14; setup.py cythonizes traps.py with this
+# file beside it). The .py is the source: this declares the traps' layouts, so the engine, which
+# cimports them, reads and writes an op's fields directly. Attributes are public: the I/O layer
+# (Python subclasses of Op) and the asyncio host use them.
+
+cdef class _CoroutineProtocol:
+    cdef public object _gen
+
+cdef class Op(_CoroutineProtocol):
+    cdef public object prep
+    cdef public object args
+    cdef public object task
+    cdef public object ud
+    cdef public bint cancelling
+    cdef public object what
+    cdef public bint returns_fd
+
+cdef class _Raw(_CoroutineProtocol):
+    cdef public object op
+
+cdef class Ready:
+    cdef public object value
+
+cdef class Park:
+    cdef public object abort
+    cdef public object undo
+    cdef public object what
+
+cdef class _Yield:
+    pass
