@@ -133,3 +133,21 @@ def test_the_compiled_ring_imports_without_tinycoro_uring():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-500:]
     assert out.stdout.split(" ", 1) == ["RingCore", "['tinycoro', 'tinycoro._cring', 'tinycoro._ringdefs', 'tinycoro.uring']\n"]
+
+
+def test_a_build_older_than_its_source_is_not_used(tmp_path):
+    # After an edit or a pull, a .so beside a newer .py would run code that is no longer the
+    # source: every module compiled from source then runs interpreted, and the record says why.
+    name = compiled.SOURCE_MODULES[0]
+    base = tmp_path.joinpath(*name.split(".")[1:])
+    base.parent.mkdir(parents=True, exist_ok=True)
+    source = base.with_name(base.name + ".py")
+    built = base.with_name(base.name + compiled.importlib.machinery.EXTENSION_SUFFIXES[0])
+    source.write_text("")
+    built.write_bytes(b"")
+    os.utime(source, (1000, 1000))
+    os.utime(built, (2000, 2000))
+    assert compiled._stale_build(str(tmp_path)) is None  # built after its source: used
+    os.utime(source, (3000, 3000))
+    why = compiled._stale_build(str(tmp_path))
+    assert why is not None and name in why and "rebuild" in why

@@ -15,8 +15,9 @@ The names of earlier releases, ``TINYCORO_PURE_RING`` (run time) and ``TINYCORO_
 Besides those three, the hot modules listed in :data:`SOURCE_MODULES` may be compiled from
 their own ``.py`` source, with an augmenting ``.pxd`` beside each (DESIGN rule 14): the build
 puts a ``.so`` next to the ``.py``, which Python's import then prefers. With the variable set at
-run time, :func:`force_pure_sources` (called first thing by ``import tinycoro``) puts a finder
-ahead of that choice which loads the ``.py``; :func:`note_sources` records, after the package is
+run time, or when a build is older than its source (a stale build after an edit or a pull),
+:func:`force_pure_sources` (called first thing by ``import tinycoro``) puts a finder ahead of
+that choice which loads the ``.py``; :func:`note_sources` records, after the package is
 imported, which of them run compiled (a module that does not is in :data:`fallbacks`, keyed by
 its full name, with the reason).
 
@@ -56,6 +57,8 @@ SOURCE_MODULES: tuple[str, ...] = (
     "tinycoro.core.traps",
     "tinycoro.core.task",
     "tinycoro.core.engine",
+    "tinycoro.closing",
+    "tinycoro.net",
 )
 
 
@@ -81,16 +84,33 @@ class _SourceFinder:
         return None
 
 
+def _stale_build(root: str) -> str | None:
+    """The first module of :data:`SOURCE_MODULES` whose build lies beside an older .py or .pxd
+    (the source changed since ``setup.py build_ext``), as a reason; None when none does."""
+    for name in SOURCE_MODULES:
+        base = os.path.join(root, *name.split(".")[1:])
+        built = [base + s for s in importlib.machinery.EXTENSION_SUFFIXES if os.path.exists(base + s)]
+        if not built:
+            continue
+        sources = [p for p in (base + ".py", base + ".pxd") if os.path.exists(p)]
+        if max(map(os.path.getmtime, sources)) > min(map(os.path.getmtime, built)):
+            return f"{name} changed since it was built (rebuild: setup.py build_ext --inplace)"
+    return None
+
+
 def force_pure_sources() -> None:
-    """With ``TINYCORO_PURE`` set, make every module of :data:`SOURCE_MODULES` import from its
-    .py (before any of them is imported); otherwise do nothing."""
+    """Make every module of :data:`SOURCE_MODULES` import from its .py (call it before any of
+    them is imported) when ``TINYCORO_PURE`` is set, or when one of their builds is older
+    than its source: a stale build would run code that is no longer the source, and the
+    modules cimport each other's types, so they run compiled all together or not at all."""
     var = pure_requested()
-    if var is None:
+    why = f"{var} is set" if var is not None else _stale_build(os.path.dirname(__file__))
+    if why is None:
         return
     if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder())  # type: ignore[arg-type]
     for name in SOURCE_MODULES:
-        fallbacks[name] = f"{var} is set"
+        fallbacks[name] = why
 
 
 def note_sources() -> None:

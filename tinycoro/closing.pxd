@@ -1,0 +1,15 @@
+# Augments closing.py when it is compiled (DESIGN rule 14; setup.py cythonizes closing.py with
+# this file beside it). The .py is the source: this declares the pending set's and the resource
+# op's layouts, and the op's close-tracking steps as C calls for the op classes that cimport it.
+
+from .core.traps cimport Op
+
+cdef class PendingOps:
+    cdef public dict _ops
+    cdef public bint closed
+    cdef public object _error
+
+cdef class ResourceOp(Op):
+    cdef public object pending
+
+    cpdef _enter(self)

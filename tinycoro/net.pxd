@@ -1,0 +1,17 @@
+# Augments net.py when it is compiled (DESIGN rule 14; setup.py cythonizes net.py with this
+# file beside it). The .py is the source: this declares the layouts of a stream's operation
+# awaitables (recv, sendall, accept), whose __await__ runs once per I/O call.
+
+from .closing cimport ResourceOp
+
+cdef class _RecvOp(ResourceOp):
+    cdef public object view
+    cdef public object token
+    cdef public object owner
+
+cdef class _SendallOp(ResourceOp):
+    cdef public object token
+    cdef public object owner
+
+cdef class _AcceptOp(ResourceOp):
+    cdef public object listener
