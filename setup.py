@@ -67,10 +67,11 @@ class OptionalBuildExt(build_ext):
     """
 
     def build_extensions(self) -> None:
-        self.check_extensions_list(self.extensions)
+        extensions: list = getattr(self, "extensions")  # untyped in setuptools' stubs
+        self.check_extensions_list(extensions)
         built = []
         failed: set[str] = set()
-        for ext in self.extensions:
+        for ext in extensions:
             missing = _cimports(ext.name) & failed
             if missing:  # its types come from a module that runs interpreted: so must it
                 sys.stderr.write(f"tinycoro: not building {ext.name}: {sorted(missing)} failed\n")
@@ -138,8 +139,18 @@ def _source_extensions() -> list:
     from setuptools import Extension
 
     out = []
+    skipped: set[str] = set()  # and with them every module whose .pxd cimports one of them
     for name in _compiled_module().SOURCE_MODULES:
         source = os.path.join(*name.split(".")) + ".py"
+        if _cimports(name) & skipped:
+            skipped.add(name)
+            continue
+        if not os.path.exists(source[:-3] + ".pxd"):
+            # Compiled without its declarations, a module is slower than interpreted (DESIGN
+            # rule 14): an sdist that lost the .pxd builds it not at all.
+            sys.stderr.write(f"tinycoro: {source[:-3]}.pxd is missing; {name} runs interpreted\n")
+            skipped.add(name)
+            continue
         ext = Extension(name, [source], extra_compile_args=["-O2"], optional=True)
         try:
             out += cythonize(
@@ -149,6 +160,7 @@ def _source_extensions() -> list:
             )
         except Exception as e:  # noqa: BLE001 - that module runs interpreted
             sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")
+            skipped.add(name)
     return out
 
 

@@ -123,7 +123,7 @@ def note_sources() -> None:
         if is_compiled(module):
             _loaded[name] = module
         else:
-            fallbacks[name] = f"{name} is not built (its .py runs interpreted)"
+            fallbacks[name] = "not built: its .py runs interpreted"
 
 
 def pure_requested(environ: Mapping[str, str] | None = None) -> str | None:
