@@ -156,7 +156,10 @@ def _source_extensions() -> list:
             out += cythonize(
                 [ext],
                 quiet=True,
-                compiler_directives={"language_level": "3"},
+                # The .pxd declares the types; annotations stay Python's: typed by them, a
+                # ``flag: bool`` parameter would take 1 silently and skip the check that
+                # refuses it (rule 11), an ``int`` one would refuse with Cython's message.
+                compiler_directives={"language_level": "3", "annotation_typing": False},
             )
         except Exception as e:  # noqa: BLE001 - that module runs interpreted
             sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")

@@ -3,6 +3,8 @@
 # per-operation methods (_step, _start, _deliver, _park, _finish) C calls from its run loop.
 # Attributes are public: the scheduler, statistics and the notebook layer read them.
 
+cimport cython
+
 from .ring cimport RingOwner
 from .task cimport Task
 from .traps cimport Op, Park
@@ -41,3 +43,5 @@ cdef class Engine(RingOwner):
     cpdef _step(self, Task task)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)
+    @cython.locals(op=Op, task=Task)
+    cpdef _deliver(self, list done)

@@ -515,9 +515,6 @@ class Engine(RingOwner):
         """What the task of each completed op sees (``RingOwner._reap`` calls this): the
         result, or, when the op failed while we were cancelling it, the interrupt."""
         append = self.ready.append
-        # Declared for the compiler (DESIGN rule 14): compiled, the fields are C struct reads.
-        op: Op
-        task: Task | None
         for op, res in done:
             task = op.task
             op.task = None  # delivered: an op kept for reuse keeps no task alive

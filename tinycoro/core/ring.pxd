@@ -16,5 +16,6 @@ cdef class RingOwner:
     cdef public list _done
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
+    cpdef _deliver(self, list done)
     cpdef _reap(self)
     cpdef _submit(self)
