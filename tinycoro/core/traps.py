@@ -45,6 +45,14 @@ class Op:
         self.what = None
         self.returns_fd = returns_fd
 
+    def describe(self) -> str:
+        """What the operation does, in plain words ("recv from 127.0.0.1:5000", "sleep 2 ms
+        (1.3 ms left)"), built from its prep name, args and ``what`` when a snapshot asks
+        (``TaskInfo.waits_on``); never on the hot path."""
+        from .waits import op_words  # only snapshots need it
+
+        return op_words(self.prep, self.args, self.what)
+
     def __repr__(self) -> str:
         name = getattr(self.prep, "__name__", "op").replace("io_uring_prep_", "")
         return f"<Op {name} ud={self.ud}>"
