@@ -3,8 +3,8 @@ each engine process's CPU % beside its contexts' busy %.
 
 Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
 
-    tinycoro cluster · 2 engines · 4 contexts · running · failed unobserved 0 · 2 CPU cores here
-    engine / context     stop flag  busy now / CPU          busy (CPU), 1 min  ...  tasks finished
+    tinycoro cluster · 2 engines · 4 contexts · running · failed 0 · 2 CPU cores here
+    engine / context     has work   now / CPU                last min           ...  finished
     engine 0 · host:4711 token 2/2  [#######] CPU 99% (GIL) ~~~~~               ...          20412
       ctx 0              1 · has work [#####] 100%          ~~~~~               ...          10231
       ctx 1              1 · has work [#####] 100%          ~~~~~               ...          10181
@@ -43,14 +43,14 @@ from .dashboard import History, RefreshThread, keep
 
 __all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter"]
 
-# The local dashboard's columns, the first and third named for what an engine row shows there.
+# The local dashboard's columns, the first and the busy ones named for what an engine row
+# shows there.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("engine / context", "an engine (an ipyparallel engine process, host:pid) and its contexts"),
-    _d.COLUMNS[1],
-    ("busy now / CPU", "contexts: share of wall time spent running tasks; engine: the "
-     "process's CPU time per second of wall time (100% = one core)"),
-    ("busy (CPU), 1 min", "contexts: busy over the last 60 s; engine: process CPU over the "
-     "last 60 s"),
+    ("has work", "contexts: " + _d.COLUMNS[1][1] + "; engine: how many of its contexts have"),
+    ("now / CPU", "contexts: share of wall time spent running tasks; engine: the process's CPU "
+     "time per second of wall time (100% = one core)"),
+    ("last min", "contexts: busy over the last 60 s; engine: process CPU over the last 60 s"),
     *_d.COLUMNS[4:],
 )
 GIL_BOUND = 0.5  # busy beyond CPU by half a core or more: the contexts wait for the GIL
@@ -132,7 +132,7 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
         f"<b>tinycoro cluster</b> &middot; {len(engines)} engines &middot; {contexts} contexts "
         f"&middot; {state} &middot; "
         f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
-        f'nobody awaited, all engines, cumulative">failed unobserved <b>{failed}</b></span> '
+        f'nobody awaiting them, all engines, since the start">failed <b>{failed}</b></span> '
         f"&middot; {os.cpu_count()} CPU cores here"
     )
 
@@ -175,13 +175,14 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
         rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
     cells = [
         ("name", f"<b>{name}</b>", ""),
-        ("stop_flag", f"token {stats.stop_token}/{len(ctxs)}", ""),
+        ("stop_flag", f"{stats.stop_token} of {len(ctxs)}", ""),
         ("busy", _cpu_cell(cpu_now, busy), ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", _d._count(rate), _d._NUM),
         ("ops-plot", "", ""),
         ("queued", sum(c.queued for c in ctxs), _d._NUM),
-        ("io_inflight", sum(c.io_inflight + c.io_pending for c in ctxs), _d._NUM),
+        ("io_inflight", sum(c.in_io for c in ctxs), _d._NUM),
+        ("sleeping", sum(c.sleeps for c in ctxs), _d._NUM),
         ("parked", sum(c.parked for c in ctxs), _d._NUM),
         ("queues-plot", "", ""),
         ("tasks_run", sum(c.tasks_run for c in ctxs), _d._NUM),
@@ -260,7 +261,8 @@ class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
             self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running)
             if tasks is not None:
                 count = sum(len(t) for t in tasks.values())
-                self._tasks_box.set_title(0, f"live tasks ({count})")
+                every = [i for t in tasks.values() for i in t]
+                self._tasks_box.set_title(0, _d.task_title(every) if count else "live tasks (0)")
                 self._tasks.value = "".join(
                     f'<div class="tc-tasks-e{e.id}"><b>engine {e.id} · {html.escape(e.host)}:'
                     f"{e.pid}</b>{_d._task_table(tasks.get(e.id, ()))}</div>"

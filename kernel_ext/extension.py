@@ -134,6 +134,7 @@ class Extension:
         self.shell = shell
         self._lock = threading.Lock()  # guards scheduler swaps against the dashboard refresher
         self.refresher: "Refresher | None" = None
+        self._cancelled_by_restart: int | None = None
         self.scheduler: tc.Scheduler = start_scheduler(contexts, dispatch)
         try:
             engine = Engine(None, self.scheduler, GUEST_RING_ENTRIES, guest=True)
@@ -192,8 +193,9 @@ class Extension:
     def engine(self) -> Engine:
         return self.runner.engine
 
-    def stop_scheduler(self, timeout: float = STOP_TIMEOUT) -> bool:
-        """Stop the default scheduler: cancel its tasks, join its threads. False if none ran.
+    def stop_scheduler(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """Stop the default scheduler: cancel its tasks, join its threads. Returns how many
+        live tasks it cancelled (they were counted just before), None if none ran.
 
         Afterwards no scheduler is the default and the cell engine dispatches nowhere, so
         ``tc.spawn`` in any cell fails with tinycoro's "no default scheduler is running"
@@ -210,13 +212,19 @@ class Extension:
         if not sched.stats().running:
             if refresher is not None:
                 refresher.stop()
-            return False
+            return None
+        cancelled = len(sched.tasks())  # a task ending meanwhile was not cancelled: near enough
         try:
             sched.stop(timeout=timeout)
         finally:
             if refresher is not None:
                 refresher.stop()  # renders the final "stopped" state, then its thread ends
-        return True
+        return cancelled
+
+    @property
+    def cancelled_by_restart(self) -> int | None:
+        """Tasks the last :meth:`restart` cancelled (None before any, or if none ran)."""
+        return self._cancelled_by_restart
 
     def restart(self, contexts: int | None = None, dispatch: str | None = None) -> tc.Scheduler:
         """Stop the current scheduler and start a new one (same settings unless given)."""
@@ -224,7 +232,7 @@ class Extension:
         contexts = check_contexts(old.contexts if contexts is None else contexts)
         dispatch = check_dispatch(old.dispatch if dispatch is None else dispatch)
         refresher = self.refresher  # its dashboards follow the new scheduler
-        self.stop_scheduler()
+        self._cancelled_by_restart = self.stop_scheduler()
         new = start_scheduler(contexts, dispatch)
         with self._lock:
             self.scheduler = new

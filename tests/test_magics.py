@@ -313,7 +313,8 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
     from kernel_ext.dashboard import Dashboard
 
     ext = kernel_ext.get_extension(loaded)
-    board = loaded.run_line_magic("tinycoro", "dashboard")
+    assert loaded.run_line_magic("tinycoro", "dashboard") is None  # displayed, not returned
+    board = loaded.magics_manager.registry["TinycoroMagics"].last_dashboard
     assert isinstance(board, Dashboard)
     assert repr(board) == "<tinycoro dashboard: 2 contexts>"
     assert board._repr_mimebundle_()["text/plain"] == "<tinycoro dashboard: 2 contexts>"
@@ -328,7 +329,8 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
 
     wait_until(lambda: tasks_run() >= 20, what="the dashboard to show the tasks run")
     assert "stop token" in board._summary.value and "running" in board._summary.value
-    second = loaded.run_line_magic("tinycoro", "dashboard")
+    loaded.run_line_magic("tinycoro", "dashboard")
+    second = loaded.magics_manager.registry["TinycoroMagics"].last_dashboard
     assert ext.refresher is refresher  # one refresher thread serves every dashboard
     loaded.run_line_magic("tinycoro", "stop")
     assert not refresher.alive

@@ -16,7 +16,7 @@ import socket
 import time
 from typing import Any, Callable
 
-__all__ = ["SLEEP", "duration", "op_words", "park_words", "size"]
+__all__ = ["SLEEP", "duration", "kind", "op_words", "park_words", "size", "summary"]
 
 SLEEP = "io_uring_prep_timeout"  # the prep name of a tc.sleep: a wait on a timer, not I/O
 
@@ -181,3 +181,26 @@ def park_words(what: Any) -> str:
     if isinstance(name, str) and hasattr(what, "_joiners"):  # a Task: await task
         return f"task {name!r} (id {getattr(what, 'id', '?')}) to finish"
     return type(what).__name__
+
+
+def kind(state: str, waits_on: str) -> str:
+    """The kind of wait a task is in, for summaries: "sleeping", "in I/O", "parked on Mutex",
+    "running", "ready"."""
+    if state == "io":
+        return "in I/O"
+    if state != "parked":
+        return state
+    first = waits_on.split(" ", 1)[0].rstrip(":")
+    if first == "task":
+        return "joining a task"
+    return f"parked on {first}" if first else "parked"
+
+
+def summary(infos: Any) -> str:
+    """One line per snapshot: how many tasks are in each kind of wait, most first ("50 parked
+    on Semaphore, 12 sleeping, 4 in I/O")."""
+    counts: dict[str, int] = {}
+    for i in infos:
+        k = kind(i.state, i.waits_on)
+        counts[k] = counts.get(k, 0) + 1
+    return ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
