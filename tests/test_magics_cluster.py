@@ -117,7 +117,7 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     shell.run_line_magic("tinycoro", "cluster tasks")
     lines = capsys.readouterr().out.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("engine 1 · ")))
-    assert lines[first + 1] == "  tinycoro: 1 live task"
+    assert lines[first + 1] == "  tinycoro: 1 live task: 1 sleeping"
     [row] = [line for line in lines[first:] if "napping" in line]
     assert re.search("sleep|timeout", row), row  # its state and what it waits on
     run_ok(shell, "nap.cancel()")

@@ -107,7 +107,7 @@ def legend(items: Sequence[tuple[str, str]], width: int = 100) -> list[str]:
     lines, line = [], "legend:"
     for name, what in items:
         part = f" {name} = {what};"
-        if len(line) + len(part) > width:
+        if len(line) + len(part) > width and line.strip() != "legend:":
             lines.append(line)
             line = "       "
         line += part

@@ -35,10 +35,10 @@ def duration(seconds: float) -> str:
         return f"{_num(seconds * 1000)} ms"
     if seconds < 120:
         return f"{_num(seconds)} s"
-    if seconds < 7200:
+    if seconds < 3570:  # from here on "60 min" would be printed: say "1 h"
         return f"{seconds / 60:.0f} min"
     if seconds < 1e9:
-        return f"{seconds / 3600:.0f} h"
+        return f"{_num(seconds / 3600)} h"
     return "ever"  # sleep(math.inf) sleeps in steps of ~31 years
 
 
