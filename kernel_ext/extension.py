@@ -12,8 +12,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator
 
 import tinycoro as tc
@@ -21,6 +19,8 @@ from tinycoro.core.checks import check_contexts, check_dispatch
 from tinycoro.core.engine import Engine
 
 from .runner import CellRunner
+from .tracebacks import format_failure
+from .tracebacks import install as install_tracebacks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dashboard import Refresher
@@ -87,7 +87,9 @@ def signals_blocked() -> Iterator[None]:
 
 def report_failure(task: tc.Task, exc: BaseException) -> None:
     """The scheduler's ``failure_hook``: print the traceback of a task that failed while
-    nothing awaited it to ``sys.stderr``.
+    nothing awaited it to ``sys.stderr``, formatted as IPython formats a cell's error ("Cell
+    In[2], line 3", the kernel's colours) and without the runtime's frames
+    (:mod:`kernel_ext.tracebacks`).
 
     The core calls it on the task's context thread inside the task's ``contextvars.Context``
     (rule 9). ipykernel keeps the cell's parent header in a ContextVar, so the traceback
@@ -96,26 +98,15 @@ def report_failure(task: tc.Task, exc: BaseException) -> None:
     """
     try:
         where = "" if task.context is None else f" on context {task.context}"
-        text = "".join(
-            [f"tinycoro: task {task.name!r} (id {task.id}){where} failed and nothing awaited it:\n"]
-            + traceback.format_exception(type(exc), exc, _from_user_code(exc.__traceback__))
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        text = (
+            f"tinycoro: task {task.name!r} (id {task.id}){where} failed and nothing awaited it:\n"
+            + format_failure(exc, shell)
         )
         sys.stderr.write(text)
     except Exception:  # noqa: BLE001 - a closed or replaced stderr must not crash a context
         pass
-
-
-def _from_user_code(tb: TracebackType | None) -> TracebackType | None:
-    """*tb* without its leading tinycoro frames (the engine's step that resumed the task), so
-    the traceback starts where the user's coroutine does; unchanged if nothing else is left."""
-    start = tb
-    while start is not None and _is_tinycoro(start.tb_frame.f_globals.get("__name__", "")):
-        start = start.tb_next
-    return start if start is not None else tb
-
-
-def _is_tinycoro(module: str) -> bool:
-    return module == "tinycoro" or module.startswith("tinycoro.")
 
 
 def start_scheduler(contexts: int | None, dispatch: str) -> tc.Scheduler:
@@ -145,6 +136,7 @@ class Extension:
         self._saved = (shell.loop_runner, shell.autoawait)
         shell.loop_runner = self.runner
         shell.autoawait = True
+        self._untraceback = install_tracebacks(shell)  # errors about the user's code
         self._previous_default = tc.get_default_scheduler()
         tc.set_default_scheduler(self.scheduler)
         self._hand_over_loading_cell()
@@ -266,6 +258,7 @@ class Extension:
         if shell.loop_runner is self.runner:
             shell.loop_runner = loop_runner
             shell.autoawait = autoawait
+        self._untraceback()
         default = tc.get_default_scheduler()
         self.stop_scheduler()
         if default is self.scheduler or default is None:

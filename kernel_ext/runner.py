@@ -62,6 +62,8 @@ from tinycoro.core.local import _local
 from tinycoro.core.task import Task
 
 from .cell_loop import CellLoop
+from .tracebacks import show as show_traceback
+from .tracebacks import strip
 
 __all__ = ["CellRunner"]
 
@@ -90,10 +92,9 @@ def _without_handler_frame(tb: TracebackType | None) -> TracebackType | None:
 
 def _show_interrupt(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset=None):
     """IPython custom exception handler for KeyboardInterrupt in a cell: show it as a plain
-    cell's interrupt is shown, without the runner's handler frame."""
+    cell's interrupt is shown, without the runner's handler frame nor the runtime's."""
     tb = _without_handler_frame(tb)
-    shell.showtraceback((etype, value.with_traceback(tb), tb), tb_offset=tb_offset)
-    return []  # shown already
+    return show_traceback(shell, etype, value.with_traceback(tb), tb, tb_offset)
 
 
 class CellRunner:
@@ -181,7 +182,7 @@ class CellRunner:
                 self.close()
         exc = task.exception()
         if exc is not None:
-            raise exc.with_traceback(_without_handler_frame(exc.__traceback__))
+            raise strip(exc.with_traceback(_without_handler_frame(exc.__traceback__)))
         return task.result()
 
     # -- interrupts ---------------------------------------------------------------------------
