@@ -16,7 +16,10 @@ The switch to see them again, for debugging tinycoro itself: ``%env TINYCORO_TRA
 
 from __future__ import annotations
 
+import collections
 import os
+import threading
+import time
 import traceback
 import types
 from typing import Any, Callable
@@ -99,12 +102,29 @@ def install(shell: Any) -> Callable[[], None]:
     return restore
 
 
+# IPython's formatter takes ~20 ms a traceback (stack_data reads and highlights the source), on
+# the context thread that reports the failure: a storm of failing tasks must not stall it, so
+# beyond RICH_PER_SECOND a second the plain Python format (~0.1 ms) is used.
+RICH_PER_SECOND = 10
+_rich_times: collections.deque[float] = collections.deque(maxlen=RICH_PER_SECOND)
+_rich_lock = threading.Lock()
+
+
+def _rich_allowed() -> bool:
+    now = time.monotonic()
+    with _rich_lock:
+        if len(_rich_times) == RICH_PER_SECOND and now - _rich_times[0] < 1.0:
+            return False
+        _rich_times.append(now)
+        return True
+
+
 def format_failure(exc: BaseException, shell: Any = None) -> str:
     """The traceback of a task's failure as text, as the shell formats a cell's error (cell
     references such as "Cell In[2], line 3", the kernel's colours); plain Python formatting
     without a shell. Runtime frames left out unless switched on."""
     strip(exc)
-    if shell is not None:
+    if shell is not None and _rich_allowed():
         try:
             from IPython.core import ultratb
 
