@@ -443,3 +443,25 @@ def test_dashboard_without_ipywidgets_is_a_usage_error(loaded, monkeypatch):
     with pytest.raises(UsageError, match="needs ipywidgets"):
         loaded.run_line_magic("tinycoro", "dashboard")
     assert not [t for t in threading.enumerate() if t.name == "tinycoro-dashboard"]
+
+
+def test_python_m_tinycoro_speaks_the_words_of_status_with_a_legend(loaded, capsys):
+    """Issue 21: one vocabulary for python -m tinycoro, %tinycoro status and the dashboard."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tinycoro", "-n", "2", "--files", "2", "--clients", "2",
+         "--rounds", "5", "--timers", "10"],
+        capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout
+    loaded.run_line_magic("tinycoro", "status")
+    status = capsys.readouterr().out.splitlines()
+    head = status[1]
+    assert head in out.splitlines(), out  # the same column names
+    assert "legend: has work = " in out and "sleeping = tasks in tc.sleep" in out
+    help_text = subprocess.run([sys.executable, "-m", "tinycoro", "--help"], capture_output=True,
+                               text=True, timeout=60, check=True).stdout
+    assert help_text.count("(default:") == 7  # every option is described, with its default

@@ -135,7 +135,7 @@ def headline(stats: SchedulerStats, dispatch: str = "") -> str:
     n = len(stats.contexts)
     return (
         f"tinycoro scheduler: {n} context{'s' if n != 1 else ''}{how}, {state}, {accepting}, "
-        f"{stats.stop_token} of {n} with work, {stats.failed} failed with nobody awaiting"
+        f"{stats.stop_token} of {n} contexts with work, {stats.failed} failed with nobody awaiting"
     )
 
 
