@@ -65,6 +65,18 @@ def _noop() -> None:
     pass
 
 
+def _entered(context: Any) -> bool:
+    """Whether *context* (a ``contextvars.Context``) is entered now, on this thread or another:
+    running a callback in it would raise "cannot enter context"."""
+    if context is None:
+        return False
+    try:
+        context.run(_noop)
+    except RuntimeError:
+        return True
+    return False
+
+
 def _is_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
@@ -185,29 +197,41 @@ class CellLoop:
         return interrupt
 
     # -- the driver ----------------------------------------------------------------------------
-    def turn(self, loop: asyncio.AbstractEventLoop) -> None:
+    def turn(self, loop: asyncio.AbstractEventLoop) -> bool:
         """One iteration of *loop* with a zero timeout, with no tinycoro engine visible and
-        the cell's asyncio face set aside (the loop's tasks step here)."""
+        the cell's asyncio face set aside (the loop's tasks step here); True if callbacks that
+        can run here are ready after it."""
         engine, task = _local.engine, _local.task
         _local.engine = _local.task = None  # asyncio tasks' tinycoro awaits use the hosted ring
         face = self.face
         if face is not None:
             _leave_task(loop, face)
+        # Callbacks that must run in a context entered right now (further down this thread's
+        # stack) wait for the cell's end: ipykernel 7 steps every shell message's task in one
+        # persistent Context, which the execute_request that runs this cell has entered, so the
+        # next cell's request, queued by Run All, would fail with "cannot enter context".
+        # After the cell, the kernel's loop runs them, and they wait for the cell's lock.
+        ready = loop._ready  # type: ignore[attr-defined]
+        deferred = [h for h in ready if _entered(getattr(h, "_context", None))]
+        for h in deferred:
+            ready.remove(h)
         try:
             loop.call_soon(_noop)  # something is ready: the iteration polls without blocking
             loop._run_once()  # type: ignore[attr-defined]
+            runnable = bool(ready)
         finally:
+            ready.extendleft(reversed(deferred))
             if face is not None:
                 _enter_task(loop, face)
             _local.engine, _local.task = engine, task
+        return runnable
 
     async def drive(self) -> None:
         """Turn the loop while the cell runs (a task on the guest engine; cancel it after)."""
         loop = self.loop
         selector_fd = loop._selector.fileno()  # type: ignore[attr-defined]
         while True:
-            self.turn(loop)
-            if loop._ready:  # type: ignore[attr-defined]
+            if self.turn(loop):
                 await tc.yield_now()
                 continue
             scheduled = loop._scheduled  # type: ignore[attr-defined]

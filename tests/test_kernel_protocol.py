@@ -619,3 +619,25 @@ def test_tasks_words_in_a_real_kernel(tc_kernel):
     assert re.search(r" I/O .*accept on 127\.0\.0\.1:\d+$", rows["acceptor"]), out
     assert "1 sleeping" in out.splitlines()[0] and "in I/O" in out.splitlines()[0], out
     tc_kernel.ok("gate.set()\nnap.cancel()\nacc.cancel()\nawait fan\nawait lst.close()")
+
+
+def test_cells_queued_while_an_awaiting_cell_runs_run_after_it_in_order(tc_kernel):
+    """Run All sends every execute_request at once: while the first cell awaits (its turns of
+    the kernel's loop step asyncio tasks), the queued requests wait for it, and each runs in
+    its own cell. Issue 21: they failed with "cannot enter context" and never ran."""
+    cells = [
+        "await tc.sleep(0.3)\nprint('first')",
+        "print('second')",
+        "await tc.sleep(0.01)\nprint('third')",
+        "x = await tc.spawn(tc.sleep(0.01))\nprint('fourth')",
+    ]
+    ids = [tc_kernel.submit(code) for code in cells]
+    for msg_id in ids:
+        tc_kernel.until(
+            lambda m, i=msg_id: m["parent_header"].get("msg_id") == i
+            and m["msg_type"] == "status" and m["content"]["execution_state"] == "idle",
+            timeout=30, what="the queued cell's end",
+        )
+    assert [tc_kernel.stream(i) for i in ids] == ["first\n", "second\n", "third\n", "fourth\n"]
+    assert [tc_kernel.stream(i, "stderr") for i in ids] == ["", "", "", ""]
+    assert all(tc_kernel.of(i, "error") == [] for i in ids)
