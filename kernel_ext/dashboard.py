@@ -405,7 +405,8 @@ def task_title(infos: Sequence[tc.TaskInfo]) -> str:
 
 def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
     """The live tasks, oldest first (by id: a stable order), in a box that scrolls beyond
-    TASKS_HEIGHT px, both ways, so neither a long list nor long words move the notebook."""
+    TASKS_HEIGHT px, both ways, so neither a long list nor long words move the notebook (the
+    summary per kind of wait is the list's title, :func:`task_title`)."""
     if not infos:
         return "<i>no live tasks</i>"
     infos = sorted(infos, key=lambda i: i.id)
@@ -420,8 +421,7 @@ def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
     tail = f"<div>... and {more} more (%tinycoro tasks lists them all)</div>" if more > 0 else ""
     states = " &middot; ".join(f"<b>{k}</b>: {v}" for k, v in STATES)
     return (
-        f'<div class="tc-tasks-summary" style="font-size:11px">{html.escape(wait_summary(infos))}'
-        f'</div><div class="tc-tasks-scroll" style="max-height:{TASKS_HEIGHT}px;overflow:auto">'
+        f'<div class="tc-tasks-scroll" style="max-height:{TASKS_HEIGHT}px;overflow:auto">'
         '<table class="tc-tasks" style="font-size:11px;white-space:nowrap">'
         "<tr><th>id</th><th>name</th><th>context</th><th>state</th><th>age</th>"
         f"<th>waits on</th></tr>{rows}</table>{tail}</div>"

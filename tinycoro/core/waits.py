@@ -30,7 +30,7 @@ def _num(v: float) -> str:
 def duration(seconds: float) -> str:
     """``0.0025`` -> ``"2.5 ms"``, ``2.0`` -> ``"2 s"``: a short, human duration."""
     if seconds < 0.001:
-        return f"{seconds * 1e6:.0f} us"
+        return f"{seconds * 1e6:.0f} µs"
     if seconds < 1:
         return f"{_num(seconds * 1000)} ms"
     if seconds < 120:
@@ -90,7 +90,8 @@ def _sleep(args: tuple, what: Any) -> str:
     total = (getattr(ts, "tv_sec", 0) or 0) + (getattr(ts, "tv_nsec", 0) or 0) / 1e9
     words = f"sleep {duration(total)}"
     if type(what) is float:  # tc.sleep keeps its deadline (perf_counter) here: time left
-        words += f" ({duration(max(0.0, what - time.perf_counter()))} left)"
+        left = what - time.perf_counter()
+        words += f" ({duration(left)} left)" if left > 0 else " (ending now)"
     return words
 
 
@@ -118,8 +119,8 @@ def _accept(args: tuple, what: Any) -> str:
 
 
 def _path(verb: str) -> Callable[[tuple, Any], str]:
-    def words(args: tuple, what: Any) -> str:
-        return f"{verb} {what}" if what else verb
+    def words(args: tuple, what: Any) -> str:  # the file's name, as "from blob.bin" says it
+        return f"{verb} {os.path.basename(str(what)) or what}" if what else verb
 
     return words
 
