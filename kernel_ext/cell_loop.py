@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from typing import Any, Callable, Coroutine, Generator, TypeVar
+from typing import Any, Callable, Coroutine, Generator, TypeGuard, TypeVar
 
 import tinycoro as tc
 from tinycoro import uring
@@ -57,8 +57,9 @@ T = TypeVar("T")
 # asyncio's record of the task that runs on a loop (C implementations, no public name): the
 # cell is entered as its own task for each of its steps (_CellTask); the task that called the
 # runner is set aside while the cell runs (CellLoop._inside).
-_enter_task = asyncio.tasks._enter_task
-_leave_task = asyncio.tasks._leave_task
+# Typed for any task-like object: the cell's face (_CellTask) stands in for an asyncio.Task.
+_enter_task: Callable[[asyncio.AbstractEventLoop, Any], None] = asyncio.tasks._enter_task
+_leave_task: Callable[[asyncio.AbstractEventLoop, Any], None] = asyncio.tasks._leave_task
 
 
 def _noop() -> None:
@@ -81,7 +82,7 @@ def _is_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
 
-def _turnable(loop: asyncio.AbstractEventLoop | None) -> bool:
+def _turnable(loop: asyncio.AbstractEventLoop | None) -> TypeGuard[asyncio.AbstractEventLoop]:
     """Whether *loop*, this thread's running loop, can serve a cell: a running CPython
     selector loop (ipykernel's), whose iterations the cell's engine can make."""
     return (

@@ -159,8 +159,8 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     scope = f"e{engine.id}-"
     name = f"engine {engine.id} · {html.escape(engine.host)}:{engine.pid}"
     if stats is None:
-        cells = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
-        return _d.row_html(f"{scope}engine", cells, ' class="tc-engine"')
+        empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
+        return _d.row_html(f"{scope}engine", empty, ' class="tc-engine"')
     ctxs = stats.contexts
     busy = sum(c.busy for c in ctxs) if running and stats.running else 0.0
     cpu_now = cpu.now(engine.id) if cpu is not None and running else None
@@ -173,7 +173,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     rate = 0.0
     if history is not None:
         rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
-    cells = [
+    cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
         ("stop_flag", f"{stats.stop_token} of {len(ctxs)}", ""),
         ("busy", _cpu_cell(cpu_now, busy), ""),
@@ -295,7 +295,9 @@ class ClusterRefresher(RefreshThread):
         """A new dashboard for this cluster; the refresher thread starts with the first."""
         try:  # rows from the start; the refresher thread adds history and CPU
             engines = tuple(self.cluster.engines)
-            stats = {eid: load.stats for eid, load in self.cluster.load().items()}
+            stats: Mapping[int, tc.SchedulerStats] = {
+                eid: load.stats for eid, load in self.cluster.load().items()
+            }
         except Exception:  # noqa: BLE001 - a stopped cluster: its last state
             engines, stats = self._engines, self._stats
         board: ClusterDashboard = self._add(ClusterDashboard(engines, stats))

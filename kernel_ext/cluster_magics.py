@@ -243,9 +243,9 @@ class ClusterCommands:
             tasks = cluster.tasks()
         except (OSError, RuntimeError) as e:
             raise UsageError(f"%tinycoro cluster tasks: the cluster does not answer ({e})") from None
-        for e in cluster.engines:
-            print(_engine_head(e))
-            infos = tasks.get(e.id)
+        for engine in cluster.engines:
+            print(_engine_head(engine))
+            infos = tasks.get(engine.id)
             if infos is None:
                 print("  (no answer: the engine did not reply in time)")
                 continue

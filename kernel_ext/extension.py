@@ -126,6 +126,7 @@ class Extension:
         self._lock = threading.Lock()  # guards scheduler swaps against the dashboard refresher
         self.refresher: "Refresher | None" = None
         self._cancelled_by_restart: int | None = None
+        self._restore_run_code: Callable[[], None] | None = None  # see _hand_over_loading_cell
         self.scheduler: tc.Scheduler = start_scheduler(contexts, dispatch)
         try:
             engine = Engine(None, self.scheduler, GUEST_RING_ENTRIES, guest=True)
@@ -178,7 +179,7 @@ class Extension:
 
         shell.run_code = run_code
         shell.events.register("post_run_cell", restore)
-        self._restore_run_code: Callable[[], None] | None = restore
+        self._restore_run_code = restore
 
     # -- scheduler lifetime (used by the %tinycoro magics) -------------------------------------
     @property

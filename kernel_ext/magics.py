@@ -53,7 +53,7 @@ def format_tasks(tasks: Sequence[tc.TaskInfo], failures: Sequence[tc.FailureInfo
     head = f"tinycoro: {n} live task{'s' if n != 1 else ''}"
     lines = [f"{head}: {wait_summary(tasks)}" if tasks else head]
     if tasks:
-        rows = [("id", "name", "context", "state", "age", "waits on")]
+        rows: list[tuple[str, ...]] = [("id", "name", "context", "state", "age", "waits on")]
         for t in sorted(tasks, key=lambda t: t.id):
             ctx = "cell" if t.context is None else str(t.context)
             state = STATE_WORDS.get(t.state, t.state)

@@ -180,9 +180,9 @@ class CellRunner:
             if self._close_after:
                 self._close_after = False
                 self.close()
-        exc = task.exception()
-        if exc is not None:
-            raise strip(exc.with_traceback(_without_handler_frame(exc.__traceback__)))
+        failure = task.exception()
+        if failure is not None:
+            raise strip(failure.with_traceback(_without_handler_frame(failure.__traceback__)))
         return task.result()
 
     # -- interrupts ---------------------------------------------------------------------------
