@@ -140,16 +140,16 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
 def _cpu_cell(cpu: float | None, busy: float) -> str:
     """The engine row's busy cell: process CPU (bar and %), its contexts' busy added up, and
     the GIL-bound flag when busy exceeds CPU by :data:`GIL_BOUND` or more."""
-    total = (f' <span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
+    # on a line of its own: the column stays narrow enough for a 1400 px JupyterLab
+    total = (f' <br><span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
              f'added up">busy {busy:.0%}</span>')
     if cpu is None:
         return f'<span class="tc-cpu-pct">CPU measuring</span> ·{total}'
     gil = busy - cpu >= GIL_BOUND
-    flag = (' <b title="the contexts are busy for longer than the process has CPU: they '
+    flag = (' <br><b title="the contexts are busy for longer than the process has CPU: they '
             'wait for the GIL; more engines, not more contexts, add CPU">GIL-bound</b>'
             if gil else "")
-    return (f'{_d._bar(min(cpu, 1.0))} <span class="tc-cpu-pct">CPU {cpu:.0%}</span> ·{total}'
-            f'{flag}')
+    return f'<span class="tc-cpu-pct">CPU {cpu:.0%}</span> ·{total}{flag}'
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
@@ -157,7 +157,12 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     """One engine's group: its own row (process CPU beside the sum of its contexts' busy, and
     the sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
-    name = f"engine {engine.id} · {html.escape(engine.host)}:{engine.pid}"
+    where = f"{html.escape(engine.host)}:{engine.pid}"
+    # host:pid on a second line, cut to the column's width (a long host name must not widen the
+    # table beyond a 1400 px JupyterLab); the whole of it in the tooltip
+    name = (f'engine {engine.id} · <br><span title="{where}" style="display:inline-block;'
+            f'max-width:120px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
+            f'font-weight:normal;font-size:11px">{where}</span>')
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
         return _d.row_html(f"{scope}engine", empty, ' class="tc-engine"')
@@ -169,7 +174,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     if points:
         top = _d._nice_top(max(p.cpu for p in points))
         cpu_svg = _d.sparkline([p.t for p in points], [("busy", [p.cpu for p in points])], now,
-                               top, f"CPU 0-{top:.0%}, last 60 s", "tc-plot-cpu")
+                               top, f"CPU 0-{top:.0%}", "tc-plot-cpu")
     rate = 0.0
     if history is not None:
         rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
