@@ -69,6 +69,8 @@ from tinycoro.lowlevel import (
 )
 
 from .cell_loop import CellLoop
+from .tracebacks import show as show_traceback
+from .tracebacks import strip
 
 __all__ = ["CellRunner"]
 
@@ -98,10 +100,9 @@ def _without_handler_frame(tb: TracebackType | None) -> TracebackType | None:
 
 def _show_interrupt(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset=None):
     """IPython custom exception handler for KeyboardInterrupt in a cell: show it as a plain
-    cell's interrupt is shown, without the runner's handler frame."""
+    cell's interrupt is shown, without the runner's handler frame nor the runtime's."""
     tb = _without_handler_frame(tb)
-    shell.showtraceback((etype, value.with_traceback(tb), tb), tb_offset=tb_offset)
-    return []  # shown already
+    return show_traceback(shell, etype, value.with_traceback(tb), tb, tb_offset)
 
 
 class CellRunner:
@@ -187,9 +188,9 @@ class CellRunner:
             if self._close_after:
                 self._close_after = False
                 self.close()
-        exc = task.exception()
-        if exc is not None:
-            raise exc.with_traceback(_without_handler_frame(exc.__traceback__))
+        failure = task.exception()
+        if failure is not None:
+            raise strip(failure.with_traceback(_without_handler_frame(failure.__traceback__)))
         return task.result()
 
     # -- interrupts ---------------------------------------------------------------------------

@@ -414,7 +414,7 @@ def _updates(msgs: list[dict[str, Any]], comm_id: str, key: str) -> list[Any]:
 
 def test_dashboard_comm_messages_change_while_a_load_runs(tc_kernel):
     r = tc_kernel.ok("%tinycoro dashboard")
-    [result] = r.of_type("execute_result")
+    [result] = r.of_type("display_data")  # displayed by the magic, from any line of a cell
     assert result["content"]["data"]["text/plain"] == "<tinycoro dashboard: 2 contexts>"
     assert "application/vnd.jupyter.widget-view+json" in result["content"]["data"]
     states = _widget_states(r.msgs)
@@ -451,7 +451,7 @@ def test_dashboard_comm_messages_change_while_a_load_runs(tc_kernel):
         values = [int(v) for v in shown("tasks_run", c)]
         assert values == sorted(values), values  # a counter, shown in order
     tokens = [u["value"] for cid, u in updates if cid == summary and "value" in u]
-    assert any("stop token <b>2</b>" in v for v in tokens), tokens  # both contexts had work
+    assert any("contexts with work <b>2</b>" in v for v in tokens), tokens  # both had work
     tc_kernel.ok("stop.set()\n_ = await tc.when_all(*drivers)")
 
     r = tc_kernel.ok("%tinycoro stop")
@@ -508,3 +508,136 @@ def test_installed_kernelspec_preloads_the_extension(kernel_dirs):
         assert k.ok("str(get_ipython().loop_runner)").result() == "'tinycoro'"
     finally:
         k.shutdown()
+
+
+# -- issue 21: tracebacks about the user's code, the dashboard from any line --------------------
+def _frames(tb: str) -> list[str]:
+    """The file names a formatted (ANSI-free) IPython traceback shows frames of."""
+    return re.findall(r'(?:File |Cell In\[\d+\]|^\S+\.py)[^\n]*', tb, re.M)
+
+
+def test_an_interrupted_cell_traceback_holds_no_tinycoro_frame(tc_kernel):
+    content, msgs = _interrupt_after_started(
+        tc_kernel,
+        "try:\n"
+        "    print('started', flush=True)\n"
+        "    await tc.sleep(30)\n"
+        "finally:\n"
+        "    print('finally ran')\n",
+    )
+    tb = _interrupted_after_finally(content, msgs)
+    assert "await tc.sleep(30)" in tb, tb  # the user's line is there ...
+    for runtime in ("tinycoro/", "kernel_ext/", "cell_loop", "runner.py", "noqa"):
+        assert runtime not in tb, tb  # ... and nothing of the runtime's
+
+
+def test_a_join_of_a_failed_task_shows_the_users_frames_only(tc_kernel):
+    r = tc_kernel.run(
+        "async def inner():\n"
+        "    await tc.sleep(0)\n"
+        "    raise ValueError('from the task')\n"
+        "await tc.spawn(inner())\n"
+    )
+    assert r.content["ename"] == "ValueError"
+    tb = _ANSI.sub("", "\n".join(r.error()["traceback"]))
+    assert "raise ValueError('from the task')" in tb and "await tc.spawn(inner())" in tb, tb
+    assert "tinycoro/" not in tb and "kernel_ext/" not in tb, tb
+
+
+def test_the_runtime_frames_come_back_with_the_documented_switch(tc_kernel):
+    tc_kernel.ok("%env TINYCORO_TRACEBACK=full")
+    r = tc_kernel.run(
+        "async def inner():\n"
+        "    await tc.sleep(0)\n"
+        "    raise ValueError('from the task')\n"
+        "await tc.spawn(inner())\n"
+    )
+    tb = _ANSI.sub("", "\n".join(r.error()["traceback"]))
+    assert "tinycoro/" in tb or "kernel_ext/" in tb, tb
+    tc_kernel.ok("%env TINYCORO_TRACEBACK=")
+
+
+def test_a_background_failure_names_the_cell_as_ipython_does(tc_kernel):
+    msg_id = tc_kernel.cell(
+        "async def doomed():\n"
+        "    await tc.sleep(0.01)\n"
+        "    raise ValueError('boom in the background')\n"
+        "d = tc.spawn(doomed(), name='doomed')\n"
+    )
+    count = tc_kernel.reply_to(msg_id)["content"]["execution_count"]
+    err = tc_kernel.until(
+        lambda m: m["msg_type"] == "stream" and "boom in the background" in m["content"]["text"],
+        what="the background failure's traceback",
+    )["content"]["text"]
+    text = _ANSI.sub("", err)
+    assert f"Cell In[{count}], line 3" in text, text
+    assert "ipykernel_" not in text and "tinycoro/" not in text, text
+
+
+def test_the_dashboard_shows_from_a_line_that_is_not_the_last(tc_kernel):
+    r = tc_kernel.ok("%tinycoro dashboard\nx = 1\n")
+    shown = [m for m in r.of_type("display_data")
+             if "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+    assert len(shown) == 1, r.msgs
+    assert shown[0]["content"]["data"]["text/plain"] == "<tinycoro dashboard: 2 contexts>"
+    assert not r.of_type("execute_result")
+
+
+def test_restart_says_how_many_tasks_it_cancelled(tc_kernel):
+    tc_kernel.ok("ts = [tc.spawn(tc.sleep(3600)) for _ in range(4)]\nawait tc.sleep(0.05)")
+    r = tc_kernel.ok("%tinycoro restart")
+    assert r.stdout() == "tinycoro: restarted with 2 contexts (round_robin); cancelled 4 tasks\n"
+    assert tc_kernel.ok("all(t.cancelled() for t in ts)").result() == "True"
+
+
+def test_tasks_words_in_a_real_kernel(tc_kernel):
+    tc_kernel.ok(
+        "m, gate = tc.Mutex(), tc.Event()\n"
+        "async def holder():\n"
+        "    async with m:\n"
+        "        await gate.wait()\n"
+        "async def contender():\n"
+        "    async with m:\n"
+        "        pass\n"
+        "h = tc.spawn(holder(), name='holder')\n"
+        "while not m.locked():\n"
+        "    await tc.sleep(0.001)\n"
+        "c = tc.spawn(contender(), name='contender')\n"
+        "nap = tc.spawn(tc.sleep(60), name='napper')\n"
+        "fan = tc.spawn(tc.when_all(*(gate.wait() for _ in range(5))), name='fan-out')\n"
+        "lst = await tc.net.listen('127.0.0.1', 0)\n"
+        "acc = tc.spawn(lst.accept(), name='acceptor')\n"
+        "sched = tc.get_default_scheduler()\n"
+        "while sum(i.state != 'running' and i.waits_on != '' for i in sched.tasks()) < 6:\n"
+        "    await tc.sleep(0.01)\n"
+    )
+    out = tc_kernel.ok("%tinycoro tasks").stdout()
+    rows = {line.split()[1]: line for line in out.splitlines() if re.match(r"\s*\d+ ", line)}
+    assert re.search(r"sleeping .*sleep 60 s \(\d+(\.\d)? s left\)$", rows["napper"]), out
+    assert rows["contender"].endswith("Mutex held by 'holder' (1 waiting)"), out
+    assert rows["fan-out"].endswith("when_all: 5 of 5 left"), out
+    assert re.search(r" I/O .*accept on 127\.0\.0\.1:\d+$", rows["acceptor"]), out
+    assert "1 sleeping" in out.splitlines()[0] and "in I/O" in out.splitlines()[0], out
+    tc_kernel.ok("gate.set()\nnap.cancel()\nacc.cancel()\nawait fan\nawait lst.close()")
+
+
+def test_cells_queued_while_an_awaiting_cell_runs_run_after_it_in_order(tc_kernel):
+    """Run All sends every execute_request at once: while the first cell awaits (its turns of
+    the kernel's loop step asyncio tasks), the queued requests wait for it, and each runs in
+    its own cell. Issue 21: they failed with "cannot enter context" and never ran."""
+    cells = [
+        "await tc.sleep(0.3)\nprint('first')",
+        "print('second')",
+        "await tc.sleep(0.01)\nprint('third')",
+        "x = await tc.spawn(tc.sleep(0.01))\nprint('fourth')",
+    ]
+    ids = [tc_kernel.submit(code) for code in cells]
+    for msg_id in ids:
+        tc_kernel.until(
+            lambda m, i=msg_id: m["parent_header"].get("msg_id") == i
+            and m["msg_type"] == "status" and m["content"]["execution_state"] == "idle",
+            timeout=30, what="the queued cell's end",
+        )
+    assert [tc_kernel.stream(i) for i in ids] == ["first\n", "second\n", "third\n", "fourth\n"]
+    assert [tc_kernel.stream(i, "stderr") for i in ids] == ["", "", "", ""]
+    assert all(tc_kernel.of(i, "error") == [] for i in ids)

@@ -194,7 +194,10 @@ class TaskGroup(_Scope):
     until it has closed; spawning into a group that is cancelling starts the child cancelled.
     """
 
-    __slots__ = ("_children", "_failures", "_cancelling", "_exiting", "_closed", "_all_done")
+    __slots__ = (
+        "_children", "_failures", "_cancelling", "_exiting", "_closed", "_all_done", "_label",
+        "_total",
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -204,6 +207,8 @@ class TaskGroup(_Scope):
         self._exiting = False
         self._closed = False
         self._all_done = _AllDone(self)
+        self._label = "TaskGroup"  # the user's word for it in TaskInfo.waits_on: when_all, ...
+        self._total = 0  # children ever added, for "when_all: 12 of 20 left"
 
     async def __aenter__(self) -> "TaskGroup":
         self._enter()
@@ -232,6 +237,7 @@ class TaskGroup(_Scope):
                 # never an unobserved failure. Its callback needs our lock, so it runs after.
                 task = spawn_watched(coro, on_done, name=name)
             self._children.add(task)
+            self._total += 1
             cancelling = self._cancelling
         if cancelling:
             task.cancel()
@@ -313,6 +319,14 @@ class TaskGroup(_Scope):
             raise outside
         return False  # no child failed: a body exception propagates unchanged
 
+    def _waits_on(self) -> str:
+        """What the task waiting in the group's exit waits on, in plain words
+        (``TaskInfo.waits_on``): "when_all: 12 of 20 left"."""
+        left = len(self._children)
+        if self._label == "TaskGroup":
+            return f"TaskGroup: {left} of {self._total} children left"
+        return f"{self._label}: {left} of {self._total} left"
+
     def __repr__(self) -> str:
         children = list(self._children)  # one C-level copy under the GIL: safe from any thread
         names = ", ".join(sorted(describe(t) for t in children)[:4])
@@ -331,6 +345,9 @@ class _AllDone(Event):
     def __init__(self, group: TaskGroup) -> None:
         super().__init__()
         self._group = group
+
+    def _waits_on(self) -> str:
+        return self._group._waits_on()
 
     def __repr__(self) -> str:
         return repr(self._group)
@@ -410,6 +427,7 @@ async def when_all(*aws: Awaitable[Any]) -> list[Any]:
     if not items:
         return []
     async with TaskGroup() as g:
+        g._label = "when_all"
         tasks = _start_each(g, items)
     return [t.result() for t in tasks]
 
@@ -451,6 +469,7 @@ async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
     if not items:
         raise ValueError("when_any() needs at least one awaitable")
     async with TaskGroup() as g:
+        g._label = "when_any"
         race = _Race(g)
 
         def contestant(i: int, item: Any) -> Coroutine[Any, Any, None]:

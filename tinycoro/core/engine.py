@@ -71,6 +71,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import uring
 from .errors import Cancelled, asyncio_in_task
 from .stats import FailureInfo, TaskInfo
+from .waits import SLEEP, park_words
 from .local import _local
 from .ring import RingOwner
 from .task import DONE, Task, describe
@@ -149,6 +150,7 @@ class Engine(RingOwner):
         self._wake_lock = threading.RLock()
         self._fence = threading.Lock()  # only ever taken and released at once: see _sleep
         self.tasks_run = 0  # tasks finished on this context
+        self.timers = 0  # tc.sleep timers started here, cumulative (counted by sleep itself)
         self.failed = 0  # tasks that failed (not Cancelled) with nobody waiting on them
         self.failures: deque[FailureInfo] = deque(maxlen=FAILURES_KEPT)  # the latest of them
         self.steps = 0  # coroutine resumptions
@@ -667,20 +669,31 @@ class Engine(RingOwner):
     # -- statistics (any thread; plain reads of counters) -------------------------------------
     def task_infos(self, now: float) -> list[TaskInfo]:
         """What each live task is doing, read from another thread without locks: a snapshot
-        that may be a step behind, never an inconsistent object."""
+        that may be a step behind, never an inconsistent object. The words are built here,
+        by the caller (core/waits.py), so describing waits costs the engine nothing."""
         ready = {id(t) for t in list(self.ready)}
         out = []
         for t in list(self.live):
             waiting = t._waiting
-            if isinstance(waiting, Op):
-                state, what = "io", repr(waiting)
-            elif type(waiting) is Park:
-                w = waiting.what
-                state, what = "parked", (describe(w) if type(w) is Task else repr(w))
-            else:
-                state, what = ("ready" if id(t) in ready else "running"), ""
+            try:
+                if isinstance(waiting, Op):
+                    sleep = getattr(waiting.prep, "__name__", "") == SLEEP
+                    state, what = ("sleeping" if sleep else "io"), waiting.describe()
+                elif type(waiting) is Park:
+                    state, what = "parked", park_words(waiting.what)
+                else:
+                    state, what = ("ready" if id(t) in ready else "running"), ""
+            except Exception as e:  # noqa: BLE001 - a snapshot never fails for a description
+                state, what = "parked" if type(waiting) is Park else "io", type(e).__name__
             out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))
         return out
+
+    def sleeps(self) -> int:
+        """Tasks in a ``tc.sleep`` now (timers in flight): counted when asked, any thread."""
+        return sum(
+            1 for op in list(self.inflight.values())
+            if getattr(op.prep, "__name__", "") == SLEEP
+        )
 
     def busy(self, now: float) -> float:
         """Fraction of the time since a sample at least BUSY_WINDOW old that this engine spent

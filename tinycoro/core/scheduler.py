@@ -444,6 +444,8 @@ class Scheduler:
                 stop_flag=e.stop_flag,
                 sleeping=e.sleeping,
                 ops=e.ops,
+                sleeps=e.sleeps(),
+                timers=e.timers,
             )
             for e in self._engines
         )

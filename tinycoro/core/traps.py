@@ -86,16 +86,19 @@ class Op(_CoroutineProtocol):
         self.returns_fd = returns_fd
         self._gen = None  # only for the coroutine protocol (see _CoroutineProtocol)
 
+    def describe(self) -> str:
+        """What the operation does, in plain words ("recv from 127.0.0.1:5000", "sleep 2 ms
+        (1.3 ms left)"), built from its prep name, args and ``what`` when a snapshot asks
+        (``TaskInfo.waits_on``); never on the hot path."""
+        from .waits import op_words  # only snapshots need it
+
+        return op_words(self.prep, self.args, self.what)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._kind()} ud={self.ud}>"
 
     def _kind(self) -> str:
         return getattr(self.prep, "__name__", "op").replace("io_uring_prep_", "")
-
-    def describe(self) -> str:
-        """What this operation waits for, in plain words (built only when asked)."""
-        what = self.what
-        return f"{self._kind()} {what}" if what is not None else self._kind()
 
     def __await__(self) -> Generator[Any, Any, Any]:
         """Run the op on the current context's ring; its result, ``OSError`` if < 0.

@@ -50,6 +50,10 @@ class _Counter:
         with self._mu:
             return CounterStatistics(self._count, len(self._lot))
 
+    def _waits_on(self) -> str:
+        """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
+        return f"{type(self).__name__} (count {self._count}, {len(self._lot)} waiting)"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} count={self._count} waiters={len(self._lot)}>"
 

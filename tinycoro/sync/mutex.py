@@ -237,6 +237,15 @@ class Mutex:
     async def __aexit__(self, *exc_info: object) -> None:
         self.unlock()
 
+    def _waits_on(self) -> str:
+        """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
+        owner = self._owner
+        waiting = len(self._lot)
+        if self._free or owner is None:
+            return f"Mutex ({waiting} waiting)"
+        held = repr(owner) if owner is _FOREIGN else repr(getattr(owner, "name", owner))
+        return f"Mutex held by {held} ({waiting} waiting)"
+
     def __repr__(self) -> str:
         if self._free:
             return "<Mutex unlocked>"
