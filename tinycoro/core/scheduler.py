@@ -362,8 +362,8 @@ class Scheduler:
         if self._threads and cancel_timeout > 0:
             deadline = time.monotonic() + cancel_timeout
             for e in self._engines:
-                for t in list(e.live):
-                    t.cancel()
+                for task in list(e.live):
+                    task.cancel()
             while any(e.live for e in self._engines) and time.monotonic() < deadline:
                 if self._crash is not None:
                     break
@@ -429,7 +429,7 @@ class Scheduler:
         running = bool(self._threads) and not self._closed
         ctxs = tuple(
             ContextStats(
-                id=e.id,
+                id=i,  # the context's index, which is its engine's id
                 queued=len(e.ready),
                 io_pending=e.unsubmitted,
                 io_inflight=len(e.inflight),
@@ -440,7 +440,7 @@ class Scheduler:
                 sleeping=e.sleeping,
                 ops=e.ops,
             )
-            for e in self._engines
+            for i, e in enumerate(self._engines)
         )
         return SchedulerStats(
             stop_token=self._token,

@@ -85,7 +85,7 @@ class Task:
         self.id = i = next(_ids)
         self._lock = _locks[i % _STRIPES]
         self._context = _copy_context() if context is None else context
-        self.name: str = name or getattr(coro, "__qualname__", type(coro).__name__)
+        self.name: str = name if name else str(getattr(coro, "__qualname__", type(coro).__name__))
         self._engine = engine
         self._state = PENDING
         self._value: Any = None  # sent into the coroutine at its next step
@@ -97,7 +97,10 @@ class Task:
         # KeyboardInterrupt), oldest first; None when there are none (the common case, and the
         # one the engine tests on every trap). One is delivered per await.
         self._interrupts: list[BaseException] | None = None
-        self._joiners: list | None = [] if on_done is None else [on_done]
+        # Tasks parked in our await, and done callbacks; None once done (nothing may join).
+        self._joiners: list[Task | Callable[[Task], None]] | None = (
+            [] if on_done is None else [on_done]
+        )
         self._retrieved = False
         self._born = _perf()
 
@@ -147,6 +150,7 @@ class Task:
             with self._lock:
                 registered = self._state is not DONE
                 if registered:
+                    assert self._joiners is not None  # None only once DONE
                     self._joiners.append(me)
             if registered:
                 yield from park(Park(lambda: self._unjoin(me), self))
@@ -228,6 +232,7 @@ class Task:
         with self._lock:
             pending = self._state is not DONE
             if pending:
+                assert self._joiners is not None  # None only once DONE
                 self._joiners.append(fn)
         if not pending:
             fn(self)
@@ -242,8 +247,9 @@ class Task:
         with self._lock:
             self._state = DONE
             joiners, self._joiners = self._joiners, None
+        assert joiners is not None  # a task finishes once
         for j in joiners:
-            if type(j) is Task:
+            if isinstance(j, Task):
                 j._wake(None)
             else:
                 j(self)
