@@ -16,7 +16,7 @@ import pytest
 import tinycoro as tc
 from tinycoro.aio import host as aio_host
 
-from conftest import open_fds
+from helpers.runtime import cancel_and_wait, open_fds
 
 uvloop = pytest.importorskip("uvloop")
 
@@ -330,9 +330,7 @@ def test_join_tc_task_result_exception_and_cancel(arun, contexts):
             with pytest.raises(asyncio.CancelledError):
                 await j
             assert not t.done()
-            t.cancel()
-            with pytest.raises(tc.Cancelled):
-                await t
+            await cancel_and_wait(t)
         return "ok"
 
     assert arun(main()) == "ok"

@@ -17,8 +17,8 @@ import threading
 import pytest
 
 import tinycoro as tc
-from conftest import switch_interval
-from sync_helpers import Cancelled, run, yield_n
+from helpers.runtime import switch_interval
+from helpers.sync import Cancelled, run, yield_n
 
 SEEDS = [1, 2]
 
