@@ -79,6 +79,7 @@ def test_reuse_port_lets_two_processes_accept_on_one_port():
             p.stdin.close()
         for p in procs:
             assert p.wait(timeout=30) == 0
+            p.stdout.close()  # else an unclosed-file ResourceWarning, an error in this suite
 
 
 def test_without_reuse_port_a_second_listener_is_refused():

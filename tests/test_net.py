@@ -163,7 +163,8 @@ def test_ipv6_loopback():
     if not socket.has_ipv6:
         pytest.skip("no IPv6")
     try:
-        socket.socket(socket.AF_INET6).bind(("::1", 0))
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback here")
 
