@@ -220,7 +220,7 @@ class Task:
                 self._interrupts = None
             return exc
 
-    def _unjoin(self, joiner: "Task") -> bool:
+    def _unjoin(self, joiner: "Task | Callable[[Task], None]") -> bool:
         with self._lock:
             if self._joiners is not None and joiner in self._joiners:
                 self._joiners.remove(joiner)
