@@ -11,7 +11,7 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
 
-from conftest import open_fds
+from helpers.runtime import cancel_and_wait, open_fds
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -267,9 +267,7 @@ def test_cancelled_closer_in_finally_releases_the_fd(tmp_path, contexts):
         t = tc.spawn(worker(started))
         await started.wait()
         await wait_blocked(t)
-        t.cancel()
-        with pytest.raises(tc.Cancelled):
-            await t
+        await cancel_and_wait(t)
 
     before = open_fds()
     tc.run(main(), contexts=contexts)

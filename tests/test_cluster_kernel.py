@@ -15,8 +15,8 @@ pytest.importorskip("ipyparallel")
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-import test_kernel_protocol as kp
-import cluster_support as cs
+import helpers.kernel as kp
+import helpers.cluster as cs
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]
 
@@ -26,13 +26,13 @@ T = 30
 @pytest.fixture
 def kernel_with_cluster(kernel_dirs):
     with cs.engines_can_import_helpers():
-        k = kp._start(kernel_dirs, "plain")
+        k = kp.start_kernel(kernel_dirs, "plain")
     pids: list[int] = []
     try:
         k.cell(
             "%load_ext tinycoro\n"
             "import tinycoro as tc\n"
-            "import cluster_helpers as h\n"
+            "import helpers.cluster_tasks as h\n"
             "cluster = tc.cluster.start(1, timeout=120)\n",
             timeout=150,
         )

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from conftest import wait_until
+from helpers.runtime import wait_until
 
 import tinycoro as tc
 from tinycoro.core.stats import ContextStats

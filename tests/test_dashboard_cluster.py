@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from conftest import wait_until
+from helpers.runtime import wait_until
 
 import tinycoro as tc
 from tinycoro.cluster import EngineLoad

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-import test_kernel_protocol as kp
+import helpers.kernel as kp
 
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]

@@ -18,10 +18,9 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import (
-    ECHO_SERVER_CELL, TWO_CELL, in_eventfd_read, open_fds, tinycoro_shell, tinycoro_threads,
-    wait_until,
-)
+from helpers.cells import ECHO_SERVER_CELL, TWO_CELL
+from helpers.runtime import in_eventfd_read, open_fds, tinycoro_threads, wait_until
+from helpers.shell import tinycoro_shell
 from IPython.core.interactiveshell import InteractiveShell
 
 from tinycoro import kernel_ext

@@ -16,7 +16,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from conftest import wait_until
+from helpers.runtime import wait_until
 from tinycoro import lowlevel as ll
 from tinycoro import uring
 from tinycoro.testing import wait_blocked

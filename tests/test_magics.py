@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import tinycoro_shell, tinycoro_threads, wait_until
+from helpers.runtime import tinycoro_threads, wait_until
+from helpers.shell import tinycoro_shell
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 

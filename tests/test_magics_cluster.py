@@ -20,7 +20,8 @@ pytest.importorskip("IPython")
 pytest.importorskip("ipyparallel")
 psutil = pytest.importorskip("psutil")
 
-from conftest import tinycoro_shell, wait_until
+from helpers.runtime import wait_until
+from helpers.shell import tinycoro_shell
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 

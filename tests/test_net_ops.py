@@ -17,7 +17,7 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
 
-from test_close_races import _pair  # a connected (client, server) pair of TcpStreams
+from helpers.streams import tcp_pair  # a connected (client, server) pair of TcpStreams
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,7 +46,7 @@ def test_recv_and_sendall_each_cost_one_generator_frame():
     # On the old code each of them created three (Stream.recv, PendingOps.perform,
     # perform_raw): the chain rule 14 removes.
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         await client.sendall(b"warm")
         await server.recv(64)
         counter = _FrameCounter()
@@ -112,7 +112,7 @@ def test_a_streams_sendall_and_recv_reuse_their_ops(contexts):
     # The reused op goes back to the stream when its await is over; were the token not given
     # back, every sendall would build a new op (a bug seen while writing these ops).
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         sends, recvs = [], []
         for i in range(3):
             op = client.sendall(b"x%d" % i)
@@ -132,7 +132,7 @@ def test_a_streams_sendall_and_recv_reuse_their_ops(contexts):
 
 def test_a_sendall_awaited_twice_is_refused_and_sends_once():
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         op = client.sendall(b"once")
         await op
         with pytest.raises(RuntimeError, match="awaited already"):
@@ -150,7 +150,7 @@ def test_a_sendall_awaited_twice_is_refused_and_sends_once():
 
 def test_empty_sends_need_no_operation():
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         results = (await client.sendall(b""), await client.send(b""), await client.sendall(bytearray()))
         for s in (client, server):
             await s.close()
@@ -161,7 +161,7 @@ def test_empty_sends_need_no_operation():
 
 def test_ops_are_what_spawn_and_asyncio_create_task_take(contexts):
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         r = tc.spawn(server.recv())
         s = tc.spawn(client.sendall(b"spawned"))
         await s
@@ -174,7 +174,7 @@ def test_ops_are_what_spawn_and_asyncio_create_task_take(contexts):
     assert tc.run(main(), contexts=contexts) == (b"spawned", None)
 
     async def aio_main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         r = asyncio.create_task(server.recv())
         await asyncio.create_task(client.sendall(b"in asyncio"))
         got = await r
@@ -189,7 +189,7 @@ def test_a_stream_is_freed_without_the_cycle_collector():
     # The stream holds its reused ops, so they must not hold the stream (a cycle would keep
     # its 64 KiB buffer until a collection): they refer to it weakly.
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         await client.sendall(b"x")
         await server.recv()
         await server.close()
@@ -208,7 +208,7 @@ def test_a_stream_is_freed_without_the_cycle_collector():
 
 def test_close_under_a_pending_recv_op_raises_closed_resource_error(contexts):
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         r = tc.spawn(server.recv())
         await wait_blocked(r)
         await server.close()

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-import test_kernel_protocol as kp
+import helpers.kernel as kp
 
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(120)]
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture
 def kernel(kernel_dirs):
-    k = kp._start(kernel_dirs, "plain")
+    k = kp.start_kernel(kernel_dirs, "plain")
     yield k
     k.shutdown()
 

@@ -32,6 +32,8 @@ NOT_RUNTIME = (
     "test_aio_kernel",
     "test_interrupts_kernel",
     "test_lint",
+    "test_typecheck",  # mypy reads the source, it runs no ring
+    "test_cluster",  # ipyparallel's plumbing, minutes of engine start-ups; ring paths seen above
     "test_interrupts_script",  # signal handling in child processes: no ring path of its own
     "test_stateful_",  # the primitives' logic against models: the same on either ring
 )

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import tinycoro as tc
-from conftest import open_fds, tinycoro_threads, wait_until
+from helpers.runtime import open_fds, tinycoro_threads, wait_until
 
 
 def test_relay_of_10000_tasks_across_contexts(contexts):

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from conftest import in_eventfd_read, open_fds, tinycoro_threads, wait_until
+from helpers.runtime import in_eventfd_read, open_fds, tinycoro_threads, wait_until
 from tinycoro.core.engine import Engine
 from tinycoro.core.task import Task
 

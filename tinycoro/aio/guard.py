@@ -56,7 +56,9 @@ class _NotAsyncio(asyncio.AbstractEventLoop):
         return "<no asyncio loop: a tinycoro context thread (use tc.aio)>"
 
 
-NOT_ASYNCIO = _NotAsyncio()
+# typeshed marks AbstractEventLoop's methods abstract, but asyncio's class is no ABC (they raise
+# NotImplementedError) and every one of them reaches __getattribute__ above, which refuses it.
+NOT_ASYNCIO = _NotAsyncio()  # type: ignore[abstract]
 
 
 @contextlib.contextmanager

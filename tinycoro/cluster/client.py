@@ -457,7 +457,8 @@ class Cluster:
             tasks = list(self._by_engine.get(eid, ()))
         if info is None and not tasks:
             return
-        what = str(info or self._info.get(eid, f"engine {eid}"))
+        known = info or self._info.get(eid)
+        what = str(known) if known is not None else f"engine {eid}"
         for t in tasks:
             t._finish(None, EngineLost(f"{what} was lost ({why}) while running {t.name!r}"))
 

@@ -367,8 +367,8 @@ class Scheduler:
         if self._threads and cancel_timeout > 0:
             deadline = time.monotonic() + cancel_timeout
             for e in self._engines:
-                for t in list(e.live):
-                    t.cancel()
+                for task in list(e.live):
+                    task.cancel()
             while any(e.live for e in self._engines) and time.monotonic() < deadline:
                 if self._crash is not None:
                     break
@@ -434,7 +434,7 @@ class Scheduler:
         running = bool(self._threads) and not self._closed
         ctxs = tuple(
             ContextStats(
-                id=e.id,
+                id=i,  # the context's index, which is its engine's id
                 queued=len(e.ready),
                 io_pending=e.unsubmitted,
                 io_inflight=len(e.inflight),
@@ -447,7 +447,7 @@ class Scheduler:
                 sleeps=e.sleeps(),
                 timers=e.timers,
             )
-            for e in self._engines
+            for i, e in enumerate(self._engines)
         )
         return SchedulerStats(
             stop_token=self._token,

@@ -125,7 +125,10 @@ class Task:
         # KeyboardInterrupt), oldest first; None when there are none (the common case, and the
         # one the engine tests on every trap). One is delivered per await.
         self._interrupts: list[BaseException] | None = None
-        self._joiners: list | None = [] if on_done is None else [on_done]
+        # Tasks parked in our await, and done callbacks; None once done (nothing may join).
+        self._joiners: list[Task | Callable[[Task], None]] | None = (
+            [] if on_done is None else [on_done]
+        )
         self._retrieved = False
         self._born = _perf()
 
@@ -282,8 +285,9 @@ class Task:
         with self._lock:
             self._state = DONE
             joiners, self._joiners = self._joiners, None
-        for j in joiners or ():
-            if type(j) is Task:
+        assert joiners is not None  # a task finishes once
+        for j in joiners:
+            if isinstance(j, Task):
                 j.wake(None)
             else:
                 j(self)
