@@ -215,7 +215,7 @@ def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.Schedule
     return _d.table_html(rows, _d.head_row(COLUMNS))
 
 
-class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
+class ClusterDashboard(_d._Base):
     """Per-engine, per-context load of a cluster, now and over the last minute; display it
     as a cell's result.
 

@@ -50,7 +50,7 @@ def cluster_arguments(line: str) -> None:
     """Start, connect to, inspect or stop the notebook's tinycoro cluster (ipyparallel)."""
 
 
-PARSER = cluster_arguments.parser  # type: ignore[attr-defined]
+PARSER = cluster_arguments.parser
 _OPTIONS = {"engines": ("start", "-n"), "contexts": ("start", "--contexts"),
             "profile": ("connect", "--profile"), "file": ("connect", "--file")}
 

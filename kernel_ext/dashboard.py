@@ -438,7 +438,7 @@ def task_list() -> tuple[Any, Any]:
     return tasks, box
 
 
-class Dashboard(_Base):  # type: ignore[misc, valid-type]
+class Dashboard(_Base):
     """Per-context load of one scheduler, now and over the last minute; display it as a
     cell's result.
 

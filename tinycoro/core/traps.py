@@ -82,7 +82,7 @@ class Op(_CoroutineProtocol):
         self.task: Any = None  # its waiter: a Task, or what a ring owner resumes (core.ring)
         self.ud = 0
         self.cancelling = False
-        self.what: str | None = None
+        self.what: Any = None  # what it names: a path or peer (errors, waits_on), a sleep's deadline
         self.returns_fd = returns_fd
         self._gen = None  # only for the coroutine protocol (see _CoroutineProtocol)
 
