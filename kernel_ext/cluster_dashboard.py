@@ -14,7 +14,7 @@ Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
 Why CPU beside busy: a context is "busy" while it runs Python code, and under the GIL two
 contexts of one process can both be busy while only one of them runs at a time. Their busy
 shares then add up to 200% while the process's CPU time grows by one core's worth: the engine
-is GIL-bound, and more engines (processes), not more contexts, would add CPU (DESIGN rule 15).
+is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
 
 Where the numbers come from: ``cluster.load()`` (per engine, its scheduler's
 :class:`tinycoro.SchedulerStats` and its process's CPU seconds, answered on the engine's control

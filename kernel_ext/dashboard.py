@@ -12,7 +12,7 @@ notebook column of JupyterLab's default layout at 1400 px with the file browser 
     ▸ live tasks (37): 20 parked on Mutex, 12 sleeping, 5 in I/O
 
 The words are tinycoro.core.stats.COLUMNS, the ones ``%tinycoro status`` and ``python -m
-tinycoro`` use; each header's tooltip says what it counts. Sleeps are not I/O (DESIGN 4.2):
+tinycoro`` use; each header's tooltip says what it counts. Sleeps are not I/O (docs/design.md, API contract):
 they have their own column and series, and the I/O rate leaves their timers out.
 
 Why SVG sparklines in plain ``ipywidgets.HTML``: ``python -m benchmarks.dashboard_widgets``

@@ -15,7 +15,7 @@ Python runs a signal handler on the main thread between two bytecodes. The defau
 raises ``KeyboardInterrupt`` right there, which could be in the middle of the engine's own
 bookkeeping (in ``_step`` between resuming the cell and acting on what it yielded, after a
 CQE was reaped but before the task was made ready) and leave the engine inconsistent, or
-finish the cell task while its coroutine is still suspended (DESIGN rule 12). So while a
+finish the cell task while its coroutine is still suspended (rule 12). So while a
 cell runs, :class:`CellRunner` installs its own handler, which decides by *where* the signal
 landed (:func:`tinycoro.lowlevel.user_frames_to`):
 

@@ -216,7 +216,7 @@ def test_cancelled_recv_keeps_the_stream_usable(arun):
 
 
 def test_close_ends_a_recv_pending_in_another_asyncio_task(arun):
-    # DESIGN rule 10 on the hosted ring: closing a stream fails the recv another task awaits
+    # rule 10 on the hosted ring: closing a stream fails the recv another task awaits
     # with ClosedResourceError (not a cancellation of that task), and releases the descriptor.
     async def main():
         accepted = asyncio.Queue()

@@ -4,7 +4,7 @@ notebooks/05_dashboard.ipynb run with *Run All Cells*, as a user would. Then, af
 has run: two captures of the dashboard while the notebook's bounded load goes on, whose numbers
 AND plots (SVG path data) must have changed between them; the dashboard's table fits the
 notebook column (no horizontal overflow); the live-task list, once opened, says what tasks wait
-on in plain words (DESIGN 4.2), never an internal repr.
+on in plain words (docs/design.md, API contract), never an internal repr.
 
 Screenshots (the dashboard, and the dashboard with its task list open) go to a temporary
 directory, so that no run rewrites the tracked files, unless ``TINYCORO_SCREENSHOTS`` names a

@@ -1,5 +1,5 @@
 """Close ends what waits on a resource, always releases its descriptor, and bad arguments fail
-at the call instead of crashing a context (issue 8 items 2, 3, 4, 10d; DESIGN rules 10, 11)."""
+at the call instead of crashing a context (issue 8 items 2, 3, 4, 10d; rules 10, 11)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Close racing the operations it must end, across contexts (DESIGN rule 10).
+"""Close racing the operations it must end, across contexts (rule 10).
 
 ``PendingOps`` orders "an operation starts" against "the resource closes" without a lock (see
 its docstring): these tests release both sides at once, many rounds, and check that the

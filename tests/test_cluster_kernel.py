@@ -1,5 +1,5 @@
 """Output and failures of remote tasks come home to the notebook cell that submitted them
-(DESIGN rule 9), through a real kernel (jupyter_client) with the extension loaded that starts a
+(rule 9), through a real kernel (jupyter_client) with the extension loaded that starts a
 real one-engine cluster: what a remote task prints, and the report of a remote task that fails
 while nothing awaits it, carry the submitting cell's msg_id as their parent, also when the
 tasks end after that cell (and a later one) finished; and a remote ``display()`` shows there."""

@@ -65,7 +65,7 @@ def test_history_goes_on_across_a_restart_and_shows_a_stopped_scheduler_idle():
 
 
 def test_sleeps_are_counted_apart_from_io():
-    """DESIGN 4.2: a sleep's timer is neither I/O in flight nor an I/O operation per second."""
+    """docs/design.md, API contract: a sleep's timer is neither I/O in flight nor an I/O operation per second."""
     h = History()
     ctx = ContextStats(id=0, queued=0, io_pending=0, io_inflight=5, parked=0, tasks_run=0,
                        busy=0.1, stop_flag=1, sleeping=True, ops=100, sleeps=4, timers=100)

@@ -1,4 +1,4 @@
-"""Interrupting awaiting cells at random moments, through a real kernel (DESIGN rule 12, section 5).
+"""Interrupting awaiting cells at random moments, through a real kernel (rule 12, section 5).
 
 Each test reuses one tinycoro kernel for 30 executions of the same cell. The cell prints
 "started" and then loops on awaits forever; its ``finally`` block awaits and prints a marker.

@@ -269,7 +269,7 @@ def _tasks_out(sh: InteractiveShell, capsys) -> list[str]:
 
 
 def test_tasks_says_what_each_waits_on_in_plain_words(loaded, capsys):
-    """Issue 21, DESIGN 4.2: a sleep, a socket recv, a held Mutex and a when_all, in words
+    """Issue 21, docs/design.md, API contract: a sleep, a socket recv, a held Mutex and a when_all, in words
     a user understands; sleeps counted apart from I/O; ages that grow."""
     run_ok(
         loaded,

@@ -1,4 +1,4 @@
-"""One awaitable per operation (DESIGN rule 14, issue 20): a stream's recv and sendall, a
+"""One awaitable per operation (rule 14, issue 20): a stream's recv and sendall, a
 listener's accept and a file's ring reads and writes are each the awaitable their call returns, so an
 operation costs the awaiting coroutine one generator frame, not a chain of wrapper coroutines.
 Around that: the stream's reused ops are really reused, an op is still what ``tc.spawn`` and

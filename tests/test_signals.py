@@ -62,7 +62,7 @@ def test_context_thread_survives_a_signal():
         signal.signal(signal.SIGUSR1, previous)
 
 
-# -- Ctrl-C around tc.run (DESIGN rules 12 and 13) --------------------------------------------
+# -- Ctrl-C around tc.run (rules 12 and 13) --------------------------------------------
 async def _workers(n: int, log: list[str], all_started: "tc.Latch | None" = None) -> None:
     async def worker(i: int) -> None:
         log.append(f"started {i}")

@@ -255,7 +255,7 @@ def _size_words(n: int) -> str:
 
 class _RingRead(ResourceOp):
     """Fill a buffer from an offset through the ring: the awaitable a file's ring read is
-    (DESIGN rule 14). One read almost always fills it; it reads on after a short read (short
+    (rule 14). One read almost always fills it; it reads on after a short read (short
     only at EOF; an O_DIRECT read that comes back short is EOF) and for buffers beyond what
     one read(2) moves, in this same frame. Its result is the byte count, or with *out* (the
     buffer *view* looks at) the bytes read."""
@@ -479,7 +479,7 @@ class AsyncFile:
         """Read into *buf* from *offset*, straight from the kernel (no copy); 0 at EOF.
 
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
-        read itself to await (DESIGN rule 14); others may read the page cache inline first."""
+        read itself to await (rule 14); others may read the page cache inline first."""
         view = _writable_view(buf, "readinto_at")
         offset = _check_offset(offset)
         self._check_readable()
@@ -652,7 +652,7 @@ class AsyncFile:
 
     def write_at(self, data: Any, offset: int) -> Awaitable[int]:
         """Write all of *data* at *offset*; the awaited result is the number of bytes written
-        (the write op itself: DESIGN rule 14)."""
+        (the write op itself: rule 14)."""
         view = _as_bytes_view(data, "write_at")
         offset = _check_offset(offset)
         self._check_open()

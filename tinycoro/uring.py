@@ -255,7 +255,7 @@ class _Lifecycle:
 class PyRing(_Lifecycle):
     """One io_uring instance and the eventfd that its completions signal, in pure Python.
 
-    Created on any thread, then used only by the one thread that owns it (DESIGN rule 2).
+    Created on any thread, then used only by the one thread that owns it (rule 2).
     The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE=1``.
     """
 

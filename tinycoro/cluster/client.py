@@ -1,6 +1,6 @@
 """The client side: starting or connecting a cluster, submitting tasks, routing what comes back.
 
-Everything travels over ipyparallel (DESIGN rule 15: no process pool or protocol of our own);
+Everything travels over ipyparallel (rule 15: no process pool or protocol of our own);
 see :mod:`.messages` for the three message shapes used. Two hooks into the ipyparallel client
 route what comes back, both on its IO thread:
 

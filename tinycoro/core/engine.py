@@ -2,7 +2,7 @@
 
 Facts about waking a context, which the loop below is built around:
 
-* The only place a context blocks is ``os.eventfd_read`` on its ring's eventfd (DESIGN rule 3,
+* The only place a context blocks is ``os.eventfd_read`` on its ring's eventfd (rule 3,
   :func:`_block`). It releases the GIL; waiting inside the binding would not. A signal makes
   it fail with EINTR, which counts as a wake-up.
 * Three things write that eventfd: the kernel when a CQE is posted (only while notifications
@@ -28,7 +28,7 @@ Facts about waking a context, which the loop below is built around:
 * One turn runs exactly the tasks that were ready when the turn began (as asyncio's
   ``_run_once`` does): a task that yields goes behind them, so nobody starves.
 * SQEs prepared during a turn are submitted together at its end: one ``io_uring_enter`` for the
-  whole batch, which is what makes the ring pay off (DESIGN section 7). A long turn hands them
+  whole batch, which is what makes the ring pay off (docs/benchmarks.md). A long turn hands them
   over every ``SUBMIT_EARLY`` SQEs instead, so that a device is not left idle while the rest
   of the turn runs (see ``_start``).
 
@@ -142,11 +142,11 @@ class Engine(RingOwner):
         self.live: set[Task] = set()  # assigned here, not finished; for stop() and stats
         # True while abandon() closes coroutines: the engine has stopped, so an await in a
         # finally block cannot suspend; closing a resource then releases its descriptor at
-        # once instead (tinycoro.closing.close_fd, DESIGN rule 13).
+        # once instead (tinycoro.closing.close_fd, rule 13).
         self.abandoning = False
         self.sleeping = False
         self.stop_requested = False
-        self.stop_flag = 0  # owned by the scheduler, under its lock (DESIGN section 3)
+        self.stop_flag = 0  # owned by the scheduler, under its lock (docs/design.md, stop protocol)
         self._wake_lock = threading.RLock()
         self._fence = threading.Lock()  # only ever taken and released at once: see _sleep
         self.tasks_run = 0  # tasks finished on this context
@@ -444,7 +444,7 @@ class Engine(RingOwner):
         # RingOwner._enter, written out: calling it costs ~470 instructions per operation
         # (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on echo). The
         # slow paths stay RingOwner's (_queue_failed). Keep the two in step; once the core
-        # is compiled (DESIGN rule 14) this becomes the inline call.
+        # is compiled (rule 14) this becomes the inline call.
         op.ud = ud = next(self._ids)
         try:
             self.ring.queue(op.prep, op.args, ud)

@@ -1,6 +1,6 @@
 """Scheduler: N contexts (one thread + one engine each), dispatch, and the stop protocol.
 
-The stop protocol (DESIGN section 3, from tinyCoro): each context has a stop flag, 1 while it has
+The stop protocol (docs/design.md, stop protocol, from tinyCoro): each context has a stop flag, 1 while it has
 work and 0 once it reached its terminal state; the scheduler's stop token counts the contexts
 whose flag is 1. Both change only under ``_lock``:
 
@@ -47,7 +47,7 @@ WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no time
 
 def _check_coro(coro: Any, where: str) -> Any:
     """*coro* if it is a coroutine; an operation's awaitable (``stream.recv()`` returns one,
-    DESIGN rule 14) wrapped in a coroutine that awaits it; TypeError for anything else."""
+    rule 14) wrapped in a coroutine that awaits it; TypeError for anything else."""
     if not inspect.iscoroutine(coro):
         if isinstance(coro, traps.OP_AWAITABLES):
             return traps.await_op(coro)
@@ -135,7 +135,7 @@ class Scheduler:
         """Schedule *coro* on one context (chosen by the dispatch policy); any thread.
 
         The task runs in *context* (a ``contextvars.Context``), or in a copy of the calling
-        thread's current context (DESIGN rule 9).
+        thread's current context (rule 9).
         """
         return self.submit_watched(coro, None, name=name, context=context)
 
@@ -243,7 +243,7 @@ class Scheduler:
         if self._closed:
             raise RuntimeError("this Scheduler is closed")
         self._mode = "loop"
-        # Ctrl-C on the main thread is recorded, never raised inside this bookkeeping (DESIGN
+        # Ctrl-C on the main thread is recorded, never raised inside this bookkeeping (docs/design.md
         # rule 12); it wakes _watch through a call on context 0 (ki.SigintDeferred).
         with ki.defer_sigint() as interrupt:
             with self._lock:

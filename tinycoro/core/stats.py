@@ -18,7 +18,7 @@ class ContextStats:
     stop_flag: int  # 1 = has work, 0 = reached its terminal state
     sleeping: bool
     ops: int = 0  # io_uring operations completed on this context, cumulative (for rates)
-    # Sleeps are not I/O (DESIGN 4.2): tasks in a tc.sleep now (their timers are among
+    # Sleeps are not I/O (docs/design.md, API contract): tasks in a tc.sleep now (their timers are among
     # io_inflight), and timers started, cumulative (among ops once they complete). Counted
     # when the snapshot is taken / by tc.sleep itself, never by the engine's loop.
     sleeps: int = 0
@@ -56,7 +56,7 @@ class TaskInfo:
     # "ready", "running", "sleeping" (in tc.sleep), "io" (an io_uring operation) or "parked"
     # (on a primitive, a task group or a join)
     state: str
-    # plain words (DESIGN 4.2): "sleep 2 ms (1.3 ms left)", "recv from 127.0.0.1:5000",
+    # plain words (docs/design.md, API contract): "sleep 2 ms (1.3 ms left)", "recv from 127.0.0.1:5000",
     # "Mutex held by 'holder' (3 waiting)", "when_all: 12 of 20 left"; "" when ready or running
     waits_on: str
     age: float  # seconds since the task was created

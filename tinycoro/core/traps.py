@@ -3,7 +3,7 @@
 A tinycoro coroutine suspends by yielding one of three things:
 
 * an :class:`Op`: "prepare this SQE on my context's ring, resume me with the CQE's ``res``".
-  The op is itself the awaitable (DESIGN rule 14): ``await op`` runs its ``__await__``, which
+  The op is itself the awaitable (rule 14): ``await op`` runs its ``__await__``, which
   yields the op and turns the result into the caller's answer, so an I/O call costs the
   awaiting coroutine one resumption and one generator, not a chain of wrapper coroutines;
 * a :class:`Park`: "I have put myself on a waiter list; resume me when someone calls
@@ -66,7 +66,7 @@ class Op(_CoroutineProtocol):
     """One io_uring operation: ``prep(sqe, *args)`` fills its SQE.
 
     The op keeps ``args`` (buffers, paths, timespecs, socket addresses) alive until its CQE has
-    arrived, even when the task that started it was cancelled meanwhile (DESIGN rule 8); the
+    arrived, even when the task that started it was cancelled meanwhile (rule 8); the
     engine holds the op in its in-flight table until then.
 
     ``returns_fd``: a successful result is a new descriptor (accept, openat). If the op
@@ -203,7 +203,7 @@ _OUTSIDE = (
 # (any thread) and ``cancel_op(op)`` (its own thread), as closing a resource needs (rule 10).
 # ``context_thread()`` returns the context manager each context thread runs its engine in: the
 # driver's layer makes asyncio code awaited inside a task fail there with the TypeError that
-# names ``tc.aio`` (DESIGN section 4), instead of asyncio's "no running event loop".
+# names ``tc.aio`` (docs/design.md, API contract), instead of asyncio's "no running event loop".
 _driver_run: Callable[[Any], Any] | None = None
 _driver_waiter: Callable[[], Any] | None = None
 _driver_owner: Callable[[], Any] | None = None

@@ -1,4 +1,4 @@
-"""What a task waits on, in the words its user wrote (``TaskInfo.waits_on``, DESIGN section 4.2).
+"""What a task waits on, in the words its user wrote (``TaskInfo.waits_on``, docs/design.md, API contract).
 
 "sleep 2 ms (1.3 ms left)", "recv from 127.0.0.1:5000", "read 4 KiB at 8192 from blob.bin",
 "Mutex held by 'holder' (3 waiting)", "when_all: 12 of 20 left". Everything here runs when a

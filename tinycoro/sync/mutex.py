@@ -1,4 +1,4 @@
-"""Mutex: a FIFO, baton-passing async lock (DESIGN rule 6, seeds 000 and 001).
+"""Mutex: a FIFO, baton-passing async lock (rule 6, seeds 000 and 001).
 
 Invariant: **the mutex is never free while a live task waits for it.** ``unlock()`` with waiters
 does not set the mutex free; it makes the first waiter the owner, then reschedules it on its own
