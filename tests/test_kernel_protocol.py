@@ -16,7 +16,7 @@ import pytest
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from helpers.cells import ECHO_SERVER_CELL, TWO_CELL
+from helpers.cells import ECHO_SERVER_CELL, HELD_MUTEX_CELL, LONG_SLEEP_CELL, TWO_CELL
 from helpers.kernel import ANSI, interrupt_after_started, interrupted_after_finally, start_kernel
 from jupyter_client.kernelspec import KernelSpecManager
 
@@ -100,14 +100,7 @@ def test_an_asyncio_streams_client_talks_to_a_tinycoro_server_task(tc_kernel):
 
 # -- interrupts --------------------------------------------------------------------------------
 def test_interrupt_during_a_long_sleep(tc_kernel):
-    content, msgs = interrupt_after_started(
-        tc_kernel,
-        "try:\n"
-        "    print('started', flush=True)\n"
-        "    await tc.sleep(30)\n"
-        "finally:\n"
-        "    print('finally ran')\n",
-    )
+    content, msgs = interrupt_after_started(tc_kernel, LONG_SLEEP_CELL)
     interrupted_after_finally(content, msgs)
     assert tc_kernel.ok("await tc.sleep(0.05); 'next cell works'").result() == "'next cell works'"
     r = tc_kernel.ok("await tc.when_all(*(tc.spawn(tc.sleep(0.01)) for _ in range(4)))")
@@ -230,11 +223,11 @@ def test_dashboard_updates_while_the_main_thread_is_blocked(tc_kernel):
     table = by_class[("tc-table-widget",)]
     # No await in this cell: it runs synchronously and blocks the main thread throughout,
     # while tasks submitted to the scheduler finish on the contexts. Each round waits until the
-    # dashboard (``_``, the previous cell's result) shows the new count, i.e. until the
+    # dashboard (the one the previous cell displayed) shows the new count, i.e. until the
     # refresher thread has shown it: rounds are counted in refreshes, not paced by sleeps.
     r = tc_kernel.ok(
         "import threading, time\n"
-        "board = _\n"
+        "board = get_ipython().magics_manager.registry['TinycoroMagics'].last_dashboard\n"
         "sched = tc.get_default_scheduler()\n"
         "never = threading.Event()  # a bounded wait between looks at the board\n"
         "def shown():\n"
@@ -290,14 +283,7 @@ def _frames(tb: str) -> list[str]:
 
 
 def test_an_interrupted_cell_traceback_holds_no_tinycoro_frame(tc_kernel):
-    content, msgs = interrupt_after_started(
-        tc_kernel,
-        "try:\n"
-        "    print('started', flush=True)\n"
-        "    await tc.sleep(30)\n"
-        "finally:\n"
-        "    print('finally ran')\n",
-    )
+    content, msgs = interrupt_after_started(tc_kernel, LONG_SLEEP_CELL)
     tb = interrupted_after_finally(content, msgs)
     assert "await tc.sleep(30)" in tb, tb  # the user's line is there ...
     for runtime in ("tinycoro/", "kernel_ext/", "cell_loop", "runner.py", "noqa"):
@@ -365,13 +351,7 @@ def test_restart_says_how_many_tasks_it_cancelled(tc_kernel):
 
 def test_tasks_words_in_a_real_kernel(tc_kernel):
     tc_kernel.ok(
-        "m, gate = tc.Mutex(), tc.Event()\n"
-        "async def holder():\n"
-        "    async with m:\n"
-        "        await gate.wait()\n"
-        "async def contender():\n"
-        "    async with m:\n"
-        "        pass\n"
+        HELD_MUTEX_CELL +
         "h = tc.spawn(holder(), name='holder')\n"
         "while not m.locked():\n"
         "    await tc.sleep(0.001)\n"

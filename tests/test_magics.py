@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("IPython")
 
+from helpers.cells import HELD_MUTEX_CELL
 from helpers.runtime import tinycoro_threads, wait_until
 from helpers.shell import tinycoro_shell
 from IPython.core.error import UsageError
@@ -273,14 +274,8 @@ def test_tasks_says_what_each_waits_on_in_plain_words(loaded, capsys):
     a user understands; sleeps counted apart from I/O; ages that grow."""
     run_ok(
         loaded,
-        "import socket\n"
-        "m, gate = tc.Mutex(), tc.Event()\n"
-        "async def holder():\n"
-        "    async with m:\n"
-        "        await gate.wait()\n"
-        "async def contender():\n"
-        "    async with m:\n"
-        "        pass\n"
+        "import socket\n" +
+        HELD_MUTEX_CELL +
         "async def napper():\n"
         "    await tc.sleep(3600)\n"
         "async def fan_out():\n"

@@ -17,3 +17,24 @@ ECHO_SERVER_CELL = (
     "server = tc.spawn(echo(box))\n"
     "reader, writer = await asyncio.open_connection('127.0.0.1', await box.wait())\n"
 )
+
+
+# A Mutex that 'holder' keeps until ``gate`` is set, and a contender coroutine for it.
+HELD_MUTEX_CELL = (
+    "m, gate = tc.Mutex(), tc.Event()\n"
+    "async def holder():\n"
+    "    async with m:\n"
+    "        await gate.wait()\n"
+    "async def contender():\n"
+    "    async with m:\n"
+    "        pass\n"
+)
+
+# A cell that prints 'started', sleeps 30 s and prints 'finally ran' when interrupted.
+LONG_SLEEP_CELL = (
+    "try:\n"
+    "    print('started', flush=True)\n"
+    "    await tc.sleep(30)\n"
+    "finally:\n"
+    "    print('finally ran')\n"
+)
