@@ -300,7 +300,9 @@ def test_tasks_says_what_each_waits_on_in_plain_words(loaded, capsys):
         return (
             all(by.get(f"contender-{i}") and by[f"contender-{i}"].state == "parked"
                 for i in range(3))
-            and by["napper"].state == "sleeping" and by["server"].state == "io"
+            and by["napper"].state == "sleeping"
+            # in I/O, and past its accept (the client's connect may complete first)
+            and by["server"].state == "io" and by["server"].waits_on.startswith("recv")
             and by["fan-out"].state == "parked"
         )
 
