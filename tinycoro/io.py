@@ -36,7 +36,7 @@ from .uring import (
     prep_write,
 )
 from .closing import PendingOps, ResourceOp, close_fd
-from .core.checks import check_int, is_int
+from .core.checks import check_int
 from .core.errors import ClosedResourceError
 from .core.local import thread_state as _local
 from .core.traps import Op, Ready, perform, run_outside, yield_now
@@ -150,12 +150,6 @@ def _writable_view(buf: Any, what: str) -> memoryview:
         raise TypeError(f"{what}() needs a writable buffer (bytearray, memoryview, array), "
                         f"got a read-only {type(buf).__name__}")
     return view
-
-
-def _check_size(size: Any, what: str) -> int:
-    if not is_int(size):
-        raise TypeError(f"{what} must be an int, got {size!r}")
-    return size
 
 
 def _check_offset(offset: Any) -> int:

@@ -1,4 +1,5 @@
-"""The io_uring binding, and the only module of tinycoro that imports ``liburing``.
+"""The io_uring binding: the pure-Python ring over ``liburing`` (the compiled ring, ``_cring``,
+cimports the same binding) and the choice of the ring the engine uses.
 
 Everything above this module speaks in terms of :class:`Ring` (one io_uring instance plus the
 eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.

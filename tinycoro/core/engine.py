@@ -2,8 +2,9 @@
 
 Facts about waking a context, which the loop below is built around:
 
-* The only place a context blocks is ``os.eventfd_read`` on its ring's eventfd (rule 3,
-  :func:`_block`). It releases the GIL; waiting inside the binding would not. A signal makes
+* A context blocks only on its ring's eventfd (rule 3): ``os.eventfd_read`` in
+  :func:`_block`, or ``poll(2)`` on the same eventfd when a deadline bounds the wait
+  (:meth:`Engine._block_until`). Both release the GIL; waiting inside the binding would not. A signal makes
   it fail with EINTR, which counts as a wake-up.
 * Three things write that eventfd: the kernel when a CQE is posted (only while notifications
   are switched on, i.e. while the context sleeps), a thread that pushes a task or a call onto
