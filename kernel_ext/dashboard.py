@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterable, Sequence
 import tinycoro as tc
 from tinycoro.core.stats import COLUMNS as _stats_columns
 from tinycoro.core.stats import STATE_WORDS, STATES
+from tinycoro.core.waits import age
 from tinycoro.core.waits import summary as wait_summary
 
 from .extension import signals_blocked
@@ -388,14 +389,6 @@ def cell_text(table: str, ctx: int | str, field: str, scope: str = "") -> str:
     return re.sub(r"<[^>]+>", "", m.group(1)).strip()
 
 
-def _age(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
-    return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:02.0f} min"
-
-
 def task_title(infos: Sequence[tc.TaskInfo]) -> str:
     """The task list's title: the count and a summary per kind of wait."""
     if not infos:
@@ -413,7 +406,7 @@ def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
     rows = "".join(
         f"<tr><td>{i.id}</td><td>{html.escape(i.name)}</td>"
         f"<td>{'cell' if i.context is None else i.context}</td>"
-        f"<td>{STATE_WORDS.get(i.state, i.state)}</td><td>{_age(i.age)}</td>"
+        f"<td>{STATE_WORDS.get(i.state, i.state)}</td><td>{age(i.age)}</td>"
         f"<td>{html.escape(i.waits_on)}</td></tr>"
         for i in infos[:TASKS_SHOWN]
     )

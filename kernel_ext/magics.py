@@ -16,6 +16,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 import tinycoro as tc
 from tinycoro.core.checks import DISPATCH
 from tinycoro.core.stats import STATE_WORDS, STATES, format_stats, legend, text_table
+from tinycoro.core.waits import age
 from tinycoro.core.waits import summary as wait_summary
 
 from .extension import Extension
@@ -38,14 +39,6 @@ def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
     return format_stats(stats, dispatch)
 
 
-def _age(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
-    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
-
-
 def format_tasks(tasks: Sequence[tc.TaskInfo], failures: Sequence[tc.FailureInfo]) -> str:
     """Live tasks (oldest first, a summary line per kind of wait, a legend), then recent
     failures, as plain text (what ``%tinycoro tasks`` prints)."""
@@ -57,7 +50,7 @@ def format_tasks(tasks: Sequence[tc.TaskInfo], failures: Sequence[tc.FailureInfo
         for t in sorted(tasks, key=lambda t: t.id):
             ctx = "cell" if t.context is None else str(t.context)
             state = STATE_WORDS.get(t.state, t.state)
-            rows.append((str(t.id), t.name, ctx, state, _age(t.age), t.waits_on))
+            rows.append((str(t.id), t.name, ctx, state, age(t.age), t.waits_on))
         lines += _table(rows, left=frozenset({1, 3, 5}))
         lines += legend([("state", "; ".join(f"{k}: {v}" for k, v in STATES)),
                          ("age", "time since the task was spawned")])

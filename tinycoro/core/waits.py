@@ -16,7 +16,7 @@ import socket
 import time
 from typing import Any, Callable
 
-__all__ = ["SLEEP", "duration", "kind", "op_words", "park_words", "size", "summary"]
+__all__ = ["SLEEP", "age", "duration", "kind", "op_words", "park_words", "size", "summary"]
 
 SLEEP = "io_uring_prep_timeout"  # the prep name of a tc.sleep: a wait on a timer, not I/O
 
@@ -40,6 +40,16 @@ def duration(seconds: float) -> str:
     if seconds < 1e9:
         return f"{_num(seconds / 3600)} h"
     return "ever"  # sleep(math.inf) sleeps in steps of ~31 years
+
+
+def age(seconds: float) -> str:
+    """How long a task has lived, to a tenth of a second: ``"5.0 s"``, ``"2 min 05 s"``,
+    ``"1 h 03 min"`` (the task lists of ``%tinycoro tasks`` and the dashboard)."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds // 60:.0f} min {seconds % 60:02.0f} s"
+    return f"{seconds // 3600:.0f} h {seconds % 3600 // 60:02.0f} min"
 
 
 def size(n: int) -> str:
