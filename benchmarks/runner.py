@@ -22,6 +22,10 @@ WORKLOADS: dict[str, ModuleType] = {
     for m in (w_switch, w_spawn, w_mutex, w_file, w_direct, w_aio_file, w_echo, w_scaling, w_cluster)
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
+# A run writes its report to the build folder unless asked to publish it: an exploratory run
+# must not rewrite the tracked docs/benchmarks.md (and its plot) that the README quotes.
+DRAFT = config.BUILD_DIR / "benchmarks.md"
+PUBLISHED = config.REPO / "docs" / "benchmarks.md"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -32,8 +36,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and smaller sizes (< 3 min)")
     ap.add_argument("--only", nargs="+", choices=list(WORKLOADS), metavar="NAME",
                     help=f"run only these workloads: {', '.join(WORKLOADS)}")
-    ap.add_argument("--out", type=Path, default=config.REPO / "docs" / "benchmarks.md",
-                    help="markdown file to write (its plot goes next to it as <name>.png)")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=None,
+                       help="markdown file to write (its plot goes next to it as <name>.png); "
+                       f"default {DRAFT.relative_to(config.REPO)}, a git-ignored build file")
+    where.add_argument("--publish", action="store_true",
+                       help=f"write the tracked {PUBLISHED.relative_to(config.REPO)} (and its "
+                       "plot) instead: for a run whose figures the README and docs quote")
     ap.add_argument("--reps", type=int, help="measured repetitions per series (default: by mode)")
     prof = ap.add_mutually_exclusive_group()
     prof.add_argument("--profile", dest="profile", action="store_true", default=None,
@@ -82,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_tables(results))
     print(f"\nwall time: {wall:.0f} s")
 
-    out: Path = args.out
+    out: Path = PUBLISHED if args.publish else (args.out or DRAFT)
     image = out.with_suffix(".png")
     date = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode")

@@ -1,6 +1,6 @@
 """7. Cluster scaling: tinycoro on 2 ipyparallel engines (``tc.cluster``) against 1 process.
 
-Under the GIL, contexts of one process overlap I/O but add no CPU (DESIGN rule 15, workload 6);
+Under the GIL, contexts of one process overlap I/O but add no CPU (rule 15, workload 6);
 processes do. Three cases, all against one cluster of 2 engines (1 context each) started once
 per run:
 

@@ -4,7 +4,7 @@ Uncontended: one task locks and unlocks in a loop. Contended: 100 tasks each tak
 yield once while holding it (so the other 99 queue up behind it), and release it; the rate is
 lock acquisitions per second, yields included on both sides.
 
-Written against DESIGN.md's API (``await m.lock(); m.unlock()``, ``async with m``). While
+Written against the API of docs/design.md (``await m.lock(); m.unlock()``, ``async with m``). While
 ``tc.Mutex`` does not exist yet the tinycoro side is skipped with that reason.
 """
 

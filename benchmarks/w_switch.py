@@ -1,7 +1,7 @@
 """1. Task switch: ``tc.yield_now()`` vs ``asyncio.sleep(0)`` on asyncio and uvloop.
 
 Two cases: a ping-pong of two tasks that yield to each other, and many tasks that each yield a
-few times (DESIGN section 7's "1000 tasks x 100"). The rate is yields per second, timed inside
+few times (the reference workload, "1000 tasks x 100"). The rate is yields per second, timed inside
 the running loop (loop creation and teardown are not counted, on either side).
 """
 

@@ -63,9 +63,10 @@ def load_ipython_extension(shell: Any) -> None:
 
 def unload_ipython_extension(shell: Any) -> None:
     """``%unload_ext tinycoro``: stop the scheduler and undo everything loading did."""
-    ext = _loaded.pop(shell, None)
-    if ext is None:
+    popped = _loaded.pop(shell, None)
+    if popped is None:
         return
+    ext: Extension = popped
     manager = shell.magics_manager
     for kind in ("line", "cell"):
         table = manager.magics[kind]

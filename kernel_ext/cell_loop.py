@@ -42,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from typing import Any, Callable, Coroutine, Generator, TypeVar, cast
+from typing import Any, Callable, Coroutine, Generator, TypeGuard, TypeVar, cast
 
 import tinycoro as tc
 from tinycoro import uring
@@ -55,19 +55,32 @@ T = TypeVar("T")
 # asyncio's record of the task that runs on a loop (C implementations, no public name): the
 # cell is entered as its own task for each of its steps (_CellTask); the task that called the
 # runner is set aside while the cell runs (CellLoop._inside).
-_enter_task = asyncio.tasks._enter_task
-_leave_task = asyncio.tasks._leave_task
+# Typed for any task-like object: the cell's face (_CellTask) stands in for an asyncio.Task.
+_enter_task: Callable[[asyncio.AbstractEventLoop, Any], None] = asyncio.tasks._enter_task
+_leave_task: Callable[[asyncio.AbstractEventLoop, Any], None] = asyncio.tasks._leave_task
 
 
 def _noop() -> None:
     pass
 
 
+def _entered(context: Any) -> bool:
+    """Whether *context* (a ``contextvars.Context``) is entered now, on this thread or another:
+    running a callback in it would raise "cannot enter context"."""
+    if context is None:
+        return False
+    try:
+        context.run(_noop)
+    except RuntimeError:
+        return True
+    return False
+
+
 def _is_future(obj: object) -> bool:
     return getattr(obj, "_asyncio_future_blocking", None) is not None
 
 
-def _turnable(loop: asyncio.AbstractEventLoop | None) -> bool:
+def _turnable(loop: asyncio.AbstractEventLoop | None) -> TypeGuard[asyncio.AbstractEventLoop]:
     """Whether *loop*, this thread's running loop, can serve a cell: a running CPython
     selector loop (ipykernel's), whose iterations the cell's engine can make."""
     return (
@@ -183,27 +196,39 @@ class CellLoop:
         return interrupt
 
     # -- the driver ----------------------------------------------------------------------------
-    def turn(self, loop: asyncio.AbstractEventLoop) -> None:
+    def turn(self, loop: asyncio.AbstractEventLoop) -> bool:
         """One iteration of *loop* with a zero timeout, with no tinycoro engine visible and
-        the cell's asyncio face set aside (the loop's tasks step here)."""
+        the cell's asyncio face set aside (the loop's tasks step here); True if callbacks that
+        can run here are ready after it."""
         face = self.face
         if face is not None:
             _leave_task(loop, face)
+        # Callbacks that must run in a context entered right now (further down this thread's
+        # stack) wait for the cell's end: ipykernel 7 steps every shell message's task in one
+        # persistent Context, which the execute_request that runs this cell has entered, so the
+        # next cell's request, queued by Run All, would fail with "cannot enter context".
+        # After the cell, the kernel's loop runs them, and they wait for the cell's lock.
+        ready = loop._ready  # type: ignore[attr-defined]
+        deferred = [h for h in ready if _entered(getattr(h, "_context", None))]
+        for h in deferred:
+            ready.remove(h)
         try:
             with outside_engine():  # asyncio tasks' tinycoro awaits use the hosted ring
                 loop.call_soon(_noop)  # something is ready: the iteration polls without blocking
                 loop._run_once()  # type: ignore[attr-defined]
+            runnable = bool(ready)
         finally:
+            ready.extendleft(reversed(deferred))
             if face is not None:
                 _enter_task(loop, face)
+        return runnable
 
     async def drive(self) -> None:
         """Turn the loop while the cell runs (a task on the guest engine; cancel it after)."""
         loop = self.loop
         selector_fd = loop._selector.fileno()  # type: ignore[attr-defined]
         while True:
-            self.turn(loop)
-            if loop._ready:  # type: ignore[attr-defined]
+            if self.turn(loop):
                 await tc.yield_now()
                 continue
             scheduled = loop._scheduled  # type: ignore[attr-defined]

@@ -3,8 +3,8 @@ each engine process's CPU % beside its contexts' busy %.
 
 Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
 
-    tinycoro cluster · 2 engines · 4 contexts · running · failed unobserved 0 · 2 CPU cores here
-    engine / context     stop flag  busy now / CPU          busy (CPU), 1 min  ...  tasks finished
+    tinycoro cluster · 2 engines · 4 contexts · running · failed 0 · 2 CPU cores here
+    engine / context     has work   now / CPU                last min           ...  finished
     engine 0 · host:4711 token 2/2  [#######] CPU 99% (GIL) ~~~~~               ...          20412
       ctx 0              1 · has work [#####] 100%          ~~~~~               ...          10231
       ctx 1              1 · has work [#####] 100%          ~~~~~               ...          10181
@@ -14,7 +14,7 @@ Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
 Why CPU beside busy: a context is "busy" while it runs Python code, and under the GIL two
 contexts of one process can both be busy while only one of them runs at a time. Their busy
 shares then add up to 200% while the process's CPU time grows by one core's worth: the engine
-is GIL-bound, and more engines (processes), not more contexts, would add CPU (DESIGN rule 15).
+is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
 
 Where the numbers come from: ``cluster.load()`` (per engine, its scheduler's
 :class:`tinycoro.SchedulerStats` and its process's CPU seconds, answered on the engine's control
@@ -43,14 +43,14 @@ from .dashboard import History, RefreshThread, keep
 
 __all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter"]
 
-# The local dashboard's columns, the first and third named for what an engine row shows there.
+# The local dashboard's columns, the first and the busy ones named for what an engine row
+# shows there.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("engine / context", "an engine (an ipyparallel engine process, host:pid) and its contexts"),
-    _d.COLUMNS[1],
-    ("busy now / CPU", "contexts: share of wall time spent running tasks; engine: the "
-     "process's CPU time per second of wall time (100% = one core)"),
-    ("busy (CPU), 1 min", "contexts: busy over the last 60 s; engine: process CPU over the "
-     "last 60 s"),
+    ("has work", "contexts: " + _d.COLUMNS[1][1] + "; engine: how many of its contexts have"),
+    ("now / CPU", "contexts: share of wall time spent running tasks; engine: the process's CPU "
+     "time per second of wall time (100% = one core)"),
+    ("last min", "contexts: busy over the last 60 s; engine: process CPU over the last 60 s"),
     *_d.COLUMNS[4:],
 )
 GIL_BOUND = 0.5  # busy beyond CPU by half a core or more: the contexts wait for the GIL
@@ -132,7 +132,7 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
         f"<b>tinycoro cluster</b> &middot; {len(engines)} engines &middot; {contexts} contexts "
         f"&middot; {state} &middot; "
         f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
-        f'nobody awaited, all engines, cumulative">failed unobserved <b>{failed}</b></span> '
+        f'nobody awaiting them, all engines, since the start">failed <b>{failed}</b></span> '
         f"&middot; {os.cpu_count()} CPU cores here"
     )
 
@@ -140,16 +140,16 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
 def _cpu_cell(cpu: float | None, busy: float) -> str:
     """The engine row's busy cell: process CPU (bar and %), its contexts' busy added up, and
     the GIL-bound flag when busy exceeds CPU by :data:`GIL_BOUND` or more."""
-    total = (f' <span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
+    # on a line of its own: the column stays narrow enough for a 1400 px JupyterLab
+    total = (f' <br><span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
              f'added up">busy {busy:.0%}</span>')
     if cpu is None:
         return f'<span class="tc-cpu-pct">CPU measuring</span> ·{total}'
     gil = busy - cpu >= GIL_BOUND
-    flag = (' <b title="the contexts are busy for longer than the process has CPU: they '
+    flag = (' <br><b title="the contexts are busy for longer than the process has CPU: they '
             'wait for the GIL; more engines, not more contexts, add CPU">GIL-bound</b>'
             if gil else "")
-    return (f'{_d._bar(min(cpu, 1.0))} <span class="tc-cpu-pct">CPU {cpu:.0%}</span> ·{total}'
-            f'{flag}')
+    return f'<span class="tc-cpu-pct">CPU {cpu:.0%}</span> ·{total}{flag}'
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
@@ -157,10 +157,15 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     """One engine's group: its own row (process CPU beside the sum of its contexts' busy, and
     the sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
-    name = f"engine {engine.id} · {html.escape(engine.host)}:{engine.pid}"
+    where = f"{html.escape(engine.host)}:{engine.pid}"
+    # host:pid on a second line, cut to the column's width (a long host name must not widen the
+    # table beyond a 1400 px JupyterLab); the whole of it in the tooltip
+    name = (f'engine {engine.id} · <br><span title="{where}" style="display:inline-block;'
+            f'max-width:120px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
+            f'font-weight:normal;font-size:11px">{where}</span>')
     if stats is None:
-        cells = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
-        return _d.row_html(f"{scope}engine", cells, ' class="tc-engine"')
+        empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
+        return _d.row_html(f"{scope}engine", empty, ' class="tc-engine"')
     ctxs = stats.contexts
     busy = sum(c.busy for c in ctxs) if running and stats.running else 0.0
     cpu_now = cpu.now(engine.id) if cpu is not None and running else None
@@ -169,19 +174,20 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     if points:
         top = _d._nice_top(max(p.cpu for p in points))
         cpu_svg = _d.sparkline([p.t for p in points], [("busy", [p.cpu for p in points])], now,
-                               top, f"CPU 0-{top:.0%}, last 60 s", "tc-plot-cpu")
+                               top, f"CPU 0-{top:.0%}", "tc-plot-cpu")
     rate = 0.0
     if history is not None:
         rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
-    cells = [
+    cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
-        ("stop_flag", f"token {stats.stop_token}/{len(ctxs)}", ""),
+        ("stop_flag", f"{stats.stop_token} of {len(ctxs)}", ""),
         ("busy", _cpu_cell(cpu_now, busy), ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", _d._count(rate), _d._NUM),
         ("ops-plot", "", ""),
         ("queued", sum(c.queued for c in ctxs), _d._NUM),
-        ("io_inflight", sum(c.io_inflight + c.io_pending for c in ctxs), _d._NUM),
+        ("io_inflight", sum(c.in_io for c in ctxs), _d._NUM),
+        ("sleeping", sum(c.sleeps for c in ctxs), _d._NUM),
         ("parked", sum(c.parked for c in ctxs), _d._NUM),
         ("queues-plot", "", ""),
         ("tasks_run", sum(c.tasks_run for c in ctxs), _d._NUM),
@@ -209,7 +215,7 @@ def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.Schedule
     return _d.table_html(rows, _d.head_row(COLUMNS))
 
 
-class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
+class ClusterDashboard(_d._Base):
     """Per-engine, per-context load of a cluster, now and over the last minute; display it
     as a cell's result.
 
@@ -260,7 +266,8 @@ class ClusterDashboard(_d._Base):  # type: ignore[misc, valid-type]
             self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running)
             if tasks is not None:
                 count = sum(len(t) for t in tasks.values())
-                self._tasks_box.set_title(0, f"live tasks ({count})")
+                every = [i for t in tasks.values() for i in t]
+                self._tasks_box.set_title(0, _d.task_title(every) if count else "live tasks (0)")
                 self._tasks.value = "".join(
                     f'<div class="tc-tasks-e{e.id}"><b>engine {e.id} · {html.escape(e.host)}:'
                     f"{e.pid}</b>{_d._task_table(tasks.get(e.id, ()))}</div>"
@@ -293,7 +300,9 @@ class ClusterRefresher(RefreshThread):
         """A new dashboard for this cluster; the refresher thread starts with the first."""
         try:  # rows from the start; the refresher thread adds history and CPU
             engines = tuple(self.cluster.engines)
-            stats = {eid: load.stats for eid, load in self.cluster.load().items()}
+            stats: Mapping[int, tc.SchedulerStats] = {
+                eid: load.stats for eid, load in self.cluster.load().items()
+            }
         except Exception:  # noqa: BLE001 - a stopped cluster: its last state
             engines, stats = self._engines, self._stats
         board: ClusterDashboard = self._add(ClusterDashboard(engines, stats))

@@ -19,8 +19,10 @@ from typing import Any, Sequence
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from tinycoro.core.stats import COLUMNS, format_stats, legend
+
 from .cluster_dashboard import ClusterRefresher
-from .magics import format_status, format_tasks
+from .magics import format_tasks
 
 __all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
 
@@ -48,7 +50,7 @@ def cluster_arguments(line: str) -> None:
     """Start, connect to, inspect or stop the notebook's tinycoro cluster (ipyparallel)."""
 
 
-PARSER = cluster_arguments.parser  # type: ignore[attr-defined]
+PARSER = cluster_arguments.parser
 _OPTIONS = {"engines": ("start", "-n"), "contexts": ("start", "--contexts"),
             "profile": ("connect", "--profile"), "file": ("connect", "--file")}
 
@@ -78,7 +80,8 @@ def format_cluster_status(engines: Sequence[Any], loads: dict[int, Any], owned: 
         if s is None:
             lines.append("  (no stats yet)")
             continue
-        lines += ["  " + line for line in format_status(s).splitlines()[:-1]]
+        lines += ["  " + line for line in format_stats(s, legend_too=False).splitlines()]
+    lines += legend(COLUMNS[1:])
     lines.append(
         "busy is per context; process CPU is the engine's: contexts of one engine share its "
         "GIL, so their busy can add up to more than its CPU (%tinycoro cluster dashboard)"
@@ -93,6 +96,7 @@ class ClusterCommands:
         self.shell = shell
         self.cluster: Any = None
         self.owned = False  # started here (stop stops its engines) or connected to
+        self.last_dashboard: Any = None  # the widget %tinycoro cluster dashboard displayed last
         self.refresher: ClusterRefresher | None = None
         self._px: Any = None  # ipyparallel's ParallelMagics registered for %px
 
@@ -239,22 +243,27 @@ class ClusterCommands:
             tasks = cluster.tasks()
         except (OSError, RuntimeError) as e:
             raise UsageError(f"%tinycoro cluster tasks: the cluster does not answer ({e})") from None
-        for e in cluster.engines:
-            print(_engine_head(e))
-            infos = tasks.get(e.id)
+        for engine in cluster.engines:
+            print(_engine_head(engine))
+            infos = tasks.get(engine.id)
             if infos is None:
                 print("  (no answer: the engine did not reply in time)")
                 continue
             print("\n".join("  " + line for line in format_tasks(infos, ()).splitlines()))
 
-    def _dashboard(self, args: argparse.Namespace) -> Any:
+    def _dashboard(self, args: argparse.Namespace) -> None:
+        """Display the cluster dashboard where the magic stands (any line of a cell)."""
         cluster = self._need("dashboard")
         try:
             if self.refresher is None:
                 self.refresher = ClusterRefresher(cluster)
-            return self.refresher.dashboard()
+            board = self.refresher.dashboard()
         except ImportError as e:
             raise UsageError(f"%tinycoro cluster dashboard: {e}") from None
+        from IPython.display import display
+
+        self.last_dashboard = board  # for code (and tests) that want the widget itself
+        display(board)
 
 
 def _cluster_module() -> Any:

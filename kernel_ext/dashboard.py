@@ -1,13 +1,19 @@
 """Live scheduler dashboard: current numbers and the last minute of history, per context.
 
-Layout (one row per context; ``~~~`` are SVG sparklines over the last 60 seconds)::
+Layout (one row per context; ``~~~`` are SVG sparklines over the last 60 seconds; it fits the
+notebook column of JupyterLab's default layout at 1400 px with the file browser open)::
 
-    tinycoro · round_robin · running · accepting work · stop token 2 of 2 ●● · failed unobserved 0
-    context stop flag    busy now       busy, I/O   I/O ops/s, queued I/O in parked tasks, tasks
-                                        1 min ops/s 1 min             flight       1 min  finished
-    ctx 0   1 · has work [#####   ] 52% ~~~~~ 1,204 ~~~~~           3   12     0   ~~~~~  10231
-    ctx 1   1 · has work [###     ] 31% ~~~~~   980 ~~~~~           0    4     1   ~~~~~   9870
-    ▸ live tasks (37)
+    tinycoro · round_robin · running · accepting work · contexts with work 2 of 2 ●● · failed 0
+                      busy          I/O ops/s          tasks now, by state                    
+    context has work  now last min  now   last min  ready in I/O sleeping parked last min finished
+    ctx 0   yes       52% ~~~~~     1,204 ~~~~~         3     12        0      0 ~~~~~      10231
+    ctx 1   yes       31% ~~~~~       980 ~~~~~         0      4        1      0 ~~~~~       9870
+    has work: the context holds tasks or I/O (its stop flag) ... (the one-line legend)
+    ▸ live tasks (37): 20 parked on Mutex, 12 sleeping, 5 in I/O
+
+The words are tinycoro.core.stats.COLUMNS, the ones ``%tinycoro status`` and ``python -m
+tinycoro`` use; each header's tooltip says what it counts. Sleeps are not I/O (docs/design.md, API contract):
+they have their own column and series, and the I/O rate leaves their timers out.
 
 Why SVG sparklines in plain ``ipywidgets.HTML``: ``python -m benchmarks.dashboard_widgets``
 times one refresh of 4 contexts x 4 series x 60 points in a real ipykernel 7.4 (new data set on
@@ -48,6 +54,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import tinycoro as tc
+from tinycoro.core.stats import COLUMNS as _stats_columns
+from tinycoro.core.stats import STATE_WORDS, STATES
+from tinycoro.core.waits import age
+from tinycoro.core.waits import summary as wait_summary
 
 from .extension import signals_blocked
 
@@ -64,25 +74,42 @@ REFRESH_INTERVAL = 0.25  # seconds: four refreshes a second
 SPAN = 60.0  # seconds of history in each plot
 STEP = 1.0  # seconds between two kept points of history (the newest point moves every tick)
 TASKS_EVERY = 4  # refresh the (open) task list every 4th tick: once a second
-TASKS_SHOWN = 50  # rows of the task list; the title counts all of them
+TASKS_SHOWN = 500  # rows of the task list (it scrolls); the title counts all of them
+TASKS_HEIGHT = 320  # px: the open task list scrolls beyond this, never pushing the notebook down
 
-# Column heads, and what each number counts (shown as the head's tooltip).
+_WORDS = dict(_stats_columns)
+# Column heads, two rows: groups (name, columns spanned, tooltip), then each column's name and
+# what it counts (its tooltip), in the words of tinycoro.core.stats.COLUMNS.
+GROUPS: tuple[tuple[str, int, str], ...] = (
+    ("", 2, ""),
+    ("busy", 2, _WORDS["busy"]),
+    ("I/O ops/s", 2, "file and socket operations completed per second (sleeps not counted)"),
+    ("tasks now, by state", 5, "how many tasks are in each state now, and over the last 60 s"),
+    ("", 1, ""),
+)
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("context", "one thread with its own ready queue, io_uring ring and eventfd"),
-    ("stop flag", "1 while the context has work; 0 once it reached its terminal state"),
-    ("busy now", "share of wall time the context spent running tasks, not asleep"),
-    ("busy, 1 min", "busy share over the last 60 s, 0-100%"),
-    ("I/O ops/s", "io_uring operations completed per second"),
-    ("I/O ops/s, 1 min", "io_uring completions per second over the last 60 s"),
-    ("queued", "tasks in the ready queue"),
-    ("I/O in flight", "io_uring operations started (or about to be) and not yet completed"),
-    ("parked", "tasks waiting on a primitive or a join"),
-    ("tasks, 1 min", "queued, I/O in flight and parked over the last 60 s"),
-    ("tasks finished", "tasks that ran to their end on this context, cumulative"),
+    ("context", _WORDS["context"]),
+    ("has work", _WORDS["has work"]),
+    ("now", _WORDS["busy"]),
+    ("last min", "busy over the last 60 s, 0-100%"),
+    ("now", "I/O operations completed per second, over the last second"),
+    ("last min", "I/O operations completed per second over the last 60 s"),
+    ("ready", _WORDS["ready"]),
+    ("in I/O", _WORDS["in I/O"]),
+    ("sleeping", _WORDS["sleeping"]),
+    ("parked", _WORDS["parked"]),
+    ("last min", "ready, in I/O, sleeping and parked tasks over the last 60 s"),
+    ("finished", _WORDS["finished"]),
+)
+LEGEND = (
+    "<b>has work</b>: the context holds tasks or I/O (its stop flag) &middot; <b>contexts with "
+    "work</b>: how many have (the stop token); the scheduler may stop when none has and no new "
+    "work can come &middot; <b>failed</b>: tasks that raised with nobody awaiting them"
 )
 COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
-          "parked": "#c0392b"}
-PLOT_W, PLOT_H = 150, 30
+          "sleeping": "#2e8b3a", "parked": "#c0392b"}
+SERIES_OF = {"ready": "queued", "in I/O": "inflight", "sleeping": "sleeping", "parked": "parked"}
+PLOT_W, PLOT_H = 100, 30
 
 _Base: Any = _w.VBox if _w is not None else object
 
@@ -104,8 +131,9 @@ class Point:
     busy: float
     ops_rate: float  # completions per second since the previous kept point
     queued: int
-    inflight: int
+    inflight: int  # I/O in flight, sleeps left out
     parked: int
+    sleeping: int = 0
 
 
 def keep(kept: "collections.deque[Any]", point: Any, step: float, span: float) -> bool:
@@ -120,35 +148,45 @@ def keep(kept: "collections.deque[Any]", point: Any, step: float, span: float) -
 
 
 class History:
-    """The last minute of one scheduler's per-context numbers: one kept point a second, plus
-    a newest point that each refresh replaces (so the plots move at the refresh rate while
-    holding 61 points, not 240). Rates come from the cumulative ``ops`` counters."""
+    """The last minute of per-context numbers: one kept point a second, plus a newest point
+    that each refresh replaces (so the plots move at the refresh rate while holding 61 points,
+    not 240). Rates come from the cumulative ``io_ops`` counters. It outlives a ``%tinycoro
+    restart`` (:meth:`rebase`): the plots go on across it, from the new scheduler's zero."""
 
     def __init__(self, span: float = SPAN, step: float = STEP) -> None:
         self.span = span
         self.step = step
         self._kept: list[collections.deque[Point]] = []
         self._last: list[Point | None] = []
-        self._ops: list[tuple[float, int]] = []  # (t, ops) at the newest kept point
+        self._ops: list[tuple[float, int] | None] = []  # (t, io_ops) at the newest kept point
+
+    def rebase(self) -> None:
+        """The counters start again from zero (another scheduler): keep the points, forget
+        the counters' baselines so that no rate comes out negative."""
+        self._ops = [None] * len(self._ops)
 
     def add(self, now: float, stats: tc.SchedulerStats) -> None:
         n = len(stats.contexts)
-        if len(self._kept) != n:  # first sample, or another scheduler: start afresh
-            self._kept = [collections.deque() for _ in range(n)]
-            self._last = [None] * n
-            self._ops = [(now, c.ops) for c in stats.contexts]
+        while len(self._kept) < n:  # first sample, or a restart with more contexts
+            self._kept.append(collections.deque())
+            self._last.append(None)
+            self._ops.append(None)
+        del self._kept[n:], self._last[n:], self._ops[n:]  # a restart with fewer
         for i, c in enumerate(stats.contexts):
-            t0, ops0 = self._ops[i]
+            base = self._ops[i]
+            if base is None or c.io_ops < base[1]:
+                base = self._ops[i] = (now, c.io_ops)
+            t0, ops0 = base
             dt = now - t0
             last, kept = self._last[i], self._kept[i]
             if dt >= 0.2:
-                rate = (c.ops - ops0) / dt
+                rate = (c.io_ops - ops0) / dt
             else:  # too short a window for a rate: keep the one shown last
                 rate = last.ops_rate if last else kept[-1].ops_rate if kept else 0.0
             point = Point(now, c.busy if stats.running else 0.0, max(0.0, rate), c.queued,
-                          c.io_inflight + c.io_pending, c.parked)
+                          c.in_io, c.parked, c.sleeps)
             if keep(kept, point, self.step, self.span):
-                self._ops[i] = (now, c.ops)
+                self._ops[i] = (now, c.io_ops)
                 self._last[i] = None
             else:
                 self._last[i] = point
@@ -214,21 +252,17 @@ def _count(n: float) -> str:
 def _plots(points: list[Point], now: float) -> tuple[str, str, str]:
     ts = [p.t for p in points]
     busy = sparkline(ts, [("busy", [p.busy for p in points])], now, 1.0,
-                     "0-100%, last 60 s", "tc-plot-busy")
+                     "0-100%", "tc-plot-busy")
     ops_top = _nice_top(max((p.ops_rate for p in points), default=0.0))
     ops = sparkline(ts, [("ops", [p.ops_rate for p in points])], now, ops_top,
-                    f"0-{_count(ops_top)}/s, last 60 s", "tc-plot-ops")
-    queue_top = _nice_top(max((max(p.queued, p.inflight, p.parked) for p in points), default=0))
+                    f"0-{_count(ops_top)}/s", "tc-plot-ops")
+    queue_top = _nice_top(max((max(p.queued, p.inflight, p.parked, p.sleeping)
+                               for p in points), default=0))
     queues = sparkline(
         ts,
         [("queued", [p.queued for p in points]), ("inflight", [p.inflight for p in points]),
-         ("parked", [p.parked for p in points])],
-        now, queue_top,
-        f"0-{_count(queue_top)}: " + ", ".join(
-            f'<span style="color:{COLORS[k]}">{name}</span>'
-            for k, name in (("queued", "queued"), ("inflight", "in flight"), ("parked", "parked"))
-        ),
-        "tc-plot-queues",
+         ("sleeping", [p.sleeping for p in points]), ("parked", [p.parked for p in points])],
+        now, queue_top, f"0-{_count(queue_top)} tasks", "tc-plot-queues",
     )
     return busy, ops, queues
 
@@ -237,7 +271,7 @@ def _summary(stats: tc.SchedulerStats, dispatch: str) -> str:
     state = "running" if stats.running else "stopped"
     accepting = "accepting work" if stats.accepting else "not accepting work"
     flags = "".join(
-        f'<span title="context {c.id}: stop flag {c.stop_flag}" '
+        f'<span title="context {c.id}: {"has work" if c.stop_flag else "no work"}" '
         f'style="color:{"#2e8b3a" if c.stop_flag else "#bbb"}">&#9679;</span>'
         for c in stats.contexts
     )
@@ -245,42 +279,56 @@ def _summary(stats: tc.SchedulerStats, dispatch: str) -> str:
     fail_style = ' style="color:#c0392b"' if failed else ""
     return (
         f"<b>tinycoro</b> &middot; {dispatch} &middot; {state} &middot; {accepting} &middot; "
-        f'<span title="contexts whose stop flag is 1">stop token <b>{stats.stop_token}</b>'
-        f" of {len(stats.contexts)}</span> {flags} &middot; "
-        f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
-        f'nobody awaited, cumulative">failed unobserved <b>{failed}</b></span>'
+        f'<span class="tc-token" title="how many contexts hold tasks or I/O (the stop token); '
+        f'the scheduler may stop once none does and no new work can come">contexts with work '
+        f"<b>{stats.stop_token}</b> of {len(stats.contexts)}</span> {flags} &middot; "
+        f'<span class="tc-failed"{fail_style} title="tasks that raised an exception with '
+        f'nobody awaiting them, since the start (%tinycoro tasks lists them)">failed '
+        f"<b>{failed}</b></span>"
     )
 
 
 def _flag(flag: int) -> str:
-    return f"{flag} · has work" if flag else f"{flag} · idle"
+    return "yes" if flag else "no"
 
 
 def _bar(busy: float) -> str:
     color = "#4caf50" if busy < 0.8 else "#ff9800"
     return (
-        '<div style="width:70px;height:9px;background:#e6e6e6;display:inline-block">'
+        '<div style="width:40px;height:9px;background:#e6e6e6;display:inline-block">'
         f'<div style="width:{busy:.0%};height:9px;background:{color}"></div></div>'
     )
 
 
-_TD = '<td class="tc-{key} tc-{f}" style="padding:1px 6px{style}">{v}</td>'
+_TD = '<td class="tc-{key} tc-{f}" style="padding:1px 4px{style}">{v}</td>'
 _NUM = ";text-align:right"
-_CSS = "white-space:nowrap;padding:2px 6px;text-align:left"
+_CSS = "white-space:nowrap;padding:1px 4px;text-align:left;font-weight:normal"
 
 
-def head_row(columns: Sequence[tuple[str, str]] = COLUMNS) -> str:
-    """The table's header row: each column's name, with what it counts as its tooltip."""
-    return "<tr>" + "".join(
-        f'<th title="{html.escape(what)}" style="{_CSS}">{name}</th>' for name, what in columns
+def head_row(columns: Sequence[tuple[str, str]] = COLUMNS,
+             groups: Sequence[tuple[str, int, str]] = GROUPS) -> str:
+    """The table's two header rows: the groups, then each column's name, each with what it
+    counts as its tooltip (a task-state column in its plot series' colour)."""
+    top = "<tr>" + "".join(
+        f'<th colspan="{span}" title="{html.escape(what)}" style="{_CSS};font-weight:bold;'
+        f'border-bottom:1px solid #ddd">{name}</th>' if name else f'<th colspan="{span}"></th>'
+        for name, span, what in groups
     ) + "</tr>"
+    names = []
+    for name, what in columns:
+        color = COLORS[SERIES_OF[name]] if name in SERIES_OF else ""
+        style = f"{_CSS};color:{color}" if color else _CSS
+        names.append(f'<th title="{html.escape(what)}" style="{style}">{name}</th>')
+    return top + "<tr>" + "".join(names) + "</tr>"
 
 
 def table_html(rows: str, head: str) -> str:
-    """The ``<table>`` around a header row and rows (HTML strings)."""
+    """The ``<table>`` around header rows and rows (HTML strings), and the one-line legend."""
     return (
         '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
         f'white-space:nowrap">{head}{rows}</table>'
+        f'<div class="tc-legend" style="font-size:11px;color:#555;white-space:normal">'
+        f"{LEGEND}</div>"
     )
 
 
@@ -314,12 +362,13 @@ def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
         cells = (
             ("name", name.format(c.id), ""),
             ("stop_flag", _flag(c.stop_flag), ""),
-            ("busy", f'{_bar(busy)} <span class="tc-busy-pct">{busy:.0%}</span>', ""),
+            ("busy", f'<span class="tc-busy-pct">{busy:.0%}</span>', _NUM),
             ("busy-plot", busy_svg, ""),
             ("ops-rate", rate, _NUM),
             ("ops-plot", ops_svg, ""),
             ("queued", c.queued, _NUM),
-            ("io_inflight", c.io_inflight + c.io_pending, _NUM),
+            ("io_inflight", c.in_io, _NUM),
+            ("sleeping", c.sleeps, _NUM),
             ("parked", c.parked, _NUM),
             ("queues-plot", queue_svg, ""),
             ("tasks_run", c.tasks_run, _NUM),
@@ -340,20 +389,36 @@ def cell_text(table: str, ctx: int | str, field: str, scope: str = "") -> str:
     return re.sub(r"<[^>]+>", "", m.group(1)).strip()
 
 
+def task_title(infos: Sequence[tc.TaskInfo]) -> str:
+    """The task list's title: the count and a summary per kind of wait."""
+    if not infos:
+        return "live tasks (0)"
+    return f"live tasks ({len(infos)}): {wait_summary(infos)}"
+
+
 def _task_table(infos: Sequence[tc.TaskInfo]) -> str:
+    """The live tasks, oldest first (by id: a stable order), in a box that scrolls beyond
+    TASKS_HEIGHT px, both ways, so neither a long list nor long words move the notebook (the
+    summary per kind of wait is the list's title, :func:`task_title`)."""
     if not infos:
         return "<i>no live tasks</i>"
+    infos = sorted(infos, key=lambda i: i.id)
     rows = "".join(
-        f"<tr><td>{i.id}</td><td>{html.escape(i.name)}</td><td>{i.context}</td>"
-        f"<td>{i.state}</td><td>{html.escape(i.waits_on)}</td><td>{i.age:.1f} s</td></tr>"
+        f"<tr><td>{i.id}</td><td>{html.escape(i.name)}</td>"
+        f"<td>{'cell' if i.context is None else i.context}</td>"
+        f"<td>{STATE_WORDS.get(i.state, i.state)}</td><td>{age(i.age)}</td>"
+        f"<td>{html.escape(i.waits_on)}</td></tr>"
         for i in infos[:TASKS_SHOWN]
     )
     more = len(infos) - TASKS_SHOWN
-    tail = f"<div>... and {more} more</div>" if more > 0 else ""
+    tail = f"<div>... and {more} more (%tinycoro tasks lists them all)</div>" if more > 0 else ""
+    states = " &middot; ".join(f"<b>{k}</b>: {v}" for k, v in STATES)
     return (
-        '<table class="tc-tasks" style="font-size:11px">'
-        "<tr><th>id</th><th>name</th><th>context</th><th>state</th><th>waits on</th>"
-        f"<th>age</th></tr>{rows}</table>{tail}"
+        f'<div class="tc-tasks-scroll" style="max-height:{TASKS_HEIGHT}px;overflow:auto">'
+        '<table class="tc-tasks" style="font-size:11px;white-space:nowrap">'
+        "<tr><th>id</th><th>name</th><th>context</th><th>state</th><th>age</th>"
+        f"<th>waits on</th></tr>{rows}</table>{tail}</div>"
+        f'<div style="font-size:10px;color:#666;white-space:normal">{states}</div>'
     )
 
 
@@ -366,7 +431,7 @@ def task_list() -> tuple[Any, Any]:
     return tasks, box
 
 
-class Dashboard(_Base):  # type: ignore[misc, valid-type]
+class Dashboard(_Base):
     """Per-context load of one scheduler, now and over the last minute; display it as a
     cell's result.
 
@@ -421,7 +486,7 @@ class Dashboard(_Base):  # type: ignore[misc, valid-type]
             self._summary.value = _summary(stats, self.scheduler.dispatch)
             self._table.value = _table(stats, history, now)
             if tasks is not None:
-                self._tasks_box.set_title(0, f"live tasks ({len(tasks)})")
+                self._tasks_box.set_title(0, task_title(tasks))
                 self._tasks.value = _task_table(tasks)
 
 
@@ -517,11 +582,11 @@ class Refresher(RefreshThread):
 
     def follow(self, scheduler: tc.Scheduler) -> "Refresher":
         """Show *scheduler* from now on, in every dashboard of this refresher (after
-        ``%tinycoro restart``): the history starts afresh, the rows are rebuilt by the
+        ``%tinycoro restart``): the history goes on, the rows are rebuilt by the
         refresher thread, and the thread starts again if it ended with the old scheduler."""
         self.stop()
         self.scheduler = scheduler
-        self.history = History()
+        self.history.rebase()  # the plots go on across the restart
         self._restart()
         return self
 

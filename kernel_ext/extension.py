@@ -12,8 +12,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator
 
 import tinycoro as tc
@@ -21,6 +19,8 @@ from tinycoro.core.checks import check_contexts, check_dispatch
 from tinycoro.lowlevel import Engine, guest_engine
 
 from .runner import CellRunner
+from .tracebacks import format_failure
+from .tracebacks import install as install_tracebacks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .dashboard import Refresher
@@ -87,7 +87,9 @@ def signals_blocked() -> Iterator[None]:
 
 def report_failure(task: tc.Task, exc: BaseException) -> None:
     """The scheduler's ``failure_hook``: print the traceback of a task that failed while
-    nothing awaited it to ``sys.stderr``.
+    nothing awaited it to ``sys.stderr``, formatted as IPython formats a cell's error ("Cell
+    In[2], line 3", the kernel's colours) and without the runtime's frames
+    (:mod:`tinycoro.kernel_ext.tracebacks`).
 
     The core calls it on the task's context thread inside the task's ``contextvars.Context``
     (rule 9). ipykernel keeps the cell's parent header in a ContextVar, so the traceback
@@ -96,26 +98,15 @@ def report_failure(task: tc.Task, exc: BaseException) -> None:
     """
     try:
         where = "" if task.context is None else f" on context {task.context}"
-        text = "".join(
-            [f"tinycoro: task {task.name!r} (id {task.id}){where} failed and nothing awaited it:\n"]
-            + traceback.format_exception(type(exc), exc, _from_user_code(exc.__traceback__))
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        text = (
+            f"tinycoro: task {task.name!r} (id {task.id}){where} failed and nothing awaited it:\n"
+            + format_failure(exc, shell)
         )
         sys.stderr.write(text)
     except Exception:  # noqa: BLE001 - a closed or replaced stderr must not crash a context
         pass
-
-
-def _from_user_code(tb: TracebackType | None) -> TracebackType | None:
-    """*tb* without its leading tinycoro frames (the engine's step that resumed the task), so
-    the traceback starts where the user's coroutine does; unchanged if nothing else is left."""
-    start = tb
-    while start is not None and _is_tinycoro(start.tb_frame.f_globals.get("__name__", "")):
-        start = start.tb_next
-    return start if start is not None else tb
-
-
-def _is_tinycoro(module: str) -> bool:
-    return module == "tinycoro" or module.startswith("tinycoro.")
 
 
 def start_scheduler(contexts: int | None, dispatch: str) -> tc.Scheduler:
@@ -134,6 +125,8 @@ class Extension:
         self.shell = shell
         self._lock = threading.Lock()  # guards scheduler swaps against the dashboard refresher
         self.refresher: "Refresher | None" = None
+        self._cancelled_by_restart: int | None = None
+        self._restore_run_code: Callable[[], None] | None = None  # see _hand_over_loading_cell
         self.scheduler: tc.Scheduler = start_scheduler(contexts, dispatch)
         try:
             engine = guest_engine(self.scheduler, GUEST_RING_ENTRIES)
@@ -144,6 +137,7 @@ class Extension:
         self._saved = (shell.loop_runner, shell.autoawait)
         shell.loop_runner = self.runner
         shell.autoawait = True
+        self._untraceback = install_tracebacks(shell)  # errors about the user's code
         self._previous_default = tc.get_default_scheduler()
         tc.set_default_scheduler(self.scheduler)
         self._hand_over_loading_cell()
@@ -185,15 +179,16 @@ class Extension:
 
         shell.run_code = run_code
         shell.events.register("post_run_cell", restore)
-        self._restore_run_code: Callable[[], None] | None = restore
+        self._restore_run_code = restore
 
     # -- scheduler lifetime (used by the %tinycoro magics) -------------------------------------
     @property
     def engine(self) -> Engine:
         return self.runner.engine
 
-    def stop_scheduler(self, timeout: float = STOP_TIMEOUT) -> bool:
-        """Stop the default scheduler: cancel its tasks, join its threads. False if none ran.
+    def stop_scheduler(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """Stop the default scheduler: cancel its tasks, join its threads. Returns how many
+        live tasks it cancelled (they were counted just before), None if none ran.
 
         Afterwards no scheduler is the default and the cell engine dispatches nowhere, so
         ``tc.spawn`` in any cell fails with tinycoro's "no default scheduler is running"
@@ -210,13 +205,19 @@ class Extension:
         if not sched.stats().running:
             if refresher is not None:
                 refresher.stop()
-            return False
+            return None
+        cancelled = len(sched.tasks())  # a task ending meanwhile was not cancelled: near enough
         try:
             sched.stop(timeout=timeout)
         finally:
             if refresher is not None:
                 refresher.stop()  # renders the final "stopped" state, then its thread ends
-        return True
+        return cancelled
+
+    @property
+    def cancelled_by_restart(self) -> int | None:
+        """Tasks the last :meth:`restart` cancelled (None before any, or if none ran)."""
+        return self._cancelled_by_restart
 
     def restart(self, contexts: int | None = None, dispatch: str | None = None) -> tc.Scheduler:
         """Stop the current scheduler and start a new one (same settings unless given)."""
@@ -224,7 +225,7 @@ class Extension:
         contexts = check_contexts(old.contexts if contexts is None else contexts)
         dispatch = check_dispatch(old.dispatch if dispatch is None else dispatch)
         refresher = self.refresher  # its dashboards follow the new scheduler
-        self.stop_scheduler()
+        self._cancelled_by_restart = self.stop_scheduler()
         new = start_scheduler(contexts, dispatch)
         with self._lock:
             self.scheduler = new
@@ -258,6 +259,7 @@ class Extension:
         if shell.loop_runner is self.runner:
             shell.loop_runner = loop_runner
             shell.autoawait = autoawait
+        self._untraceback()
         default = tc.get_default_scheduler()
         self.stop_scheduler()
         if default is self.scheduler or default is None:

@@ -15,6 +15,9 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 import tinycoro as tc
 from tinycoro.core.checks import DISPATCH
+from tinycoro.core.stats import STATE_WORDS, STATES, format_stats, legend, text_table
+from tinycoro.core.waits import age
+from tinycoro.core.waits import summary as wait_summary
 
 from .extension import Extension
 
@@ -25,75 +28,35 @@ __all__ = ["TinycoroMagics", "format_status", "format_tasks"]
 
 COMMANDS = ("status", "tasks", "dashboard", "restart", "stop", "cluster")
 
-_HEAD = ("ctx", "busy", "queued", "io_pending", "io_inflight", "parked", "tasks_run", "flag", "state")
-
-
 def _table(rows: Sequence[Sequence[str]], left: frozenset[int] = frozenset()) -> list[str]:
-    """Rows of cells as aligned text lines: numbers right-aligned, the *left* columns (text)
-    left-aligned."""
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(
-            v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
-        ).rstrip()
-        for r in rows
-    ]
+    """Rows of cells as aligned text lines (kept for the cluster commands)."""
+    return text_table(rows, left)
 
 
 def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
-    """A plain-text table of one stats snapshot (what ``%tinycoro status`` prints)."""
-    state = "running" if stats.running else "stopped"
-    accepting = "accepting work" if stats.accepting else "not accepting work"
-    how = f", {dispatch}" if dispatch else ""
-    lines = [
-        (
-            f"tinycoro scheduler: {len(stats.contexts)} contexts{how}, {state}, {accepting}, "
-            f"stop token {stats.stop_token}, {stats.failed} failed"
-        )
-    ]
-    rows = [_HEAD]
-    for c in stats.contexts:
-        rows.append(
-            (
-                str(c.id),
-                f"{c.busy:.0%}",
-                str(c.queued),
-                str(c.io_pending),
-                str(c.io_inflight),
-                str(c.parked),
-                str(c.tasks_run),
-                str(c.stop_flag),
-                "asleep" if c.sleeping else "awake",
-            )
-        )
-    lines += _table(rows)
-    lines.append(
-        "tasks_run counts tasks that finished on the context; failed counts failures nobody "
-        "awaited (%tinycoro tasks lists them)"
-    )
-    return "\n".join(lines)
-
-
-def _age(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
-    return f"{seconds // 3600:.0f}h{seconds % 3600 // 60:02.0f}m"
+    """A plain-text table of one stats snapshot, with its legend (what ``%tinycoro status``
+    prints); the words are those of ``python -m tinycoro`` and the dashboard."""
+    return format_stats(stats, dispatch)
 
 
 def format_tasks(tasks: Sequence[tc.TaskInfo], failures: Sequence[tc.FailureInfo]) -> str:
-    """Live tasks, then recent failures, as plain text (what ``%tinycoro tasks`` prints)."""
-    lines = [f"tinycoro: {len(tasks)} live task{'s' if len(tasks) != 1 else ''}"]
+    """Live tasks (oldest first, a summary line per kind of wait, a legend), then recent
+    failures, as plain text (what ``%tinycoro tasks`` prints)."""
+    n = len(tasks)
+    head = f"tinycoro: {n} live task{'s' if n != 1 else ''}"
+    lines = [f"{head}: {wait_summary(tasks)}" if tasks else head]
     if tasks:
-        rows = [("id", "name", "ctx", "state", "age", "waits on")]
-        for t in tasks:
+        rows: list[tuple[str, ...]] = [("id", "name", "context", "state", "age", "waits on")]
+        for t in sorted(tasks, key=lambda t: t.id):
             ctx = "cell" if t.context is None else str(t.context)
-            rows.append((str(t.id), t.name, ctx, t.state, _age(t.age), t.waits_on))
+            state = STATE_WORDS.get(t.state, t.state)
+            rows.append((str(t.id), t.name, ctx, state, age(t.age), t.waits_on))
         lines += _table(rows, left=frozenset({1, 3, 5}))
+        lines += legend([("state", "; ".join(f"{k}: {v}" for k, v in STATES)),
+                         ("age", "time since the task was spawned")])
     if failures:
         lines.append(f"recent failures nobody awaited ({len(failures)}):")
-        rows = [("id", "name", "ctx", "when", "error")]
+        rows = [("id", "name", "context", "when", "error")]
         for f in failures:
             ctx = "cell" if f.context is None else str(f.context)
             when = time.strftime("%H:%M:%S", time.localtime(f.when))
@@ -110,6 +73,7 @@ class TinycoroMagics(Magics):
         super().__init__(shell)
         self.ext = ext
         self._commands: "ClusterCommands | None" = None  # made by the first %tinycoro cluster
+        self.last_dashboard: Any = None  # the widget %tinycoro dashboard displayed last
 
     @property
     def cluster(self) -> "ClusterCommands":
@@ -183,21 +147,38 @@ class TinycoroMagics(Magics):
         if not sched.stats().running:
             print("(stopped: %tinycoro restart starts a new scheduler)")
 
-    def _dashboard(self, args: argparse.Namespace) -> Any:
+    def _dashboard(self, args: argparse.Namespace) -> None:
+        """Display the dashboard where the magic stands, as ``display()`` would: a magic's
+        return value is shown only from a cell's last line, and a dashboard asked for on any
+        line must appear."""
         try:
-            return self.ext.dashboard_refresher().dashboard()
+            board = self.ext.dashboard_refresher().dashboard()
         except (RuntimeError, ImportError) as e:
             raise UsageError(f"%tinycoro dashboard: {e}") from None
+        from IPython.display import display
+
+        self.last_dashboard = board  # for code (and tests) that want the widget itself
+        display(board)
 
     def _restart(self, args: argparse.Namespace) -> None:
         try:
             sched = self.ext.restart(args.contexts, args.dispatch)
         except ValueError as e:  # the one check of contexts/dispatch, in tinycoro.core.checks
             raise UsageError(f"%tinycoro restart: {e}") from None
-        print(f"tinycoro: restarted with {sched.contexts} contexts ({sched.dispatch})")
+        cancelled = self.ext.cancelled_by_restart
+        before = "" if cancelled is None else f"; cancelled {_tasks_word(cancelled)}"
+        print(f"tinycoro: restarted with {sched.contexts} contexts ({sched.dispatch}){before}")
 
     def _stop(self, args: argparse.Namespace) -> None:
-        if self.ext.stop_scheduler():
-            print("tinycoro: scheduler stopped; %tinycoro restart starts a new one")
-        else:
+        cancelled = self.ext.stop_scheduler()
+        if cancelled is None:
             print("tinycoro: the scheduler was not running")
+        else:
+            print(
+                f"tinycoro: scheduler stopped, cancelled {_tasks_word(cancelled)}; "
+                "%tinycoro restart starts a new one"
+            )
+
+
+def _tasks_word(n: int) -> str:
+    return f"{n} task{'s' if n != 1 else ''}"

@@ -15,7 +15,7 @@ Python runs a signal handler on the main thread between two bytecodes. The defau
 raises ``KeyboardInterrupt`` right there, which could be in the middle of the engine's own
 bookkeeping (in ``_step`` between resuming the cell and acting on what it yielded, after a
 CQE was reaped but before the task was made ready) and leave the engine inconsistent, or
-finish the cell task while its coroutine is still suspended (DESIGN rule 12). So while a
+finish the cell task while its coroutine is still suspended (rule 12). So while a
 cell runs, :class:`CellRunner` installs its own handler, which decides by *where* the signal
 landed (:func:`tinycoro.lowlevel.user_frames_to`):
 
@@ -69,6 +69,8 @@ from tinycoro.lowlevel import (
 )
 
 from .cell_loop import CellLoop
+from .tracebacks import show as show_traceback
+from .tracebacks import strip
 
 __all__ = ["CellRunner"]
 
@@ -98,10 +100,9 @@ def _without_handler_frame(tb: TracebackType | None) -> TracebackType | None:
 
 def _show_interrupt(shell: Any, etype: type, value: BaseException, tb: Any, tb_offset=None):
     """IPython custom exception handler for KeyboardInterrupt in a cell: show it as a plain
-    cell's interrupt is shown, without the runner's handler frame."""
+    cell's interrupt is shown, without the runner's handler frame nor the runtime's."""
     tb = _without_handler_frame(tb)
-    shell.showtraceback((etype, value.with_traceback(tb), tb), tb_offset=tb_offset)
-    return []  # shown already
+    return show_traceback(shell, etype, value.with_traceback(tb), tb, tb_offset)
 
 
 class CellRunner:
@@ -187,9 +188,9 @@ class CellRunner:
             if self._close_after:
                 self._close_after = False
                 self.close()
-        exc = task.exception()
-        if exc is not None:
-            raise exc.with_traceback(_without_handler_frame(exc.__traceback__))
+        failure = task.exception()
+        if failure is not None:
+            raise strip(failure.with_traceback(_without_handler_frame(failure.__traceback__)))
         return task.result()
 
     # -- interrupts ---------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
 
-from conftest import open_fds
+from helpers.runtime import cancel_and_wait, open_fds
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -96,9 +96,7 @@ def test_cancelling_the_tinycoro_task_cancels_the_asyncio_side_first(contexts, n
         t = tc.spawn(worker(started))
         await started.wait()
         await wait_blocked(t)
-        t.cancel()
-        with pytest.raises(tc.Cancelled):
-            await t
+        await cancel_and_wait(t)
         return events
 
     assert run(main(), contexts) == ["asyncio side finished", "tinycoro side unwound"]

@@ -2,7 +2,7 @@
 
 A tinycoro task runs on a context thread, where no asyncio loop runs; ``tc.aio(...)`` is the way
 to await asyncio work there. Awaiting asyncio directly must fail at once with the TypeError that
-DESIGN section 4 promises, naming ``tc.aio``, never asyncio's "no running event loop".
+docs/design.md, API contract promises, naming ``tc.aio``, never asyncio's "no running event loop".
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, run, spawn_here, until, wait_blocked
+from helpers.runtime import cancel_and_wait
+from helpers.sync import Cancelled, run, spawn_here, until, wait_blocked
 
 
 @pytest.mark.timeout(60)
@@ -148,18 +149,14 @@ def test_cancelled_sender_and_receiver_leave_the_queue_without_transferring(cont
         await until(lambda: ch.statistics().senders == 1)
         s2 = tc.spawn(ch.send("s2"))
         await until(lambda: ch.statistics().senders == 2)
-        s1.cancel()
-        with pytest.raises(Cancelled):
-            await s1
+        await cancel_and_wait(s1)
         assert await ch.recv() == "s2"  # s1's item was never delivered
         await s2
         r1 = tc.spawn(ch.recv())
         await until(lambda: ch.statistics().receivers == 1)
         r2 = tc.spawn(ch.recv())
         await until(lambda: ch.statistics().receivers == 2)
-        r1.cancel()
-        with pytest.raises(Cancelled):
-            await r1
+        await cancel_and_wait(r1)
         await ch.send("to r2")
         assert await r2 == "to r2"
         return ch.statistics()

@@ -1,4 +1,4 @@
-"""Close racing the operations it must end, across contexts (DESIGN rule 10).
+"""Close racing the operations it must end, across contexts (rule 10).
 
 ``PendingOps`` orders "an operation starts" against "the resource closes" without a lock (see
 its docstring): these tests release both sides at once, many rounds, and check that the
@@ -12,7 +12,8 @@ import pytest
 
 import tinycoro as tc
 
-from conftest import open_fds, switch_interval
+from helpers.runtime import open_fds, switch_interval
+from helpers.streams import tcp_pair
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,14 +34,6 @@ async def _together(arrived: list, n: int) -> None:
         await tc.yield_now()
 
 
-async def _pair():
-    lst = await tc.net.listen()
-    client = await tc.net.connect("127.0.0.1", lst.port)
-    conn = await lst.accept()
-    await lst.close()
-    return client, conn
-
-
 def test_a_recv_racing_a_close_always_ends(contexts):
     async def receive(conn, go):
         await _together(go, 2)
@@ -53,7 +46,7 @@ def test_a_recv_racing_a_close_always_ends(contexts):
 
     async def main():
         for _ in range(ROUNDS):
-            client, conn = await _pair()
+            client, conn = await tcp_pair()
             go = []
             # Spawned one after the other: round robin puts them on different contexts.
             tasks = [tc.spawn(receive(conn, go)), tc.spawn(close(conn, go))]
@@ -73,7 +66,7 @@ def test_racing_closers_close_the_descriptor_once(contexts):
 
     async def main():
         for _ in range(ROUNDS):
-            client, conn = await _pair()
+            client, conn = await tcp_pair()
             go = []
             tasks = [tc.spawn(close(conn, go)) for _ in range(4)]
             for t in tasks:

@@ -19,9 +19,9 @@ import pytest
 pytest.importorskip("ipyparallel")
 
 import tinycoro as tc
-from conftest import wait_until
-import cluster_helpers as h
-import cluster_support as cs
+from helpers.runtime import wait_until
+import helpers.cluster_tasks as h
+import helpers.cluster as cs
 
 pytestmark = pytest.mark.timeout(180)  # the first test also waits for the cluster to start
 
@@ -128,7 +128,7 @@ def test_remote_exception_is_raised_here_with_its_remote_traceback(cluster):
         t.result(T)
     cause = info.value.__cause__
     assert isinstance(cause, tc.cluster.RemoteTraceback)
-    assert "cluster_helpers.py" in cause.text and "in boom" in cause.text
+    assert "cluster_tasks.py" in cause.text and "in boom" in cause.text
     assert "tinycoro/core/" not in cause.text  # from the task's frame, not the engine's step
     assert f"engine 1 ({cluster.engines[1].host}:{cluster.engines[1].pid})" in str(cause)
 

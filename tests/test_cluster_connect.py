@@ -13,8 +13,8 @@ import pytest
 ipp = pytest.importorskip("ipyparallel")
 
 import tinycoro as tc
-import cluster_helpers as h
-import cluster_support as cs
+import helpers.cluster_tasks as h
+import helpers.cluster as cs
 
 pytestmark = pytest.mark.timeout(240)
 

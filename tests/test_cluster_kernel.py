@@ -1,5 +1,5 @@
 """Output and failures of remote tasks come home to the notebook cell that submitted them
-(DESIGN rule 9), through a real kernel (jupyter_client) with the extension loaded that starts a
+(rule 9), through a real kernel (jupyter_client) with the extension loaded that starts a
 real one-engine cluster: what a remote task prints, and the report of a remote task that fails
 while nothing awaits it, carry the submitting cell's msg_id as their parent, also when the
 tasks end after that cell (and a later one) finished; and a remote ``display()`` shows there."""
@@ -15,8 +15,8 @@ pytest.importorskip("ipyparallel")
 pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-import test_kernel_protocol as kp
-import cluster_support as cs
+import helpers.kernel as kp
+import helpers.cluster as cs
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]
 
@@ -26,13 +26,13 @@ T = 30
 @pytest.fixture
 def kernel_with_cluster(kernel_dirs):
     with cs.engines_can_import_helpers():
-        k = kp._start(kernel_dirs, "plain")
+        k = kp.start_kernel(kernel_dirs, "plain")
     pids: list[int] = []
     try:
         k.cell(
             "%load_ext tinycoro\n"
             "import tinycoro as tc\n"
-            "import cluster_helpers as h\n"
+            "import helpers.cluster_tasks as h\n"
             "cluster = tc.cluster.start(1, timeout=120)\n",
             timeout=150,
         )

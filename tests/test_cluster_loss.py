@@ -14,9 +14,9 @@ import pytest
 pytest.importorskip("ipyparallel")
 
 import tinycoro as tc
-from conftest import wait_until
-import cluster_helpers as h
-import cluster_support as cs
+from helpers.runtime import wait_until
+import helpers.cluster_tasks as h
+import helpers.cluster as cs
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -93,7 +93,7 @@ def test_the_variable_makes_every_module_pure_and_the_record_says_so():
 
 
 def test_every_module_compiled_from_source_is_recorded():
-    # Each hot module compiled from its .py (DESIGN rule 14) is recorded as compiled, or as
+    # Each hot module compiled from its .py (rule 14) is recorded as compiled, or as
     # interpreted with the reason; the record agrees with the module actually imported.
     assert compiled.SOURCE_MODULES
     for name in compiled.SOURCE_MODULES:

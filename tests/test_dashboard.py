@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from conftest import wait_until
+from helpers.runtime import wait_until
 
 import tinycoro as tc
 from tinycoro.core.stats import ContextStats
-from tinycoro.kernel_ext.dashboard import SPAN, Dashboard, History, Refresher, sparkline
+from tinycoro.kernel_ext.dashboard import PLOT_W, SPAN, Dashboard, History, Refresher, sparkline
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,19 +48,41 @@ def test_history_keeps_one_point_a_second_for_a_minute_and_rates_from_ops_deltas
     assert (h.points(1)[-1].queued, h.points(1)[-1].inflight) == (1, 2)
 
 
-def test_history_starts_afresh_for_another_context_count_and_shows_a_stopped_scheduler_idle():
+def test_history_goes_on_across_a_restart_and_shows_a_stopped_scheduler_idle():
+    """Issue 21: the plots keep the minute before a %tinycoro restart; the new scheduler's
+    counters start from zero without a negative rate; a context added by the restart starts
+    its own history; a stopped scheduler shows idle."""
     h = History()
     h.add(1.0, _stats([5, 5]))
-    h.add(2.5, _stats([5, 5, 5], running=False, busy=0.9))
-    assert [len(h.points(i)) for i in range(3)] == [1, 1, 1]
+    h.add(2.5, _stats([500, 500]))
+    h.rebase()  # what Refresher.follow does
+    h.add(4.0, _stats([0, 0, 0], running=False, busy=0.9))
+    assert [len(h.points(i)) for i in range(3)] == [3, 3, 1]
+    assert all(p.ops_rate >= 0 for i in range(3) for p in h.points(i))
     assert h.points(2)[-1].busy == 0.0
+    h.add(5.0, _stats([100, 0]))  # fewer contexts after another restart
+    assert h.points(2) == [] and len(h.points(0)) == 4
+
+
+def test_sleeps_are_counted_apart_from_io():
+    """docs/design.md, API contract: a sleep's timer is neither I/O in flight nor an I/O operation per second."""
+    h = History()
+    ctx = ContextStats(id=0, queued=0, io_pending=0, io_inflight=5, parked=0, tasks_run=0,
+                       busy=0.1, stop_flag=1, sleeping=True, ops=100, sleeps=4, timers=100)
+    h.add(1.0, tc.SchedulerStats(1, True, True, (ctx,)))
+    later = ContextStats(id=0, queued=0, io_pending=0, io_inflight=5, parked=0, tasks_run=0,
+                         busy=0.1, stop_flag=1, sleeping=True, ops=200, sleeps=4, timers=190)
+    h.add(2.0, tc.SchedulerStats(1, True, True, (later,)))
+    [_, p] = h.points(0)
+    assert (p.inflight, p.sleeping, round(p.ops_rate)) == (1, 4, 10)
 
 
 def test_sparkline_maps_the_last_minute_onto_the_plot():
     svg = sparkline([80.0, 100.0], [("busy", [0.0, 1.0])], now=100.0, top=1.0, label="x",
                     css="tc-plot-busy")
     [d] = re.findall(r'd="([^"]+)"', svg)
-    assert d == "M100 29 150 1"  # 20 s old at x=100 of 150, the newest at the right edge
+    w = PLOT_W
+    assert d == f"M{round(w * 2 / 3)} 29 {w} 1"  # 20 s old at 2/3 of the width, newest at the edge
 
 
 @pytest.mark.parametrize("contexts", (1, 2, 4))
@@ -76,9 +98,9 @@ def test_numbers_and_plots_move_under_load_and_freeze_when_the_scheduler_stops(c
         done = threading.Event()
         rounds = 400
 
-        async def ticker():  # io_uring timeouts: completions on every context
+        async def ticker():  # statx through the ring: I/O completions on every context
             for _ in range(rounds):
-                await tc.sleep(1e-6)
+                await tc.io.stat(__file__)
 
         async def load():
             await tc.when_all(*(tc.spawn(ticker()) for _ in range(2 * contexts)))
@@ -98,21 +120,21 @@ def test_numbers_and_plots_move_under_load_and_freeze_when_the_scheduler_stops(c
 
         wait_until(lambda: all(rose(d) for [d] in paths("ops")),
                    what="every context's ops plot to rise above 0")
-        assert len(paths("ops")) == contexts and len(paths("queues")[0]) == 3
+        assert len(paths("ops")) == contexts and len(paths("queues")[0]) == 4  # sleeping too
         rates = [board.shown(c, "ops-rate") for c in range(contexts)]
         assert all(re.fullmatch(r"[\d,.k]+", r) for r in rates), rates
         summary = board._summary.value
-        assert "running" in summary and "failed unobserved <b>0</b>" in summary
+        assert "running" in summary and "failed <b>0</b>" in summary
 
         # the stop flags and the token, as shown: all fall to 0 once the work drained ...
-        wait_until(lambda: "stop token <b>0</b>" in board._summary.value
-                   and all(board.shown(c, "stop_flag") == "0 · idle" for c in range(contexts)),
+        wait_until(lambda: "contexts with work <b>0</b>" in board._summary.value
+                   and all(board.shown(c, "stop_flag") == "no" for c in range(contexts)),
                    what="the flags and the token to show 0")
         # ... and a parked task raises its context's flag again
         gate = tc.Event()
         parked = sched.submit(gate.wait())
-        wait_until(lambda: f"stop token <b>1</b> of {contexts}" in board._summary.value
-                   and board.shown(parked.context, "stop_flag") == "1 · has work"
+        wait_until(lambda: f"contexts with work <b>1</b> of {contexts}" in board._summary.value
+                   and board.shown(parked.context, "stop_flag") == "yes"
                    and board.shown(parked.context, "parked") == "1",
                    what="the parked task's flag to show 1")
         gate.set()
@@ -137,14 +159,18 @@ def test_failures_and_the_live_task_list_show_once_opened():
 
         sched.submit(boom(), name="boom")
         parked = [sched.submit(waiter(), name=f"waiter-{i}") for i in range(3)]
-        wait_until(lambda: "failed unobserved <b>1</b>" in board._summary.value,
+        wait_until(lambda: "failed <b>1</b>" in board._summary.value,
                    what="the failure count")
         assert "live tasks" == board._tasks_box.get_title(0)  # closed: not refreshed
         board._tasks_box.selected_index = 0  # what a click on the title does
-        wait_until(lambda: board._tasks_box.get_title(0) == "live tasks (3)",
-                   what="the live-task count")
+        wait_until(lambda: board._tasks_box.get_title(0) == "live tasks (3): 3 parked on Event",
+                   what="the live-task count and summary")
         table = board._tasks.value
         assert all(f"waiter-{i}" in table for i in range(3)) and "parked" in table
+        assert "<td>Event</td>" in table  # plain words, not a repr
+        ids = [int(i) for i in re.findall(r"<tr><td>(\d+)</td>", table)]
+        assert ids == sorted(ids)  # a stable order: oldest first
+        assert "max-height" in table and "overflow:auto" in table  # a long list scrolls
     finally:
         gate.set()
         for t in parked:
@@ -208,7 +234,8 @@ def test_after_restart_the_dashboard_follows_the_new_scheduler(monkeypatch):
     saved = (shell.loop_runner, shell.autoawait)
     shell.run_line_magic("load_ext", "tinycoro")
     try:
-        board = shell.run_line_magic("tinycoro", "dashboard")
+        shell.run_line_magic("tinycoro", "dashboard")  # displays it, returns None
+        board = shell.magics_manager.registry["TinycoroMagics"].last_dashboard
         ext = kernel_ext.get_extension(shell)
         old = ext.scheduler
         shell.run_line_magic("tinycoro", "restart -n 3 --dispatch least_loaded")

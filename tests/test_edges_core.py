@@ -13,8 +13,8 @@ import tinycoro as tc
 from tinycoro import uring
 from tinycoro.core.traps import Op, perform
 from tinycoro.testing import wait_blocked
-from conftest import open_fds, tinycoro_threads, wait_until
-from sync_helpers import spawn_here
+from helpers.runtime import cancel_and_wait, open_fds, tinycoro_threads, wait_until
+from helpers.sync import spawn_here
 
 
 def _cpu() -> float:
@@ -244,9 +244,7 @@ def test_huge_sleep_sleeps_until_cancelled(seconds, caplog):
     async def main():
         t = tc.spawn(tc.sleep(seconds))
         await wait_blocked(t)
-        t.cancel()
-        with pytest.raises(tc.Cancelled):
-            await t
+        await cancel_and_wait(t)
         async with tc.timeout(seconds):
             await tc.sleep(0.001)
         with pytest.raises(TimeoutError):

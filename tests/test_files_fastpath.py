@@ -18,6 +18,8 @@ from tinycoro.testing import wait_blocked
 from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.io import FILE_READS_ENV
 
+from helpers.runtime import cancel_and_wait
+
 PAGE = 4096
 pytestmark = pytest.mark.timeout(60)
 
@@ -388,9 +390,7 @@ def test_cancel_reaches_a_task_reading_a_cached_file_in_a_loop(contexts, tmp_pat
             loop = _LoopReader(f, 16, limit)
             t = tc.spawn(loop())
             await loop.started.wait()
-            t.cancel()
-            with pytest.raises(tc.Cancelled):
-                await t
+            await cancel_and_wait(t)
             after = await f.read_at(PAGE, 0)
             await f.close()
             return loop.reads, after

@@ -1,4 +1,4 @@
-"""Interrupting awaiting cells at random moments, through a real kernel (DESIGN rule 12, section 5).
+"""Interrupting awaiting cells at random moments, through a real kernel (rule 12, section 5).
 
 Each test reuses one tinycoro kernel for 30 executions of the same cell. The cell prints
 "started" and then loops on awaits forever; its ``finally`` block awaits and prints a marker.
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-import test_kernel_protocol as kp
+import helpers.kernel as kp
 
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]

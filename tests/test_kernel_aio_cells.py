@@ -15,8 +15,8 @@ import gc
 
 import pytest
 
-import test_kernel_protocol as kp
-from conftest import tinycoro_shell
+import helpers.kernel as kp
+from helpers.shell import tinycoro_shell
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(90)]
 
@@ -140,7 +140,7 @@ def test_asyncio_in_spawned_tasks_names_tc_aio(tck):
 
 
 def test_interrupting_an_asyncio_await_still_works(tck):
-    content, msgs = kp._interrupt_after_started(
+    content, msgs = kp.interrupt_after_started(
         tck,
         "try:\n"
         "    print('started', flush=True)\n"
@@ -149,12 +149,12 @@ def test_interrupting_an_asyncio_await_still_works(tck):
         "    await asyncio.sleep(0.01)\n"
         "    print('finally ran')\n",
     )
-    kp._interrupted_after_finally(content, msgs)
+    kp.interrupted_after_finally(content, msgs)
     assert tck.ok("await asyncio.sleep(0.01); 'next'").result() == "'next'"
 
 
 def test_the_loading_cell_serves_asyncio_from_the_kernels_loop_too(kernel_dirs):
-    k = kp._start(kernel_dirs, "plain")
+    k = kp.start_kernel(kernel_dirs, "plain")
     try:
         r = k.ok(
             "%load_ext tinycoro\n"

@@ -8,236 +8,26 @@ idle status), never on sleeps.
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import re
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
-from conftest import ECHO_SERVER_CELL, TWO_CELL
+from helpers.cells import ECHO_SERVER_CELL, HELD_MUTEX_CELL, LONG_SLEEP_CELL, TWO_CELL
+from helpers.kernel import ANSI, interrupt_after_started, interrupted_after_finally, start_kernel
 from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_client.manager import KernelManager
 
 from tinycoro.kernel_ext.dashboard import cell_text
 
 pytestmark = [pytest.mark.kernel, pytest.mark.timeout(60)]
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-@dataclass
-class Reply:
-    content: dict[str, Any]
-    msgs: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        return self.content["status"]
-
-    def stdout(self) -> str:
-        return "".join(
-            m["content"]["text"]
-            for m in self.msgs
-            if m["msg_type"] == "stream" and m["content"]["name"] == "stdout"
-        )
-
-    def result(self) -> str | None:
-        for m in self.msgs:
-            if m["msg_type"] == "execute_result":
-                return m["content"]["data"]["text/plain"]
-        return None
-
-    def error(self) -> dict[str, Any] | None:
-        for m in self.msgs:
-            if m["msg_type"] == "error":
-                return m["content"]
-        return None
-
-    def of_type(self, *types: str) -> list[dict[str, Any]]:
-        return [m for m in self.msgs if m["msg_type"] in types]
-
-
-Msg = dict[str, Any]
-
-
-class Kernel:
-    """A started kernel and its client, with helpers that collect a cell's IOPub messages.
-
-    ``run``/``ok`` use jupyter_client's ``execute_interactive``, which drops messages of other
-    cells. The rest (``submit``, ``cell``, ``until``, ``idle``, ``iopub_until``,
-    ``comm_updates``) keep every IOPub message they read in ``log``, whatever cell it belongs
-    to: a background task's output may arrive while a later cell runs, and must still be seen.
-    """
-
-    def __init__(self, km: KernelManager) -> None:
-        self.km = km
-        self.kc = km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=30)
-        self.log: list[Msg] = []
-
-    def run(self, code: str, timeout: float = 20) -> Reply:
-        """Execute *code*; return its reply and every IOPub message parented to it."""
-        msgs: list[dict[str, Any]] = []
-        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=msgs.append)
-        return Reply(reply["content"], msgs)
-
-    def ok(self, code: str, timeout: float = 20) -> Reply:
-        r = self.run(code, timeout)
-        if r.status != "ok":
-            err = r.error() or {}
-            tb = _ANSI.sub("", "\n".join(err.get("traceback", [])))
-            raise AssertionError(f"cell failed: {err.get('ename')}: {err.get('evalue')}\n{tb}")
-        return r
-
-    def submit(self, code: str) -> str:
-        return self.kc.execute(code)
-
-    def _read(self, deadline: float) -> Msg | None:
-        """The next IOPub message (also appended to ``log``), or None once *deadline* passed."""
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        try:
-            msg = self.kc.get_iopub_msg(timeout=left)
-        except queue.Empty:
-            return None
-        self.log.append(msg)
-        return msg
-
-    def until(self, stop: Callable[[Msg], bool], timeout: float = 20, what: str = "") -> Msg:
-        """The first IOPub message, already in ``log`` or read now, for which *stop* holds."""
-        for m in self.log:
-            if stop(m):
-                return m
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self._read(deadline)
-            if msg is not None and stop(msg):
-                return msg
-            if msg is None and time.monotonic() >= deadline:
-                raise AssertionError(f"no {what or 'matching IOPub message'} within {timeout} s")
-
-    def iopub_until(
-        self, parent: str, stop: Callable[[dict[str, Any]], bool], timeout: float = 20
-    ) -> list[dict[str, Any]]:
-        """Collect the IOPub messages of request *parent* read from now on until *stop(msg)*."""
-        deadline = time.monotonic() + timeout
-        out: list[dict[str, Any]] = []
-        while True:
-            msg = self._read(deadline)
-            if msg is None:
-                if time.monotonic() >= deadline:
-                    raise AssertionError(f"no matching IOPub message within {timeout} s: {out!r}")
-                continue
-            if msg["parent_header"].get("msg_id") != parent:
-                continue
-            out.append(msg)
-            if stop(msg):
-                return out
-
-    def cell(self, code: str, timeout: float = 30) -> str:
-        """Run *code* to its end (its idle status); return its msg_id; fail if it raised."""
-        msg_id = self.submit(code)
-        self.idle(msg_id, timeout)
-        for m in self.of(msg_id, "error"):
-            tb = _ANSI.sub("", "\n".join(m["content"]["traceback"]))
-            raise AssertionError(f"cell failed:\n{code}\n{tb}")
-        return msg_id
-
-    def of(self, msg_id: str, *types: str) -> list[Msg]:
-        """The logged IOPub messages of request *msg_id* (of the given types, if any)."""
-        return [
-            m for m in self.log
-            if m["parent_header"].get("msg_id") == msg_id and (not types or m["msg_type"] in types)
-        ]
-
-    def stream(self, msg_id: str, name: str = "stdout") -> str:
-        return "".join(
-            m["content"]["text"] for m in self.of(msg_id, "stream") if m["content"]["name"] == name
-        )
-
-    def result_of(self, msg_id: str) -> str | None:
-        for m in self.of(msg_id, "execute_result"):
-            return m["content"]["data"]["text/plain"]
-        return None
-
-    def comm_updates(
-        self, done: Callable[[], bool], seen: dict[str, list[Any]], timeout: float = 20
-    ) -> list[tuple[str, dict[str, Any]]]:
-        """Read widget ``update`` comm messages (any parent) into ``seen[comm_id][key]``-style
-        lists (``seen[comm_id]`` collects each update's ``value``) until *done()*."""
-        deadline = time.monotonic() + timeout
-        out: list[tuple[str, dict[str, Any]]] = []
-        while not done():
-            msg = self._read(deadline)
-            if msg is None:
-                if time.monotonic() >= deadline:
-                    raise AssertionError(
-                        f"widgets did not change as expected within {timeout} s: {seen}"
-                    )
-                continue
-            data = msg["content"].get("data", {}) if msg["msg_type"] == "comm_msg" else {}
-            if data.get("method") != "update":
-                continue
-            cid, state = msg["content"]["comm_id"], data.get("state", {})
-            out.append((cid, state))
-            if "value" in state:
-                seen.setdefault(cid, []).append(state["value"])
-        return out
-
-    def reply_to(self, parent: str, timeout: float = 20) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            msg = self.kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
-            if msg["parent_header"].get("msg_id") == parent:
-                return msg
-
-    def idle(self, parent: str, timeout: float = 20) -> list[dict[str, Any]]:
-        return self.iopub_until(
-            parent,
-            lambda m: m["msg_type"] == "status" and m["content"]["execution_state"] == "idle",
-            timeout,
-        )
-
-    def shutdown(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
-
-
-def _start(kernel_dirs: list[str], name: str) -> Kernel:
-    ksm = KernelSpecManager(kernel_dirs=kernel_dirs, ensure_native_kernel=False)
-    km = KernelManager(kernel_name=name, kernel_spec_manager=ksm)
-    km.start_kernel(env={**_env(), "TINYCORO_CONTEXTS": "2"})
-    return Kernel(km)
-
-
-@contextlib.contextmanager
-def loaded_kernel(kernel_dirs: list[str], setup: str = "import tinycoro as tc"):
-    """A plain kernel with tinycoro loaded and *setup* run in it; shut down on exit."""
-    k = _start(kernel_dirs, "plain")
-    try:
-        k.ok(f"%load_ext tinycoro\n{setup}")
-        yield k
-    finally:
-        k.shutdown()
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
-
 
 @pytest.fixture
 def kernel(kernel_dirs):
-    k = _start(kernel_dirs, "plain")
+    k = start_kernel(kernel_dirs, "plain")
     yield k
     k.shutdown()
 
@@ -276,7 +66,7 @@ def test_load_ext_and_await_a_sleep_returning_a_value(kernel):
 def test_exception_in_an_awaiting_cell_shows_a_normal_traceback(tc_kernel):
     r = tc_kernel.run("await tc.sleep(0.01)\n{}['missing']")
     assert r.status == "error" and r.content["ename"] == "KeyError"
-    tb = _ANSI.sub("", "\n".join(r.error()["traceback"]))
+    tb = ANSI.sub("", "\n".join(r.error()["traceback"]))
     assert "{}['missing']" in tb and "KeyError" in tb
     assert tc_kernel.ok("await tc.sleep(0); 1").result() == "1"
 
@@ -309,50 +99,16 @@ def test_an_asyncio_streams_client_talks_to_a_tinycoro_server_task(tc_kernel):
 
 
 # -- interrupts --------------------------------------------------------------------------------
-INTERRUPTED_WITHIN = 5.0  # s: a test timeout on the reply, generous for a loaded machine
-
-
-def _interrupt_after_started(k: Kernel, code: str) -> tuple[dict[str, Any], list]:
-    """Run *code* (which prints 'started' before it blocks), interrupt it once that line has
-    arrived, and return (reply content, IOPub messages). The reply must come within
-    INTERRUPTED_WITHIN seconds (the cells block for 30 s or for ever otherwise)."""
-    msg_id = k.submit(code)
-    msgs = k.iopub_until(
-        msg_id, lambda m: m["msg_type"] == "stream" and "started" in m["content"]["text"]
-    )
-    k.km.interrupt_kernel()
-    reply = k.reply_to(msg_id, timeout=INTERRUPTED_WITHIN)
-    msgs += k.idle(msg_id)
-    return reply["content"], msgs
-
-
-def _interrupted_after_finally(content: dict[str, Any], msgs: list) -> str:
-    """Assert the cell ended in one KeyboardInterrupt after printing 'finally ran'; return
-    that error's traceback text."""
-    assert content["status"] == "error" and content["ename"] == "KeyboardInterrupt"
-    assert "finally ran" in "".join(m["content"]["text"] for m in msgs if m["msg_type"] == "stream")
-    errors = [m["content"] for m in msgs if m["msg_type"] == "error"]
-    assert [e["ename"] for e in errors] == ["KeyboardInterrupt"]
-    return _ANSI.sub("", "\n".join(errors[0]["traceback"]))
-
-
 def test_interrupt_during_a_long_sleep(tc_kernel):
-    content, msgs = _interrupt_after_started(
-        tc_kernel,
-        "try:\n"
-        "    print('started', flush=True)\n"
-        "    await tc.sleep(30)\n"
-        "finally:\n"
-        "    print('finally ran')\n",
-    )
-    _interrupted_after_finally(content, msgs)
+    content, msgs = interrupt_after_started(tc_kernel, LONG_SLEEP_CELL)
+    interrupted_after_finally(content, msgs)
     assert tc_kernel.ok("await tc.sleep(0.05); 'next cell works'").result() == "'next cell works'"
     r = tc_kernel.ok("await tc.when_all(*(tc.spawn(tc.sleep(0.01)) for _ in range(4)))")
     assert r.result() == "[None, None, None, None]"
 
 
 def test_interrupt_during_a_long_asyncio_sleep(tc_kernel):
-    content, msgs = _interrupt_after_started(
+    content, msgs = interrupt_after_started(
         tc_kernel,
         "import asyncio\n"
         "try:\n"
@@ -363,14 +119,14 @@ def test_interrupt_during_a_long_asyncio_sleep(tc_kernel):
         "    await tc.sleep(0.01)\n"
         "    print('finally ran')\n",
     )
-    tb = _interrupted_after_finally(content, msgs)
+    tb = interrupted_after_finally(content, msgs)
     assert "await asyncio.sleep(30)" in tb and "CancelledError" not in tb
     r = tc_kernel.ok("await asyncio.sleep(0.01); await tc.sleep(0.01); 'next cell works'")
     assert r.result() == "'next cell works'"
 
 
 def test_interrupt_while_parked_leaves_spawned_tasks_alone(tc_kernel):
-    content, _ = _interrupt_after_started(
+    content, _ = interrupt_after_started(
         tc_kernel,
         "ev = tc.Event()\n"
         "async def child():\n"
@@ -384,7 +140,7 @@ def test_interrupt_while_parked_leaves_spawned_tasks_alone(tc_kernel):
 
 
 def test_interrupt_of_a_cell_computing_between_awaits(tc_kernel):
-    content, _ = _interrupt_after_started(
+    content, _ = interrupt_after_started(
         tc_kernel, "await tc.sleep(0.01)\nprint('started', flush=True)\nwhile True:\n    pass\n"
     )
     assert content["ename"] == "KeyboardInterrupt"
@@ -414,7 +170,7 @@ def _updates(msgs: list[dict[str, Any]], comm_id: str, key: str) -> list[Any]:
 
 def test_dashboard_comm_messages_change_while_a_load_runs(tc_kernel):
     r = tc_kernel.ok("%tinycoro dashboard")
-    [result] = r.of_type("execute_result")
+    [result] = r.of_type("display_data")  # displayed by the magic, from any line of a cell
     assert result["content"]["data"]["text/plain"] == "<tinycoro dashboard: 2 contexts>"
     assert "application/vnd.jupyter.widget-view+json" in result["content"]["data"]
     states = _widget_states(r.msgs)
@@ -451,7 +207,7 @@ def test_dashboard_comm_messages_change_while_a_load_runs(tc_kernel):
         values = [int(v) for v in shown("tasks_run", c)]
         assert values == sorted(values), values  # a counter, shown in order
     tokens = [u["value"] for cid, u in updates if cid == summary and "value" in u]
-    assert any("stop token <b>2</b>" in v for v in tokens), tokens  # both contexts had work
+    assert any("contexts with work <b>2</b>" in v for v in tokens), tokens  # both had work
     tc_kernel.ok("stop.set()\n_ = await tc.when_all(*drivers)")
 
     r = tc_kernel.ok("%tinycoro stop")
@@ -465,15 +221,25 @@ def test_dashboard_updates_while_the_main_thread_is_blocked(tc_kernel):
     states = _widget_states(r.msgs)
     by_class = {tuple(s.get("_dom_classes", ())): cid for cid, s in states.items()}
     table = by_class[("tc-table-widget",)]
-    # no await in this cell: it runs synchronously and blocks the main thread throughout,
-    # while tasks submitted to the scheduler finish on the contexts
+    # No await in this cell: it runs synchronously and blocks the main thread throughout,
+    # while tasks submitted to the scheduler finish on the contexts. Each round waits until the
+    # dashboard (the one the previous cell displayed) shows the new count, i.e. until the
+    # refresher thread has shown it: rounds are counted in refreshes, not paced by sleeps.
     r = tc_kernel.ok(
-        "import time\n"
+        "import threading, time\n"
+        "board = get_ipython().magics_manager.registry['TinycoroMagics'].last_dashboard\n"
         "sched = tc.get_default_scheduler()\n"
-        "for i in range(8):\n"
-        "    for _ in range(20):\n"
+        "never = threading.Event()  # a bounded wait between looks at the board\n"
+        "def shown():\n"
+        "    return board.shown(0, 'tasks_run'), board.shown(1, 'tasks_run')\n"
+        "for i in range(4):\n"
+        "    before = shown()\n"
+        "    for j in range(20):\n"
         "        sched.submit(tc.sleep(0))\n"
-        "    time.sleep(0.15)\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while shown() == before:\n"
+        "        assert time.monotonic() < deadline, f'no refresh showed round {i}'\n"
+        "        never.wait(0.005)\n"
     )
     values = [
         int(cell_text(v, c, "tasks_run")) for v in _updates(r.msgs, table, "value") for c in (0, 1)
@@ -501,10 +267,130 @@ def test_installed_kernelspec_preloads_the_extension(kernel_dirs):
     spec = ksm.get_kernel_spec("tinycoro")
     assert spec.display_name == "Python 3 (tinycoro)"
     assert spec.env == {"TINYCORO_CONTEXTS": "2"} and "--ext=tinycoro" in spec.argv
-    k = _start(kernel_dirs, "tinycoro")
+    k = start_kernel(kernel_dirs, "tinycoro")
     try:
         r = k.ok("import tinycoro as tc\nawait tc.sleep(0.01)\n'tinycoro' in get_ipython().extension_manager.loaded")
         assert r.result() == "True"
         assert k.ok("str(get_ipython().loop_runner)").result() == "'tinycoro'"
     finally:
         k.shutdown()
+
+
+# -- issue 21: tracebacks about the user's code, the dashboard from any line --------------------
+def _frames(tb: str) -> list[str]:
+    """The file names a formatted (ANSI-free) IPython traceback shows frames of."""
+    return re.findall(r'(?:File |Cell In\[\d+\]|^\S+\.py)[^\n]*', tb, re.M)
+
+
+def test_an_interrupted_cell_traceback_holds_no_tinycoro_frame(tc_kernel):
+    content, msgs = interrupt_after_started(tc_kernel, LONG_SLEEP_CELL)
+    tb = interrupted_after_finally(content, msgs)
+    assert "await tc.sleep(30)" in tb, tb  # the user's line is there ...
+    for runtime in ("tinycoro/", "kernel_ext/", "cell_loop", "runner.py", "noqa"):
+        assert runtime not in tb, tb  # ... and nothing of the runtime's
+
+
+def test_a_join_of_a_failed_task_shows_the_users_frames_only(tc_kernel):
+    r = tc_kernel.run(
+        "async def inner():\n"
+        "    await tc.sleep(0)\n"
+        "    raise ValueError('from the task')\n"
+        "await tc.spawn(inner())\n"
+    )
+    assert r.content["ename"] == "ValueError"
+    tb = ANSI.sub("", "\n".join(r.error()["traceback"]))
+    assert "raise ValueError('from the task')" in tb and "await tc.spawn(inner())" in tb, tb
+    assert "tinycoro/" not in tb and "kernel_ext/" not in tb, tb
+
+
+def test_the_runtime_frames_come_back_with_the_documented_switch(tc_kernel):
+    tc_kernel.ok("%env TINYCORO_TRACEBACK=full")
+    r = tc_kernel.run(
+        "async def inner():\n"
+        "    await tc.sleep(0)\n"
+        "    raise ValueError('from the task')\n"
+        "await tc.spawn(inner())\n"
+    )
+    tb = ANSI.sub("", "\n".join(r.error()["traceback"]))
+    assert "tinycoro/" in tb or "kernel_ext/" in tb, tb
+    tc_kernel.ok("%env TINYCORO_TRACEBACK=")
+
+
+def test_a_background_failure_names_the_cell_as_ipython_does(tc_kernel):
+    msg_id = tc_kernel.cell(
+        "async def doomed():\n"
+        "    await tc.sleep(0.01)\n"
+        "    raise ValueError('boom in the background')\n"
+        "d = tc.spawn(doomed(), name='doomed')\n"
+    )
+    count = tc_kernel.reply_to(msg_id)["content"]["execution_count"]
+    err = tc_kernel.until(
+        lambda m: m["msg_type"] == "stream" and "boom in the background" in m["content"]["text"],
+        what="the background failure's traceback",
+    )["content"]["text"]
+    text = ANSI.sub("", err)
+    assert f"Cell In[{count}], line 3" in text, text
+    assert "ipykernel_" not in text and "tinycoro/" not in text, text
+
+
+def test_the_dashboard_shows_from_a_line_that_is_not_the_last(tc_kernel):
+    r = tc_kernel.ok("%tinycoro dashboard\nx = 1\n")
+    shown = [m for m in r.of_type("display_data")
+             if "application/vnd.jupyter.widget-view+json" in m["content"]["data"]]
+    assert len(shown) == 1, r.msgs
+    assert shown[0]["content"]["data"]["text/plain"] == "<tinycoro dashboard: 2 contexts>"
+    assert not r.of_type("execute_result")
+
+
+def test_restart_says_how_many_tasks_it_cancelled(tc_kernel):
+    tc_kernel.ok("ts = [tc.spawn(tc.sleep(3600)) for _ in range(4)]\nawait tc.sleep(0.05)")
+    r = tc_kernel.ok("%tinycoro restart")
+    assert r.stdout() == "tinycoro: restarted with 2 contexts (round_robin); cancelled 4 tasks\n"
+    assert tc_kernel.ok("all(t.cancelled() for t in ts)").result() == "True"
+
+
+def test_tasks_words_in_a_real_kernel(tc_kernel):
+    tc_kernel.ok(
+        HELD_MUTEX_CELL +
+        "h = tc.spawn(holder(), name='holder')\n"
+        "while not m.locked():\n"
+        "    await tc.sleep(0.001)\n"
+        "c = tc.spawn(contender(), name='contender')\n"
+        "nap = tc.spawn(tc.sleep(60), name='napper')\n"
+        "fan = tc.spawn(tc.when_all(*(gate.wait() for _ in range(5))), name='fan-out')\n"
+        "lst = await tc.net.listen('127.0.0.1', 0)\n"
+        "acc = tc.spawn(lst.accept(), name='acceptor')\n"
+        "sched = tc.get_default_scheduler()\n"
+        "while sum(i.state != 'running' and i.waits_on != '' for i in sched.tasks()) < 6:\n"
+        "    await tc.sleep(0.01)\n"
+    )
+    out = tc_kernel.ok("%tinycoro tasks").stdout()
+    rows = {line.split()[1]: line for line in out.splitlines() if re.match(r"\s*\d+ ", line)}
+    assert re.search(r"sleeping .*sleep 60 s \(\d+(\.\d)? s left\)$", rows["napper"]), out
+    assert rows["contender"].endswith("Mutex held by 'holder' (1 waiting)"), out
+    assert rows["fan-out"].endswith("when_all: 5 of 5 left"), out
+    assert re.search(r" I/O .*accept on 127\.0\.0\.1:\d+$", rows["acceptor"]), out
+    assert "1 sleeping" in out.splitlines()[0] and "in I/O" in out.splitlines()[0], out
+    tc_kernel.ok("gate.set()\nnap.cancel()\nacc.cancel()\nawait fan\nawait lst.close()")
+
+
+def test_cells_queued_while_an_awaiting_cell_runs_run_after_it_in_order(tc_kernel):
+    """Run All sends every execute_request at once: while the first cell awaits (its turns of
+    the kernel's loop step asyncio tasks), the queued requests wait for it, and each runs in
+    its own cell. Issue 21: they failed with "cannot enter context" and never ran."""
+    cells = [
+        "await tc.sleep(0.3)\nprint('first')",
+        "print('second')",
+        "await tc.sleep(0.01)\nprint('third')",
+        "x = await tc.spawn(tc.sleep(0.01))\nprint('fourth')",
+    ]
+    ids = [tc_kernel.submit(code) for code in cells]
+    for msg_id in ids:
+        tc_kernel.until(
+            lambda m, i=msg_id: m["parent_header"].get("msg_id") == i
+            and m["msg_type"] == "status" and m["content"]["execution_state"] == "idle",
+            timeout=30, what="the queued cell's end",
+        )
+    assert [tc_kernel.stream(i) for i in ids] == ["first\n", "second\n", "third\n", "fourth\n"]
+    assert [tc_kernel.stream(i, "stderr") for i in ids] == ["", "", "", ""]
+    assert all(tc_kernel.of(i, "error") == [] for i in ids)

@@ -18,10 +18,9 @@ import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import (
-    ECHO_SERVER_CELL, TWO_CELL, in_eventfd_read, open_fds, tinycoro_shell, tinycoro_threads,
-    wait_until,
-)
+from helpers.cells import ECHO_SERVER_CELL, TWO_CELL
+from helpers.runtime import in_eventfd_read, open_fds, tinycoro_threads, wait_until
+from helpers.shell import tinycoro_shell
 from IPython.core.interactiveshell import InteractiveShell
 
 from tinycoro import kernel_ext
@@ -383,7 +382,7 @@ def test_interrupt_landing_in_the_engine_step_is_delivered_at_the_next_await(sh)
     from tinycoro.core import engine
 
     if compiled.is_compiled(engine):
-        # Compiled (DESIGN rule 14), _step has no Python frame: no signal can land in it.
+        # Compiled (rule 14), _step has no Python frame: no signal can land in it.
         pytest.skip("the engine is compiled: its _step has no frame for a signal to land in")
     _handler_defers_to_the_next_await(
         sh,

@@ -13,10 +13,12 @@ import signal
 import sys
 import threading
 
+from pathlib import Path
+
 import pytest
 
 import tinycoro as tc
-from conftest import wait_until
+from helpers.runtime import wait_until
 from tinycoro import lowlevel as ll
 from tinycoro import uring
 from tinycoro.testing import wait_blocked
@@ -332,6 +334,6 @@ def test_signal_wakeup_restores_the_previous_wakeup_fd():
 
 
 def test_everything_exported_is_tested_here():
-    source = open(__file__).read()
+    source = Path(__file__).read_text()
     missing = [n for n in ll.__all__ if f"ll.{n}" not in source]
     assert missing == [], f"lowlevel names without a test here: {missing}"

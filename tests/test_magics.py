@@ -6,13 +6,16 @@ tests/test_kernel_protocol.py covers the same ground through a real kernel.
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
 
 pytest.importorskip("IPython")
 
-from conftest import tinycoro_shell, tinycoro_threads, wait_until
+from helpers.cells import HELD_MUTEX_CELL
+from helpers.runtime import tinycoro_threads, wait_until
+from helpers.shell import tinycoro_shell
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -171,8 +174,9 @@ def test_a_trailing_comment_is_not_an_argument(loaded, capsys):
 def test_status_says_what_tasks_run_and_failed_count(loaded, capsys):
     loaded.run_line_magic("tinycoro", "status")
     out = capsys.readouterr().out
-    assert ", 0 failed" in out.splitlines()[0]
-    assert "tasks_run counts tasks that finished" in out
+    assert ", 0 failed with nobody awaiting" in out.splitlines()[0]
+    assert "finished = tasks that ended on this context" in out  # the legend
+    assert "sleeping = tasks in tc.sleep" in out and "has work = yes while" in out
 
 
 def test_tasks_lists_live_tasks_and_recent_failures(loaded, capsys):
@@ -195,12 +199,13 @@ def test_tasks_lists_live_tasks_and_recent_failures(loaded, capsys):
     capsys.readouterr()
     loaded.run_line_magic("tinycoro", "tasks")
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "tinycoro: 1 live task"
-    assert out[1].split() == ["id", "name", "ctx", "state", "age", "waits", "on"]
+    assert out[0] == "tinycoro: 1 live task: 1 parked on Event"
+    assert out[1].split() == ["id", "name", "context", "state", "age", "waits", "on"]
     [row] = [line for line in out if "gate-waiter" in line]
-    assert row.split()[3] == "parked" and row.endswith("<Event unset waiters=1>")
+    assert row.split()[3] == "parked" and row.endswith(" Event")
+    assert any(line.startswith("legend: state = running: running now;") for line in out)
     i = out.index("recent failures nobody awaited (1):")
-    assert out[i + 1].split() == ["id", "name", "ctx", "when", "error"]
+    assert out[i + 1].split() == ["id", "name", "context", "when", "error"]
     assert "doomed" in out[i + 2] and out[i + 2].endswith("ValueError: boom")
     assert isinstance(loaded.run_cell("await d").error_in_exec, ValueError)  # still raises
     run_ok(loaded, "gate.set()\nawait w")
@@ -224,13 +229,14 @@ def test_a_failure_nobody_awaits_prints_its_traceback_at_once(loaded, capsys, co
     def reported() -> bool:
         nonlocal err
         err += capsys.readouterr().err  # written by the hook on the context thread
-        return err.endswith("ValueError: boom in the background\n")
+        return "ValueError: boom in the background\n" in re.sub(r"\x1b\[[0-9;]*m", "", err)
 
     wait_until(reported, what="the failure's traceback on stderr")
-    head, tb = err.split("\n", 1)
+    head, tb = re.sub(r"\x1b\[[0-9;]*m", "", err).split("\n", 1)
     assert head.startswith("tinycoro: task 'doomed' (id ") and "failed and nothing awaited it:" in head
-    assert tb.startswith("Traceback (most recent call last):\n")
-    assert "in doomed" in tb and "tinycoro" not in tb  # starts at the user's coroutine
+    assert "Traceback (most recent call last)" in tb  # as IPython formats a cell's error
+    assert "raise ValueError('boom in the background')" in tb
+    assert "tinycoro/" not in tb and "kernel_ext/" not in tb  # the user's code only
     assert kernel_ext.get_extension(loaded).scheduler.stats().failed == 1
     assert isinstance(loaded.run_cell("await d").error_in_exec, ValueError)  # still raises
 
@@ -238,12 +244,14 @@ def test_a_failure_nobody_awaits_prints_its_traceback_at_once(loaded, capsys, co
 def test_status_prints_a_table(loaded, capsys):
     loaded.run_line_magic("tinycoro", "status")
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("tinycoro scheduler: 2 contexts, round_robin, running, accepting work")
+    assert out[0].startswith(
+        "tinycoro scheduler: 2 contexts (round_robin), running, accepting work, ")
     assert out[1].split() == [
-        "ctx", "busy", "queued", "io_pending", "io_inflight", "parked", "tasks_run", "flag", "state",
+        "context", "has", "work", "busy", "ready", "in", "I/O", "sleeping", "parked", "finished",
+        "I/O", "ops", "thread",
     ]
     assert [line.split()[0] for line in out[2:4]] == ["0", "1"]
-    assert out[4].startswith("tasks_run counts tasks that finished") and len(out) == 5
+    assert out[4].startswith("legend: has work = ")
     loaded.run_line_magic("tinycoro", "")  # no subcommand means status
     assert capsys.readouterr().out.startswith("tinycoro scheduler:")
 
@@ -252,7 +260,93 @@ def test_status_counts_tasks_run(loaded, capsys):
     run_ok(loaded, "_ = await tc.when_all(*(tc.spawn(tc.sleep(0)) for _ in range(10)))")
     loaded.run_line_magic("tinycoro", "status")
     rows = capsys.readouterr().out.splitlines()[2:4]
-    assert sum(int(r.split()[6]) for r in rows) >= 10
+    assert sum(int(r.split()[7]) for r in rows) >= 10  # finished
+
+
+def _tasks_out(sh: InteractiveShell, capsys) -> list[str]:
+    capsys.readouterr()
+    sh.run_line_magic("tinycoro", "tasks")
+    return capsys.readouterr().out.splitlines()
+
+
+def test_tasks_says_what_each_waits_on_in_plain_words(loaded, capsys):
+    """Issue 21, docs/design.md, API contract: a sleep, a socket recv, a held Mutex and a when_all, in words
+    a user understands; sleeps counted apart from I/O; ages that grow."""
+    run_ok(
+        loaded,
+        "import socket\n" +
+        HELD_MUTEX_CELL +
+        "async def napper():\n"
+        "    await tc.sleep(3600)\n"
+        "async def fan_out():\n"
+        "    return await tc.when_all(*(gate.wait() for _ in range(20)))\n"
+        "lst = await tc.net.listen('127.0.0.1', 0)\n"
+        "async def server():\n"
+        "    async with await lst.accept() as conn:\n"
+        "        return await conn.recv()\n"
+        "h = tc.spawn(holder(), name='holder')\n"
+        "while not m.locked():\n"
+        "    await tc.sleep(0.001)\n"
+        "cs = [tc.spawn(contender(), name=f'contender-{i}') for i in range(3)]\n"
+        "nap = tc.spawn(napper(), name='napper')\n"
+        "fan = tc.spawn(fan_out(), name='fan-out')\n"
+        "srv = tc.spawn(server(), name='server')\n"
+        "client = await tc.net.connect('127.0.0.1', lst.port)\n",
+    )
+    sched = kernel_ext.get_extension(loaded).scheduler
+
+    def settled() -> bool:
+        by = {i.name: i for i in sched.tasks()}
+        return (
+            all(by.get(f"contender-{i}") and by[f"contender-{i}"].state == "parked"
+                for i in range(3))
+            and by["napper"].state == "sleeping"
+            # in I/O, and past its accept (the client's connect may complete first)
+            and by["server"].state == "io" and by["server"].waits_on.startswith("recv")
+            and by["fan-out"].state == "parked"
+        )
+
+    wait_until(settled, what="every task to reach its wait")
+    out = _tasks_out(loaded, capsys)
+    names = ("napper", "server", "fan-out", *(f"contender-{i}" for i in range(3)))
+    rows = {n: line for line in out for n in names if f" {n} " in line}
+    assert re.search(r"sleeping .* sleep 1 h \(1 h left\)$", rows["napper"]), rows["napper"]
+    assert re.search(r" recv from 127\.0\.0\.1:\d+$", rows["server"]), rows["server"]
+    assert " I/O " in rows["server"]
+    for i in range(3):
+        assert rows[f"contender-{i}"].endswith("Mutex held by 'holder' (3 waiting)")
+    assert rows["fan-out"].endswith("when_all: 20 of 20 left"), rows["fan-out"]
+    summary = out[0]
+    assert "3 parked on Mutex" in summary and "1 sleeping" in summary
+    assert "1 in I/O" in summary and "1 parked on when_all" in summary, summary
+    # sleeps apart from I/O in the stats too: one sleeping task, its timer not I/O
+    stats = sched.stats().contexts
+    assert sum(c.sleeps for c in stats) == 1 and sum(c.in_io for c in stats) == 1
+    old = {i.name: i.age for i in sched.tasks()}
+    wait_until(lambda: all(i.age > old[i.name] + 0.05 for i in sched.tasks() if i.name in old),
+               what="the ages to grow")
+    run_ok(loaded, "gate.set()\nawait client.sendall(b'x')\nawait client.close()\n"
+                   "await srv\nawait fan\nnap.cancel()\nawait lst.close()")
+
+
+def test_restart_and_stop_say_how_many_tasks_they_cancelled(loaded, capsys):
+    run_ok(loaded, "ts = [tc.spawn(tc.sleep(3600)) for _ in range(3)]")
+    sched = kernel_ext.get_extension(loaded).scheduler
+    wait_until(lambda: len(sched.tasks()) == 3, what="three sleepers")
+    capsys.readouterr()
+    loaded.run_line_magic("tinycoro", "restart")
+    assert capsys.readouterr().out == (
+        "tinycoro: restarted with 2 contexts (round_robin); cancelled 3 tasks\n"
+    )
+    assert run_ok(loaded, "all(t.cancelled() for t in ts)") is True
+    run_ok(loaded, "t = tc.spawn(tc.sleep(3600))")
+    wait_until(lambda: len(kernel_ext.get_extension(loaded).scheduler.tasks()) == 1,
+               what="one sleeper")
+    capsys.readouterr()
+    loaded.run_line_magic("tinycoro", "stop")
+    assert capsys.readouterr().out == (
+        "tinycoro: scheduler stopped, cancelled 1 task; %tinycoro restart starts a new one\n"
+    )
 
 
 def test_restart_with_contexts_and_dispatch(loaded, capsys):
@@ -313,7 +407,8 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
     from tinycoro.kernel_ext.dashboard import Dashboard
 
     ext = kernel_ext.get_extension(loaded)
-    board = loaded.run_line_magic("tinycoro", "dashboard")
+    assert loaded.run_line_magic("tinycoro", "dashboard") is None  # displayed, not returned
+    board = loaded.magics_manager.registry["TinycoroMagics"].last_dashboard
     assert isinstance(board, Dashboard)
     assert repr(board) == "<tinycoro dashboard: 2 contexts>"
     assert board._repr_mimebundle_()["text/plain"] == "<tinycoro dashboard: 2 contexts>"
@@ -328,7 +423,8 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
 
     wait_until(lambda: tasks_run() >= 20, what="the dashboard to show the tasks run")
     assert "stop token" in board._summary.value and "running" in board._summary.value
-    second = loaded.run_line_magic("tinycoro", "dashboard")
+    loaded.run_line_magic("tinycoro", "dashboard")
+    second = loaded.magics_manager.registry["TinycoroMagics"].last_dashboard
     assert ext.refresher is refresher  # one refresher thread serves every dashboard
     loaded.run_line_magic("tinycoro", "stop")
     assert not refresher.alive
@@ -345,3 +441,25 @@ def test_dashboard_without_ipywidgets_is_a_usage_error(loaded, monkeypatch):
     with pytest.raises(UsageError, match="needs ipywidgets"):
         loaded.run_line_magic("tinycoro", "dashboard")
     assert not [t for t in threading.enumerate() if t.name == "tinycoro-dashboard"]
+
+
+def test_python_m_tinycoro_speaks_the_words_of_status_with_a_legend(loaded, capsys):
+    """Issue 21: one vocabulary for python -m tinycoro, %tinycoro status and the dashboard."""
+    import os
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tinycoro", "-n", "2", "--files", "2", "--clients", "2",
+         "--rounds", "5", "--timers", "10"],
+        capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout
+    loaded.run_line_magic("tinycoro", "status")
+    status = capsys.readouterr().out.splitlines()
+    head = status[1]
+    assert head in out.splitlines(), out  # the same column names
+    assert "legend: has work = " in out and "sleeping = tasks in tc.sleep" in out
+    help_text = subprocess.run([sys.executable, "-m", "tinycoro", "--help"], capture_output=True,
+                               text=True, timeout=60, check=True).stdout
+    assert help_text.count("(default:") == 7  # every option is described, with its default

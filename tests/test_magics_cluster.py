@@ -20,7 +20,8 @@ pytest.importorskip("IPython")
 pytest.importorskip("ipyparallel")
 psutil = pytest.importorskip("psutil")
 
-from conftest import tinycoro_shell, wait_until
+from helpers.runtime import wait_until
+from helpers.shell import tinycoro_shell
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 
@@ -117,7 +118,7 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     shell.run_line_magic("tinycoro", "cluster tasks")
     lines = capsys.readouterr().out.splitlines()
     first = lines.index(next(line for line in lines if line.startswith("engine 1 · ")))
-    assert lines[first + 1] == "  tinycoro: 1 live task"
+    assert lines[first + 1] == "  tinycoro: 1 live task: 1 sleeping"
     [row] = [line for line in lines[first:] if "napping" in line]
     assert re.search("sleep|timeout", row), row  # its state and what it waits on
     run_ok(shell, "nap.cancel()")
@@ -155,7 +156,7 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     tables = [line for line in lines if line.startswith("  tinycoro scheduler: 2 contexts")]
     assert len(tables) == 2
 
-    board = shell.run_line_magic("tinycoro", "cluster dashboard")
+    board = _cluster_board(shell)
     assert repr(board) == "<tinycoro cluster dashboard: 2 engines>"
     assert board._repr_mimebundle_()["text/plain"] == repr(board)
     magics = shell.magics_manager.registry["TinycoroMagics"]
@@ -200,12 +201,19 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     assert capsys.readouterr().out == "tinycoro: no cluster is running\n"
 
 
+def _cluster_board(shell):
+    """%tinycoro cluster dashboard displays its widget (from any line of a cell) and returns
+    None; the magic keeps the last one for code that wants it."""
+    assert shell.run_line_magic("tinycoro", "cluster dashboard") is None
+    return shell.magics_manager.registry["TinycoroMagics"].cluster.last_dashboard
+
+
 def test_unloading_the_extension_stops_the_cluster_it_started(shell, capsys):
     pytest.importorskip("ipywidgets")
     shell.run_line_magic("tinycoro", "cluster start -n 2")
     procs = remembered()
     assert procs
-    board = shell.run_line_magic("tinycoro", "cluster dashboard")
+    board = _cluster_board(shell)
     shell.run_line_magic("unload_ext", "tinycoro")
     assert gone(procs) and cluster_processes() == []
     assert "stopped" in board._summary.value  # and the fixture checks its thread ended
@@ -215,7 +223,7 @@ def test_a_cluster_stopped_in_a_cell_is_seen_as_stopped(shell, capsys):
     pytest.importorskip("ipywidgets")
     shell.run_line_magic("tinycoro", "cluster start -n 2")
     procs = remembered()
-    board = shell.run_line_magic("tinycoro", "cluster dashboard")
+    board = _cluster_board(shell)
     refresher = shell.magics_manager.registry["TinycoroMagics"].cluster.refresher
     run_ok(shell, "cluster.stop()")  # not through the magic
     assert gone(procs)

@@ -1,4 +1,4 @@
-"""One awaitable per operation (DESIGN rule 14, issue 20): a stream's recv and sendall, a
+"""One awaitable per operation (rule 14, issue 20): a stream's recv and sendall, a
 listener's accept and a file's ring reads and writes are each the awaitable their call returns, so an
 operation costs the awaiting coroutine one generator frame, not a chain of wrapper coroutines.
 Around that: the stream's reused ops are really reused, an op is still what ``tc.spawn`` and
@@ -17,7 +17,7 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
 
-from test_close_races import _pair  # a connected (client, server) pair of TcpStreams
+from helpers.streams import tcp_pair  # a connected (client, server) pair of TcpStreams
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -26,7 +26,7 @@ _GEN_FLAGS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ITERABLE_C
 
 def _net_frames(*names: str) -> list[str]:
     """*names*, the Python frames of net.py's op awaitables, or none where net.py runs
-    compiled (DESIGN rule 14: a compiled ``__await__`` is a C generator, with no frame)."""
+    compiled (rule 14: a compiled ``__await__`` is a C generator, with no frame)."""
     from tinycoro import compiled, net
 
     return [] if compiled.is_compiled(net) else list(names)
@@ -54,7 +54,7 @@ def test_recv_and_sendall_each_cost_one_generator_frame():
     # On the old code each of them created three (Stream.recv, PendingOps.perform,
     # perform_raw): the chain rule 14 removes.
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         await client.sendall(b"warm")
         await server.recv(64)
         counter = _FrameCounter()
@@ -120,7 +120,7 @@ def test_a_streams_sendall_and_recv_reuse_their_ops(contexts):
     # The reused op goes back to the stream when its await is over; were the token not given
     # back, every sendall would build a new op (a bug seen while writing these ops).
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         sends, recvs = [], []
         for i in range(3):
             op = client.sendall(b"x%d" % i)
@@ -140,7 +140,7 @@ def test_a_streams_sendall_and_recv_reuse_their_ops(contexts):
 
 def test_a_sendall_awaited_twice_is_refused_and_sends_once():
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         op = client.sendall(b"once")
         await op
         with pytest.raises(RuntimeError, match="awaited already"):
@@ -158,7 +158,7 @@ def test_a_sendall_awaited_twice_is_refused_and_sends_once():
 
 def test_empty_sends_need_no_operation():
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         results = (await client.sendall(b""), await client.send(b""), await client.sendall(bytearray()))
         for s in (client, server):
             await s.close()
@@ -169,7 +169,7 @@ def test_empty_sends_need_no_operation():
 
 def test_ops_are_what_spawn_and_asyncio_create_task_take(contexts):
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         r = tc.spawn(server.recv())
         s = tc.spawn(client.sendall(b"spawned"))
         await s
@@ -182,7 +182,7 @@ def test_ops_are_what_spawn_and_asyncio_create_task_take(contexts):
     assert tc.run(main(), contexts=contexts) == (b"spawned", None)
 
     async def aio_main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         r = asyncio.create_task(server.recv())
         await asyncio.create_task(client.sendall(b"in asyncio"))
         got = await r
@@ -197,7 +197,7 @@ def test_a_stream_is_freed_without_the_cycle_collector():
     # The stream holds its reused ops, so they must not hold the stream (a cycle would keep
     # its 64 KiB buffer until a collection): they refer to it weakly.
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         await client.sendall(b"x")
         await server.recv()
         await server.close()
@@ -216,7 +216,7 @@ def test_a_stream_is_freed_without_the_cycle_collector():
 
 def test_close_under_a_pending_recv_op_raises_closed_resource_error(contexts):
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         r = tc.spawn(server.recv())
         await wait_blocked(r)
         await server.close()

@@ -16,7 +16,7 @@ import pytest
 
 from tinycoro import uring
 
-from conftest import open_fds
+from helpers.runtime import open_fds
 
 IMPLS = [
     pytest.param(uring.PyRing, id="pure"),

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import tinycoro as tc
-from conftest import open_fds, tinycoro_threads, wait_until
+from helpers.runtime import open_fds, tinycoro_threads, wait_until
 
 
 def test_relay_of_10000_tasks_across_contexts(contexts):
@@ -373,7 +373,7 @@ def test_a_crashed_context_releases_every_waiter(monkeypatch):
     def broken(name, what):
         raise SystemError("simulated engine bug")
 
-    # The engine may be compiled (DESIGN rule 14): its class cannot be patched, so the bug is
+    # The engine may be compiled (rule 14): its class cannot be patched, so the bug is
     # injected through the module-level helper that its bad-yield path calls.
     monkeypatch.setattr(engine, "asyncio_in_task", broken)
 

@@ -1,5 +1,5 @@
 """What an abandoned task owns is released when its scheduler gives up on it (issue 18 item 6,
-DESIGN rule 13), and two argument checks that used to differ between sibling calls.
+rule 13), and two argument checks that used to differ between sibling calls.
 
 An abandoned task is one the scheduler closes instead of letting it finish: ``tc.run`` raising
 DeadlockError, ``stop()`` past its timeout. Its ``async with`` exits run while the engine shuts
@@ -20,7 +20,8 @@ import pytest
 
 import tinycoro as tc
 
-from conftest import open_fds, tls_pair
+from helpers.runtime import open_fds
+from helpers.tls import tls_pair
 
 
 pytestmark = pytest.mark.timeout(60)

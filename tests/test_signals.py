@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from conftest import in_eventfd_read, open_fds, tinycoro_threads, wait_until
+from helpers.runtime import in_eventfd_read, open_fds, tinycoro_threads, wait_until
 from tinycoro.core.engine import Engine
 from tinycoro.core.task import Task
 
@@ -62,7 +62,7 @@ def test_context_thread_survives_a_signal():
         signal.signal(signal.SIGUSR1, previous)
 
 
-# -- Ctrl-C around tc.run (DESIGN rules 12 and 13) --------------------------------------------
+# -- Ctrl-C around tc.run (rules 12 and 13) --------------------------------------------
 async def _workers(n: int, log: list[str], all_started: "tc.Latch | None" = None) -> None:
     async def worker(i: int) -> None:
         log.append(f"started {i}")

@@ -1,4 +1,4 @@
-"""Channel against a sequential model, driven by hypothesis (see stateful_helpers).
+"""Channel against a sequential model, driven by hypothesis (see helpers/stateful.py).
 
 Model: a buffer of at most ``capacity`` items, a FIFO queue of blocked senders (with their items)
 and one of blocked receivers, a closed flag. ``send`` hands its item to the first blocked
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 import tinycoro as tc
-from stateful_helpers import ActorMachine, per_context_count
+from helpers.stateful import ActorMachine, per_context_count
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,5 +1,5 @@
 """Condition (with its Mutex) against a sequential model, driven by hypothesis (see
-stateful_helpers).
+helpers/stateful.py).
 
 Actors: *waiters* (``async with m: await cv.wait()``) and *holders* (take the mutex and keep it
 until told to let go). Model: the mutex's owner and FIFO queue, and the condition's FIFO queue.
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 import tinycoro as tc
-from stateful_helpers import ActorMachine, per_context_count
+from helpers.stateful import ActorMachine, per_context_count
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""Mutex and Semaphore against sequential models, driven by hypothesis (see stateful_helpers).
+"""Mutex and Semaphore against sequential models, driven by hypothesis (see helpers/stateful.py).
 
 Model of the Mutex: an owner and a FIFO queue of waiters; ``unlock`` hands the lock to the first
 waiter (baton passing), a cancelled waiter leaves the queue, ``try_lock`` succeeds only when
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 import tinycoro as tc
-from stateful_helpers import ActorMachine, per_context_count
+from helpers.stateful import ActorMachine, per_context_count
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, run, spawn_here, until
+from helpers.sync import Cancelled, run, spawn_here, until
 
 
 @pytest.mark.timeout(60)

@@ -8,7 +8,8 @@ import time
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, run, until, wait_blocked
+from helpers.runtime import cancel_and_wait
+from helpers.sync import run, until, wait_blocked
 
 # -- Event -----------------------------------------------------------------------------------
 
@@ -99,9 +100,7 @@ def test_event_waiter_cancelled_while_queued_leaves_the_queue(contexts):
         e = tc.Event()
         ts = [tc.spawn(e.wait()) for _ in range(3)]
         await wait_blocked(*ts)
-        ts[1].cancel()
-        with pytest.raises(Cancelled):
-            await ts[1]
+        await cancel_and_wait(ts[1])
         assert e.statistics().waiters == 2
         e.set("v")
         return [await ts[0], await ts[2]], e.statistics()
@@ -243,9 +242,7 @@ def test_waitgroup_waiter_cancelled_leaves_the_queue(contexts):
         wg.add()
         ts = [tc.spawn(wg.wait()) for _ in range(2)]
         await wait_blocked(*ts)
-        ts[0].cancel()
-        with pytest.raises(Cancelled):
-            await ts[0]
+        await cancel_and_wait(ts[0])
         await until(lambda: wg.statistics().waiters == 1)
         wg.done()
         await ts[1]

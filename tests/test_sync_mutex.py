@@ -7,7 +7,8 @@ import threading
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, is_blocked, run, spawn_here, until, wait_blocked
+from helpers.runtime import cancel_and_wait
+from helpers.sync import Cancelled, is_blocked, run, spawn_here, until, wait_blocked
 
 
 @pytest.mark.timeout(60)
@@ -150,9 +151,7 @@ def test_async_with_releases_on_exception_and_on_cancellation(contexts):
         t = tc.spawn(holder())
         await wait_blocked(t)
         assert m.statistics().owner is t
-        t.cancel()
-        with pytest.raises(Cancelled):
-            await t
+        await cancel_and_wait(t)
         assert not m.locked()
 
     run(main(), contexts)
@@ -176,9 +175,7 @@ def test_waiter_cancelled_while_queued_leaves_the_queue(contexts):
         for i in range(3):
             ts.append(tc.spawn(waiter(i)))
             await until(lambda: m.statistics().waiters == i + 1)
-        ts[1].cancel()
-        with pytest.raises(Cancelled):
-            await ts[1]
+        await cancel_and_wait(ts[1])
         assert m.statistics().waiters == 2
         m.unlock()
         await ts[0]

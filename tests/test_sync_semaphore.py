@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from sync_helpers import Cancelled, run, spawn_here, until
+from helpers.sync import Cancelled, run, spawn_here, until
 
 
 @pytest.mark.timeout(30)

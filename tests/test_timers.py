@@ -9,7 +9,7 @@ import pytest
 
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
-from conftest import wait_until
+from helpers.runtime import cancel_and_wait, wait_until
 
 
 def test_sleep_lasts_and_does_not_block_the_context():
@@ -110,9 +110,7 @@ def test_cancel_before_first_step():
 
     async def main():
         t = tc.spawn(never())
-        t.cancel()
-        with pytest.raises(tc.Cancelled):
-            await t
+        await cancel_and_wait(t)
 
     tc.run(main(), contexts=1)
 

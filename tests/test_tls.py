@@ -16,7 +16,8 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
 
-from conftest import open_fds, tls_pair
+from helpers.runtime import open_fds
+from helpers.tls import tls_pair
 
 pytestmark = [
     pytest.mark.timeout(60),

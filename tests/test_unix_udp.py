@@ -12,7 +12,7 @@ import pytest
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
 
-from conftest import open_fds
+from helpers.runtime import open_fds
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,17 +15,12 @@ import time
 
 import tinycoro as tc
 from tinycoro import uring
+from tinycoro.core.stats import COLUMNS, format_stats, legend
 
 
 def _table(stats: tc.SchedulerStats, title: str) -> str:
-    head = f"{'ctx':>3} {'busy':>6} {'queued':>6} {'io_inflight':>11} {'parked':>6} {'tasks_run':>9} {'stop_flag':>9}"
-    rows = [
-        f"{c.id:>3} {c.busy:>6.0%} {c.queued:>6} {c.io_inflight:>11} {c.parked:>6} "
-        f"{c.tasks_run:>9} {c.stop_flag:>9}"
-        for c in stats.contexts
-    ]
-    tail = f"stop_token={stats.stop_token} accepting={stats.accepting} running={stats.running}"
-    return "\n".join([title, head, *rows, tail])
+    """One stats snapshot in the words of ``%tinycoro status`` and the dashboard."""
+    return f"{title}\n{format_stats(stats, legend_too=False)}"
 
 
 async def _files(root: str, count: int, size: int) -> str:
@@ -106,7 +101,9 @@ async def _main(sched: tc.Scheduler, args: argparse.Namespace, samples: list) ->
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tinycoro",
-        description="A short file + TCP + timer workload on several contexts, then per-context statistics.",
+        description="A short file + TCP + timer workload on several contexts, then per-context "
+        "statistics in the words of %tinycoro status and the notebook dashboard (a legend "
+        "under the tables says what each column counts).",
     )
     p.add_argument("-n", "--contexts", type=int, default=max(2, os.cpu_count() or 1),
                    help="context threads of the scheduler, each with its own ring (default: %(default)s)")
@@ -138,10 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"total : {time.perf_counter() - t0:.3f} s\n")
     if samples:
-        busiest = max(samples, key=lambda s: sum(c.io_inflight + c.queued for c in s.contexts))
+        busiest = max(samples, key=lambda s: sum(c.io_inflight + c.queued + c.parked
+                                                  for c in s.contexts))
         print(_table(busiest, "per-context stats, sampled mid-run (the busiest sample):"))
         print()
     print(_table(sched.stats(), "per-context stats after loop() returned:"))
+    print("\n".join(legend(COLUMNS[1:])))
     return 0
 
 

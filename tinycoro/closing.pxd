@@ -1,4 +1,4 @@
-# Augments closing.py when it is compiled (DESIGN rule 14; setup.py cythonizes closing.py with
+# Augments closing.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes closing.py with
 # this file beside it). The .py is the source: this declares the pending set's and the resource
 # op's layouts, and the op's close-tracking steps as C calls for the op classes that cimport it.
 

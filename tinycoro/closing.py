@@ -5,8 +5,8 @@ descriptor does not end another task's pending ``recv``, ``accept`` or ``read``.
 therefore keeps a :class:`PendingOps`: the operations awaited on it right now, with the engine
 each runs on. Its operations are :class:`ResourceOp` objects, awaitables that enter themselves
 there when they start and leave when they complete, in the awaiting task's one frame. ``close()`` marks it closed and asks every such engine, on its own thread
-(DESIGN rule 2), to cancel the operation in the kernel; the awaiting task turns the cancelled
-completion into :class:`~tinycoro.core.errors.ClosedResourceError` (DESIGN rule 10). It is not a
+(rule 2), to cancel the operation in the kernel; the awaiting task turns the cancelled
+completion into :class:`~tinycoro.core.errors.ClosedResourceError` (rule 10). It is not a
 ``tc.Cancelled``: closing a resource does not cancel the task that waited on it.
 
 Operations are cancelled one by one (by their user_data), not with ``io_uring_prep_cancel_fd``:
@@ -80,7 +80,7 @@ class PendingOps:
 
 
 class ResourceOp(Op):
-    """An operation on a resource that ``close()`` can end (DESIGN rule 10): ``await`` it for
+    """An operation on a resource that ``close()`` can end (rule 10): ``await`` it for
     its result, ``OSError`` if it fails, ``tc.ClosedResourceError`` if the resource is closed
     before it starts or while it is pending.
 
@@ -138,14 +138,14 @@ async def close_fd(fd: int) -> None:
     The io_uring close does not happen when the task is interrupted before its SQE reaches the
     ring (a second ``cancel()``, ``stop(timeout=0)``, the shutdown after DeadlockError) or when
     the kernel cancels it; the descriptor is then closed synchronously (closing a file or a
-    socket does not block) and the interrupt goes on (DESIGN rule 10: a close always releases
+    socket does not block) and the interrupt goes on (rule 10: a close always releases
     its descriptor). A successful io_uring close is never followed by ``os.close``, which could
     hit another file that reused the number. In a task its scheduler abandons (stop past its
     timeout, DeadlockError), the close is ``os.close`` at once: no await can suspend there.
     """
     task = _local.task
     if task is not None and task._engine.abandoning:
-        # The task is being abandoned (DESIGN rule 13): its engine has stopped and the await
+        # The task is being abandoned (rule 13): its engine has stopped and the await
         # below could not complete. Close here and now, so the finally block runs on.
         try:
             os.close(fd)

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 import threading
 import time
 from types import TracebackType
-from typing import Any, Awaitable, Coroutine
+from typing import Any, Awaitable, Callable, Coroutine
 
 from .core.checks import check_seconds
 from .core.errors import Cancelled
@@ -90,7 +91,9 @@ class _Scope:
                 return
             self._state = _FIRED
             self._fired = True
-            self._task.interrupt(self._signal)
+            task, signal = self._task, self._signal
+            assert task is not None and signal is not None  # set by _enter, before _ARMED
+            task.interrupt(signal)
 
     def _signal_dropped(self) -> None:
         """Our delivered signal was swallowed by a merge (``keep_one``); re-deliver later."""
@@ -103,14 +106,15 @@ class _Scope:
         with self._lock:
             fired = self._state is _FIRED
             self._state = _EXITED
-        task = self._task
+        task, signal = self._task, self._signal
+        assert task is not None and signal is not None  # only an entered scope is exited
         outer = self._outer
         if outer is None:
             _innermost.pop(task, None)
         else:
             _innermost[task] = outer
         if fired:
-            task.withdraw(self._signal)  # fired as the body finished: never leak it
+            task.withdraw(signal)  # fired as the body finished: never leak it
         # Re-deliver the outermost enclosing signal that was dropped, if any.
         target = None
         s = outer
@@ -122,8 +126,9 @@ class _Scope:
             with target._lock:
                 if target._state is _FIRED:
                     target._dropped = False
+                    assert target._signal is not None  # a fired scope was entered
                     task.interrupt(target._signal)
-        return exc is not None and exc is self._signal
+        return exc is not None and exc is signal
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._state}>"
@@ -172,6 +177,7 @@ class timeout(_Scope):
         entry = self._entry
         if entry is not None:
             self._entry = None
+            assert self._task is not None  # a deadline entry exists only once entered
             self._task._engine.remove_deadline(entry)
         if ours:
             raise TimeoutError(f"timed out after {self._seconds} s") from exc
@@ -194,7 +200,10 @@ class TaskGroup(_Scope):
     until it has closed; spawning into a group that is cancelling starts the child cancelled.
     """
 
-    __slots__ = ("_children", "_failures", "_cancelling", "_exiting", "_closed", "_all_done")
+    __slots__ = (
+        "_children", "_failures", "_cancelling", "_exiting", "_closed", "_all_done", "_label",
+        "_total",
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -204,6 +213,8 @@ class TaskGroup(_Scope):
         self._exiting = False
         self._closed = False
         self._all_done = _AllDone(self)
+        self._label = "TaskGroup"  # the user's word for it in TaskInfo.waits_on: when_all, ...
+        self._total = 0  # children ever added, for "when_all: 12 of 20 left"
 
     async def __aenter__(self) -> "TaskGroup":
         self._enter()
@@ -227,11 +238,12 @@ class TaskGroup(_Scope):
                 raise RuntimeError(f"TaskGroup.spawn(): the group {state}")
             on_done = self._on_done if report else self._on_done_quietly
             adopted = task is not None
-            if not adopted:
+            if task is None:
                 # Watched from birth: a child that fails at once is the group's to report,
                 # never an unobserved failure. Its callback needs our lock, so it runs after.
                 task = spawn_watched(coro, on_done, name=name)
             self._children.add(task)
+            self._total += 1
             cancelling = self._cancelling
         if cancelling:
             task.cancel()
@@ -244,15 +256,17 @@ class TaskGroup(_Scope):
         self._on_done(task, report=False)
 
     def _on_done(self, task: Task, report: bool = True) -> None:
-        failed = False
+        failure: BaseException | None = None
         if report:
             exc = task.exception()  # marks it retrieved: it is raised or noted by the group
-            failed = exc is not None and not isinstance(exc, Cancelled)
+            if exc is not None and not isinstance(exc, Cancelled):
+                failure = exc
+        failed = failure is not None
         with self._lock:
             self._children.discard(task)
-            to_cancel = ()
-            if failed:
-                self._failures.append(exc)
+            to_cancel: tuple[Task, ...] = ()
+            if failure is not None:
+                self._failures.append(failure)
                 if not self._cancelling:
                     self._cancelling = True
                     to_cancel = tuple(self._children)
@@ -313,6 +327,14 @@ class TaskGroup(_Scope):
             raise outside
         return False  # no child failed: a body exception propagates unchanged
 
+    def _waits_on(self) -> str:
+        """What the task waiting in the group's exit waits on, in plain words
+        (``TaskInfo.waits_on``): "when_all: 12 of 20 left"."""
+        left = len(self._children)
+        if self._label == "TaskGroup":
+            return f"TaskGroup: {left} of {self._total} children left"
+        return f"{self._label}: {left} of {self._total} left"
+
     def __repr__(self) -> str:
         children = list(self._children)  # one C-level copy under the GIL: safe from any thread
         names = ", ".join(sorted(describe(t) for t in children)[:4])
@@ -332,6 +354,9 @@ class _AllDone(Event):
         super().__init__()
         self._group = group
 
+    def _waits_on(self) -> str:
+        return self._group._waits_on()
+
     def __repr__(self) -> str:
         return repr(self._group)
 
@@ -345,11 +370,11 @@ def _noted(exc: BaseException, others: list[BaseException]) -> BaseException:
     for o in others:
         if o is not exc:
             note = f"tinycoro: another task of the group also failed: {o!r}"
-            add_note = getattr(exc, "add_note", None)
-            if add_note is not None:
-                add_note(note)
+            if sys.version_info >= (3, 11):
+                exc.add_note(note)
             else:
-                exc.__notes__ = [*getattr(exc, "__notes__", ()), note]
+                # 3.10 declares no __notes__ (PEP 678 came in 3.11): set it by name
+                setattr(exc, "__notes__", [*getattr(exc, "__notes__", ()), note])
     return exc
 
 
@@ -410,6 +435,7 @@ async def when_all(*aws: Awaitable[Any]) -> list[Any]:
     if not items:
         return []
     async with TaskGroup() as g:
+        g._label = "when_all"
         tasks = _start_each(g, items)
     return [t.result() for t in tasks]
 
@@ -444,6 +470,11 @@ async def _contestant(race: _Race, index: int, aw: Awaitable[Any]) -> None:
     race.claim(index, value)
 
 
+def _closer(coro: Any) -> Callable[[Task], None]:
+    """A done callback closing *coro*, bound now (a lambda in a loop would see the last one)."""
+    return lambda _task: coro.close()
+
+
 async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
     """Run every awaitable concurrently; the first to finish wins: return ``(index, value)``,
     or raise its exception. The others are cancelled and waited for before returning."""
@@ -451,6 +482,7 @@ async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
     if not items:
         raise ValueError("when_any() needs at least one awaitable")
     async with TaskGroup() as g:
+        g._label = "when_any"
         race = _Race(g)
 
         def contestant(i: int, item: Any) -> Coroutine[Any, Any, None]:
@@ -465,7 +497,7 @@ async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
             if not isinstance(item, Task):
                 # A contestant cancelled before its first step never awaited *item*: close it
                 # (a no-op once it has run), or Python warns that it was never awaited.
-                t.add_done_callback(lambda _t, c=item: c.close())
+                t.add_done_callback(_closer(item))
     if race.winner is None:
         raise Cancelled("every awaitable given to when_any() was cancelled")
     return race.winner

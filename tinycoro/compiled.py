@@ -13,7 +13,7 @@ The names of earlier releases, ``TINYCORO_PURE_RING`` (run time) and ``TINYCORO_
 (build time), are still accepted, at both times, and are deprecated.
 
 Besides those three, the hot modules listed in :data:`SOURCE_MODULES` may be compiled from
-their own ``.py`` source, with an augmenting ``.pxd`` beside each (DESIGN rule 14): the build
+their own ``.py`` source, with an augmenting ``.pxd`` beside each (rule 14): the build
 puts a ``.so`` next to the ``.py``, which Python's import then prefers. With the variable set at
 run time, or when a build is older than its source (a stale build after an edit or a pull),
 :func:`force_pure_sources` (called first thing by ``import tinycoro``) puts a finder ahead of

@@ -36,7 +36,7 @@ from .uring import (
     prep_write,
 )
 from .closing import PendingOps, ResourceOp, close_fd
-from .core.checks import check_int, is_int
+from .core.checks import check_int
 from .core.errors import ClosedResourceError
 from .core.local import thread_state as _local
 from .core.traps import Op, Ready, perform, run_outside, yield_now
@@ -152,12 +152,6 @@ def _writable_view(buf: Any, what: str) -> memoryview:
     return view
 
 
-def _check_size(size: Any, what: str) -> int:
-    if not is_int(size):
-        raise TypeError(f"{what} must be an int, got {size!r}")
-    return size
-
-
 def _check_offset(offset: Any) -> int:
     return check_int("offset", offset, min=0, max=MAX_OFFSET)
 
@@ -255,7 +249,7 @@ def _size_words(n: int) -> str:
 
 class _RingRead(ResourceOp):
     """Fill a buffer from an offset through the ring: the awaitable a file's ring read is
-    (DESIGN rule 14). One read almost always fills it; it reads on after a short read (short
+    (rule 14). One read almost always fills it; it reads on after a short read (short
     only at EOF; an O_DIRECT read that comes back short is EOF) and for buffers beyond what
     one read(2) moves, in this same frame. Its result is the byte count, or with *out* (the
     buffer *view* looks at) the bytes read."""
@@ -479,7 +473,7 @@ class AsyncFile:
         """Read into *buf* from *offset*, straight from the kernel (no copy); 0 at EOF.
 
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
-        read itself to await (DESIGN rule 14); others may read the page cache inline first."""
+        read itself to await (rule 14); others may read the page cache inline first."""
         view = _writable_view(buf, "readinto_at")
         offset = _check_offset(offset)
         self._check_readable()
@@ -652,7 +646,7 @@ class AsyncFile:
 
     def write_at(self, data: Any, offset: int) -> Awaitable[int]:
         """Write all of *data* at *offset*; the awaited result is the number of bytes written
-        (the write op itself: DESIGN rule 14)."""
+        (the write op itself: rule 14)."""
         view = _as_bytes_view(data, "write_at")
         offset = _check_offset(offset)
         self._check_open()

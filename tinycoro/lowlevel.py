@@ -18,7 +18,7 @@ integration) never reaches for an underscore name of the core.
 * Guest engines (a thread that runs an engine for a while, such as a notebook cell on the
   kernel's main thread): :func:`guest_engine`, :func:`start_guest`, :func:`run_guest`,
   :func:`abandon`.
-* KeyboardInterrupt protection (DESIGN rule 12): :func:`protect_package`,
+* KeyboardInterrupt protection (rule 12): :func:`protect_package`,
   :func:`user_frames_to`, :func:`defer_sigint`, :class:`SigintDeferred`, :class:`SignalWakeup`.
 """
 

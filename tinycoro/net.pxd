@@ -1,4 +1,4 @@
-# Augments net.py when it is compiled (DESIGN rule 14; setup.py cythonizes net.py with this
+# Augments net.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes net.py with this
 # file beside it). The .py is the source: this declares the layouts of a stream's operation
 # awaitables (recv, sendall, accept), whose __await__ runs once per I/O call.
 

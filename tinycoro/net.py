@@ -131,7 +131,7 @@ def _closed_error(kind: str):
     return lambda: ClosedResourceError(f"operation on a closed {kind}")
 
 
-# -- a stream's operations: each is the awaitable its call returns (DESIGN rule 14) ----------
+# -- a stream's operations: each is the awaitable its call returns (rule 14) ----------
 _NONE = Ready(None)  # what sendall returns for nothing to send
 _ZERO = Ready(0)
 
@@ -337,7 +337,7 @@ class Stream(_Socket):
     def __init__(self, sock: socket.socket) -> None:
         super().__init__(sock)
         # One receive buffer per stream, reused by every recv: allocating (and zero-filling)
-        # 64 KiB per call cut echo throughput by 3.6x in DESIGN.md's measurements.
+        # 64 KiB per call cut echo throughput by 3.6x in the measurements in docs/benchmarks.md.
         self._rbuf = bytearray(_RECV_BUFFER)
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
@@ -375,7 +375,7 @@ class Stream(_Socket):
     def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
         """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
 
-        Returns the operation to await (no coroutine of its own: DESIGN rule 14)."""
+        Returns the operation to await (no coroutine of its own: rule 14)."""
         if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
         op = self._recv_op
@@ -575,7 +575,7 @@ class TcpListener(Listener):
     async def close(self) -> None:
         """Close the listener, and the connections whose TLS handshake an ``accept()`` is
         still running (a client that connected and never spoke), so that accept ends at once
-        with ``tc.ClosedResourceError`` (DESIGN rule 10)."""
+        with ``tc.ClosedResourceError`` (rule 10)."""
         try:
             await super().close()
         finally:

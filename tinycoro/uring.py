@@ -1,4 +1,5 @@
-"""The io_uring binding, and the only module of tinycoro that imports ``liburing``.
+"""The io_uring binding: the pure-Python ring over ``liburing`` (the compiled ring, ``_cring``,
+cimports the same binding) and the choice of the ring the engine uses.
 
 Everything above this module speaks in terms of :class:`Ring` (one io_uring instance plus the
 eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
@@ -255,7 +256,7 @@ class _Lifecycle:
 class PyRing(_Lifecycle):
     """One io_uring instance and the eventfd that its completions signal, in pure Python.
 
-    Created on any thread, then used only by the one thread that owns it (DESIGN rule 2).
+    Created on any thread, then used only by the one thread that owns it (rule 2).
     The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE=1``.
     """
 

@@ -1,4 +1,4 @@
-"""asyncio, side by side (DESIGN section 4.1).
+"""asyncio, side by side (docs/design.md, API contract).
 
 * tinycoro inside asyncio: every tinycoro awaitable works inside a running asyncio loop on a
   thread without a tinycoro engine (:mod:`.host`: a ring hosted by that loop).

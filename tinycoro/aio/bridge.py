@@ -194,7 +194,9 @@ async def aio(awaitable: Awaitable[T]) -> T:
     # undo: a wake that carries the asyncio task's end to a task being cancelled has nothing
     # to give back; the engine then raises the cancellation (or timeout) at this await.
     await park(Park(abort, f"asyncio {_describe(awaitable)}", _nothing_to_undo))
-    kind, value = call.outcome
+    outcome = call.outcome
+    assert outcome is not None  # the wake comes from the done callback, which sets it
+    kind, value = outcome
     if kind == "ok":
         return value
     if kind == "error":

@@ -5,7 +5,7 @@ yielded to the engine. On a context thread no asyncio loop runs, so ``await asyn
 inside a tinycoro task used to fail with asyncio's own "no running event loop", which names
 neither the cause nor ``tc.aio``. While a context thread runs its engine, :func:`refusing` makes
 :data:`NOT_ASYNCIO` that thread's running loop: the first thing asyncio asks of it (a future, a
-timer, a task) raises the TypeError that DESIGN section 4 promises, at the user's await.
+timer, a task) raises the TypeError that docs/design.md, API contract promises, at the user's await.
 
 Why refuse rather than run the awaitable: making it work would need an asyncio loop that this
 thread drives (asyncio's loops, futures and primitives are bound to one loop and are not
@@ -56,7 +56,9 @@ class _NotAsyncio(asyncio.AbstractEventLoop):
         return "<no asyncio loop: a tinycoro context thread (use tc.aio)>"
 
 
-NOT_ASYNCIO = _NotAsyncio()
+# typeshed marks AbstractEventLoop's methods abstract, but asyncio's class is no ABC (they raise
+# NotImplementedError) and every one of them reaches __getattribute__ above, which refuses it.
+NOT_ASYNCIO = _NotAsyncio()  # type: ignore[abstract]
 
 
 @contextlib.contextmanager

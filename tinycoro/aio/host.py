@@ -16,7 +16,7 @@ into asyncio futures of the running loop:
 Cancellation keeps the tinycoro rules. Cancelling the asyncio task while an operation is in the
 kernel submits an io_uring cancel and waits for the operation's completion before
 ``CancelledError`` is raised, so no buffer is freed while the kernel may still write into it
-(DESIGN rule 8). A parked waiter cancelled after a primitive handed it something (a lock, a
+(rule 8). A parked waiter cancelled after a primitive handed it something (a lock, a
 permit) gives it back through the ticket's ``undo``. When the kernel operation or the wake had
 already produced a result that nothing can give back (bytes received, an Event's value), the
 result is returned and the cancellation is requested again, to be raised at the task's next
@@ -71,7 +71,7 @@ class LoopHost(RingOwner):
     loop callback per iteration (:meth:`_flush`), and the ring's eventfd is a reader of the loop.
 
     Created, with its ring, on the loop's thread at the first operation there, and used only on
-    that thread (DESIGN rule 2). Holds the loop weakly, so the finalizer on the loop can run once
+    that thread (rule 2). Holds the loop weakly, so the finalizer on the loop can run once
     the loop is gone. Once closed (the loop shut down its async generators, or was collected) it
     stays closed: an operation started on that loop afterwards fails with RuntimeError instead
     of opening a ring that nothing would close.
@@ -153,7 +153,7 @@ class LoopHost(RingOwner):
         if loop is not None and not self.closed:  # close() drains: it submits by itself
             self._schedule_flush(loop)
 
-    # -- the engine-like seam closing.PendingOps uses (DESIGN rule 10) -----------------------
+    # -- the engine-like seam closing.PendingOps uses (rule 10) -----------------------
     # cancel_op(op), the other half of it, is RingOwner's.
     def call_soon(self, fn: Any, *args: Any) -> None:
         """Run ``fn(*args)`` on the loop's thread; any thread."""

@@ -1,6 +1,6 @@
 """tinycoro on an ipyparallel cluster: many processes (and hosts), one tinycoro scheduler each.
 
-Under the GIL, contexts in one process overlap I/O but do not add CPU (DESIGN rule 15); engines
+Under the GIL, contexts in one process overlap I/O but do not add CPU (rule 15); engines
 do. Each engine is an IPython kernel with the tinycoro extension loaded, so a task submitted
 here runs as a task of the engine's scheduler, its output comes home to the cell that submitted
 it, and ``%px`` cells on the engines can ``await`` as notebook cells do.

@@ -1,6 +1,6 @@
 """The client side: starting or connecting a cluster, submitting tasks, routing what comes back.
 
-Everything travels over ipyparallel (DESIGN rule 15: no process pool or protocol of our own);
+Everything travels over ipyparallel (rule 15: no process pool or protocol of our own);
 see :mod:`.messages` for the three message shapes used. Two hooks into the ipyparallel client
 route what comes back, both on its IO thread:
 
@@ -457,7 +457,8 @@ class Cluster:
             tasks = list(self._by_engine.get(eid, ()))
         if info is None and not tasks:
             return
-        what = str(info or self._info.get(eid, f"engine {eid}"))
+        known = info or self._info.get(eid)
+        what = str(known) if known is not None else f"engine {eid}"
         for t in tasks:
             t._finish(None, EngineLost(f"{what} was lost ({why}) while running {t.name!r}"))
 

@@ -11,7 +11,7 @@ on a thread of its own (that is how an interrupt or a shutdown reaches a busy ke
 sent there is answered while the shell is busy; ``Scheduler.stats()`` needs no lock.
 
 Why the apply request's context: ``start_task`` runs inside the apply request, where ipykernel's
-ContextVar holds that request's parent header. The task gets a copy of that context (DESIGN rule
+ContextVar holds that request's parent header. The task gets a copy of that context (rule
 9), so what it prints, whenever it prints it, goes to IOPub under the request that submitted it,
 also after the request has replied; the client routes it home by that header.
 """

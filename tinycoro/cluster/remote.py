@@ -29,7 +29,7 @@ class RemoteTask:
     A remote exception is re-raised here as itself, with the remote traceback as its
     ``__cause__`` (a :class:`RemoteTraceback`); ``EngineLost`` if the engine died first;
     ``tc.Cancelled`` after ``cancel()``. A failure nothing here awaits is reported on stderr in
-    the context that submitted it, i.e. in the submitting notebook cell (DESIGN rule 9).
+    the context that submitted it, i.e. in the submitting notebook cell (rule 9).
     """
 
     def __init__(self, cluster: "Cluster", engine: int, token: str, name: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, Literal, overload
 
 __all__ = ["DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch"]
 
@@ -32,6 +32,10 @@ def check_int(name: str, value: Any, *, min: int | None = None, max: int | None 
     return value
 
 
+@overload
+def check_seconds(name: str, value: Any, *, allow_none: Literal[False] = ...) -> float: ...
+@overload
+def check_seconds(name: str, value: Any, *, allow_none: bool) -> float | None: ...
 def check_seconds(name: str, value: Any, *, allow_none: bool = False) -> float | None:
     """A number of seconds (int or float, not bool, not NaN); ``None`` only if *allow_none*."""
     if value is None and allow_none:

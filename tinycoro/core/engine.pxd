@@ -1,4 +1,4 @@
-# Augments engine.py when it is compiled (DESIGN rule 14; setup.py cythonizes engine.py with
+# Augments engine.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes engine.py with
 # this file beside it). The .py is the source: this declares the Engine's layout and makes its
 # per-operation methods (_step, _start, _deliver, _park, _finish) C calls from its run loop.
 # Attributes are public: the scheduler, statistics and the notebook layer read them.

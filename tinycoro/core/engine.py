@@ -2,8 +2,9 @@
 
 Facts about waking a context, which the loop below is built around:
 
-* The only place a context blocks is ``os.eventfd_read`` on its ring's eventfd (DESIGN rule 3,
-  :func:`_block`). It releases the GIL; waiting inside the binding would not. A signal makes
+* A context blocks only on its ring's eventfd (rule 3): ``os.eventfd_read`` in
+  :func:`_block`, or ``poll(2)`` on the same eventfd when a deadline bounds the wait
+  (:meth:`Engine._block_until`). Both release the GIL; waiting inside the binding would not. A signal makes
   it fail with EINTR, which counts as a wake-up.
 * Three things write that eventfd: the kernel when a CQE is posted (only while notifications
   are switched on, i.e. while the context sleeps), a thread that pushes a task or a call onto
@@ -28,7 +29,7 @@ Facts about waking a context, which the loop below is built around:
 * One turn runs exactly the tasks that were ready when the turn began (as asyncio's
   ``_run_once`` does): a task that yields goes behind them, so nobody starves.
 * SQEs prepared during a turn are submitted together at its end: one ``io_uring_enter`` for the
-  whole batch, which is what makes the ring pay off (DESIGN section 7). A long turn hands them
+  whole batch, which is what makes the ring pay off (docs/benchmarks.md). A long turn hands them
   over every ``SUBMIT_EARLY`` SQEs instead, so that a device is not left idle while the rest
   of the turn runs (see ``_start``).
 
@@ -71,6 +72,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import uring
 from .errors import Cancelled, asyncio_in_task
 from .stats import FailureInfo, TaskInfo
+from .waits import SLEEP, park_words
 from .local import _local
 from .ring import RingOwner
 from .task import DONE, Task, describe
@@ -141,14 +143,15 @@ class Engine(RingOwner):
         self.live: set[Task] = set()  # assigned here, not finished; for stop() and stats
         # True while abandon() closes coroutines: the engine has stopped, so an await in a
         # finally block cannot suspend; closing a resource then releases its descriptor at
-        # once instead (tinycoro.closing.close_fd, DESIGN rule 13).
+        # once instead (tinycoro.closing.close_fd, rule 13).
         self.abandoning = False
         self.sleeping = False
         self.stop_requested = False
-        self.stop_flag = 0  # owned by the scheduler, under its lock (DESIGN section 3)
+        self.stop_flag = 0  # owned by the scheduler, under its lock (docs/design.md, stop protocol)
         self._wake_lock = threading.RLock()
         self._fence = threading.Lock()  # only ever taken and released at once: see _sleep
         self.tasks_run = 0  # tasks finished on this context
+        self.timers = 0  # tc.sleep timers started here, cumulative (counted by sleep itself)
         self.failed = 0  # tasks that failed (not Cancelled) with nobody waiting on them
         self.failures: deque[FailureInfo] = deque(maxlen=FAILURES_KEPT)  # the latest of them
         self.steps = 0  # coroutine resumptions
@@ -442,7 +445,7 @@ class Engine(RingOwner):
         # RingOwner._enter, written out: calling it costs ~470 instructions per operation
         # (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on echo). The
         # slow paths stay RingOwner's (_queue_failed). Keep the two in step; once the core
-        # is compiled (DESIGN rule 14) this becomes the inline call.
+        # is compiled (rule 14) this becomes the inline call.
         op.ud = ud = next(self._ids)
         try:
             self.ring.queue(op.prep, op.args, ud)
@@ -667,20 +670,31 @@ class Engine(RingOwner):
     # -- statistics (any thread; plain reads of counters) -------------------------------------
     def task_infos(self, now: float) -> list[TaskInfo]:
         """What each live task is doing, read from another thread without locks: a snapshot
-        that may be a step behind, never an inconsistent object."""
+        that may be a step behind, never an inconsistent object. The words are built here,
+        by the caller (core/waits.py), so describing waits costs the engine nothing."""
         ready = {id(t) for t in list(self.ready)}
         out = []
         for t in list(self.live):
             waiting = t._waiting
-            if isinstance(waiting, Op):
-                state, what = "io", repr(waiting)
-            elif type(waiting) is Park:
-                w = waiting.what
-                state, what = "parked", (describe(w) if type(w) is Task else repr(w))
-            else:
-                state, what = ("ready" if id(t) in ready else "running"), ""
+            try:
+                if isinstance(waiting, Op):
+                    sleep = getattr(waiting.prep, "__name__", "") == SLEEP
+                    state, what = ("sleeping" if sleep else "io"), waiting.describe()
+                elif type(waiting) is Park:
+                    state, what = "parked", park_words(waiting.what)
+                else:
+                    state, what = ("ready" if id(t) in ready else "running"), ""
+            except Exception as e:  # noqa: BLE001 - a snapshot never fails for a description
+                state, what = "parked" if type(waiting) is Park else "io", type(e).__name__
             out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))
         return out
+
+    def sleeps(self) -> int:
+        """Tasks in a ``tc.sleep`` now (timers in flight): counted when asked, any thread."""
+        return sum(
+            1 for op in list(self.inflight.values())
+            if getattr(op.prep, "__name__", "") == SLEEP
+        )
 
     def busy(self, now: float) -> float:
         """Fraction of the time since a sample at least BUSY_WINDOW old that this engine spent

@@ -25,7 +25,7 @@ class DeadlockError(RuntimeError):
 
 class ClosedResourceError(OSError):
     """The stream, listener, socket or file was closed while this operation waited on it, or the
-    stream or listener is used after close (DESIGN rule 10). An ``OSError`` with errno EBADF."""
+    stream or listener is used after close (rule 10). An ``OSError`` with errno EBADF."""
 
     def __init__(self, message: str = "the resource was closed") -> None:
         super().__init__(errno.EBADF, message)
@@ -36,7 +36,7 @@ class ChannelClosed(Exception):
 
 
 def asyncio_in_task(task_name: str, what: str) -> TypeError:
-    """The error of awaiting asyncio inside a tinycoro task (DESIGN section 4): it names the
+    """The error of awaiting asyncio inside a tinycoro task (docs/design.md, API contract): it names the
     task, what was awaited and the way out, ``tc.aio``. One text for every place that sees it
     (the engine, for a future yielded to it; the context threads' stand-in asyncio loop)."""
     return TypeError(

@@ -3,7 +3,7 @@
 Python's default SIGINT handler raises ``KeyboardInterrupt`` in whatever frame the main thread
 happens to execute. In the middle of the runtime's own bookkeeping (a task half-way between two
 queues, a completion reaped but not yet handed to its task) that leaves an engine or a scheduler
-inconsistent for good. DESIGN rule 12: the interrupt is raised only where *user* code runs, and
+inconsistent for good. rule 12: the interrupt is raised only where *user* code runs, and
 otherwise recorded and delivered at a safe point (the task's pending await, or the end of
 ``tc.run``). Three pieces, used by ``tc.run``/``Scheduler.loop`` and by the notebook cell runner:
 

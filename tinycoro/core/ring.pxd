@@ -1,4 +1,4 @@
-# Augments ring.py when it is compiled (DESIGN rule 14; setup.py cythonizes ring.py with this
+# Augments ring.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes ring.py with this
 # file beside it). The .py is the source: this declares the class's layout and its hot calls.
 # Attributes are public: the asyncio host (a Python subclass) and statistics read them.
 

@@ -7,7 +7,7 @@ table (user_data -> op) and does, once for both:
 * start an op: a fresh user_data, its SQE queued, the op in the table with its *waiter*
   (``op.task``: the task, or whatever the owner resumes);
 * queue while the ring is busy (``RingBusy``: the kernel's CQ overflowed): reap, queue again
-  (DESIGN rule 5); a prep that raises leaves a NOP with ``SKIP_UD`` behind, counted as our own;
+  (rule 5); a prep that raises leaves a NOP with ``SKIP_UD`` behind, counted as our own;
 * submit, reaping first when the kernel answers EBUSY/EAGAIN;
 * cancel an op in the kernel with an async-cancel SQE of our own (``SKIP_UD``), counted in
   ``own_inflight`` until its CQE is reaped;
@@ -23,7 +23,7 @@ table (user_data -> op) and does, once for both:
 The subclass provides ``_deliver`` and ``_wait_for_cqe``, and submits when it sees fit (the
 engine at the end of a turn, the host in a loop callback). Everything here runs on the thread
 that owns the ring (rule 2). Plain class, ``__slots__``, no closures: the hot calls (start and
-reap) stay cheap and can be compiled later as they are (DESIGN rule 14).
+reap) stay cheap and can be compiled later as they are (rule 14).
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ class RingOwner:
         """Owner thread: ask the kernel to cancel *op* if it is still in flight here.
 
         The seam the I/O layer uses when a resource is closed under an operation that another
-        task awaits (DESIGN rule 10). The op's waiter then sees ``-ECANCELED`` as its result (or
+        task awaits (rule 10). The op's waiter then sees ``-ECANCELED`` as its result (or
         the op's real result if it completed first); no interrupt is delivered to it.
         """
         if op.ud and self.inflight.get(op.ud) is op:

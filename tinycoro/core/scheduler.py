@@ -1,6 +1,6 @@
 """Scheduler: N contexts (one thread + one engine each), dispatch, and the stop protocol.
 
-The stop protocol (DESIGN section 3, from tinyCoro): each context has a stop flag, 1 while it has
+The stop protocol (docs/design.md, stop protocol, from tinyCoro): each context has a stop flag, 1 while it has
 work and 0 once it reached its terminal state; the scheduler's stop token counts the contexts
 whose flag is 1. Both change only under ``_lock``:
 
@@ -49,10 +49,10 @@ WARN_EVERY = 10.0  # seconds of deadlock state between two warnings when no time
 
 def _check_coro(coro: Any, where: str) -> Any:
     """*coro* if it is a coroutine; an operation's awaitable (``stream.recv()`` returns one,
-    DESIGN rule 14) wrapped in a coroutine that awaits it; TypeError for anything else."""
+    rule 14) wrapped in a coroutine that awaits it; TypeError for anything else."""
     if isinstance(coro, traps.OP_AWAITABLES):
         return traps.await_op(coro)
-    # collections.abc, not inspect: a coroutine compiled by Cython is one (DESIGN rule 14)
+    # collections.abc, not inspect: a coroutine compiled by Cython is one (rule 14)
     if not isinstance(coro, _Coroutine):
         hint = ""
         if inspect.iscoroutinefunction(coro):
@@ -138,7 +138,7 @@ class Scheduler:
         """Schedule *coro* on one context (chosen by the dispatch policy); any thread.
 
         The task runs in *context* (a ``contextvars.Context``), or in a copy of the calling
-        thread's current context (DESIGN rule 9).
+        thread's current context (rule 9).
         """
         return self.submit_watched(coro, None, name=name, context=context)
 
@@ -246,7 +246,7 @@ class Scheduler:
         if self._closed:
             raise RuntimeError("this Scheduler is closed")
         self._mode = "loop"
-        # Ctrl-C on the main thread is recorded, never raised inside this bookkeeping (DESIGN
+        # Ctrl-C on the main thread is recorded, never raised inside this bookkeeping (docs/design.md
         # rule 12); it wakes _watch through a call on context 0 (ki.SigintDeferred).
         with ki.defer_sigint() as interrupt:
             with self._lock:
@@ -370,8 +370,8 @@ class Scheduler:
         if self._threads and cancel_timeout > 0:
             deadline = time.monotonic() + cancel_timeout
             for e in self._engines:
-                for t in list(e.live):
-                    t.cancel()
+                for task in list(e.live):
+                    task.cancel()
             while any(e.live for e in self._engines) and time.monotonic() < deadline:
                 if self._crash is not None:
                     break
@@ -437,7 +437,7 @@ class Scheduler:
         running = bool(self._threads) and not self._closed
         ctxs = tuple(
             ContextStats(
-                id=e.id,
+                id=i,  # the context's index, which is its engine's id
                 queued=len(e.ready),
                 io_pending=e.unsubmitted,
                 io_inflight=len(e.inflight),
@@ -447,8 +447,10 @@ class Scheduler:
                 stop_flag=e.stop_flag,
                 sleeping=e.sleeping,
                 ops=e.ops,
+                sleeps=e.sleeps(),
+                timers=e.timers,
             )
-            for e in self._engines
+            for i, e in enumerate(self._engines)
         )
         return SchedulerStats(
             stop_token=self._token,

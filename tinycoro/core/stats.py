@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 
 @dataclass(frozen=True)
@@ -10,13 +11,28 @@ class ContextStats:
     id: int
     queued: int  # tasks in the ready queue
     io_pending: int  # SQEs prepared but not yet handed to the kernel
-    io_inflight: int  # operations the kernel holds
+    io_inflight: int  # operations the kernel holds, sleeps' timers included (see ``sleeps``)
     parked: int  # tasks waiting on a primitive or a join (the wait count)
     tasks_run: int  # tasks finished on this context
     busy: float  # fraction of wall time spent awake over the last interval, in [0, 1]
     stop_flag: int  # 1 = has work, 0 = reached its terminal state
     sleeping: bool
     ops: int = 0  # io_uring operations completed on this context, cumulative (for rates)
+    # Sleeps are not I/O (docs/design.md, API contract): tasks in a tc.sleep now (their timers are among
+    # io_inflight), and timers started, cumulative (among ops once they complete). Counted
+    # when the snapshot is taken / by tc.sleep itself, never by the engine's loop.
+    sleeps: int = 0
+    timers: int = 0
+
+    @property
+    def in_io(self) -> int:
+        """Tasks' I/O operations started and not completed, sleeps left out."""
+        return max(0, self.io_inflight + self.io_pending - self.sleeps)
+
+    @property
+    def io_ops(self) -> int:
+        """I/O operations completed, cumulative, sleeps' timers left out (for rates)."""
+        return max(0, self.ops - self.timers)
 
 
 @dataclass(frozen=True)
@@ -37,8 +53,12 @@ class TaskInfo:
     id: int
     name: str
     context: int | None
-    state: str  # "ready", "running", "io" (an io_uring operation or timer) or "parked"
-    waits_on: str  # the operation, or the primitive waited on; "" when ready or running
+    # "ready", "running", "sleeping" (in tc.sleep), "io" (an io_uring operation) or "parked"
+    # (on a primitive, a task group or a join)
+    state: str
+    # plain words (docs/design.md, API contract): "sleep 2 ms (1.3 ms left)", "recv from 127.0.0.1:5000",
+    # "Mutex held by 'holder' (3 waiting)", "when_all: 12 of 20 left"; "" when ready or running
+    waits_on: str
     age: float  # seconds since the task was created
 
 
@@ -51,3 +71,84 @@ class FailureInfo:
     context: int | None
     error: str  # the exception's first line, e.g. "ValueError: boom"
     when: float  # time.time() when it ended
+
+
+# -- one vocabulary ----------------------------------------------------------------------------
+# The words every view of these numbers uses (``python -m tinycoro``, ``%tinycoro status``,
+# ``%tinycoro tasks`` and the dashboard): each column's name, and what it counts in the user's
+# words, printed as the text outputs' legend and shown as the dashboard's tooltips.
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("context", "a thread with its own ready queue and io_uring ring; tasks stay on one for life"),
+    ("has work", "yes while the context holds tasks or I/O (its stop flag); the scheduler may "
+                 "stop once no context has work and no new work can come"),
+    ("busy", "share of the last second the context spent running tasks rather than asleep"),
+    ("ready", "tasks waiting for their turn to run"),
+    ("in I/O", "file and socket operations started and not yet completed (sleeps not counted)"),
+    ("sleeping", "tasks in tc.sleep"),
+    ("parked", "tasks waiting on an Event, Mutex, Semaphore, ..., a task group or another task"),
+    ("finished", "tasks that ended on this context, since it started"),
+    ("I/O ops", "file and socket operations completed, since the start (sleeps not counted)"),
+    ("thread", "awake while running tasks, asleep while waiting for I/O or a wake-up"),
+)
+
+STATES: tuple[tuple[str, str], ...] = (
+    ("running", "running now"),
+    ("ready", "waiting for its turn"),
+    ("sleeping", "in tc.sleep"),
+    ("I/O", "waiting for a file or socket operation"),
+    ("parked", "waiting on a primitive, a task group or another task"),
+)
+
+STATE_WORDS = {"io": "I/O"}  # TaskInfo.state -> the word shown
+
+
+def legend(items: Sequence[tuple[str, str]], width: int = 100) -> list[str]:
+    """``name: meaning`` lines under a text table, wrapped at *width*."""
+    lines, line = [], "legend:"
+    for name, what in items:
+        part = f" {name} = {what};"
+        if len(line) + len(part) > width and line.strip() != "legend:":
+            lines.append(line)
+            line = "       "
+        line += part
+    lines.append(line.rstrip(";"))
+    return lines
+
+
+def text_table(rows: Sequence[Sequence[str]], left: frozenset[int] = frozenset()) -> list[str]:
+    """Rows of cells as aligned text lines: numbers right-aligned, the *left* columns (text)
+    left-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(
+            v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))
+        ).rstrip()
+        for r in rows
+    ]
+
+
+def headline(stats: SchedulerStats, dispatch: str = "") -> str:
+    """One line: the scheduler's state in the common words."""
+    state = "running" if stats.running else "stopped"
+    accepting = "accepting work" if stats.accepting else "not accepting work"
+    how = f" ({dispatch})" if dispatch else ""
+    n = len(stats.contexts)
+    return (
+        f"tinycoro scheduler: {n} context{'s' if n != 1 else ''}{how}, {state}, {accepting}, "
+        f"{stats.stop_token} of {n} contexts with work, {stats.failed} failed with nobody awaiting"
+    )
+
+
+def format_stats(stats: SchedulerStats, dispatch: str = "", legend_too: bool = True) -> str:
+    """The headline, a per-context table in the common words, and (by default) its legend."""
+    rows: list[Sequence[str]] = [tuple(name for name, _ in COLUMNS)]
+    for c in stats.contexts:
+        thread = ("asleep" if c.sleeping else "awake") if stats.running else "stopped"
+        rows.append((
+            str(c.id), "yes" if c.stop_flag else "no", f"{c.busy:.0%}", str(c.queued),
+            str(c.in_io), str(c.sleeps), str(c.parked), str(c.tasks_run), str(c.io_ops), thread,
+        ))
+    lines = [headline(stats, dispatch), *text_table(rows, left=frozenset({9}))]
+    if legend_too:
+        lines += legend(COLUMNS[1:])
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-# Augments task.py when it is compiled (DESIGN rule 14; setup.py cythonizes task.py with this
+# Augments task.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes task.py with this
 # file beside it). The .py is the source: this declares the Task's layout, so the engine, which
 # cimports it, reads and writes a task's fields directly. Attributes are public: primitives,
 # the scheduler and the notebook layer use them.

@@ -1,4 +1,4 @@
-"""Task: a native coroutine bound to one context for life (DESIGN rule 1)."""
+"""Task: a native coroutine bound to one context for life (rule 1)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class Waker(Protocol):
     A tinycoro :class:`Task` is one; so is an asyncio task's stand-in (``tc.aio``'s
     ``AioWaiter``), which reaches its loop through ``call_soon_threadsafe``. ``wake(value)``
     is called at most once per park, from any thread, by whoever took the waiter off the list
-    (baton passing, DESIGN rule 6); *value* is what the waiter's ``park`` returns. ``id`` and
+    (baton passing, rule 6); *value* is what the waiter's ``park`` returns. ``id`` and
     ``name`` name it in reprs and deadlock reports. ``isinstance(x, Waker)`` checks that
     those three are there (not their types).
     """
@@ -105,7 +105,7 @@ class Task:
         on_done: Callable[["Task"], None] | None = None,
     ) -> None:
         """*context*: the ``contextvars.Context`` every step runs in (default: a copy of the
-        caller's, DESIGN rule 9). *on_done*: a done callback registered before the task can
+        caller's, rule 9). *on_done*: a done callback registered before the task can
         run, so its outcome is observed from the start (never reported as unobserved)."""
         self._coro = coro
         self.id = i = next(_ids)
@@ -125,7 +125,10 @@ class Task:
         # KeyboardInterrupt), oldest first; None when there are none (the common case, and the
         # one the engine tests on every trap). One is delivered per await.
         self._interrupts: list[BaseException] | None = None
-        self._joiners: list | None = [] if on_done is None else [on_done]
+        # Tasks parked in our await, and done callbacks; None once done (nothing may join).
+        self._joiners: list[Task | Callable[[Task], None]] | None = (
+            [] if on_done is None else [on_done]
+        )
         self._retrieved = False
         self._born = _perf()
 
@@ -282,8 +285,9 @@ class Task:
         with self._lock:
             self._state = DONE
             joiners, self._joiners = self._joiners, None
-        for j in joiners or ():
-            if type(j) is Task:
+        assert joiners is not None  # a task finishes once
+        for j in joiners:
+            if isinstance(j, Task):
                 j.wake(None)
             else:
                 j(self)

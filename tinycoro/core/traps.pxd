@@ -1,4 +1,4 @@
-# Augments traps.py when it is compiled (DESIGN rule 14; setup.py cythonizes traps.py with this
+# Augments traps.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes traps.py with this
 # file beside it). The .py is the source: this declares the traps' layouts, so the engine, which
 # cimports them, reads and writes an op's fields directly. Attributes are public: the I/O layer
 # (Python subclasses of Op) and the asyncio host use them.

@@ -3,7 +3,7 @@
 A tinycoro coroutine suspends by yielding one of three things:
 
 * an :class:`Op`: "prepare this SQE on my context's ring, resume me with the CQE's ``res``".
-  The op is itself the awaitable (DESIGN rule 14): ``await op`` runs its ``__await__``, which
+  The op is itself the awaitable (rule 14): ``await op`` runs its ``__await__``, which
   yields the op and turns the result into the caller's answer, so an I/O call costs the
   awaiting coroutine one resumption and one generator, not a chain of wrapper coroutines;
 * a :class:`Park`: "I have put myself on a waiter list; resume me when someone calls
@@ -65,7 +65,7 @@ class Op(_CoroutineProtocol):
     """One io_uring operation: ``prep(sqe, *args)`` fills its SQE.
 
     The op keeps ``args`` (buffers, paths, timespecs, socket addresses) alive until its CQE has
-    arrived, even when the task that started it was cancelled meanwhile (DESIGN rule 8); the
+    arrived, even when the task that started it was cancelled meanwhile (rule 8); the
     engine holds the op in its in-flight table until then.
 
     ``returns_fd``: a successful result is a new descriptor (accept, openat). If the op
@@ -81,20 +81,23 @@ class Op(_CoroutineProtocol):
         self.task: Any = None  # its waiter: a Task, or what a ring owner resumes (core.ring)
         self.ud = 0
         self.cancelling = False
-        self.what: str | None = None
+        self.what: Any = None  # what it names: a path or peer (errors, waits_on), a sleep's deadline
         self.returns_fd = returns_fd
         self._gen = None  # only for the coroutine protocol (see _CoroutineProtocol)
+
+    def describe(self) -> str:
+        """What the operation does, in plain words ("recv from 127.0.0.1:5000", "sleep 2 ms
+        (1.3 ms left)"), built from its prep name, args and ``what`` when a snapshot asks
+        (``TaskInfo.waits_on``); never on the hot path."""
+        from .waits import op_words  # only snapshots need it
+
+        return op_words(self.prep, self.args, self.what)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._kind()} ud={self.ud}>"
 
     def _kind(self) -> str:
         return getattr(self.prep, "__name__", "op").replace("io_uring_prep_", "")
-
-    def describe(self) -> str:
-        """What this operation waits for, in plain words (built only when asked)."""
-        what = self.what
-        return f"{self._kind()} {what}" if what is not None else self._kind()
 
     def __await__(self) -> Generator[Any, Any, Any]:
         """Run the op on the current context's ring; its result, ``OSError`` if < 0.
@@ -212,7 +215,7 @@ _OUTSIDE = (
 # (any thread) and ``cancel_op(op)`` (its own thread), as closing a resource needs (rule 10).
 # ``context_thread()`` returns the context manager each context thread runs its engine in: the
 # driver's layer makes asyncio code awaited inside a task fail there with the TypeError that
-# names ``tc.aio`` (DESIGN section 4), instead of asyncio's "no running event loop".
+# names ``tc.aio`` (docs/design.md, API contract), instead of asyncio's "no running event loop".
 _driver_run: Callable[[Any], Any] | None = None
 _driver_waiter: Callable[[], Any] | None = None
 _driver_owner: Callable[[], Any] | None = None
@@ -289,7 +292,7 @@ def perform_raw(op: Op) -> _Raw:
 
 def park(ticket: Park) -> Park:
     """``await park(ticket)``: suspend until woken; return the value the waker passed to
-    ``task.wake``. The ticket is itself the awaitable (DESIGN rule 14: traps are ``__await__``
+    ``task.wake``. The ticket is itself the awaitable (rule 14: traps are ``__await__``
     methods, which compile; never ``@types.coroutine`` generators)."""
     return ticket
 

@@ -12,7 +12,7 @@ Between steps 2 and 3 another thread may already have popped the waiter and call
 simply made ready again and the park returns at once), so no wakeup is lost in that gap.
 
 Waking is: under the lock, ``pop()`` the first live waiter and hand it whatever it waited for
-(ownership, a permit, an item: baton passing, DESIGN rule 6); release the lock; then call
+(ownership, a permit, an item: baton passing, rule 6); release the lock; then call
 ``waiter.task.wake(value)``, which reschedules the task on its own context.
 
 Cancellation uses lazy deletion. When a parked task is cancelled the engine calls ``abort()`` on

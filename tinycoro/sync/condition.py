@@ -142,5 +142,9 @@ class Condition:
     async def __aexit__(self, *exc_info: object) -> None:
         self._mutex.unlock()
 
+    def _waits_on(self) -> str:
+        """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
+        return f"Condition ({len(self._lot)} waiting)"
+
     def __repr__(self) -> str:
         return f"<Condition waiters={len(self._lot)} on {self._mutex!r}>"

@@ -50,6 +50,10 @@ class _Counter:
         with self._mu:
             return CounterStatistics(self._count, len(self._lot))
 
+    def _waits_on(self) -> str:
+        """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
+        return f"{type(self).__name__} (count {self._count}, {len(self._lot)} waiting)"
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} count={self._count} waiters={len(self._lot)}>"
 
@@ -57,7 +61,7 @@ class _Counter:
 class Latch(_Counter):
     """A one-shot countdown: ``count_down(n)``; ``await wait()`` until it reaches zero.
 
-    A count <= 0 starts open (issue 3's contract; DESIGN.md's "negative latch count" error is
+    A count <= 0 starts open (issue 3's contract; the design's first draft of a "negative latch count" error is
     the negative *argument* of ``count_down``). Counting down an open latch is harmless.
     """
 

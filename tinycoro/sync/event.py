@@ -66,6 +66,10 @@ class Event:
         with self._mu:
             return EventStatistics(self._set, len(self._lot))
 
+    def _waits_on(self) -> str:
+        """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
+        return "Event"
+
     def __repr__(self) -> str:
         state = "set" if self._set else "unset"
         return f"<Event {state} waiters={len(self._lot)}>"

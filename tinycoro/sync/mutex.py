@@ -1,4 +1,4 @@
-"""Mutex: a FIFO, baton-passing async lock (DESIGN rule 6, seeds 000 and 001).
+"""Mutex: a FIFO, baton-passing async lock (rule 6, seeds 000 and 001).
 
 Invariant: **the mutex is never free while a live task waits for it.** ``unlock()`` with waiters
 does not set the mutex free; it makes the first waiter the owner, then reschedules it on its own
@@ -236,6 +236,15 @@ class Mutex:
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.unlock()
+
+    def _waits_on(self) -> str:
+        """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
+        owner = self._owner
+        waiting = len(self._lot)
+        if self._free or owner is None:
+            return f"Mutex ({waiting} waiting)"
+        held = repr(owner) if owner is _FOREIGN else repr(getattr(owner, "name", owner))
+        return f"Mutex held by {held} ({waiting} waiting)"
 
     def __repr__(self) -> str:
         if self._free:

@@ -79,5 +79,9 @@ class Semaphore:
     async def __aexit__(self, *exc_info: object) -> None:
         self.release()
 
+    def _waits_on(self) -> str:
+        """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
+        return f"Semaphore ({self._value} free, {len(self._lot)} waiting)"
+
     def __repr__(self) -> str:
         return f"<Semaphore value={self._value} waiters={len(self._lot)}>"

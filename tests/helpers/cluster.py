@@ -1,5 +1,5 @@
 """Fixture helpers for the cluster tests: a started cluster whose engines can import
-tests/cluster_helpers.py, and a look at every process and port a cluster holds."""
+tests/helpers/cluster_tasks.py, and a look at every process and port a cluster holds."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Iterator
 
 import psutil
 
-TESTS = str(Path(__file__).resolve().parent)
+TESTS = str(Path(__file__).resolve().parent.parent)  # tests/, holding the helpers package
 
 
 @contextlib.contextmanager
@@ -31,7 +31,7 @@ def engines_can_import_helpers() -> Iterator[None]:
 @contextlib.contextmanager
 def started_cluster(n: int, **kwargs) -> Iterator[tuple]:
     """``(cluster, its processes)``: a local cluster of *n* engines that can import
-    tests/cluster_helpers.py, stopped on exit (also after a failing test); whatever a failed
+    tests/helpers/cluster_tasks.py, stopped on exit (also after a failing test); whatever a failed
     stop leaves running is killed, so no process outlives the tests."""
     import tinycoro as tc
 

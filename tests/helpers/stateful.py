@@ -4,7 +4,7 @@ A hypothesis ``RuleBasedStateMachine`` drives real tinycoro tasks ("actors") on 
 long-lived Scheduler, one new scheduler per example. Each rule starts an actor or pokes one (sets
 the Event it waits on, cancels it) from the test thread, exactly as another thread of a program
 would; hypothesis then runs the machine's invariant, which first waits until the runtime has
-settled (``sync_helpers.settle``: every wake-up and cancel carried out, every task parked or
+settled (``helpers.sync.settle``: every wake-up and cancel carried out, every task parked or
 done) and then compares what the actors did, and what the primitive's ``statistics()`` says,
 with a sequential model of the primitive.
 """
@@ -17,9 +17,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine
 
 import tinycoro as tc
-from sync_helpers import is_blocked, settle
-
-CONTEXT_COUNTS = (1, 2, 4)
+from helpers.runtime import CONTEXT_COUNTS
+from helpers.sync import is_blocked, settle
 
 
 

@@ -1,4 +1,4 @@
-"""Helpers for the sync/channel/combinator tests (conftest.py belongs to the core tests)."""
+"""Helpers for the sync/channel/combinator tests: run on N contexts, wait for a state, settle."""
 
 from __future__ import annotations
 

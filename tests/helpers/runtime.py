@@ -1,0 +1,97 @@
+"""Runtime helpers every test may use: the context counts, descriptors and threads to compare
+before and after, waiting on a runtime state from a plain thread, the GIL switch interval, and
+the one way to assert that a task ended cancelled."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+import threading
+from typing import Any
+
+CONTEXT_COUNTS = (1, 2, 4)
+
+
+@contextlib.contextmanager
+def switch_interval(seconds: float):
+    """Hand the GIL between threads every *seconds* instead of every 5 ms, so that the sides
+    of a cross-context race interleave at many more points."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def open_fds() -> set[int]:
+    return {int(fd) for fd in os.listdir("/proc/self/fd")}
+
+
+def tinycoro_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("tinycoro-")]
+
+
+def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> None:
+    """Block the calling (non-context) thread until *predicate()* holds.
+
+    Used to wait for a runtime *state* (a context asleep in its eventfd, a task parked), which
+    has no event of its own; fails loudly instead of hanging.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.0005)
+
+
+def fd_targets() -> dict[int, str]:
+    """Every open descriptor of this process and what it refers to."""
+    out = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            out[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile (including listdir's own descriptor)
+            pass
+    return out
+
+
+_SYS_READ = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "s390x": 3, "ppc64le": 3}.get(
+    platform.machine()
+)
+
+
+def in_eventfd_read(engine, thread: threading.Thread | None = None) -> bool:
+    """*thread* (default: the main thread) is blocked in the read(2) of *engine*'s eventfd
+    right now, so a signal interrupts that system call (EINTR) instead of landing just before
+    it, where it would not interrupt anything."""
+    if not engine.sleeping:
+        return False
+    if _SYS_READ is None:  # unknown syscall numbering: the sleeping flag is the best we have
+        return True
+    tid = (thread or threading.main_thread()).native_id
+    try:
+        with open(f"/proc/self/task/{tid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return True
+    return len(fields) > 1 and fields[0] == str(_SYS_READ) and int(fields[1], 16) == engine.ring.efd
+
+
+
+
+async def cancel_and_wait(task: Any) -> BaseException:
+    """Cancel *task*, wait for it to end, and assert that it ended with ``tc.Cancelled`` (not
+    a result, not another error); return that exception. From inside a tinycoro task."""
+    import tinycoro as tc
+
+    task.cancel()
+    try:
+        value = await task
+    except tc.Cancelled as e:
+        return e
+    raise AssertionError(f"{task!r} was cancelled but returned {value!r}")
