@@ -32,7 +32,7 @@ PLAIN_SOURCES = {
     "tinycoro._cfile": os.path.join("tinycoro", "_cfile.pyx"),
 }
 # Hot modules compiled from their own .py source, each with an augmenting .pxd beside it that
-# declares its classes and hot attributes (DESIGN rule 14, as python-zeroconf and yarl do).
+# declares its classes and hot attributes (rule 14 of docs/design.md, as python-zeroconf and yarl do).
 # Where they are not built, the .py runs interpreted; ``tinycoro.compiled.SOURCE_MODULES`` is
 # the list, shared with the run-time switch.
 

@@ -107,7 +107,7 @@ def test_every_module_compiled_from_source_is_recorded():
 
 
 def test_frame_based_modules_are_never_compiled():
-    # Interrupt protection walks Python frames (DESIGN rule 12): a compiled frame-walker, or a
+    # Interrupt protection walks Python frames (rule 12): a compiled frame-walker, or a
     # compiled module whose frames it must see, would silently change where a signal lands.
     assert "tinycoro.core.ki" not in compiled.SOURCE_MODULES
     assert not any(n.startswith("tinycoro.kernel_ext") for n in compiled.SOURCE_MODULES)

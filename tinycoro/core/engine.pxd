@@ -30,6 +30,7 @@ cdef class Engine(RingOwner):
     cdef public Py_ssize_t steps
     cdef public Py_ssize_t inline_left
     cdef public Py_ssize_t wakeups
+    cdef public Py_ssize_t timers
     cdef public double sleep_total
     cdef public double sleep_since
     cdef public tuple _samples
