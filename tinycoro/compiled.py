@@ -108,7 +108,7 @@ def force_pure_sources() -> None:
     if why is None:
         return
     if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _SourceFinder())  # type: ignore[arg-type]
+        sys.meta_path.insert(0, _SourceFinder())
     for name in SOURCE_MODULES:
         fallbacks[name] = why
 
