@@ -151,3 +151,19 @@ def test_a_build_older_than_its_source_is_not_used(tmp_path):
     os.utime(source, (3000, 3000))
     why = compiled._stale_build(str(tmp_path))
     assert why is not None and name in why and "rebuild" in why
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pure", [False, True], ids=["as-built", "pure"])
+def test_the_demo_says_which_runtime_runs_in_its_first_line(pure):
+    # README command 1's first line is where a user learns the install fell back to the
+    # pure-Python runtime (no compiler, no Cython, a stale build): it is compiled.describe().
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TINYCORO_")}
+    if pure:
+        env["TINYCORO_PURE"] = "1"
+    args = ["-n", "1", "--files", "1", "--file-kib", "4", "--clients", "1", "--rounds", "1", "--timers", "1"]
+    out = subprocess.run([sys.executable, "-m", "tinycoro", *args], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-500:]
+    first = out.stdout.splitlines()[0]
+    expected = "pure-Python runtime (TINYCORO_PURE is set)" if pure else compiled.describe()
+    assert first.endswith(", " + expected), first

@@ -14,7 +14,7 @@ import tempfile
 import time
 
 import tinycoro as tc
-from tinycoro import uring
+from tinycoro import compiled
 from tinycoro.core.stats import COLUMNS, format_stats, legend
 
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"tinycoro {tc.__version__}: {args.contexts} contexts ({args.dispatch}), "
         f"Python {platform.python_version()}, Linux {platform.release()}, "
-        + ("compiled ring" if uring.COMPILED else f"pure-Python ring ({uring.WHY_PURE})")
+        + compiled.describe()
     )
     sched = tc.Scheduler(args.contexts, dispatch=args.dispatch)
     samples: list[tc.SchedulerStats] = []
