@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     print(
-        f"tinycoro {tc.__version__}: {args.contexts} contexts ({args.dispatch}), "
+        f"tinycoro {tc.__version__}: {args.contexts} context{'' if args.contexts == 1 else 's'} ({args.dispatch}), "
         f"Python {platform.python_version()}, Linux {platform.release()}, "
         + compiled.describe()
     )
