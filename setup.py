@@ -20,7 +20,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
+from typing import Any
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -60,31 +62,49 @@ def _liburing_dir() -> str | None:
 
 
 class OptionalBuildExt(build_ext):
-    """build_ext that reports a failed compile and carries on without that extension.
+    """build_ext that compiles the extensions in parallel, reports a failed compile and carries
+    on without that extension.
 
     A failed extension is dropped from ``self.extensions``, so that an editable install does
-    not then try to copy its missing library into the source tree, and no output lists it.
+    not then try to copy its missing library into the source tree, and no output lists it. The
+    C compiles run one per core: they are most of an install's time (a dozen Cython modules).
     """
 
     def build_extensions(self) -> None:
         extensions: list = getattr(self, "extensions")  # untyped in setuptools' stubs
         self.check_extensions_list(extensions)
-        built = []
-        failed: set[str] = set()
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:  # gcc runs outside the GIL
+            errors = list(pool.map(self._try_build, extensions))
+        failed = set()
+        for ext, error in zip(extensions, errors):
+            if error is not None:
+                sys.stderr.write(f"tinycoro: building {ext.name} failed ({type(error).__name__}: "
+                                 f"{error}); it runs interpreted\n")
+                failed.add(ext.name)
+        # A compiled module checks the compiled types of the modules its .pxd cimports when it
+        # is imported: where one of them failed, it must run interpreted too. Its library was
+        # built alongside, so it is removed, or a wheel would still ship it.
+        dropped = True
+        while dropped:
+            dropped = False
+            for ext in extensions:
+                missing = _cimports(ext.name) & failed
+                if missing and ext.name not in failed:
+                    sys.stderr.write(f"tinycoro: not using {ext.name}: {sorted(missing)} failed\n")
+                    failed.add(ext.name)
+                    dropped = True
         for ext in extensions:
-            missing = _cimports(ext.name) & failed
-            if missing:  # its types come from a module that runs interpreted: so must it
-                sys.stderr.write(f"tinycoro: not building {ext.name}: {sorted(missing)} failed\n")
-                failed.add(ext.name)
-                continue
-            try:
-                self.build_extension(ext)
-            except Exception as e:  # noqa: BLE001 - any compiler failure means: no compiled ring
-                _warn(f"building {ext.name} failed ({type(e).__name__}: {e})")
-                failed.add(ext.name)
-            else:
-                built.append(ext)
-        self.extensions = built
+            path = self.get_ext_fullpath(ext.name)
+            if ext.name in failed and os.path.exists(path):
+                os.remove(path)
+        self.extensions = [ext for ext in extensions if ext.name not in failed]
+
+    def _try_build(self, ext: Any) -> Exception | None:
+        try:
+            self.build_extension(ext)
+        except Exception as e:  # noqa: BLE001 - any compiler failure means: that module runs interpreted
+            return e
+        return None
 
 
 def _cimports(name: str) -> set[str]:
