@@ -35,7 +35,7 @@ def default_config() -> tuple[int | None, str]:
     """Contexts and dispatch for the scheduler started at load time.
 
     ``TINYCORO_CONTEXTS`` (a positive int) and ``TINYCORO_DISPATCH`` (``round_robin`` or
-    ``least_loaded``) override the defaults (``os.cpu_count()`` contexts, round robin); the
+    ``least_loaded``) override the defaults (one context, round robin: rule 15); the
     kernelspec installer writes them into the kernel's environment when asked to.
     """
     raw = os.environ.get("TINYCORO_CONTEXTS", "").strip()

@@ -447,3 +447,31 @@ def test_deadlock_after_main_failed_shows_mains_failure_as_its_cause():
         tc.run(failing_main(), contexts=2, deadlock_timeout=0.5)
     assert isinstance(info.value.__cause__, KeyError)
     assert len(info.value.parked) == 2
+
+
+def test_the_default_is_one_context_and_an_explicit_count_is_kept():
+    """``contexts=None`` (the default of ``tc.run`` and ``Scheduler``) is one context, whatever
+    the machine's core count: under the GIL a second context adds no CPU to I/O-bound work and
+    costs CPU per request (docs/design.md rule 15, docs/benchmarks.md issue 20 item 5). It used
+    to be ``os.cpu_count()``, the slower choice on echo."""
+    for arg, expected in (((), 1), ((None,), 1), ((3,), 3)):
+        sched = tc.Scheduler(*arg)
+        try:
+            assert sched.contexts == expected, arg
+        finally:
+            sched.loop()  # no work: returns at once and closes its rings
+
+    seen: set[int | None] = set()
+
+    async def where():
+        seen.add(tc.current_context())
+
+    async def main():
+        for t in [tc.spawn(where()) for _ in range(8)]:
+            await t
+
+    tc.run(main())
+    assert seen == {0}
+    seen.clear()
+    tc.run(main(), contexts=2)  # dispatched round robin over the two
+    assert seen == {0, 1}

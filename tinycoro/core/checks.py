@@ -8,10 +8,9 @@ reaches a ring or another thread.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any, Literal, overload
 
-__all__ = ["DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch"]
+__all__ = ["DEFAULT_CONTEXTS", "DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch"]
 
 DISPATCH = ("round_robin", "least_loaded")
 
@@ -46,10 +45,21 @@ def check_seconds(name: str, value: Any, *, allow_none: bool = False) -> float |
     return float(value)
 
 
+DEFAULT_CONTEXTS = 1
+
+
 def check_contexts(contexts: Any) -> int:
-    """A scheduler's context count: a positive int, or None for ``os.cpu_count()``."""
+    """A scheduler's context count: a positive int, or None for :data:`DEFAULT_CONTEXTS` (1).
+
+    One, not ``os.cpu_count()``: every context needs the GIL to run Python, and one context
+    already overlaps any number of io_uring operations, so on I/O-bound work a second context
+    adds no CPU and costs some per operation (more sleeps and wake-ups, the interpreter's state
+    moving between cores): measured on echo, docs/benchmarks.md (issue 20, item 5). More
+    contexts are an explicit choice, for tasks that spend long stretches outside the GIL;
+    more cores come from processes (docs/design.md rule 15).
+    """
     if contexts is None:
-        return os.cpu_count() or 1
+        return DEFAULT_CONTEXTS
     if not is_int(contexts) or contexts < 1:
         raise ValueError(f"contexts must be a positive int or None, got {contexts!r}")
     return contexts
