@@ -250,7 +250,12 @@ class Engine(RingOwner):
                     continue
                 if self.stop_requested:
                     break
-                if scheduler is not None and not self.inflight and not self.parked:
+                # A multishot recv (tinycoro.net) stays in flight between reads: it is no work
+                # of its own (a recv that waits on it is a parked task), so a context whose
+                # in-flight ops are all multishots is idle.
+                if scheduler is not None and not self.parked and (
+                    not self.inflight or len(self.inflight) == self.ring.multishot_inflight()
+                ):
                     scheduler.context_idle(self)
                     if ready or calls or self.stop_requested:
                         continue
@@ -407,6 +412,9 @@ class Engine(RingOwner):
                     if exc is not None:
                         waiting.undo(task._value)
                         task._exc = exc
+            # Let go of it before the task runs: a join's Park holds the joined task, which
+            # this frame would otherwise keep alive for the whole step.
+            waiting = None
         try:
             # Every step runs inside the task's own contextvars.Context (rule 9), as asyncio's
             # tasks do: context variables follow the task across awaits and contexts.
