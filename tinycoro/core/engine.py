@@ -281,6 +281,9 @@ class Engine(RingOwner):
         fence.release()
         try:
             if ring.cq_ready():
+                # Awake again, and staying so: a task woken by what is reaped here (a
+                # multishot recv's chunk, through push) needs no eventfd write.
+                self.sleeping = False
                 self._reap()
                 return
             if self.unsubmitted:
@@ -689,7 +692,11 @@ class Engine(RingOwner):
                     sleep = getattr(waiting.prep, "__name__", "") == SLEEP
                     state, what = ("sleeping" if sleep else "io"), waiting.describe()
                 elif type(waiting) is Park:
-                    state, what = "parked", park_words(waiting.what)
+                    if isinstance(waiting.what, Op):  # the next CQE of an op in flight for
+                        # several awaits (a stream's multishot recv, tinycoro.net): I/O
+                        state, what = "io", waiting.what.describe()
+                    else:
+                        state, what = "parked", park_words(waiting.what)
                 else:
                     state, what = ("ready" if id(t) in ready else "running"), ""
             except Exception as e:  # noqa: BLE001 - a snapshot never fails for a description
