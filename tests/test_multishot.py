@@ -349,3 +349,18 @@ def test_pure_ring_has_no_multishot():
         assert not ring.multishot_ready()
     finally:
         ring.close()
+
+
+def test_run_ends_with_a_stream_left_open(path, contexts):
+    """An armed multishot with nobody receiving is no work: tc.run returns once main does,
+    with the stream still open (it hung before the engine counted such a context idle)."""
+
+    async def main():
+        client, server = await _pair()
+        await client.sendall(b"x")
+        assert await server.recv() == b"x"
+        return client, server
+
+    streams = tc.run(main(), contexts=contexts)
+    for s in streams:
+        s._sock.close()  # never closed through tinycoro: the run had ended
