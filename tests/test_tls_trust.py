@@ -13,7 +13,7 @@ import pytest
 
 import tinycoro as tc
 from tinycoro.testing import wait_blocked
-from tinycoro.uring import prep_recv
+from tinycoro.uring import prep_recv, prep_recv_multishot
 
 from helpers.runtime import cancel_and_wait, open_fds
 from helpers.tls import tls_pair
@@ -157,7 +157,11 @@ async def _in_handshake(task) -> None:
     connection: it is blocked on a recv."""
     while True:
         await wait_blocked(task)
-        if getattr(task._waiting, "prep", None) is prep_recv:
+        waiting = task._waiting
+        if getattr(waiting, "prep", None) is prep_recv:
+            return
+        # parked on the stream's multishot recv (docs/io.md): its ticket names the op
+        if getattr(getattr(waiting, "what", None), "prep", None) is prep_recv_multishot:
             return
         await tc.yield_now()  # blocked on the accept, whose completion is on its way
 

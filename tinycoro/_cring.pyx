@@ -19,7 +19,10 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, 
 from cpython.dict cimport PyDict_GetItem, PyDict_DelItem
 from cpython.object cimport PyObject
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport errno, EINTR, EINVAL
+from libc.stdint cimport uint16_t, uint32_t, uint64_t
+from libc.string cimport memset
 
 import errno as _errno
 import os as _os
@@ -33,6 +36,7 @@ from liburing.lib.uring cimport (
     __io_uring_sqe_set_data64,
     __io_uring_prep_nop,
     __io_uring_prep_recv,
+    __io_uring_prep_recv_multishot,
     __io_uring_prep_send,
     __io_uring_prep_read,
     __io_uring_prep_write,
@@ -70,6 +74,61 @@ cdef extern from "<sys/syscall.h>" nogil:
 cdef extern from "<signal.h>" nogil:
     int _NSIG
 
+
+# -- the provided-buffer ring (multishot recv) ---------------------------------------------------
+# Declared here, not taken from the binding: its io_uring_buf_ring is declared twice as two
+# types and its io_uring_setup_buf_ring raises MemoryError even when it succeeds (DESIGN 6), and
+# its SQE struct names no buf_group. These are the kernel's layouts (include/uapi io_uring.h).
+cdef extern from "<sys/syscall.h>" nogil:
+    long SYS_io_uring_register
+
+
+cdef extern from "<sys/mman.h>" nogil:
+    void* mmap(void* addr, size_t length, int prot, int flags, int fd, long offset)
+    int munmap(void* addr, size_t length)
+    int PROT_READ
+    int PROT_WRITE
+    int MAP_PRIVATE
+    int MAP_ANONYMOUS
+    void* MAP_FAILED
+
+
+cdef extern from *:
+    """
+    /* an io_uring SQE's buffer-group field (liburing's io_uring_sqe, by another name) */
+    #define tc_sqe_set_buf_group(sqe, g) (((struct io_uring_sqe *)(sqe))->buf_group = (g))
+    #define tc_sqe_or_flags(sqe, f) (((struct io_uring_sqe *)(sqe))->flags |= (f))
+    /* publish a buffer ring's tail (the kernel reads it without a system call) */
+    #define tc_store_release_u16(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+    """
+    void tc_sqe_set_buf_group(void* sqe, uint16_t group) nogil
+    void tc_sqe_or_flags(void* sqe, uint16_t flags) nogil
+    void tc_store_release_u16(uint16_t* p, uint16_t v) nogil
+
+
+cdef struct _pbuf:  # struct io_uring_buf: one entry of a provided-buffer ring
+    uint64_t addr
+    uint32_t len
+    uint16_t bid
+    uint16_t resv  # entry 0's resv is the ring's tail: never written as an entry field
+
+
+cdef struct _pbuf_reg:  # struct io_uring_buf_reg: IORING_(UN)REGISTER_PBUF_RING's argument
+    uint64_t ring_addr
+    uint32_t ring_entries
+    uint16_t bgid
+    uint16_t flags
+    uint64_t resv[3]
+
+
+cdef enum:
+    _REGISTER_PBUF_RING = 22
+    _IOSQE_BUFFER_SELECT = 32  # 1 << IOSQE_BUFFER_SELECT_BIT (5)
+    _CQE_F_BUFFER = 1
+    _CQE_F_MORE = 2
+    _CQE_BUFFER_SHIFT = 16
+    _BGID = 0  # the one buffer group of a ring
+
 # Shared with the pure-Python ring; from their own module, so that importing this one never
 # imports tinycoro.uring (which loads this one): no import cycle.
 from tinycoro._ringdefs import RingBusy, SKIP_UD
@@ -88,6 +147,16 @@ cdef object _TIMEOUT = _L.io_uring_prep_timeout
 
 
 cdef char _EMPTY[1]
+
+
+def prep_recv_multishot(sqe, fd, handler):
+    """A multishot recv into the ring's provided buffers, ``(sqe, fd, handler)``: queued by
+    :meth:`RingCore.queue`, which calls ``handler(res, data, more)`` for each of its CQEs
+    from ``complete`` (the compiled ring only: this Python form is never called)."""
+    raise RuntimeError("prep_recv_multishot is queued by the compiled ring only")
+
+
+cdef object _RECV_MS = prep_recv_multishot
 
 
 cdef int _submit_nogil(__io_uring* ring) noexcept nogil:
@@ -161,9 +230,24 @@ cdef class RingCore:
 
     cdef public io_uring _ring
     cdef io_uring_cqe _cqe
+    # The provided-buffer ring (multishot recv): set up at the first multishot, kept until the
+    # ring closes. _pb_state: 0 not tried, 1 ready, -1 unavailable (kernel, or forced off).
+    cdef public int _pb_state
+    cdef _pbuf* _pb_ring
+    cdef char* _pb_mem
+    cdef size_t _pb_ring_bytes
+    cdef size_t _pb_mem_bytes
+    cdef uint32_t _pb_count
+    cdef uint32_t _pb_size
+    cdef uint16_t _pb_tail
+    cdef uint16_t _pb_mask
+    # user_data -> handler of each multishot in the kernel; its op stays in the owner's
+    # in-flight table until its last CQE (no IORING_CQE_F_MORE)
+    cdef dict _multi
 
     def __cinit__(self, *args, **kwargs):
         self._cqe = io_uring_cqe()
+        self._multi = {}
 
     # -- submission -------------------------------------------------------------------------
     cdef __io_uring_sqe* _take(self) except NULL:
@@ -212,6 +296,13 @@ cdef class RingCore:
                 __io_uring_prep_cancel64(sqe, args[0], args[1])
             elif prep is _TIMEOUT:
                 __io_uring_prep_timeout(sqe, (<timespec?>args[0]).ptr, args[1], args[2])
+            elif prep is _RECV_MS:
+                if self._pb_state != 1:
+                    raise RuntimeError("multishot recv queued on a ring without buffers")
+                __io_uring_prep_recv_multishot(sqe, args[0], NULL, 0, 0)
+                tc_sqe_or_flags(sqe, _IOSQE_BUFFER_SELECT)
+                tc_sqe_set_buf_group(sqe, _BGID)
+                self._multi[ud] = args[1]
             else:
                 wrapper = io_uring_sqe(0)  # 0: a view of a ring SQE, not memory of its own
                 wrapper.ptr = sqe
@@ -278,20 +369,154 @@ cdef class RingCore:
         cdef Py_ssize_t n = 0
         cdef unsigned long long ud
         cdef int res
+        cdef unsigned int flags
         cdef PyObject* found
         cdef object key
+        cdef dict multi = self._multi
         while io_uring_peek_cqe(ring, cqe) == 0:
             ud = cqe.ptr.user_data
             res = cqe.ptr.res
+            flags = cqe.ptr.flags
+            key = ud
+            if multi:  # a multishot recv is in the kernel: is this one of its CQEs?
+                found = PyDict_GetItem(multi, key)
+                if found is not NULL:
+                    # not counted: its op is handed to nobody, so the owner must not take
+                    # it for one of its own SQEs (see the completion contract)
+                    self._shot(<object>found, key, res, flags, inflight)
+                    io_uring_cqe_seen(ring, cqe)
+                    continue
             io_uring_cqe_seen(ring, cqe)
             n += 1
-            key = ud
             found = PyDict_GetItem(inflight, key)
             if found is NULL:
                 continue
             done.append((<object>found, res))
             PyDict_DelItem(inflight, key)
         return n
+
+    cdef int _shot(self, object handler, object key, int res, unsigned int flags,
+                   dict inflight) except -1:
+        """One CQE of a multishot recv: copy the data out of its provided buffer, give the
+        buffer back to the kernel, and hand ``(res, data, more)`` to the handler. The last
+        CQE (no ``IORING_CQE_F_MORE``) takes the op out of *inflight* and forgets the handler.
+
+        The buffer goes back before the handler runs, so a handler that raises loses no
+        buffer; the data is a bytes object the handler may keep (the copy a single recv
+        makes too)."""
+        cdef object data = None
+        cdef uint16_t bid
+        cdef bint more = (flags & _CQE_F_MORE) != 0
+        if flags & _CQE_F_BUFFER:
+            bid = <uint16_t>(flags >> _CQE_BUFFER_SHIFT)
+            if res > 0:
+                data = PyBytes_FromStringAndSize(self._pb_mem + <size_t>bid * self._pb_size, res)
+            self._pb_give(bid)
+        if not more:
+            del self._multi[key]
+            if PyDict_GetItem(inflight, key) is not NULL:
+                PyDict_DelItem(inflight, key)
+        handler(res, data, more)
+        return 0
+
+    # -- the provided-buffer ring ---------------------------------------------------------------
+    cdef void _pb_give(self, uint16_t bid) noexcept nogil:
+        """Put buffer *bid* back at the ring's tail and publish the tail (liburing's
+        io_uring_buf_ring_add + advance: the entry first, then a store-release of the tail)."""
+        cdef _pbuf* entry = &self._pb_ring[self._pb_tail & self._pb_mask]
+        entry.addr = <uint64_t>(self._pb_mem + <size_t>bid * self._pb_size)
+        entry.len = self._pb_size
+        entry.bid = bid
+        self._pb_tail += 1
+        tc_store_release_u16(&self._pb_ring[0].resv, self._pb_tail)
+
+    def multishot_setup(self, unsigned int count, unsigned int size):
+        """Register this ring's provided-buffer ring (group 0): *count* buffers (a power of
+        two, at most 32768) of *size* bytes each, in memory tinycoro maps and owns. Returns 0,
+        or the negative errno of a kernel without it (the ring then stays without: every
+        recv is a single one). Once; later calls return the first answer.
+
+        Why not the binding's io_uring_setup_buf_ring: DESIGN section 6. The ring's entries
+        and the buffers are two anonymous private mappings: page-aligned as the kernel wants,
+        unmapped only by :meth:`multishot_free`, after the ring has closed, so no buffer the
+        kernel may still write into is ever given back to the allocator."""
+        cdef _pbuf_reg reg
+        cdef long ret
+        cdef uint32_t i
+        cdef void* ring_mem
+        cdef void* mem
+        if self._pb_state == 1:
+            return 0
+        if self._pb_state == -1:
+            return -EINVAL
+        if count == 0 or count > 32768 or (count & (count - 1)) or size == 0:
+            raise ValueError(f"buffer ring: count must be a power of two <= 32768 and size > 0, "
+                             f"got {count} x {size}")
+        self._pb_ring_bytes = count * sizeof(_pbuf)
+        self._pb_mem_bytes = <size_t>count * size
+        ring_mem = mmap(NULL, self._pb_ring_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if ring_mem == MAP_FAILED:
+            self._pb_state = -1
+            return -errno
+        mem = mmap(NULL, self._pb_mem_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if mem == MAP_FAILED:
+            ret = -errno
+            munmap(ring_mem, self._pb_ring_bytes)
+            self._pb_state = -1
+            return ret
+        memset(&reg, 0, sizeof(reg))
+        reg.ring_addr = <uint64_t>ring_mem
+        reg.ring_entries = count
+        reg.bgid = _BGID
+        ret = syscall(SYS_io_uring_register, self._ring.ptr.ring_fd, _REGISTER_PBUF_RING, &reg, 1)
+        if ret < 0:
+            ret = -errno
+            munmap(mem, self._pb_mem_bytes)
+            munmap(ring_mem, self._pb_ring_bytes)
+            self._pb_state = -1
+            return ret
+        self._pb_ring = <_pbuf*>ring_mem
+        self._pb_mem = <char*>mem
+        self._pb_count = count
+        self._pb_size = size
+        self._pb_mask = <uint16_t>(count - 1)
+        self._pb_tail = 0
+        for i in range(count):
+            self._pb_give(<uint16_t>i)
+        self._pb_state = 1
+        return 0
+
+    def multishot_off(self):
+        """Never set up the buffer ring (a forced fallback, or a kernel that refused the
+        multishot recv itself): every recv on this ring is a single one."""
+        if self._pb_state == 0:
+            self._pb_state = -1
+
+    def multishot_refused(self):
+        """The kernel refused a multishot recv (EINVAL: older than 6.0): no more of them here.
+        The buffer ring stays registered until the ring closes."""
+        self._pb_state = -1
+
+    @property
+    def multishot(self):
+        """True when multishot recvs can be queued here (the buffer ring is registered)."""
+        return self._pb_state == 1
+
+    def multishot_inflight(self):
+        """How many multishot recvs are in the kernel on this ring."""
+        return len(self._multi)
+
+    def multishot_free(self):
+        """Unmap the buffer ring's memory. Only after the ring has closed (io_uring_queue_exit
+        unregisters it and the kernel writes into none of it any more)."""
+        if self._pb_ring != NULL:
+            munmap(self._pb_ring, self._pb_ring_bytes)
+            munmap(self._pb_mem, self._pb_mem_bytes)
+            self._pb_ring = NULL
+            self._pb_mem = NULL
+        self._multi.clear()
 
     def cq_ready(self):
         return io_uring_cq_ready(self._ring)

@@ -15,3 +15,17 @@ cdef class _SendallOp(ResourceOp):
 
 cdef class _AcceptOp(ResourceOp):
     cdef public object listener
+
+cdef class _MsRecvOp(ResourceOp):
+    cdef public object queue
+    cdef public Py_ssize_t queued
+    cdef public bint armed
+    cdef public bint stopping
+    cdef public object engine
+    cdef public object waiter
+    cdef public object ticket
+    cdef public Py_ssize_t want
+    cdef public object token
+    cdef public object owner
+    cdef public object single
+    cdef public bint waited

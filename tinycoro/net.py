@@ -14,6 +14,8 @@ addresses skip it.
 
 from __future__ import annotations
 
+import collections
+import errno
 import fcntl
 import ipaddress
 import logging
@@ -36,10 +38,11 @@ from .uring import (
     prep_shutdown,
     prep_splice,
 )
-from .closing import PendingOps, ResourceOp, close_fd
+from .closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp, close_fd
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
-from .core.traps import Op, Ready, perform, run_outside
+from .core.local import thread_state as _local
+from .core.traps import Op, Park, Ready, foreign_waiter, perform, run_outside
 from .io import MAX_OFFSET, MAX_RW, _as_bytes_view, _path_bytes
 from .sync import Event
 
@@ -61,6 +64,10 @@ __all__ = [
 log = logging.getLogger("tinycoro")
 
 _MSG_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
+# Multishot recv where the ring can (the compiled ring, unless TINYCORO_MULTISHOT=0: see
+# _MsRecvOp); the pure ring never can, and its streams, as those made while the variable says 0,
+# keep the plain recv (_RecvOp).
+_MULTISHOT = uring.COMPILED
 _RECV_BUFFER = 65536
 _PIPE_SIZE = 1 << 20  # sendfile's pipe; the default 64 KiB costs 16x more splices per MiB
 _MAX_BACKLOG = 0x7FFFFFFF
@@ -198,6 +205,202 @@ class _RecvOp(ResourceOp):
             return bytes(self.view[:res])
         finally:
             token.add(0)
+
+
+# Bytes a stream may hold received and not yet read before its multishot recv is stopped: past
+# it, the data waits in the socket's own buffer and TCP's window holds the sender back, as with
+# a single recv that nobody issues. The recv that empties the queue arms it again.
+_MS_QUEUE_LIMIT = 256 * 1024
+_ENOBUFS = -errno.ENOBUFS
+_ECANCELED = -errno.ECANCELED
+_EINVAL = -errno.EINVAL
+
+
+def _stop_multishot(engine: Any, op: "_MsRecvOp") -> None:
+    engine.cancel_op(op)  # on the engine's thread (call_soon): it owns the ring (rule 2)
+
+
+class _MsRecvOp(ResourceOp):
+    """A stream's ``recv`` through one multishot recv (docs/io.md, "Multishot recv").
+
+    Armed by the first recv on a context whose ring has a provided-buffer ring, the kernel's
+    multishot recv stays in flight and posts a CQE for each chunk that arrives, with the data
+    in one of the ring's buffers. The ring copies it out, gives the buffer back to the kernel
+    and calls this op (``__call__``) on the engine's thread: the chunk goes on the stream's
+    queue and a recv waiting for it is woken. A recv that finds the queue non-empty returns
+    without suspending and without an SQE; one that finds it empty parks (no SQE either).
+
+    The multishot ends with its last CQE (no ``IORING_CQE_F_MORE``): at EOF (queued as
+    ``b""``), on an error (queued, raised by the recv that reaches it), when the ring ran out
+    of buffers (ENOBUFS, not an error: the next recv that empties the queue arms it again),
+    when the queue holds more than ``_MS_QUEUE_LIMIT`` bytes (stopped by an async cancel, for
+    back-pressure), when a recv comes from another context (stopped there, armed again here)
+    and when the stream closes (``close()`` cancels it like any pending operation: it is in
+    the stream's PendingOps while armed). Where no ring can (the pure ring, an asyncio task,
+    ``TINYCORO_MULTISHOT=0``, an old kernel) the recv is the single one of :class:`_RecvOp`.
+    """
+
+    __slots__ = ("queue", "queued", "armed", "stopping", "engine", "waiter", "ticket", "want",
+                 "token", "owner", "single", "waited")
+
+    def __init__(self, stream: "Stream") -> None:
+        ResourceOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd, self)
+        self.queue: collections.deque[Any] = collections.deque()
+        self.queued = 0  # bytes in the queue
+        self.armed = False  # the multishot is in the kernel (on self.engine's ring)
+        self.stopping = False  # a cancel of it is on its way
+        self.engine: Any = None
+        self.waiter: Any = None  # the task parked for the next chunk
+        self.ticket = Park(self._abort, self)
+        self.want = _RECV_BUFFER
+        self.token = stream._recv_token
+        self.owner = weakref.ref(stream)
+        self.single = stream._recv_op
+
+    def describe(self) -> str:
+        return f"recv from {_peer_of(self.owner)}"
+
+    def __repr__(self) -> str:
+        return f"<recv (multishot) from {_peer_of(self.owner)}>"
+
+    def _abort(self) -> bool:
+        """The parked recv was cancelled: off the waiter slot, unless a wake is on its way.
+        (Two attribute steps in compiled code: atomic under the GIL.)"""
+        if self.waiter is None:
+            return False
+        self.waiter = None
+        return True
+
+    def __call__(self, res: int, data: Any, more: bool) -> None:
+        """One CQE of the multishot (the ring calls this on the engine's thread, from its
+        completion loop: it must not raise)."""
+        if data is not None:
+            self.queue.append(data)
+            self.queued += len(data)
+            if more and self.queued > _MS_QUEUE_LIMIT and not self.stopping:
+                self.stopping = True
+                self.engine.call_soon(_stop_multishot, self.engine, self)
+        elif res == 0:
+            self.queue.append(b"")  # EOF
+        elif res == _EINVAL and not self.queue and not self.queued:
+            # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
+            # ring receives with single recvs from now on; the waiting recv takes that path.
+            self.engine.ring.multishot_refused()
+        elif res < 0 and res != _ENOBUFS and res != _ECANCELED:
+            self.queue.append(res)  # an error, raised when a recv reaches it
+        if not more:
+            self.armed = False
+            self.stopping = False
+            self.engine = None
+            self.pending._ops.pop(self, None)
+        waiter = self.waiter
+        if waiter is not None and (self.queue or not more):
+            self.waiter = None
+            waiter.wake(None)
+
+    def _take(self) -> bytes:
+        """The next chunk (at most ``want`` bytes of it), or the error queued in its place."""
+        queue = self.queue
+        item = queue[0]
+        if type(item) is int:
+            queue.popleft()
+            raise self._failure(item)
+        n = len(item)
+        want = self.want
+        if n <= want:
+            queue.popleft()
+            self.queued -= n
+            return item
+        queue[0] = item[want:]
+        self.queued -= want
+        return item[:want]
+
+    def __await__(self) -> Generator[Any, Any, bytes]:
+        token = self.token
+        pending = self.pending
+        try:
+            token.pop()
+        except KeyError:
+            pending.check()
+            stream = self.owner()
+            kind = type(stream).__name__ if stream is not None else "stream"
+            raise RuntimeError(f"another task is already receiving on this {kind}") from None
+        self.waited = False
+        try:
+            while True:
+                if pending.closed:
+                    if self.waited:
+                        raise ClosedResourceError(CLOSED_WHILE_WAITING)
+                    raise pending._error()
+                if self.queue:
+                    return self._take()
+                engine = _local.engine
+                stop = None
+                if self.armed:
+                    if engine is not self.engine and not self.stopping:
+                        # armed on another context's ring: stopped there (its chunks so
+                        # far come first), then armed on this one
+                        self.stopping = True
+                        stop = self.engine
+                elif engine is None or not engine.ring.multishot_ready():
+                    return (yield from self._single(engine))
+                else:
+                    self._arm(engine)
+                self.waited = True
+                # The waiter is set before the stop above reaches the other context, and the
+                # state is looked at again after it is set: a last CQE handled on another
+                # context in between either finds the waiter (and its wake is on its way: park
+                # to take it) or left the state changed (take the waiter back and loop).
+                self.waiter = _local.task if engine is not None else foreign_waiter()
+                if stop is not None:
+                    stop.call_soon(_stop_multishot, stop, self)
+                if (self.queue or not self.armed) and self.waiter is not None:
+                    self.waiter = None
+                    continue
+                try:
+                    if engine is not None:
+                        yield self.ticket
+                    else:
+                        yield from run_outside(self.ticket)
+                finally:
+                    self.waiter = None
+        finally:
+            token.add(0)
+
+    def _arm(self, engine: Any) -> None:
+        """Queue the multishot on *engine*'s ring; in the stream's PendingOps until its last
+        CQE, so that close() cancels it."""
+        self._enter()  # ClosedResourceError if closed meanwhile (then nothing was queued)
+        error = engine._enter(self, None)  # no task: the ring hands its CQEs to __call__
+        if error is not None:
+            del self.pending._ops[self]
+            raise error
+        self.engine = engine
+        self.armed = True
+
+    def _single(self, engine: Any) -> Generator[Any, Any, bytes]:
+        """One recv into the stream's buffer, as :class:`_RecvOp` does (the fallback)."""
+        op = self.single
+        if op.args[2] != self.want:
+            stream = self.owner()
+            if stream is None:  # pragma: no cover - the awaiting task holds the stream
+                raise ClosedResourceError(CLOSED_WHILE_WAITING)
+            rbuf = stream._rbuf
+            if self.want > len(rbuf):
+                rbuf = stream._rbuf = bytearray(self.want)
+            op = self.single = _RecvOp(stream, rbuf, self.want)
+        pending = self.pending
+        op._enter()
+        try:
+            if engine is not None:
+                res = yield op
+            else:
+                res = yield from run_outside(op)
+        finally:
+            del pending._ops[op]
+        if res < 0:
+            raise op._failure(res)
+        return bytes(op.view[:res])
 
 
 class _SendallOp(ResourceOp):
@@ -355,6 +558,9 @@ class Stream(_Socket):
         # completes. A cancel that close() queued for the previous recv finds a new ud on the
         # op, not in flight: once closed, the op refuses before the ring.
         self._recv_op = _RecvOp(self, self._rbuf, _RECV_BUFFER)
+        # With the compiled ring, recv goes through one multishot recv where the ring has
+        # provided buffers (_MsRecvOp; it falls back to _recv_op where not).
+        self._ms = _MsRecvOp(self) if _MULTISHOT and uring.multishot_wanted() else None
         # Likewise one sendall op, for one sendall at a time (sends may overlap: the others
         # build their own); the token says who holds it, as _recv_token does for recv.
         self._send_token = {0}
@@ -378,6 +584,10 @@ class Stream(_Socket):
         Returns the operation to await (no coroutine of its own: rule 14)."""
         if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
+        ms = self._ms
+        if ms is not None:
+            ms.want = max_bytes
+            return ms
         op = self._recv_op
         if op.args[2] != max_bytes:
             rbuf = self._rbuf

@@ -96,6 +96,9 @@ __all__ = [
     "prep_accept",
     "prep_connect",
     "prep_recv",
+    "prep_recv_multishot",
+    "multishot_wanted",
+    "MULTISHOT_ENV",
     "prep_send",
     "prep_shutdown",
     "timespec",
@@ -243,14 +246,34 @@ class _Lifecycle:
         except OSError:
             pass
         _L.io_uring_queue_exit(self._ring)
+        self._released()
         # Forget the number before closing it: a late wake() from another thread must not
         # write into whatever file reuses this descriptor number next.
         efd, self.efd = self.efd, -1
         os.close(efd)
 
+    def _released(self) -> None:
+        """After io_uring_queue_exit: free what only the kernel could still have written into."""
+
     @property
     def closed(self) -> bool:
         return not self._open
+
+
+#: ``TINYCORO_MULTISHOT=0`` forces the single recv everywhere (tests of the fallback, or a
+#: kernel whose multishot recv misbehaves); read when a ring is created.
+MULTISHOT_ENV = "TINYCORO_MULTISHOT"
+#: The provided buffers of a ring's multishot recvs: how many and how large. 16 KiB holds the
+#: usual message whole; a larger one arrives in several CQEs, which a recv joins (up to its
+#: max_bytes). 64 x 16 KiB = 1 MiB of address space per ring, touched only as data arrives.
+MULTISHOT_BUFFERS = 64
+MULTISHOT_BUFFER_SIZE = 16384
+
+
+def multishot_wanted() -> bool:
+    """False when ``TINYCORO_MULTISHOT`` says 0 (or off/false/no): rings created and streams
+    made meanwhile receive with single recvs."""
+    return os.environ.get(MULTISHOT_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 class PyRing(_Lifecycle):
@@ -359,6 +382,20 @@ class PyRing(_Lifecycle):
         """Let completions write the eventfd (before sleeping) or not (while awake)."""
         _eventfd_toggle(self._ring, enabled)
 
+    def multishot_ready(self) -> bool:
+        """Never: the binding's Python API cannot set a buffer group on an SQE nor read a
+        CQE's buffer id cheaply, so the pure ring receives with one recv per call (docs/io.md)."""
+        return False
+
+    def multishot_off(self) -> None:
+        pass
+
+    def multishot_refused(self) -> None:
+        pass
+
+    def multishot_inflight(self) -> int:
+        return 0
+
 
 _cring = compiled.load("_cring")
 #: Why the ring is the pure-Python one (None when it is the compiled one).
@@ -378,9 +415,28 @@ if _cring is not None:
 
         def __init__(self, entries: int) -> None:
             self._setup(entries)
+            if not multishot_wanted():
+                self.multishot_off()
+
+        def multishot_ready(self) -> bool:
+            """True when a multishot recv may be queued here: the provided-buffer ring is
+            registered, at the first call (a kernel without it, older than 5.19, or
+            ``TINYCORO_MULTISHOT=0``: False, for good)."""
+            if self._pb_state == 0:
+                self.multishot_setup(MULTISHOT_BUFFERS, MULTISHOT_BUFFER_SIZE)
+            return self._pb_state == 1
+
+        def _released(self) -> None:
+            self.multishot_free()
+
+    prep_recv_multishot = _cring.prep_recv_multishot
 
 else:  # the name stays, as None, where the compiled ring is not used
     CRing = None  # type: ignore[assignment,misc]
+
+    def prep_recv_multishot(sqe: Any, fd: int, handler: Any) -> None:
+        """Only the compiled ring queues multishot recvs (PyRing.multishot_ready is False)."""
+        raise RuntimeError("prep_recv_multishot is queued by the compiled ring only")
 
 #: True when :class:`Ring` is the compiled ring; ``WHY_PURE`` says why it is not otherwise.
 COMPILED: bool = CRing is not None

@@ -250,7 +250,12 @@ class Engine(RingOwner):
                     continue
                 if self.stop_requested:
                     break
-                if scheduler is not None and not self.inflight and not self.parked:
+                # A multishot recv (tinycoro.net) stays in flight between reads: it is no work
+                # of its own (a recv that waits on it is a parked task), so a context whose
+                # in-flight ops are all multishots is idle.
+                if scheduler is not None and not self.parked and (
+                    not self.inflight or len(self.inflight) == self.ring.multishot_inflight()
+                ):
                     scheduler.context_idle(self)
                     if ready or calls or self.stop_requested:
                         continue
@@ -276,6 +281,9 @@ class Engine(RingOwner):
         fence.release()
         try:
             if ring.cq_ready():
+                # Awake again, and staying so: a task woken by what is reaped here (a
+                # multishot recv's chunk, through push) needs no eventfd write.
+                self.sleeping = False
                 self._reap()
                 return
             if self.unsubmitted:
@@ -407,6 +415,9 @@ class Engine(RingOwner):
                     if exc is not None:
                         waiting.undo(task._value)
                         task._exc = exc
+            # Let go of it before the task runs: a join's Park holds the joined task, which
+            # this frame would otherwise keep alive for the whole step.
+            waiting = None
         try:
             # Every step runs inside the task's own contextvars.Context (rule 9), as asyncio's
             # tasks do: context variables follow the task across awaits and contexts.
@@ -681,7 +692,11 @@ class Engine(RingOwner):
                     sleep = getattr(waiting.prep, "__name__", "") == SLEEP
                     state, what = ("sleeping" if sleep else "io"), waiting.describe()
                 elif type(waiting) is Park:
-                    state, what = "parked", park_words(waiting.what)
+                    if isinstance(waiting.what, Op):  # the next CQE of an op in flight for
+                        # several awaits (a stream's multishot recv, tinycoro.net): I/O
+                        state, what = "io", waiting.what.describe()
+                    else:
+                        state, what = "parked", park_words(waiting.what)
                 else:
                     state, what = ("ready" if id(t) in ready else "running"), ""
             except Exception as e:  # noqa: BLE001 - a snapshot never fails for a description

@@ -71,6 +71,10 @@ class IoRing(Protocol):
     def notify_on(self, enabled: bool) -> None:
         """Let completions write the eventfd, or not."""
 
+    def multishot_inflight(self) -> int:
+        """Multishot recvs in the kernel (tinycoro.net): in the in-flight table until their
+        last CQE, yet no work of their own (an idle context may have some)."""
+
     def close(self) -> None: ...
 
 
