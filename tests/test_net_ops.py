@@ -32,6 +32,17 @@ def _net_frames(*names: str) -> list[str]:
     return [] if compiled.is_compiled(net) else list(names)
 
 
+def _qualname(frame) -> str:
+    """The frame's function as ``Class.method`` (``co_qualname`` from 3.11; on 3.10, from the
+    class of the method's ``self``)."""
+    code = frame.f_code
+    name = getattr(code, "co_qualname", None)
+    if name is None:
+        owner = frame.f_locals.get("self")
+        name = code.co_name if owner is None else f"{type(owner).__name__}.{code.co_name}"
+    return name
+
+
 class _FrameCounter:
     """Counts the generator and coroutine frames tinycoro creates while it traces
     (sys.settrace on the context's thread; a frame is new the first time its 'call' event is
@@ -46,7 +57,7 @@ class _FrameCounter:
         if (event == "call" and code.co_flags & _GEN_FLAGS and id(frame) not in self.seen
                 and code.co_filename != __file__):
             self.seen[id(frame)] = frame
-            self.created.append(code.co_qualname)
+            self.created.append(_qualname(frame))
         return None
 
 
