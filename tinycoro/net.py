@@ -157,6 +157,15 @@ def _peer_of(ref: Callable[[], Any]) -> str:
     return str(peer) or "an unnamed socket"
 
 
+def _already_receiving(pending: Any, owner: Any) -> Exception:
+    """The error for a recv on a stream another task is receiving on (the closed error first,
+    if it is closed); the recv ops raise it when the stream's receive token is taken."""
+    pending.check()
+    stream = owner()
+    kind = type(stream).__name__ if stream is not None else "stream"
+    return RuntimeError(f"another task is already receiving on this {kind}")
+
+
 class _RecvOp(ResourceOp):
     """A stream's ``recv(max_bytes)``: awaiting it receives into the stream's buffer and
     returns a copy, ``b""`` at EOF.
@@ -184,10 +193,7 @@ class _RecvOp(ResourceOp):
         try:
             token.pop()
         except KeyError:
-            pending.check()
-            stream = self.owner()
-            kind = type(stream).__name__ if stream is not None else "stream"
-            raise RuntimeError(f"another task is already receiving on this {kind}") from None
+            raise _already_receiving(pending, self.owner) from None
         try:
             engine = self._enter()
             try:
@@ -321,10 +327,7 @@ class _MsRecvOp(ResourceOp):
         try:
             token.pop()
         except KeyError:
-            pending.check()
-            stream = self.owner()
-            kind = type(stream).__name__ if stream is not None else "stream"
-            raise RuntimeError(f"another task is already receiving on this {kind}") from None
+            raise _already_receiving(pending, self.owner) from None
         self.waited = False
         try:
             while True:
