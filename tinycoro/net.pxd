@@ -27,5 +27,4 @@ cdef class _MsRecvOp(ResourceOp):
     cdef public Py_ssize_t want
     cdef public object token
     cdef public object owner
-    cdef public object single
     cdef public bint waited

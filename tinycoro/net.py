@@ -247,7 +247,7 @@ class _MsRecvOp(ResourceOp):
     """
 
     __slots__ = ("queue", "queued", "armed", "stopping", "engine", "waiter", "ticket", "want",
-                 "token", "owner", "single", "waited")
+                 "token", "owner", "waited")
 
     def __init__(self, stream: "Stream") -> None:
         ResourceOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd, self)
@@ -261,7 +261,6 @@ class _MsRecvOp(ResourceOp):
         self.want = _RECV_BUFFER
         self.token = stream._recv_token
         self.owner = weakref.ref(stream)
-        self.single = stream._recv_op
 
     def describe(self) -> str:
         return f"recv from {_peer_of(self.owner)}"
@@ -383,15 +382,10 @@ class _MsRecvOp(ResourceOp):
 
     def _single(self, engine: Any) -> Generator[Any, Any, bytes]:
         """One recv into the stream's buffer, as :class:`_RecvOp` does (the fallback)."""
-        op = self.single
-        if op.args[2] != self.want:
-            stream = self.owner()
-            if stream is None:  # pragma: no cover - the awaiting task holds the stream
-                raise ClosedResourceError(CLOSED_WHILE_WAITING)
-            rbuf = stream._rbuf
-            if self.want > len(rbuf):
-                rbuf = stream._rbuf = bytearray(self.want)
-            op = self.single = _RecvOp(stream, rbuf, self.want)
+        stream = self.owner()
+        if stream is None:  # pragma: no cover - the awaiting task holds the stream
+            raise ClosedResourceError(CLOSED_WHILE_WAITING)
+        op = stream._single_recv(self.want)
         pending = self.pending
         op._enter()
         try:
@@ -591,6 +585,11 @@ class Stream(_Socket):
         if ms is not None:
             ms.want = max_bytes
             return ms
+        return self._single_recv(max_bytes)
+
+    def _single_recv(self, max_bytes: int) -> "_RecvOp":
+        """The stream's reused single recv, made again for a new *max_bytes* (also the
+        multishot's fallback)."""
         op = self._recv_op
         if op.args[2] != max_bytes:
             rbuf = self._rbuf
