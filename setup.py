@@ -18,6 +18,7 @@ from the source tree (it imports only the standard library).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -63,7 +64,7 @@ def _liburing_dir() -> str | None:
 
 class OptionalBuildExt(build_ext):
     """build_ext that compiles the extensions in parallel, reports a failed compile and carries
-    on without that extension.
+    on without that extension, and records what each built module was compiled from.
 
     A failed extension is dropped from ``self.extensions``, so that an editable install does
     not then try to copy its missing library into the source tree, and no output lists it. The
@@ -98,6 +99,32 @@ class OptionalBuildExt(build_ext):
             if ext.name in failed and os.path.exists(path):
                 os.remove(path)
         self.extensions = [ext for ext in extensions if ext.name not in failed]
+
+    def run(self) -> None:
+        super().run()
+        self._write_build_record()
+
+    def _write_build_record(self) -> None:
+        """Write ``tinycoro/_built_from.json``: each built module's name -> the hash of its
+        source (``compiled.source_hash``). The run time judges an in-place build stale by it,
+        never by file times, which an install rewrites. It goes beside the built modules in
+        the build folder (so a wheel carries it) and, for an in-place or editable build, into
+        the source tree too."""
+        compiled = _compiled_module()
+        source_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tinycoro")
+        record = {
+            ext.name: compiled.source_hash(source_dir, ext.name)
+            for ext in getattr(self, "extensions")
+            if ext.name.startswith("tinycoro.")
+        }
+        text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+        folders = {os.path.join(self.build_lib, "tinycoro")}
+        if self.inplace:
+            folders.add(source_dir)
+        for folder in folders:
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, compiled.BUILD_RECORD), "w") as f:
+                f.write(text)
 
     def _try_build(self, ext: Any) -> Exception | None:
         try:

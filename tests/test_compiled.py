@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
@@ -135,22 +140,67 @@ def test_the_compiled_ring_imports_without_tinycoro_uring():
     assert out.stdout.split(" ", 1) == ["RingCore", "['tinycoro', 'tinycoro._cring', 'tinycoro._ringdefs', 'tinycoro.uring']\n"]
 
 
-def test_a_build_older_than_its_source_is_not_used(tmp_path):
-    # After an edit or a pull, a .so beside a newer .py would run code that is no longer the
-    # source: every module compiled from source then runs interpreted, and the record says why.
-    name = compiled.SOURCE_MODULES[0]
-    base = tmp_path.joinpath(*name.split(".")[1:])
+def _fake_build(package: Path, name: str, source: str) -> None:
+    """Lay out *name*'s source and an (empty) built module under *package*, tinycoro's folder."""
+    base = package.joinpath(*name.split(".")[1:])
     base.parent.mkdir(parents=True, exist_ok=True)
-    source = base.with_name(base.name + ".py")
-    built = base.with_name(base.name + compiled.importlib.machinery.EXTENSION_SUFFIXES[0])
-    source.write_text("")
-    built.write_bytes(b"")
-    os.utime(source, (1000, 1000))
-    os.utime(built, (2000, 2000))
-    assert compiled._stale_build(str(tmp_path)) is None  # built after its source: used
-    os.utime(source, (3000, 3000))
-    why = compiled._stale_build(str(tmp_path))
-    assert why is not None and name in why and "rebuild" in why
+    base.with_name(base.name + ".py").write_text(source)
+    base.with_name(base.name + importlib.machinery.EXTENSION_SUFFIXES[0]).write_bytes(b"")
+
+
+def _record(package: Path, **hashes: str) -> None:
+    package.joinpath(compiled.BUILD_RECORD).write_text(json.dumps(hashes))
+
+
+def test_a_source_tree_build_is_judged_by_the_hash_of_its_source_not_file_times(tmp_path):
+    # In a checkout, a .so beside a .py that changed since the build would run code that is no
+    # longer the source: the build is stale, and the reason names the command that rebuilds.
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text("")
+    package = tmp_path / "tinycoro"
+    name = compiled.SOURCE_MODULES[0]
+    _fake_build(package, name, "x = 1\n")
+    _record(package, **{name: compiled.source_hash(str(package), name)})
+    source = package.joinpath(*name.split(".")[1:]).with_suffix(".py")
+    os.utime(source, (4_000_000_000, 4_000_000_000))  # newer than the build: times say nothing
+    assert compiled._judge_build(str(package)) is None
+    source.write_text("x = 2\n")
+    why = compiled._judge_build(str(package))
+    assert why is not None and f"{name} changed since it was built" in why
+    assert f"rebuild: cd {tmp_path} && python setup.py build_ext --inplace" in why
+    package.joinpath(compiled.BUILD_RECORD).unlink()  # a build from before records existed
+    why = compiled._judge_build(str(package))
+    assert why is not None and f"{name} has no build record" in why
+
+
+def test_an_installed_build_trusts_itself(tmp_path):
+    # Installed (no checkout around the package), a build has no source to fall behind: an
+    # install writes the .py files after the built modules, and no record is compared.
+    package = tmp_path / "site-packages" / "tinycoro"
+    name = compiled.SOURCE_MODULES[0]
+    _fake_build(package, name, "x = 1\n")
+    _record(package, **{name: "not the hash of anything"})
+    assert compiled._judge_build(str(package)) is None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(bool(compiled.fallbacks), reason="this environment's build does not run compiled")
+def test_a_fresh_non_editable_install_runs_compiled(tmp_path):
+    # What `pip install .` and a wheel do to the package: its files copied into site-packages,
+    # the .py files written after the built modules. Run from elsewhere, that copy must report
+    # the compiled runtime, with no fallback.
+    site = tmp_path / "site-packages"
+    source = Path(tinycoro.__file__).parent
+    shutil.copytree(source, site / "tinycoro", ignore=shutil.ignore_patterns("__pycache__", "*.c"))
+    later = time.time() + 60
+    for py in (site / "tinycoro").rglob("*.py"):
+        os.utime(py, (later, later))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TINYCORO_")}
+    env["PYTHONPATH"] = str(site)
+    code = "import tinycoro, tinycoro.compiled as c; print(tinycoro.__file__); print(c.describe())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    assert out == [str(site / "tinycoro" / "__init__.py"), "compiled runtime"]
 
 
 @pytest.mark.timeout(120)

@@ -15,11 +15,19 @@ The names of earlier releases, ``TINYCORO_PURE_RING`` (run time) and ``TINYCORO_
 Besides those three, the hot modules listed in :data:`SOURCE_MODULES` may be compiled from
 their own ``.py`` source, with an augmenting ``.pxd`` beside each (rule 14): the build
 puts a ``.so`` next to the ``.py``, which Python's import then prefers. With the variable set at
-run time, or when a build is older than its source (a stale build after an edit or a pull),
-:func:`force_pure_sources` (called first thing by ``import tinycoro``) puts a finder ahead of
-that choice which loads the ``.py``; :func:`note_sources` records, after the package is
+run time, or when an in-place build no longer matches its source (an edit or a pull since the
+build), :func:`force_pure_sources` (called first thing by ``import tinycoro``) puts a finder
+ahead of that choice which loads the ``.py``; :func:`note_sources` records, after the package is
 imported, which of them run compiled (a module that does not is in :data:`fallbacks`, keyed by
 its full name, with the reason).
+
+**What a build was built from.** The build writes :data:`BUILD_RECORD` beside the package: the
+SHA-256 of each compiled module's source (its ``.py`` or ``.pyx`` and its ``.pxd``), taken when
+it was compiled. Staleness is judged by those hashes, never by file times (an install writes
+the ``.py`` files after the built modules, so times say nothing there), and only where a source
+tree is present: a checkout built in place or installed editable, where an edit can outrun the
+build. An installed wheel or ``pip install .`` has no source tree beside it and trusts its
+own build.
 
 This module imports nothing of tinycoro's and nothing outside the standard library, so that
 ``setup.py`` can load it from the source tree before anything is built.
@@ -37,7 +45,8 @@ from typing import Any, Mapping, Sequence
 
 __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
-    "describe", "force_pure_sources", "note_sources", "is_compiled",
+    "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
+    "source_hash", "source_files",
 ]
 
 #: The one switch: set (to anything but "" or "0") it forces the pure-Python runtime.
@@ -84,27 +93,119 @@ class _SourceFinder:
         return None
 
 
-def _stale_build(root: str) -> str | None:
-    """The first module of :data:`SOURCE_MODULES` whose build lies beside an older .py or .pxd
-    (the source changed since ``setup.py build_ext``), as a reason; None when none does."""
-    for name in SOURCE_MODULES:
-        base = os.path.join(root, *name.split(".")[1:])
-        built = [base + s for s in importlib.machinery.EXTENSION_SUFFIXES if os.path.exists(base + s)]
-        if not built:
+#: The file, in the package folder, that maps each compiled module's full name to the hash of
+#: the source it was compiled from (written by setup.py's build_ext, read by :func:`_stale`).
+BUILD_RECORD = "_built_from.json"
+
+
+def source_files(package_dir: str, name: str) -> list[str]:
+    """The source files of compiled module *name* (``"tinycoro.net"``, ``"tinycoro._cring"``)
+    under *package_dir* (tinycoro's folder) that exist: its ``.py`` or ``.pyx``, and its
+    ``.pxd``."""
+    base = os.path.join(package_dir, *name.split(".")[1:])
+    return [p for p in (base + ".py", base + ".pyx", base + ".pxd") if os.path.exists(p)]
+
+
+def source_hash(package_dir: str, name: str) -> str:
+    """SHA-256 of the source of compiled module *name*, as the build records it."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in source_files(package_dir, name):
+        digest.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            digest.update(f.read())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _source_tree_root(package_dir: str) -> str | None:
+    """The checkout *package_dir* lies in (the folder with ``setup.py`` and ``pyproject.toml``),
+    or None for an installed package, which has no source to fall behind."""
+    root = os.path.dirname(os.path.abspath(package_dir))
+    if all(os.path.isfile(os.path.join(root, f)) for f in ("setup.py", "pyproject.toml")):
+        return root
+    return None
+
+
+def _rebuild_command(root: str) -> str:
+    """The command that rebuilds the compiled modules of the checkout at *root*, for its layout:
+    an editable install of it is rebuilt by installing it again; a checkout run from
+    ``PYTHONPATH`` by building in place (which needs Cython and the liburing binding)."""
+    import json
+    from importlib.metadata import distributions
+
+    for dist in distributions(name="tinycoro"):  # a build's egg-info in *root* comes first
+        try:
+            info = json.loads(dist.read_text("direct_url.json") or "{}")
+        except ValueError:
             continue
-        sources = [p for p in (base + ".py", base + ".pxd") if os.path.exists(p)]
-        if max(map(os.path.getmtime, sources)) > min(map(os.path.getmtime, built)):
-            return f"{name} changed since it was built (rebuild: setup.py build_ext --inplace)"
+        if info.get("dir_info", {}).get("editable") and info.get("url") == "file://" + root:
+            return f"pip install -e {root}"
+    return f"cd {root} && python setup.py build_ext --inplace"
+
+
+def _unbuilt_tree() -> str | None:
+    """The reason to give when tinycoro runs from a checkout that was never built in place
+    (``pip install .`` builds into site-packages, and ``python -m`` from the checkout imports
+    the checkout's copy instead), or None."""
+    package_dir = os.path.dirname(__file__)
+    root = _source_tree_root(package_dir)
+    if root is None or any(_built(package_dir, n) for n in _ALL_COMPILED):
+        return None
+    return f"running from the unbuilt source tree {root} (pip install -e {root}, or run elsewhere)"
+
+
+def _built(package_dir: str, name: str) -> bool:
+    base = os.path.join(package_dir, *name.split(".")[1:])
+    return any(os.path.exists(base + s) for s in importlib.machinery.EXTENSION_SUFFIXES)
+
+
+#: Every module the build may compile, by full name: the three twins and the hot modules.
+_ALL_COMPILED = ("tinycoro._cring", "tinycoro._clocal", "tinycoro._cfile", *SOURCE_MODULES)
+_stale_reason: list[str | None] = []  # computed once per process: [reason or None]
+
+
+def _stale(package_dir: str) -> str | None:
+    """Why this build must not run, as one reason naming the first module whose source changed
+    and the command that rebuilds; None when each built module matches the source it was built
+    from, or where there is no source tree (an installed package trusts its build). One build
+    is judged as a whole: its modules cimport each other's types, and a half-stale build would
+    mix two versions of the runtime."""
+    if _stale_reason:
+        return _stale_reason[0]
+    _stale_reason.append(_judge_build(package_dir))
+    return _stale_reason[0]
+
+
+def _judge_build(package_dir: str) -> str | None:
+    root = _source_tree_root(package_dir)
+    if root is None:
+        return None
+    built = [n for n in _ALL_COMPILED if _built(package_dir, n)]
+    if not built:
+        return None
+    import json
+
+    try:
+        with open(os.path.join(package_dir, BUILD_RECORD)) as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        record = {}
+    for name in built:
+        if record.get(name) != source_hash(package_dir, name):
+            what = "changed since it was built" if name in record else "has no build record"
+            return f"stale build: {name} {what} (rebuild: {_rebuild_command(root)})"
     return None
 
 
 def force_pure_sources() -> None:
     """Make every module of :data:`SOURCE_MODULES` import from its .py (call it before any of
-    them is imported) when ``TINYCORO_PURE`` is set, or when one of their builds is older
-    than its source: a stale build would run code that is no longer the source, and the
+    them is imported) when ``TINYCORO_PURE`` is set, or when, in a source tree, one of their
+    builds no longer matches its source: a stale build would run code that is no longer the source, and the
     modules cimport each other's types, so they run compiled all together or not at all."""
     var = pure_requested()
-    why = f"{var} is set" if var is not None else _stale_build(os.path.dirname(__file__))
+    why = f"{var} is set" if var is not None else _stale(os.path.dirname(__file__))
     if why is None:
         return
     if not any(isinstance(f, _SourceFinder) for f in sys.meta_path):
@@ -123,7 +224,7 @@ def note_sources() -> None:
         if is_compiled(module):
             _loaded[name] = module
         else:
-            fallbacks[name] = "not built: its .py runs interpreted"
+            fallbacks[name] = _unbuilt_tree() or "not built: its .py runs interpreted"
 
 
 def pure_requested(environ: Mapping[str, str] | None = None) -> str | None:
@@ -151,10 +252,16 @@ def load(name: str) -> ModuleType | None:
     if var is not None:
         fallbacks[name] = f"{var} is set"
         return None
+    stale = _stale(os.path.dirname(__file__))
+    if stale is not None:
+        fallbacks[name] = stale
+        return None
     try:
         module = importlib.import_module(f"tinycoro.{name}")
     except (ImportError, ValueError) as exc:
-        fallbacks[name] = f"tinycoro.{name} is not available ({type(exc).__name__}: {exc})"
+        fallbacks[name] = _unbuilt_tree() or (
+            f"tinycoro.{name} is not available ({type(exc).__name__}: {exc})"
+        )
         return None
     _loaded[name] = module
     return module
