@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
@@ -15,6 +16,18 @@ import sys
 import pytest
 
 from helpers.runtime import CONTEXT_COUNTS, fd_targets, tinycoro_threads, wait_until
+
+
+# -- how the suite was launched must not matter ---------------------------------------------
+# A shell without job control (a CI script, `cmd &` in `bash -c`) starts background jobs with
+# SIGINT ignored, and Python then leaves it ignored instead of installing its KeyboardInterrupt
+# handler. Inherited, that would make every Ctrl-C test wait out its timeout: in this process
+# (tests that raise SIGINT at themselves) and in every child a test starts (scripts, kernels,
+# engines, xdist workers), since an ignored signal stays ignored across exec. Restored here, at
+# conftest import, before any test or worker starts: a handled signal is reset to its default
+# in a child at exec, where Python installs its usual handler.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(params=CONTEXT_COUNTS, ids=lambda n: f"ctx{n}")
