@@ -1,5 +1,5 @@
 """asyncio inside tinycoro: ``await tc.aio(awaitable)`` on the scheduler's companion loop
-(issue 10 item 3), on 1, 2 and 4 contexts."""
+on 1, 2 and 4 contexts."""
 
 from __future__ import annotations
 

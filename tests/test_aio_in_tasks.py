@@ -1,4 +1,4 @@
-"""asyncio awaitables awaited directly inside tinycoro tasks (issue 18, defect 8).
+"""asyncio awaitables awaited directly inside tinycoro tasks.
 
 A tinycoro task runs on a context thread, where no asyncio loop runs; ``tc.aio(...)`` is the way
 to await asyncio work there. Awaiting asyncio directly must fail at once with the TypeError that

@@ -1,5 +1,5 @@
 """Primitives shared between asyncio tasks and tinycoro tasks on a Scheduler's contexts keep
-every guarantee (issue 10 item 2): FIFO baton passing of the Mutex, no lost wake-up of Event,
+every guarantee: FIFO baton passing of the Mutex, no lost wake-up of Event,
 Condition, Semaphore and Channel. Bounded by counts; every test has a timeout."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Rule 9: every task runs in its own contextvars.Context, copied from whoever spawned it
-(issue 9 item 1); and failures nobody awaits are reported when they end (issue 9 item 2)."""
+(rule 9); and failures nobody awaits are reported when they end."""
 
 from __future__ import annotations
 

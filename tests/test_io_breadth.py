@@ -1,5 +1,5 @@
 """Files beyond read and write: readinto, line iteration, stat / rename / unlink / mkdir,
-O_DIRECT with aligned buffers (issue 12)."""
+O_DIRECT with aligned buffers."""
 
 from __future__ import annotations
 

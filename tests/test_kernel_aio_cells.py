@@ -1,4 +1,5 @@
-"""The asyncio loop of awaiting cells, in a real kernel (issue 18, defects 7 and 8).
+"""The asyncio loop of awaiting cells, in a real kernel: the
+loop a cell's asyncio awaitables run on, and asyncio awaited inside tasks.
 
 After ``%load_ext tinycoro`` the loop that serves a cell's asyncio work (the kernel's own) says
 it runs while the cell runs (asyncio libraries check ``is_running()``), and it keeps serving

@@ -72,7 +72,7 @@ def test_exception_in_an_awaiting_cell_shows_a_normal_traceback(tc_kernel):
 
 
 def test_a_cell_awaits_asyncio_and_tinycoro_together(tc_kernel):
-    """After %load_ext, asyncio awaitables and tinycoro awaitables share a cell (issue 10.4)."""
+    """After %load_ext, asyncio awaitables and tinycoro awaitables share a cell."""
     r = tc_kernel.ok(
         "import asyncio\n"
         "await asyncio.sleep(0.01)\n"
@@ -276,7 +276,7 @@ def test_installed_kernelspec_preloads_the_extension(kernel_dirs):
         k.shutdown()
 
 
-# -- issue 21: tracebacks about the user's code, the dashboard from any line --------------------
+# -- tracebacks about the user's code, the dashboard from any line --------------------
 def _frames(tb: str) -> list[str]:
     """The file names a formatted (ANSI-free) IPython traceback shows frames of."""
     return re.findall(r'(?:File |Cell In\[\d+\]|^\S+\.py)[^\n]*', tb, re.M)

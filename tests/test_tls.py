@@ -1,5 +1,5 @@
 """TLS over tinycoro streams (ssl.SSLContext over ssl.MemoryBIO), with the self-signed certificate
-of conftest's ``tls_cert`` fixture (issue 12)."""
+of conftest's ``tls_cert`` fixture."""
 
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ class _Counter:
 class Latch(_Counter):
     """A one-shot countdown: ``count_down(n)``; ``await wait()`` until it reaches zero.
 
-    A count <= 0 starts open (issue 3's contract; the design's first draft of a "negative latch count" error is
+    A count <= 0 starts open (the public contract; the design's first draft of a "negative latch count" error is
     the negative *argument* of ``count_down``). Counting down an open latch is harmless.
     """
 
