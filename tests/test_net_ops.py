@@ -25,7 +25,7 @@ _GEN_FLAGS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ITERABLE_C
 
 
 def _net_frames(*names: str) -> list[str]:
-    """*names*, the Python frames of net.py's op awaitables, or none where net.py runs
+    """*names*, the Python frames of tinycoro.net.ops's op awaitables, or none where that module runs
     compiled (rule 14: a compiled ``__await__`` is a C generator, with no frame)."""
     from tinycoro import compiled
     from tinycoro.net import ops
