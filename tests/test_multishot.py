@@ -1,5 +1,5 @@
-"""A stream's recv through one multishot recv and the ring's own provided-buffer ring (issue 20,
-item 3; docs/io.md "Multishot recv"), and the single recv it falls back to: real loopback
+"""A stream's recv through one multishot recv and the ring's own provided-buffer ring
+(docs/io.md "Multishot recv"), and the single recv it falls back to: real loopback
 sockets, both paths, on 1, 2 and 4 contexts.
 
 The path is chosen per ring: ``TINYCORO_MULTISHOT=0`` when the scheduler's rings are created
@@ -15,12 +15,13 @@ import socket
 import pytest
 
 import tinycoro as tc
-from tinycoro import net, uring
+from tinycoro import uring
+from tinycoro.net import multishot
 from tinycoro.testing import wait_blocked
 
 from helpers.runtime import cancel_and_wait
 
-MULTISHOT = uring.COMPILED  # the compiled ring is the one that can
+MULTISHOT = multishot.AVAILABLE  # the compiled ring and the compiled multishot module
 
 
 @pytest.fixture(params=["multishot", "single"])
@@ -141,7 +142,7 @@ def test_bulk_transfer_in_order_and_max_bytes(path, contexts):
 
 def test_queue_is_bounded_when_nobody_reads(path):
     """A sender faster than the reader: the multishot stops once the stream holds
-    _MS_QUEUE_LIMIT bytes (the rest waits in the socket, TCP holds the sender back), and the
+    multishot.QUEUE_LIMIT bytes (the rest waits in the socket, TCP holds the sender back), and the
     reader's next recvs arm it again; every byte arrives in order."""
     total = 8 * 1024 * 1024
     blob = bytes(range(251)) * (total // 251 + 1)
@@ -157,7 +158,7 @@ def test_queue_is_bounded_when_nobody_reads(path):
             ms = server._ms
             while ms.armed:  # the stop (an async cancel) is on its way: let it land
                 await tc.yield_now()
-            assert ms.queued <= net._MS_QUEUE_LIMIT + uring.MULTISHOT_BUFFERS * uring.MULTISHOT_BUFFER_SIZE
+            assert ms.queued <= multishot.QUEUE_LIMIT + uring.MULTISHOT_BUFFERS * uring.MULTISHOT_BUFFER_SIZE
         got = bytearray(first)
         while len(got) < total:
             got += await server.recv()
@@ -317,10 +318,11 @@ def test_peer_reset_is_an_oserror(path):
     tc.run(main(), contexts=1)
 
 
-@pytest.mark.skipif(not MULTISHOT, reason="the compiled ring only")
-def test_ring_buffer_ring_setup_and_checks():
+@pytest.mark.skipif(not uring.COMPILED, reason="the compiled ring only")
+def test_ring_buffer_ring_setup_and_checks(monkeypatch):
     """The ring registers its buffer ring once; bad sizes are refused; the forced fallback
     leaves the ring without one; closing unmaps it."""
+    monkeypatch.delenv(uring.MULTISHOT_ENV, raising=False)  # rings that may have one
     ring = uring.CRing(8)
     try:
         with pytest.raises(ValueError):
@@ -331,9 +333,12 @@ def test_ring_buffer_ring_setup_and_checks():
         assert ring.multishot
         assert ring.multishot_setup(8, 4096) == 0  # once: the first answer stands
         assert ring.multishot_inflight() == 0
+        assert ring.buffer_bytes == uring.multishot_buffers() * uring.MULTISHOT_BUFFER_SIZE
     finally:
         ring.close()
-    assert not ring.multishot or ring.closed
+    # closing unmaps the buffers and leaves the ring without multishot
+    assert ring.buffer_bytes == 0
+    assert not ring.multishot
 
     off = uring.CRing(8)
     try:
@@ -364,3 +369,307 @@ def test_run_ends_with_a_stream_left_open(path, contexts):
     streams = tc.run(main(), contexts=contexts)
     for s in streams:
         s._sock.close()  # never closed through tinycoro: the run had ended
+
+
+# -- one receive contract on every path ------------------------------------------------------
+@pytest.mark.timeout(30)
+def test_open_stream_does_not_hide_a_deadlock(path, contexts):
+    """A stream that has received once stays open (its multishot armed) while the only task
+    waits on an Event nobody sets: no task waits on the multishot, so it is not work and the
+    watchdog raises DeadlockError, as it does on the single recv path."""
+
+    async def main():
+        client, server = await _pair()
+        async with client, server:
+            await client.sendall(b"x")
+            assert await server.recv() == b"x"
+            await tc.Event().wait()
+
+    with pytest.raises(tc.DeadlockError):
+        tc.run(main(), contexts=contexts, deadlock_timeout=0.5)
+
+
+@pytest.mark.timeout(30)
+def test_recv_waiting_on_the_network_is_not_a_deadlock(path):
+    """The other half of that contract: a task that waits in recv for a peer outside the
+    scheduler is waiting for I/O, not deadlocked. The peer (a plain thread) sends only once
+    the context has slept with the recv parked for several watchdog periods."""
+    import threading
+    import time
+
+    from helpers.runtime import wait_until
+
+    sched = tc.Scheduler(1)
+    box = {}
+
+    async def main(port):
+        conn = await tc.net.connect("127.0.0.1", port)
+        async with conn:
+            await conn.sendall(b"a")
+            assert await conn.recv() == b"a"  # armed from here on (multishot path)
+            return await conn.recv()
+
+    with socket.create_server(("127.0.0.1", 0)) as lsock:
+        def peer():
+            raw, _ = lsock.accept()
+            with raw:
+                raw.sendall(raw.recv(1))
+                wait_until(lambda: sched.stats().contexts[0].sleeping, what="the context asleep")
+                time.sleep(1.5)  # three watchdog periods with only the recv waiting
+                raw.sendall(b"late")
+                box["sent"] = True
+                raw.recv(1)  # until the client closes
+
+        t = threading.Thread(target=peer)
+        t.start()
+        task = sched.submit(main(lsock.getsockname()[1]))
+        sched.loop(deadlock_timeout=0.5)
+        t.join()
+    assert box.get("sent") and task.result() == b"late"
+
+
+def test_recv_1_over_a_queued_chunk_copies_each_byte_once(path):
+    """recv(1) over one large queued chunk copies what it returns, not the rest of the chunk
+    each time (that was quadratic in the chunk's size)."""
+    if path != "multishot":
+        pytest.skip("only the multishot path queues chunks")
+    copied = [0]
+
+    class Chunk(bytes):
+        """A chunk that counts the bytes each slice of it copies."""
+
+        def __getitem__(self, key):
+            out = bytes.__getitem__(self, key)
+            if isinstance(key, slice):
+                copied[0] += len(out)
+                return Chunk(out)
+            return out
+
+    size = 16384
+
+    async def main():
+        client, server = await _pair()
+        async with client, server:
+            await client.sendall(b"x")
+            assert await server.recv() == b"x"
+            ms = server._ms
+            chunk = Chunk(bytes(range(256)) * (size // 256))
+            ms.queue.append(chunk)  # as a completion queues it
+            ms.queued += size
+            got = bytearray()
+            while len(got) < size:
+                got += await server.recv(1)
+            assert bytes(got) == bytes(chunk)
+
+    tc.run(main(), contexts=1)
+    assert copied[0] <= 2 * size, f"{copied[0]} bytes copied to return {size}"
+
+
+def test_sendall_made_and_never_awaited_keeps_the_fast_path(path):
+    """A sendall that is made and dropped unawaited holds nothing of the stream's: the next
+    sendalls still go through the stream's one reusable op."""
+
+    async def main():
+        client, server = await _pair()
+        async with client, server:
+            client.sendall(b"never sent")  # made, never awaited
+            first = client.sendall(b"one")
+            await first
+            second = client.sendall(b"two")
+            assert second is first  # the reusable op, back for the next sendall
+            await second
+            got = b""
+            while len(got) < 6:
+                got += await server.recv()
+            assert got == b"onetwo"
+
+    tc.run(main(), contexts=1)
+
+
+# -- the multishot's completions: a raising handler, buffer exhaustion, an old kernel --------
+def _needs_multishot(path):
+    if path != "multishot":
+        pytest.skip("a multishot recv's completions only")
+
+
+def test_raising_completion_is_reported_and_the_ring_stays_whole(path, caplog):
+    """A completion handler that raises (injected through the ring owner's completion_hook
+    seam) is reported with its stream; its CQE is not handled twice (no buffer given back
+    twice, no KeyError from a final CQE seen again), the ring's own count does not drift, the
+    stream keeps receiving, and shutdown finds nothing left in flight."""
+    _needs_multishot(path)
+    from tinycoro import lowlevel
+
+    raised = []
+
+    def hook(op, res, data, more):
+        if not raised and data:
+            raised.append(data)
+            raise ValueError("handler failed")
+        return res, data
+
+    async def main():
+        client, server = await _pair()
+        engine = lowlevel.current_engine()
+        async with client, server:
+            await client.sendall(b"x")
+            assert await server.recv() == b"x"
+            engine.completion_hook = hook
+            try:
+                await client.sendall(b"lost")
+                while not raised:
+                    await tc.yield_now()
+                await client.sendall(b"kept")
+                assert await server.recv() == b"kept"
+                await client.shutdown_write()  # the final CQE (EOF) goes through the hook too
+                assert await server.recv() == b""
+            finally:
+                engine.completion_hook = None
+        assert engine.own_inflight == 0
+        assert not engine.inflight
+
+    with caplog.at_level("ERROR", logger="tinycoro"):
+        tc.run(main(), contexts=1)
+    reports = [r for r in caplog.records if "recv from 127.0.0.1" in r.getMessage()]
+    assert len(reports) == 1 and isinstance(reports[0].exc_info[1], ValueError)
+
+
+def test_raising_final_completion_ends_the_multishot(path, caplog):
+    """The last CQE of a multishot (here EOF) whose handler raises: the multishot still ends
+    (out of the in-flight table, the stream's waiter woken), the raise is reported, and the
+    next recv arms again and sees EOF from the socket."""
+    _needs_multishot(path)
+    from tinycoro import lowlevel
+
+    failed = []
+
+    def hook(op, res, data, more):
+        if not more and not failed:
+            failed.append(res)
+            raise ValueError("final handler failed")
+        return res, data
+
+    async def main():
+        client, server = await _pair()
+        engine = lowlevel.current_engine()
+        async with client, server:
+            await client.sendall(b"x")
+            assert await server.recv() == b"x"
+            engine.completion_hook = hook
+            try:
+                waiting = tc.spawn(server.recv())
+                await wait_blocked(waiting)
+                await client.shutdown_write()
+                assert await waiting == b""  # re-armed once, after the lost final CQE
+            finally:
+                engine.completion_hook = None
+        assert engine.own_inflight == 0 and not engine.inflight
+
+    with caplog.at_level("ERROR", logger="tinycoro"):
+        tc.run(main(), contexts=1)
+    assert failed == [0]  # the EOF's CQE
+    assert sum("recv from" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_tiny_buffer_pool_ends_and_rearms(path, contexts, monkeypatch):
+    """Two provided buffers for four busy streams: multishots end with ENOBUFS and are armed
+    again by the next recv; every byte arrives intact, and the statistics count both."""
+    _needs_multishot(path)
+    monkeypatch.setenv(uring.MULTISHOT_BUFFERS_ENV, "2")
+    size = 1 << 20
+    blobs = [bytes([i]) * 7 + bytes(range(256)) * (size // 256) for i in range(4)]
+
+    async def pair_transfer(blob):
+        client, server = await _pair()
+        async with client, server:
+            sender = tc.spawn(client.sendall(blob))
+            got = bytearray()
+            while len(got) < len(blob):
+                got += await server.recv()
+            await sender
+            return bytes(got)
+
+    async def main():
+        return await tc.when_all(*(pair_transfer(b) for b in blobs))
+
+    s = tc.Scheduler(contexts)
+    task = s.submit(main())
+    s.loop()
+    assert task.result() == blobs
+    stats = s.stats().contexts
+    assert sum(c.multishot_enobufs for c in stats) > 0
+    assert sum(c.multishot_rearms for c in stats) >= sum(c.multishot_enobufs for c in stats)
+
+
+def test_buffer_pool_knob_is_checked(monkeypatch):
+    """The pool size must be a power of two the kernel takes; anything else is refused with
+    a message naming the variable."""
+    monkeypatch.setenv(uring.MULTISHOT_BUFFERS_ENV, "3")
+    with pytest.raises(ValueError, match=uring.MULTISHOT_BUFFERS_ENV):
+        uring.multishot_buffers()
+    monkeypatch.setenv(uring.MULTISHOT_BUFFERS_ENV, "8")
+    assert uring.multishot_buffers() == 8
+
+
+def test_old_kernel_switches_to_single_recv(path, contexts):
+    """A kernel with the buffer ring but without the multishot recv answers -EINVAL to the
+    first one (simulated through the ring's refuse_multishot seam): the waiting recv takes the
+    single path, the ring queues no more multishots, and every byte arrives."""
+    _needs_multishot(path)
+    from tinycoro import lowlevel
+
+    async def main():
+        lowlevel.current_engine().ring.refuse_multishot()
+        client, server = await _pair()
+        async with client, server:
+            sender = tc.spawn(client.sendall(b"abc" * 1000))
+            got = bytearray()
+            while len(got) < 3000:
+                got += await server.recv()
+            await sender
+            assert not server._ms.armed
+            assert not lowlevel.current_engine().ring.multishot_ready()
+            return bytes(got)
+
+    assert tc.run(main(), contexts=1) == b"abc" * 1000
+
+
+def test_multishot_only_where_its_code_runs_compiled():
+    """The multishot's cross-thread steps are atomic only compiled: streams use it only when
+    the compiled ring and the compiled multishot module both run. A child process in which
+    that module alone runs interpreted (a partial build) makes streams with the single recv."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from tinycoro import compiled
+
+    assert multishot.AVAILABLE == (uring.COMPILED and compiled.is_compiled(multishot))
+    code = textwrap.dedent("""
+        import importlib.util, os, sys
+        class OnlyMultishotPure:  # the .py of that one module, the build of every other
+            @staticmethod
+            def find_spec(name, path=None, target=None):
+                if name != "tinycoro.net.multishot" or not path:
+                    return None
+                return importlib.util.spec_from_file_location(
+                    name, os.path.join(path[0], "multishot.py"))
+        sys.meta_path.insert(0, OnlyMultishotPure)
+        import tinycoro as tc
+        from tinycoro import compiled
+        from tinycoro import uring
+        from tinycoro.net import multishot
+        assert not compiled.is_compiled(multishot)
+        async def main():
+            lst = await tc.net.listen()
+            acc = tc.spawn(lst.accept())
+            c = await tc.net.connect("127.0.0.1", lst.port)
+            s = await acc
+            print(s._ms is None)
+            for x in (c, s, lst):
+                await x.close()
+        tc.run(main())
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"

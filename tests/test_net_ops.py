@@ -1,4 +1,4 @@
-"""One awaitable per operation (rule 14, issue 20): a stream's recv and sendall, a
+"""One awaitable per operation (rule 14): a stream's recv and sendall, a
 listener's accept and a file's ring reads and writes are each the awaitable their call returns, so an
 operation costs the awaiting coroutine one generator frame, not a chain of wrapper coroutines.
 Around that: the stream's reused ops are really reused, an op is still what ``tc.spawn`` and
@@ -25,11 +25,12 @@ _GEN_FLAGS = inspect.CO_COROUTINE | inspect.CO_GENERATOR | inspect.CO_ITERABLE_C
 
 
 def _net_frames(*names: str) -> list[str]:
-    """*names*, the Python frames of net.py's op awaitables, or none where net.py runs
+    """*names*, the Python frames of tinycoro.net.ops's op awaitables, or none where that module runs
     compiled (rule 14: a compiled ``__await__`` is a C generator, with no frame)."""
-    from tinycoro import compiled, net
+    from tinycoro import compiled
+    from tinycoro.net import ops
 
-    return [] if compiled.is_compiled(net) else list(names)
+    return [] if compiled.is_compiled(ops) else list(names)
 
 
 def _qualname(frame) -> str:
@@ -81,7 +82,7 @@ def test_recv_and_sendall_each_cost_one_generator_frame():
 
     got, created = tc.run(main(), contexts=1)
     assert got == b"ping"
-    assert created == _net_frames("_SendallOp.__await__", "_RecvOp.__await__")
+    assert created == _net_frames("SendallOp.__await__", "RecvOp.__await__")
 
 
 def test_accept_and_file_ring_operations_skip_the_wrapper_coroutines(tmp_path):
@@ -120,7 +121,7 @@ def test_accept_and_file_ring_operations_skip_the_wrapper_coroutines(tmp_path):
     assert results == (b"abcdefgh", 8, b"abcdefgh", 8)
     assert path.read_bytes()[:16] == b"ABCDEFGHabcdefgh"
     assert created == {
-        "accept": _net_frames("_AcceptOp.__await__"),
+        "accept": _net_frames("AcceptOp.__await__"),
         "read_at": ["AsyncFile.read_at", "_RingRead.__await__"],  # the page-cache path's frame
         "readinto_at": ["_RingRead.__await__"],
         "write_at": ["_RingWrite.__await__"],

@@ -8,7 +8,9 @@ Nothing is linked against liburing itself: the binding's module does the system 
 inline ``io_uring_prep_*`` / ``io_uring_get_sqe`` helpers come from its bundled header.
 
 The completion contract is the pure ring's (``tinycoro/uring.py``): ``complete`` resolves
-user_data to op and hands ``(op, res)`` back, and never looks inside the op.
+user_data to op and hands ``(op, res)`` back, and never looks inside the op; each CQE of a
+multishot recv (which only this ring queues) is handed back apart, as
+``(op, res, data, more)``, marked seen and its buffer given back before anything runs.
 
 Only the per-operation paths live here. Creating and closing the ring, the eventfd and the
 error messages stay in Python (``tinycoro/uring.py``), shared with the pure-Python ring, which
@@ -241,13 +243,18 @@ cdef class RingCore:
     cdef uint32_t _pb_size
     cdef uint16_t _pb_tail
     cdef uint16_t _pb_mask
-    # user_data -> handler of each multishot in the kernel; its op stays in the owner's
+    # user_data -> op of each multishot in the kernel; the op stays in the owner's
     # in-flight table until its last CQE (no IORING_CQE_F_MORE)
     cdef dict _multi
+    # A test seam (refuse_multishot): multishots are queued as NOPs whose CQE reads -EINVAL,
+    # as from a kernel that has the buffer ring (5.19) but not the multishot recv (6.0).
+    cdef bint _refusing
+    cdef set _refused
 
     def __cinit__(self, *args, **kwargs):
         self._cqe = io_uring_cqe()
         self._multi = {}
+        self._refused = set()
 
     # -- submission -------------------------------------------------------------------------
     cdef __io_uring_sqe* _take(self) except NULL:
@@ -299,9 +306,13 @@ cdef class RingCore:
             elif prep is _RECV_MS:
                 if self._pb_state != 1:
                     raise RuntimeError("multishot recv queued on a ring without buffers")
-                __io_uring_prep_recv_multishot(sqe, args[0], NULL, 0, 0)
-                tc_sqe_or_flags(sqe, _IOSQE_BUFFER_SELECT)
-                tc_sqe_set_buf_group(sqe, _BGID)
+                if self._refusing:
+                    __io_uring_prep_nop(sqe)
+                    self._refused.add(ud)
+                else:
+                    __io_uring_prep_recv_multishot(sqe, args[0], NULL, 0, 0)
+                    tc_sqe_or_flags(sqe, _IOSQE_BUFFER_SELECT)
+                    tc_sqe_set_buf_group(sqe, _BGID)
                 self._multi[ud] = args[1]
             else:
                 wrapper = io_uring_sqe(0)  # 0: a view of a ring SQE, not memory of its own
@@ -356,13 +367,17 @@ cdef class RingCore:
             n += 1
         return n
 
-    def complete(self, dict inflight not None, list done not None):
+    def complete(self, dict inflight not None, list done not None, list shots not None):
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
-        CQEs were reaped (the completion contract of ``tinycoro/uring.py``).
+        CQEs were reaped, multishots' left out (the completion contract in ``tinycoro/uring.py``).
 
         For each CQE whose user_data is a key of *inflight*, the entry is removed and
         ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
-        only counted. Nothing of the op is read or written here.
+        only counted. Nothing of the op is read or written here. A CQE of a multishot recv is
+        appended to *shots* as ``(op, res, data, more)`` instead, uncounted (its op is handed
+        to nobody, so the owner must not take it for one of its own SQEs): its data copied
+        out, its buffer given back and the CQE marked seen before the owner runs any handler,
+        so a handler that raises can neither replay it nor lose or double a buffer (rule 17).
         """
         cdef io_uring ring = self._ring
         cdef io_uring_cqe cqe = self._cqe
@@ -372,6 +387,9 @@ cdef class RingCore:
         cdef unsigned int flags
         cdef PyObject* found
         cdef object key
+        cdef object data
+        cdef uint16_t bid
+        cdef bint more
         cdef dict multi = self._multi
         while io_uring_peek_cqe(ring, cqe) == 0:
             ud = cqe.ptr.user_data
@@ -381,10 +399,24 @@ cdef class RingCore:
             if multi:  # a multishot recv is in the kernel: is this one of its CQEs?
                 found = PyDict_GetItem(multi, key)
                 if found is not NULL:
-                    # not counted: its op is handed to nobody, so the owner must not take
-                    # it for one of its own SQEs (see the completion contract)
-                    self._shot(<object>found, key, res, flags, inflight)
+                    data = None
+                    if flags & _CQE_F_BUFFER:
+                        bid = <uint16_t>(flags >> _CQE_BUFFER_SHIFT)
+                        if res > 0:
+                            data = PyBytes_FromStringAndSize(
+                                self._pb_mem + <size_t>bid * self._pb_size, res)
+                        self._pb_give(bid)
                     io_uring_cqe_seen(ring, cqe)
+                    if self._refused and key in self._refused:
+                        self._refused.discard(key)
+                        res = -EINVAL  # the NOP in a refused multishot's place
+                        flags = 0
+                    more = (flags & _CQE_F_MORE) != 0
+                    shots.append((<object>found, res, data, more))
+                    if not more:
+                        PyDict_DelItem(multi, key)
+                        if PyDict_GetItem(inflight, key) is not NULL:
+                            PyDict_DelItem(inflight, key)
                     continue
             io_uring_cqe_seen(ring, cqe)
             n += 1
@@ -394,30 +426,6 @@ cdef class RingCore:
             done.append((<object>found, res))
             PyDict_DelItem(inflight, key)
         return n
-
-    cdef int _shot(self, object handler, object key, int res, unsigned int flags,
-                   dict inflight) except -1:
-        """One CQE of a multishot recv: copy the data out of its provided buffer, give the
-        buffer back to the kernel, and hand ``(res, data, more)`` to the handler. The last
-        CQE (no ``IORING_CQE_F_MORE``) takes the op out of *inflight* and forgets the handler.
-
-        The buffer goes back before the handler runs, so a handler that raises loses no
-        buffer; the data is a bytes object the handler may keep (the copy a single recv
-        makes too)."""
-        cdef object data = None
-        cdef uint16_t bid
-        cdef bint more = (flags & _CQE_F_MORE) != 0
-        if flags & _CQE_F_BUFFER:
-            bid = <uint16_t>(flags >> _CQE_BUFFER_SHIFT)
-            if res > 0:
-                data = PyBytes_FromStringAndSize(self._pb_mem + <size_t>bid * self._pb_size, res)
-            self._pb_give(bid)
-        if not more:
-            del self._multi[key]
-            if PyDict_GetItem(inflight, key) is not NULL:
-                PyDict_DelItem(inflight, key)
-        handler(res, data, more)
-        return 0
 
     # -- the provided-buffer ring ---------------------------------------------------------------
     cdef void _pb_give(self, uint16_t bid) noexcept nogil:
@@ -499,6 +507,18 @@ cdef class RingCore:
         The buffer ring stays registered until the ring closes."""
         self._pb_state = -1
 
+    def refuse_multishot(self):
+        """Test seam: act from now on as a kernel that has the buffer ring but not the
+        multishot recv, which answers each one with -EINVAL (it is queued as a NOP whose CQE
+        reads so), to test the switch-over to single recvs without such a kernel."""
+        self._refusing = True
+
+    @property
+    def buffer_bytes(self):
+        """Bytes of provided buffers mapped for this ring now (0 before the first multishot
+        and once the ring has closed)."""
+        return self._pb_mem_bytes if self._pb_mem != NULL else 0
+
     @property
     def multishot(self):
         """True when multishot recvs can be queued here (the buffer ring is registered)."""
@@ -516,6 +536,7 @@ cdef class RingCore:
             munmap(self._pb_mem, self._pb_mem_bytes)
             self._pb_ring = NULL
             self._pb_mem = NULL
+        self._pb_state = -1  # closed: no multishot any more
         self._multi.clear()
 
     def cq_ready(self):

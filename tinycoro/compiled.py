@@ -67,7 +67,9 @@ SOURCE_MODULES: tuple[str, ...] = (
     "tinycoro.core.task",
     "tinycoro.core.engine",
     "tinycoro.closing",
-    "tinycoro.net",
+    "tinycoro.net.ops",
+    "tinycoro.net.multishot",
+    "tinycoro.net.stream",
 )
 
 

@@ -35,6 +35,7 @@ from .uring import (
     prep_unlinkat,
     prep_write,
 )
+from .buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes, writable_view
 from .closing import PendingOps, ResourceOp, close_fd
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
@@ -61,10 +62,6 @@ _AT_SYMLINK_NOFOLLOW = 0x100
 _CURRENT_POSITION = (1 << 64) - 1  # offset -1 as the kernel's u64: "use the file position"
 _READ_CHUNK = 1 << 20
 _LINE_CHUNK = 1 << 16
-# The kernel's limits: one read/write moves at most MAX_RW_COUNT bytes (INT_MAX rounded down to
-# a page), and file offsets are a signed 64-bit loff_t. Larger values are refused at the call.
-MAX_RW = 0x7FFFF000
-MAX_OFFSET = (1 << 63) - 1
 # O_DIRECT: buffer address, size and offset must be multiples of the device's logical block
 # size (512 or 4096 here); requiring the page size satisfies every device.
 DIRECT_ALIGN = mmap.PAGESIZE
@@ -124,46 +121,8 @@ def _flags_for(mode: str) -> tuple[int, bool, bool, bool]:
     return flags | os.O_CLOEXEC, kind == "r" or plus, kind != "r" or plus, kind == "a"
 
 
-def _as_bytes_view(data: Any, what: str, param: str = "data") -> memoryview:
-    """A flat byte view of *data*, the *param* argument of *what*(); TypeError for str,
-    non-buffers and non-contiguous buffers (the kernel takes one address and a length)."""
-    if isinstance(data, str):
-        raise TypeError(f"{what}() takes bytes-like data, not str; encode it first")
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise TypeError(f"{what}() takes bytes-like data, got {type(data).__name__}") from None
-    if not view.c_contiguous:
-        raise TypeError(
-            f"{what}() needs a C-contiguous buffer for {param}, got a non-contiguous "
-            f"{type(data).__name__}; pass a copy (bytes(...)) or a contiguous slice"
-        )
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    return view
-
-
-def _writable_view(buf: Any, what: str) -> memoryview:
-    """A flat byte view of a writable buffer; TypeError for str, read-only or non-buffers."""
-    view = _as_bytes_view(buf, what, "buf")
-    if view.readonly:
-        raise TypeError(f"{what}() needs a writable buffer (bytearray, memoryview, array), "
-                        f"got a read-only {type(buf).__name__}")
-    return view
-
-
 def _check_offset(offset: Any) -> int:
     return check_int("offset", offset, min=0, max=MAX_OFFSET)
-
-
-def _path_bytes(path: Any, what: str = "path") -> bytes:
-    try:
-        raw = os.fsencode(os.fspath(path))
-    except TypeError:
-        raise TypeError(f"{what} must be str, bytes or os.PathLike, got {path!r}") from None
-    if b"\0" in raw:
-        raise ValueError(f"embedded null byte in {what}")
-    return raw
 
 
 class _PyBuffer(ctypes.Structure):
@@ -463,7 +422,7 @@ class AsyncFile:
 
     async def readinto(self, buf: Any) -> int:
         """Read into *buf* (any writable buffer) from the current position; 0 at EOF."""
-        view = _writable_view(buf, "readinto")
+        view = writable_view(buf, "readinto")
         self._check_readable()
         n = await self._read_into(view, self._pos)
         self._pos += n
@@ -474,7 +433,7 @@ class AsyncFile:
 
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
         read itself to await (rule 14); others may read the page cache inline first."""
-        view = _writable_view(buf, "readinto_at")
+        view = writable_view(buf, "readinto_at")
         offset = _check_offset(offset)
         self._check_readable()
         if self._inline:
@@ -633,7 +592,7 @@ class AsyncFile:
     # -- writing -------------------------------------------------------------------------------
     async def write(self, data: Any) -> int:
         """Write all of *data* at the current position (the end, in append mode)."""
-        view = _as_bytes_view(data, "write")
+        view = as_bytes_view(data, "write")
         self._check_open()
         if not self._writable:
             raise OSError(9, f"file {self.name!r} is not open for writing")
@@ -647,7 +606,7 @@ class AsyncFile:
     def write_at(self, data: Any, offset: int) -> Awaitable[int]:
         """Write all of *data* at *offset*; the awaited result is the number of bytes written
         (the write op itself: rule 14)."""
-        view = _as_bytes_view(data, "write_at")
+        view = as_bytes_view(data, "write_at")
         offset = _check_offset(offset)
         self._check_open()
         return self._pwrite(view, offset)
@@ -700,7 +659,7 @@ async def open(  # noqa: A001
         raise TypeError(f"direct must be a bool, got {direct!r}")
     if direct:
         flags |= os.O_DIRECT
-    raw = _path_bytes(path)
+    raw = path_bytes(path)
     name = os.fsdecode(raw)
     op = Op(prep_openat, raw, flags, perms, _AT_FDCWD, returns_fd=True)  # keeps `raw` alive
     op.what = name
@@ -717,7 +676,7 @@ async def read_file(path: PathLike) -> bytes:
 
 async def write_file(path: PathLike, data: Any) -> int:
     """Replace *path*'s content with *data*; returns the number of bytes written."""
-    view = _as_bytes_view(data, "write_file")
+    view = as_bytes_view(data, "write_file")
     async with await open(path, "wb") as f:
         return await f.write(view)
 
@@ -746,7 +705,7 @@ def _stat_result(sx: Any) -> os.stat_result:
 async def stat(path: PathLike, *, follow_symlinks: bool = True) -> os.stat_result:
     """``os.stat(path)`` through an io_uring statx. ``st_*_ns`` are accurate to about 0.5 us
     (the binding exposes statx times as floats only); the float ``st_*time`` equal os.stat's."""
-    raw = _path_bytes(path)
+    raw = path_bytes(path)
     buf = uring.statx()
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
     op = Op(prep_statx, buf, raw, flags, uring.STATX_BASIC_STATS, _AT_FDCWD)
@@ -757,7 +716,7 @@ async def stat(path: PathLike, *, follow_symlinks: bool = True) -> os.stat_resul
 
 async def rename(src: PathLike, dst: PathLike) -> None:
     """Rename *src* to *dst* (an io_uring renameat); replaces *dst* like ``os.rename``."""
-    a, b = _path_bytes(src, "src"), _path_bytes(dst, "dst")
+    a, b = path_bytes(src, "src"), path_bytes(dst, "dst")
     op = Op(prep_renameat, a, b, _AT_FDCWD, _AT_FDCWD, 0)
     op.what = os.fsdecode(a)
     await perform(op)
@@ -765,7 +724,7 @@ async def rename(src: PathLike, dst: PathLike) -> None:
 
 async def unlink(path: PathLike) -> None:
     """Remove the file *path* (an io_uring unlinkat)."""
-    raw = _path_bytes(path)
+    raw = path_bytes(path)
     op = Op(prep_unlinkat, raw, 0, _AT_FDCWD)
     op.what = os.fsdecode(raw)
     await perform(op)
@@ -773,7 +732,7 @@ async def unlink(path: PathLike) -> None:
 
 async def rmdir(path: PathLike) -> None:
     """Remove the empty directory *path* (an io_uring unlinkat with AT_REMOVEDIR)."""
-    raw = _path_bytes(path)
+    raw = path_bytes(path)
     op = Op(prep_unlinkat, raw, uring.AT_REMOVEDIR, _AT_FDCWD)
     op.what = os.fsdecode(raw)
     await perform(op)
@@ -782,7 +741,7 @@ async def rmdir(path: PathLike) -> None:
 async def mkdir(path: PathLike, mode: int = 0o777) -> None:
     """Create the directory *path* (an io_uring mkdirat); *mode* before the umask."""
     mode = check_int("mode", mode, min=0, max=0o7777)
-    raw = _path_bytes(path)
+    raw = path_bytes(path)
     op = Op(prep_mkdirat, raw, mode, _AT_FDCWD)
     op.what = os.fsdecode(raw)
     await perform(op)

@@ -51,7 +51,7 @@ from typing import Any, Callable
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
 from .core.traps import checkpoint_if_cancelled
-from .io import MAX_RW, _as_bytes_view
+from .buffers import MAX_RW, as_bytes_view
 from .sync import Mutex
 
 __all__ = ["TlsStream", "check_context", "handshake", "handshake_failed"]
@@ -254,7 +254,7 @@ class TlsStream:
 
     async def send(self, data: Any) -> int:
         """Send some of *data* (up to 256 KiB); returns how many bytes were sent."""
-        view = _as_bytes_view(data, "send")
+        view = as_bytes_view(data, "send")
         self._check_send()
         if not view:
             return 0
@@ -263,7 +263,7 @@ class TlsStream:
 
     async def sendall(self, data: Any) -> None:
         """Send all of *data*; concurrent sendalls go one after the other, whole."""
-        view = _as_bytes_view(data, "sendall")
+        view = as_bytes_view(data, "sendall")
         self._check_send()
         if not view:
             return

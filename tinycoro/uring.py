@@ -12,10 +12,13 @@ forces ``PyRing`` (:mod:`tinycoro.compiled` makes that choice for every compiled
 ``COMPILED`` says which is in use and ``WHY_PURE`` why, when it is the pure one. Both create
 and close the ring through the same Python code (``_Lifecycle``).
 
-The completion contract, the same for both rings: ``complete(inflight, done)`` reaps every
-ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it removes that
-entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one of the
-owner's own SQEs (``SKIP_UD``) and is only counted. It returns how many CQEs it reaped. The op
+The completion contract, the same for both rings: ``complete(inflight, done, shots)`` reaps
+every ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it removes
+that entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one of the
+owner's own SQEs (``SKIP_UD``) and is only counted. A CQE of a multishot recv (only the compiled
+ring queues them) goes to *shots* as ``(op, res, data, more)``, uncounted, already marked seen
+with its provided buffer given back; its last one (``more`` False) removes the op from
+*inflight*. It returns how many CQEs it reaped, multishots' left out. The op
 is opaque here: the ring reads and writes none of its attributes, so what a completion means
 (a task's result, an interrupt, a descriptor to close) is decided by the layer above, the ring's
 owner (:class:`tinycoro.core.ring.RingOwner`), for any kind of op.
@@ -264,10 +267,31 @@ class _Lifecycle:
 #: kernel whose multishot recv misbehaves); read when a ring is created.
 MULTISHOT_ENV = "TINYCORO_MULTISHOT"
 #: The provided buffers of a ring's multishot recvs: how many and how large. 16 KiB holds the
-#: usual message whole; a larger one arrives in several CQEs, which a recv joins (up to its
-#: max_bytes). 64 x 16 KiB = 1 MiB of address space per ring, touched only as data arrives.
+#: usual message whole; a larger one arrives in several CQEs, each queued on its stream as a
+#: chunk. 64 x 16 KiB = 1 MiB of address space per ring, touched only as data arrives.
 MULTISHOT_BUFFERS = 64
 MULTISHOT_BUFFER_SIZE = 16384
+#: ``TINYCORO_MULTISHOT_BUFFERS=N`` sets how many buffers a ring's pool holds (a power of two,
+#: at most 32768), read when a ring is created: more for many busy streams per context (the
+#: statistics' ``multishot_enobufs`` say when the pool runs dry), fewer to test exhaustion.
+MULTISHOT_BUFFERS_ENV = "TINYCORO_MULTISHOT_BUFFERS"
+
+
+def multishot_buffers() -> int:
+    """The pool size ``TINYCORO_MULTISHOT_BUFFERS`` asks for, else ``MULTISHOT_BUFFERS``;
+    ValueError naming the variable for anything but a power of two in [1, 32768]."""
+    raw = os.environ.get(MULTISHOT_BUFFERS_ENV, "").strip()
+    if not raw:
+        return MULTISHOT_BUFFERS
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 0 < n <= 32768 or n & (n - 1):
+        raise ValueError(
+            f"{MULTISHOT_BUFFERS_ENV} must be a power of two from 1 to 32768, got {raw!r}"
+        )
+    return n
 
 
 def multishot_wanted() -> bool:
@@ -352,9 +376,10 @@ class PyRing(_Lifecycle):
             n += 1
         return n
 
-    def complete(self, inflight: dict, done: list) -> int:
+    def complete(self, inflight: dict, done: list, shots: list) -> int:
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
-        CQEs were reaped (the completion contract in the module doc).
+        CQEs were reaped (the completion contract in the module doc). *shots* stays empty:
+        this ring queues no multishot.
 
         For each CQE whose user_data is a key of *inflight*, the entry is removed and
         ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
@@ -393,8 +418,6 @@ class PyRing(_Lifecycle):
     def multishot_refused(self) -> None:
         pass
 
-    def multishot_inflight(self) -> int:
-        return 0
 
 
 _cring = compiled.load("_cring")
@@ -411,9 +434,10 @@ if _cring is not None:
     class CRing(_RingCore, _Lifecycle):
         """The same ring with its per-operation methods compiled (``tinycoro/_cring.pyx``)."""
 
-        __slots__ = ("efd", "_open")
+        __slots__ = ("efd", "_open", "_buffers")
 
         def __init__(self, entries: int) -> None:
+            self._buffers = multishot_buffers()  # a bad value fails here, not at a recv
             self._setup(entries)
             if not multishot_wanted():
                 self.multishot_off()
@@ -423,7 +447,7 @@ if _cring is not None:
             registered, at the first call (a kernel without it, older than 5.19, or
             ``TINYCORO_MULTISHOT=0``: False, for good)."""
             if self._pb_state == 0:
-                self.multishot_setup(MULTISHOT_BUFFERS, MULTISHOT_BUFFER_SIZE)
+                self.multishot_setup(self._buffers, MULTISHOT_BUFFER_SIZE)
             return self._pb_state == 1
 
         def _released(self) -> None:

@@ -250,11 +250,10 @@ class Engine(RingOwner):
                     continue
                 if self.stop_requested:
                     break
-                # A multishot recv (tinycoro.net) stays in flight between reads: it is no work
-                # of its own (a recv that waits on it is a parked task), so a context whose
-                # in-flight ops are all multishots is idle.
+                # An operation that completes many times (RingOwner.arm) stays in flight while
+                # nobody waits on it: that is no work, so it does not keep the context busy.
                 if scheduler is not None and not self.parked and (
-                    not self.inflight or len(self.inflight) == self.ring.multishot_inflight()
+                    not self.inflight or not self.waited_inflight()
                 ):
                     scheduler.context_idle(self)
                     if ready or calls or self.stop_requested:
@@ -282,7 +281,8 @@ class Engine(RingOwner):
         try:
             if ring.cq_ready():
                 # Awake again, and staying so: a task woken by what is reaped here (a
-                # multishot recv's chunk, through push) needs no eventfd write.
+                # completion of an operation that completes many times, through push) needs
+                # no eventfd write.
                 self.sleeping = False
                 self._reap()
                 return
@@ -693,7 +693,7 @@ class Engine(RingOwner):
                     state, what = ("sleeping" if sleep else "io"), waiting.describe()
                 elif type(waiting) is Park:
                     if isinstance(waiting.what, Op):  # the next CQE of an op in flight for
-                        # several awaits (a stream's multishot recv, tinycoro.net): I/O
+                        # several awaits (one that completes many times, RingOwner.arm): I/O
                         state, what = "io", waiting.what.describe()
                     else:
                         state, what = "parked", park_words(waiting.what)

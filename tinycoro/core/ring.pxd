@@ -5,6 +5,7 @@
 cdef object _prep_cancel
 cdef object _SKIP_UD
 cdef object _RingBusy
+cdef object _ENOBUFS
 
 cdef class RingOwner:
     cdef public object ring
@@ -14,8 +15,14 @@ cdef class RingOwner:
     cdef public Py_ssize_t ops
     cdef public object _ids
     cdef public list _done
+    cdef public dict standing
+    cdef public list _shots
+    cdef public Py_ssize_t rearms
+    cdef public Py_ssize_t nobufs_endings
+    cdef public object completion_hook
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
     cpdef _reap(self)
     cpdef _submit(self)
+    cdef _complete_multi(self, list shots)

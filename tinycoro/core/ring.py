@@ -18,28 +18,65 @@ table (user_data -> op) and does, once for both:
   abandoned at shutdown goes to :meth:`RingOwner._orphaned`, which closes the descriptor it
   returned, if it returns one;
 * drain: cancel everything in flight and wait for every CQE (rule 8), through the owner's
-  :meth:`RingOwner._wait_for_cqe`.
+  :meth:`RingOwner._wait_for_cqe`;
+* an operation that completes many times (a :class:`MultiOp`, such as a stream's multishot
+  recv): :meth:`RingOwner.arm` starts it with no task as its waiter; the ring hands back each
+  of its CQEs apart from the single ops', marked seen before anything runs (rule 17), and
+  the owner passes each to the op's ``completion`` and, after the last, calls its
+  ``finished``; one that raises is reported with the op and the next runs. It is cancelled
+  like any op (``cancel_op``), and it is work in flight only while someone waits on it
+  (``awaited``): :meth:`RingOwner.waited_inflight` is what the stop protocol and the deadlock
+  watchdog count, so an armed receive that nobody awaits never hides a deadlock nor keeps a
+  context from going idle.
 
 The subclass provides ``_deliver`` and ``_wait_for_cqe``, and submits when it sees fit (the
 engine at the end of a turn, the host in a loop callback). Everything here runs on the thread
 that owns the ring (rule 2). Plain class, ``__slots__``, no closures: the hot calls (start and
-reap) stay cheap and can be compiled later as they are (rule 14).
+reap) stay cheap; this module is compiled with ``ring.pxd`` beside it (rule 14).
 """
 
 from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import os
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from .. import uring
 
-__all__ = ["IoRing", "RingOwner"]
+__all__ = ["IoRing", "MultiOp", "RingOwner"]
 
+log = logging.getLogger("tinycoro")
 _prep_cancel = uring.prep_cancel
 _SKIP_UD = uring.SKIP_UD
 _RingBusy = uring.RingBusy
+_ENOBUFS = -errno.ENOBUFS
+
+
+class MultiOp(Protocol):
+    """An operation that completes many times (one SQE, a CQE per event until the last): the
+    seam through which a layer above runs one without the core knowing what it is.
+
+    Started with :meth:`RingOwner.arm`; in flight (in the owner's ``inflight`` table) until
+    its last CQE. Everything below runs on the owner's thread (rule 2)."""
+
+    ud: int
+
+    def completion(self, res: int, data: Any, more: bool) -> None:
+        """One CQE: *res* and, for a CQE that used one of the ring's provided buffers, a
+        bytes copy of it (the buffer is back with the kernel already); *more* is False on
+        the last. Should not raise; if it does, the owner reports it and carries on."""
+
+    def finished(self) -> None:
+        """After the last completion (also when that one raised): the op is out of flight."""
+
+    def awaited(self) -> bool:
+        """Whether a task waits on this op now: only then is it work (stop protocol, deadlock
+        watchdog). Any thread may ask."""
+
+    def describe(self) -> str:
+        """What the op is, in a user's words (for the report of a completion that raised)."""
 
 
 class IoRing(Protocol):
@@ -64,16 +101,14 @@ class IoRing(Protocol):
     def cq_ready(self) -> int:
         """CQEs posted and not yet reaped."""
 
-    def complete(self, inflight: dict, done: list) -> int:
+    def complete(self, inflight: dict, done: list, shots: list) -> int:
         """The completion contract (:mod:`tinycoro.uring`): reap every CQE, move each op of
-        *inflight* that completed to *done* as ``(op, res)``; return the CQEs reaped."""
+        *inflight* that completed to *done* as ``(op, res)``, and append each CQE of a
+        multishot to *shots* as ``(op, res, data, more)`` (its last one takes the op out of
+        *inflight*); return the CQEs reaped that are not multishots'."""
 
     def notify_on(self, enabled: bool) -> None:
         """Let completions write the eventfd, or not."""
-
-    def multishot_inflight(self) -> int:
-        """Multishot recvs in the kernel (tinycoro.net): in the in-flight table until their
-        last CQE, yet no work of their own (an idle context may have some)."""
 
     def close(self) -> None: ...
 
@@ -90,10 +125,15 @@ class RingOwner:
 
     ``unsubmitted``: SQEs queued since the last submit. ``own_inflight``: our own SQEs in the
     kernel (cancel requests, placeholder NOPs of failed preps), whose CQEs match no op.
-    ``ops``: CQEs reaped, cumulative (for statistics).
+    ``ops``: CQEs reaped, cumulative (for statistics). ``standing``: the :class:`MultiOp`
+    ops in flight (user_data -> op), a subset of ``inflight``. ``rearms``: MultiOps started
+    again after an earlier one of theirs ended; ``nobufs_endings``: MultiOps the kernel ended
+    because the ring's provided buffers ran out (both cumulative, for statistics).
+    ``completion_hook``: a test seam, None in use (see :meth:`_complete_multi`).
     """
 
-    __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done")
+    __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done",
+                 "standing", "_shots", "rearms", "nobufs_endings", "completion_hook")
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
@@ -103,6 +143,11 @@ class RingOwner:
         self.ops = 0
         self._ids = itertools.count(_SKIP_UD + 1)  # op ids; SKIP_UD marks our own SQEs
         self._done: list[tuple[Any, int]] = []  # what the ring's complete() hands back
+        self.standing: dict[int, Any] = {}
+        self._shots: list[tuple[Any, int, Any, bool]] = []  # the multishot CQEs complete() hands back
+        self.rearms = 0
+        self.nobufs_endings = 0
+        self.completion_hook: Optional[Callable[[Any, int, Any, bool], tuple]] = None
 
     # -- what the owner provides ---------------------------------------------------------------
     def _deliver(self, done: list[tuple[Any, int]]) -> None:
@@ -169,11 +214,42 @@ class RingOwner:
             return
         self.unsubmitted = self.ring.sq_ready()
 
+    def arm(self, op: Any, rearm: bool = False) -> BaseException | None:
+        """Start *op*, a :class:`MultiOp`, with no task as its waiter: its CQEs go to its
+        ``completion`` until the last. *rearm*: an earlier run of it has ended (counted in
+        ``rearms``). Returns what its prep raised (then it is not in flight), else None."""
+        error = self._enter(op, None)
+        if error is None:
+            self.standing[op.ud] = op
+            if rearm:
+                self.rearms += 1
+        return error
+
+    def waited_inflight(self) -> int:
+        """Operations in flight that someone waits on: every op of the table but a
+        :class:`MultiOp` nobody awaits (an armed receive is no work by itself). Any thread
+        (the deadlock watchdog asks from its own): a snapshot."""
+        n = len(self.inflight)
+        if self.standing:
+            for op in list(self.standing.values()):
+                if not op.awaited():
+                    n -= 1
+        return n
+
     # -- completion ----------------------------------------------------------------------------
     def _reap(self) -> None:
-        """Reap every ready CQE: count our own, finish orphans, deliver the rest."""
+        """Reap every ready CQE: count our own, finish orphans, deliver the rest, hand each
+        multishot CQE to its op. The lists the ring fills are emptied whatever happens."""
         done = self._done
-        n = self.ring.complete(self.inflight, done)
+        shots = self._shots
+        try:
+            n = self.ring.complete(self.inflight, done, shots)
+        except BaseException:
+            done.clear()  # pragma: no cover - the ring raises only on memory exhaustion
+            shots.clear()
+            raise
+        if shots:
+            self._complete_multi(shots)
         if not n:
             return
         self.ops += n
@@ -185,6 +261,40 @@ class RingOwner:
                 self._deliver(done)
             finally:
                 done.clear()
+
+    def _complete_multi(self, shots: list) -> None:
+        """Hand each CQE of a :class:`MultiOp` (already marked seen by the ring: rule 17) to
+        its op, and call ``finished`` after its last; one that raises is reported with its op
+        and the others go on. ``completion_hook`` (a test seam) sees each first, as
+        ``hook(op, res, data, more) -> (res, data)``, and may change or raise in its place."""
+        hook = self.completion_hook
+        standing = self.standing
+        try:
+            for op, res, data, more in shots:
+                try:
+                    if hook is not None:
+                        res, data = hook(op, res, data, more)
+                    op.completion(res, data, more)
+                except Exception as e:  # noqa: BLE001 - reported; the ring carries on (rule 17)
+                    self._completion_failed(op, e)
+                if not more:
+                    standing.pop(op.ud, None)
+                    if res == _ENOBUFS:
+                        self.nobufs_endings += 1
+                    try:
+                        op.finished()
+                    except Exception as e:  # noqa: BLE001 - as above
+                        self._completion_failed(op, e)
+        finally:
+            shots.clear()
+
+    def _completion_failed(self, op: Any, exc: BaseException) -> None:
+        try:
+            what = op.describe()
+        except Exception:  # noqa: BLE001 - the report must not fail too
+            what = repr(op)
+        log.error("tinycoro: a completion of %s raised; that completion is lost",
+                  what, exc_info=(type(exc), exc, exc.__traceback__))
 
     def _orphaned(self, op: Any, res: int) -> None:
         """*op* completed after its waiter was abandoned (shutdown): nobody will take what it

@@ -316,7 +316,8 @@ class Scheduler:
         """A progress marker if every context sleeps with only parked tasks, else None."""
         parked = 0
         for e in self._engines:
-            if not e.sleeping or e.ready or e.calls or e.inflight or e.unsubmitted:
+            # waited_inflight: an armed receive nobody awaits is no I/O anybody waits for
+            if not e.sleeping or e.ready or e.calls or e.unsubmitted or e.waited_inflight():
                 return None
             if e.has_deadlines():  # a timeout scope will wake a parked task
                 return None
@@ -454,6 +455,8 @@ class Scheduler:
                 ops=e.ops,
                 sleeps=e.sleeps(),
                 timers=e.timers,
+                multishot_enobufs=e.nobufs_endings,
+                multishot_rearms=e.rearms,
             )
             for i, e in enumerate(self._engines)
         )

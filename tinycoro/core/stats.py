@@ -23,6 +23,13 @@ class ContextStats:
     # when the snapshot is taken / by tc.sleep itself, never by the engine's loop.
     sleeps: int = 0
     timers: int = 0
+    # A stream's multishot recv (docs/io.md) takes its data in the ring's provided buffers,
+    # shared by every stream of the context: multishots the kernel ended because they ran
+    # out (ENOBUFS), and multishots armed again after one of theirs had ended (any reason:
+    # ENOBUFS, back-pressure, a recv from another context), both cumulative. Many of either
+    # per second say the pool (TINYCORO_MULTISHOT_BUFFERS) is too small for the load.
+    multishot_enobufs: int = 0
+    multishot_rearms: int = 0
 
     @property
     def in_io(self) -> int:

@@ -1,0 +1,21 @@
+# Augments multishot.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes
+# multishot.py with this file beside it). The .py is the source: this declares the layout of a
+# stream's multishot recv, whose fields a recv and a completion on two contexts share; each
+# read or write of one is a single C step under the GIL (the module doc says why that matters).
+
+from ..closing cimport ResourceOp
+
+cdef class MultishotRecv(ResourceOp):
+    cdef public object queue
+    cdef public Py_ssize_t queued
+    cdef public Py_ssize_t offset
+    cdef public bint armed
+    cdef public bint stopping
+    cdef public bint was_armed
+    cdef public object engine
+    cdef public object waiter
+    cdef public object ticket
+    cdef public Py_ssize_t want
+    cdef public object token
+    cdef public object owner
+    cdef public bint waited

@@ -1,0 +1,246 @@
+"""A stream's ``recv`` through one multishot recv (docs/io.md, "Multishot recv"): the
+receive path that completes many times, behind the core's seam for such operations
+(:class:`tinycoro.core.ring.MultiOp`: arm, each completion, the final one, cancel, whether
+anyone waits).
+
+Compiled from this source with ``multishot.pxd`` beside it, and used only so: a recv and a
+completion on two contexts meet in a few field reads and writes that are each atomic only in
+compiled code (one C store under the GIL; interpreted, a read-modify-write of a field can be
+split by a thread switch). :data:`AVAILABLE` says whether streams may use it: the compiled
+ring (the only one with provided buffers) and this module compiled. Elsewhere every recv is
+the single one of :class:`tinycoro.net.ops.RecvOp`, which keeps the same contract.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import sys
+import weakref
+from typing import Any, Generator
+
+from .. import compiled, uring
+from ..closing import CLOSED_WHILE_WAITING, ResourceOp
+from ..core.errors import ClosedResourceError
+from ..core.local import thread_state as _local
+from ..core.traps import Park, foreign_waiter, run_outside
+from .ops import already_receiving, peer_of
+
+__all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT"]
+
+#: Whether streams receive through a multishot: the ring can, and this module's code runs
+#: compiled (the module doc says why both).
+AVAILABLE: bool = uring.COMPILED and compiled.is_compiled(sys.modules[__name__])
+
+#: Bytes a stream may hold received and not yet read before its multishot recv is stopped:
+#: past it, the data waits in the socket's own buffer and TCP's window holds the sender back,
+#: as with a single recv that nobody issues. The recv that empties the queue arms it again.
+QUEUE_LIMIT = 256 * 1024
+_RECV_BUFFER = 65536
+_ENOBUFS = -errno.ENOBUFS
+_ECANCELED = -errno.ECANCELED
+_EINVAL = -errno.EINVAL
+
+
+def _stop_multishot(engine: Any, op: "MultishotRecv") -> None:
+    engine.cancel_op(op)  # on the engine's thread (call_soon): it owns the ring (rule 2)
+
+
+class MultishotRecv(ResourceOp):
+    """A stream's ``recv`` through one multishot recv.
+
+    Armed by the first recv on a context whose ring has a provided-buffer ring, the kernel's
+    multishot recv stays in flight and posts a CQE for each chunk that arrives, with the data
+    in one of the ring's buffers. The ring copies it out and gives the buffer back to the
+    kernel; the engine hands the chunk to :meth:`completion` on its thread: it goes on the
+    stream's queue and a recv waiting for it is woken. A recv that finds the queue non-empty
+    returns without suspending and without an SQE; one that finds it empty parks (no SQE
+    either). An armed multishot that no recv waits on is no work (:meth:`awaited`): the stop
+    protocol and the deadlock watchdog see only the recv that parks on it.
+
+    The multishot ends with its last CQE (no ``IORING_CQE_F_MORE``, then :meth:`finished`):
+    at EOF (queued as ``b""``), on an error (queued, raised by the recv that reaches it),
+    when the ring ran out of buffers (ENOBUFS, not an error: the next recv that empties the
+    queue arms it again, and the context's statistics count both), when the queue holds more
+    than ``QUEUE_LIMIT`` bytes (stopped by an async cancel, for back-pressure), when a recv
+    comes from another context (stopped there, armed again here) and when the stream closes
+    (``close()`` cancels it like any pending operation: it is in the stream's PendingOps
+    while armed). Where no ring can (the pure ring, an asyncio task, ``TINYCORO_MULTISHOT=0``,
+    an old kernel) the recv is the single one of :class:`~tinycoro.net.ops.RecvOp`.
+    """
+
+    __slots__ = ("queue", "queued", "offset", "armed", "stopping", "engine", "waiter",
+                 "ticket", "want", "token", "owner", "waited", "was_armed")
+
+    def __init__(self, stream: Any) -> None:
+        ResourceOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd, self)
+        self.queue: collections.deque[Any] = collections.deque()
+        self.queued = 0  # bytes in the queue, not yet read
+        self.offset = 0  # bytes of the queue's first chunk already read
+        self.armed = False  # the multishot is in the kernel (on self.engine's ring)
+        self.stopping = False  # a cancel of it is on its way
+        self.was_armed = False  # armed before: the next arm is a re-arm (statistics)
+        self.engine: Any = None
+        self.waiter: Any = None  # the task parked for the next chunk
+        self.ticket = Park(self._abort, self)
+        self.want = _RECV_BUFFER
+        self.token = stream._recv_token
+        self.owner = weakref.ref(stream)
+        self.waited = False
+
+    def describe(self) -> str:
+        return f"recv from {peer_of(self.owner)}"
+
+    def __repr__(self) -> str:
+        return f"<recv (multishot) from {peer_of(self.owner)}>"
+
+    def _abort(self) -> bool:
+        """The parked recv was cancelled: off the waiter slot, unless a wake is on its way.
+        (Two attribute steps in compiled code: atomic under the GIL.)"""
+        if self.waiter is None:
+            return False
+        self.waiter = None
+        return True
+
+    # -- the core's seam (MultiOp), on the engine's thread ----------------------------------
+    def awaited(self) -> bool:
+        """Whether a recv waits on this multishot now (then it is work in flight)."""
+        return self.waiter is not None
+
+    def completion(self, res: int, data: Any, more: bool) -> None:
+        """One CQE of the multishot: *data* (a bytes copy of its buffer) or *res* (0 at EOF,
+        or a negative errno); *more* False on the last one, after which :meth:`finished`."""
+        if data is not None:
+            self.queue.append(data)
+            self.queued += len(data)
+            if more and self.queued > QUEUE_LIMIT and not self.stopping:
+                self.stopping = True
+                self.engine.call_soon(_stop_multishot, self.engine, self)
+        elif res == 0:
+            self.queue.append(b"")  # EOF
+        elif res == _EINVAL and not self.queue and not self.queued:
+            # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
+            # ring receives with single recvs from now on; the waiting recv takes that path.
+            self.engine.ring.multishot_refused()
+        elif res < 0 and res != _ENOBUFS and res != _ECANCELED:
+            self.queue.append(res)  # an error, raised when a recv reaches it
+        if more:
+            waiter = self.waiter
+            if waiter is not None and self.queue:
+                self.waiter = None
+                waiter.wake(None)
+
+    def finished(self) -> None:
+        """The multishot's last CQE has been handled (also when its completion raised): it
+        is out of the kernel, so out of the stream's pending set, and a waiting recv looks
+        again (arms it again, or takes what was queued)."""
+        self.armed = False
+        self.stopping = False
+        self.engine = None
+        self.pending._ops.pop(self, None)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            waiter.wake(None)
+
+    # -- the recv --------------------------------------------------------------------------------
+    def _take(self) -> bytes:
+        """The next chunk (at most ``want`` bytes of it), or the error queued in its place.
+        A chunk read in parts is sliced from ``offset``: each byte is copied once."""
+        queue = self.queue
+        item = queue[0]
+        if type(item) is int:
+            queue.popleft()
+            raise self._failure(item)
+        start = self.offset
+        left = len(item) - start
+        want = self.want
+        if left <= want:
+            queue.popleft()
+            self.offset = 0
+            self.queued -= left
+            return item[start:] if start else item
+        self.offset = start + want
+        self.queued -= want
+        return item[start:start + want]
+
+    def __await__(self) -> Generator[Any, Any, bytes]:
+        token = self.token
+        pending = self.pending
+        try:
+            token.pop()
+        except KeyError:
+            raise already_receiving(pending, self.owner) from None
+        self.waited = False
+        try:
+            while True:
+                if pending.closed:
+                    if self.waited:
+                        raise ClosedResourceError(CLOSED_WHILE_WAITING)
+                    raise pending._error()
+                if self.queue:
+                    return self._take()
+                engine = _local.engine
+                stop = None
+                if self.armed:
+                    if engine is not self.engine and not self.stopping:
+                        # armed on another context's ring: stopped there (its chunks so
+                        # far come first), then armed on this one
+                        self.stopping = True
+                        stop = self.engine
+                elif engine is None or not engine.ring.multishot_ready():
+                    return (yield from self._single(engine))
+                else:
+                    self._arm(engine)
+                self.waited = True
+                # The waiter is set before the stop above reaches the other context, and the
+                # state is looked at again after it is set: a last CQE handled on another
+                # context in between either finds the waiter (and its wake is on its way: park
+                # to take it) or left the state changed (take the waiter back and loop).
+                self.waiter = _local.task if engine is not None else foreign_waiter()
+                if stop is not None:
+                    stop.call_soon(_stop_multishot, stop, self)
+                if (self.queue or not self.armed) and self.waiter is not None:
+                    self.waiter = None
+                    continue
+                try:
+                    if engine is not None:
+                        yield self.ticket
+                    else:
+                        yield from run_outside(self.ticket)
+                finally:
+                    self.waiter = None
+        finally:
+            token.add(0)
+
+    def _arm(self, engine: Any) -> None:
+        """Start the multishot on *engine*'s ring (the seam's arm); in the stream's
+        PendingOps until its last CQE, so that close() cancels it."""
+        self._enter()  # ClosedResourceError if closed meanwhile (then nothing was queued)
+        error = engine.arm(self, self.was_armed)
+        if error is not None:
+            del self.pending._ops[self]
+            raise error
+        self.engine = engine
+        self.armed = True
+        self.was_armed = True
+
+    def _single(self, engine: Any) -> Generator[Any, Any, bytes]:
+        """One recv into the stream's buffer, as :class:`~tinycoro.net.ops.RecvOp` does (the
+        fallback where the ring takes no multishot)."""
+        stream = self.owner()
+        if stream is None:  # pragma: no cover - the awaiting task holds the stream
+            raise ClosedResourceError(CLOSED_WHILE_WAITING)
+        op = stream._single_recv(self.want)
+        pending = self.pending
+        op._enter()
+        try:
+            if engine is not None:
+                res = yield op
+            else:
+                res = yield from run_outside(op)
+        finally:
+            del pending._ops[op]
+        if res < 0:
+            raise op._failure(res)
+        return bytes(op.view[:res])

@@ -1,0 +1,17 @@
+# Augments ops.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes ops.py with this
+# file beside it). The .py is the source: this declares the layouts of a socket's operation
+# awaitables (recv, sendall, accept), whose __await__ runs once per I/O call.
+
+from ..closing cimport ResourceOp
+
+cdef class RecvOp(ResourceOp):
+    cdef public object view
+    cdef public object token
+    cdef public object owner
+
+cdef class SendallOp(ResourceOp):
+    cdef public object spare
+    cdef public object owner
+
+cdef class AcceptOp(ResourceOp):
+    cdef public object listener
