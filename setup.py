@@ -135,19 +135,22 @@ class OptionalBuildExt(build_ext):
 
 
 def _cimports(name: str) -> set[str]:
-    """The modules of this package that *name*'s .pxd cimports (``from .x cimport``): a
+    """The modules of this package that *name*'s .pxd cimports (``from .x cimport``,
+    ``from ..x cimport``): a
     compiled module checks their compiled types at import, so it is built only with them."""
     pxd = os.path.join(*name.split(".")) + ".pxd"
     if not os.path.exists(pxd):
         return set()
-    package = name.rpartition(".")[0]
     out = set()
     with open(pxd) as f:
         for line in f:
             words = line.split()
             if len(words) >= 4 and words[0] == "from" and words[2] == "cimport":
-                if words[1].startswith(".") and not words[1].startswith(".."):
-                    out.add(f"{package}.{words[1][1:]}")
+                target = words[1]
+                dots = len(target) - len(target.lstrip("."))
+                if dots:  # relative: one dot is this module's package, each more one level up
+                    base = name.split(".")[:-dots]
+                    out.add(".".join(base + [target[dots:]]))
     return out
 
 
