@@ -189,7 +189,7 @@ _OVERFLOW = """board => {
           panel_scrolls: panel ? panel.scrollWidth > panel.clientWidth + 1 : false};
 }"""
 
-# Internal words a task list must never show (issue 21): reprs of ops, groups and tasks.
+# Internal words a task list must never show (it speaks plain words): reprs of ops, groups and tasks.
 _INTERNAL = re.compile(r"<Op |ud=|<TaskGroup|<Task \d|<Event |<Semaphore |<Mutex ")
 
 
