@@ -12,7 +12,6 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-import tinycoro as tc
 from tinycoro.core.checks import DISPATCH
 
 from .extension import Extension

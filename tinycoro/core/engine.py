@@ -163,7 +163,7 @@ class Engine(RingOwner):
         # (perf_counter, sleep_total) samples taken by this engine as it wakes, at least
         # BUSY_STEP apart and covering the last second, replaced as one tuple so that a
         # reader on another thread sees them whole: busy() is a pure function of them.
-        self._samples = ((_perf(), 0.0),)
+        self._samples: tuple[tuple[float, float], ...] = ((_perf(), 0.0),)
         # Deadlines of the scopes (tc.timeout) entered by tasks on this engine: a heap of
         # [when, seq, scope]; a removed entry has scope None and stays until it surfaces.
         self._deadlines: list[list] = []
