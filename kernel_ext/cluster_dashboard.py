@@ -120,7 +120,7 @@ def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool) -> str:
         flag = (f' <b title="its contexts ran tasks for {sum(busy):.1f} s per second, the process '
                 f'had {cpu:.1f} s of CPU: they wait for the GIL; more engines, not more contexts, '
                 'add CPU">GIL-bound</b>')
-    return f"{shown} · {avg}{flag}"
+    return f'<span style="font-size:11px">{shown} · {avg}{flag}</span>'
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
@@ -132,7 +132,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     # host:pid on the engine's line, cut short (a long host name must not widen the table
     # beyond a 1400 px JupyterLab); the whole of it in the tooltip
     name = (f'engine {engine.id} · <span title="{where}" style="display:inline-block;'
-            f'max-width:110px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
+            f'max-width:60px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
             f'font-weight:normal;font-size:11px">{where}</span>')
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]

@@ -64,7 +64,9 @@ LEGEND = (
 COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
           "sleeping": "#2e8b3a", "parked": "#c0392b"}
 SERIES_OF = {"ready": "queued", "in I/O": "inflight", "sleeping": "sleeping", "parked": "parked"}
-PLOT_W, PLOT_H = 100, 30
+# 90 px: three plots a row leave room, at 1400 px with the file browser open, for a cluster
+# engine row flagged GIL-bound on one line
+PLOT_W, PLOT_H = 90, 30
 
 
 def _path(ts: Sequence[float], vs: Sequence[float], now: float, top: float) -> str:
