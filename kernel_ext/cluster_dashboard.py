@@ -5,23 +5,27 @@ Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
 
     tinycoro cluster · 2 engines · 4 contexts · running · failed 0 · 2 CPU cores here
     engine / context     has work   now / CPU                last min           ...  finished
-    engine 0 · host:4711 token 2/2  [#######] CPU 99% (GIL) ~~~~~               ...          20412
-      ctx 0              1 · has work [#####] 100%          ~~~~~               ...          10231
-      ctx 1              1 · has work [#####] 100%          ~~~~~               ...          10181
+    engine 0 · host:4711 2 of 2     CPU 99% · busy 100% GIL-bound  ~~~~~      ...          20412
+      ctx 0              yes        100%                           ~~~~~      ...          10231
+      ctx 1              yes        100%                           ~~~~~      ...          10181
     engine 1 · host:4712 ...
     ▸ live tasks (12)                                          (per engine, from cluster.tasks())
 
 Why CPU beside busy: a context is "busy" while it runs Python code, and under the GIL two
-contexts of one process can both be busy while only one of them runs at a time. Their busy
-shares then add up to 200% while the process's CPU time grows by one core's worth: the engine
-is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
+contexts of one process can both be busy while only one of them runs at a time. They then
+spend two seconds running tasks per second while the process gets one second of CPU: the
+engine is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
+Both are shares of the same last second (:mod:`tinycoro.core.timeshare`): compared over
+different windows, an engine that just went idle looked GIL-bound ("CPU 1% · busy 86%"). The
+engine row's busy is its contexts' average, a share like theirs, never above 100%; its CPU is a
+share of one core (the most the GIL lets Python use), shown at most 100%.
 
 Where the numbers come from: ``cluster.load()`` (per engine, its scheduler's
 :class:`tinycoro.SchedulerStats` and its process's CPU seconds, answered on the engine's control
 thread, so never behind a busy engine; engines on other hosts included), ``cluster.tasks()``
 (the same, for the task list) and ``cluster.engines`` (id, host, pid).
 
-The threading model is the local dashboard's (:class:`tinycoro.kernel_ext.dashboard.RefreshThread`):
+The threading model is the local dashboard's (:class:`tinycoro.kernel_ext.refresh.RefreshThread`):
 widgets are created on the asking thread, then one refresher thread is the only code that sets
 their traits, under ``hold_sync``, a few times a second, also while a cell blocks; it ends
 after rendering the final "stopped" state once the cluster stops.
@@ -29,17 +33,22 @@ after rendering the final "stopped" state once the cluster stops.
 
 from __future__ import annotations
 
-import collections
+import dataclasses
 import html
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
 import tinycoro as tc
 
-from . import dashboard as _d
-from .dashboard import History, RefreshThread, keep
+from .history import CpuMeter, History
+from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
+from .render import COLUMNS as CONTEXT_COLUMNS
+from .render import (
+    NUM, cell_text, context_rows, count, head_row, row_html, sparkline, table_html, task_table,
+    task_title,
+)
+from .widgets import Board, need_widgets, task_list
 
 __all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter"]
 
@@ -47,13 +56,15 @@ __all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter"]
 # shows there.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("engine / context", "an engine (an ipyparallel engine process, host:pid) and its contexts"),
-    ("has work", "contexts: " + _d.COLUMNS[1][1] + "; engine: how many of its contexts have"),
-    ("now / CPU", "contexts: share of wall time spent running tasks; engine: the process's CPU "
-     "time per second of wall time (100% = one core)"),
+    ("has work", "contexts: " + CONTEXT_COLUMNS[1][1] + "; engine: how many of its contexts have"),
+    ("now / CPU", "contexts: share of the last second spent running tasks; engine: its "
+     "process's CPU over the last second (100% = one core) and its contexts' average busy"),
     ("last min", "contexts: busy over the last 60 s; engine: process CPU over the last 60 s"),
-    *_d.COLUMNS[4:],
+    *CONTEXT_COLUMNS[4:],
 )
-GIL_BOUND = 0.5  # busy beyond CPU by half a core or more: the contexts wait for the GIL
+# Its contexts ran tasks for half a second per second more than the process had CPU: they
+# waited for the GIL.
+GIL_BOUND = 0.5
 
 
 class EngineLike(Protocol):
@@ -75,52 +86,6 @@ class ClusterLike(Protocol):
     def tasks(self) -> Mapping[int, Sequence[tc.TaskInfo]]: ...
 
 
-@dataclass(frozen=True)
-class CpuPoint:
-    t: float
-    cpu: float  # CPU seconds per wall second since the previous reading (1.0 = one core)
-
-
-class CpuMeter:
-    """Process CPU % per engine, from the change in its CPU seconds between two readings, with
-    the last minute of it (one kept point a second, like :class:`History`)."""
-
-    def __init__(self, span: float = _d.SPAN, step: float = _d.STEP) -> None:
-        self.span, self.step = span, step
-        self._last: dict[int, tuple[float, float]] = {}  # engine -> (t, cpu seconds)
-        self._kept: dict[int, collections.deque[CpuPoint]] = {}
-        self._newest: dict[int, CpuPoint] = {}
-
-    def add(self, engine: int, now: float, cpu_seconds: float | None) -> float | None:
-        """Record a reading; the CPU share since the previous one (None: no reading yet, or
-        a window too short to say)."""
-        if cpu_seconds is None:
-            return None
-        last = self._last.get(engine)
-        if last is None or now - last[0] < 0.05:
-            if last is None:
-                self._last[engine] = (now, cpu_seconds)
-            newest = self._newest.get(engine)
-            return newest.cpu if newest is not None else None
-        share = max(0.0, (cpu_seconds - last[1]) / (now - last[0]))
-        self._last[engine] = (now, cpu_seconds)
-        point = CpuPoint(now, share)
-        self._newest[engine] = point
-        keep(self._kept.setdefault(engine, collections.deque()), point, self.step, self.span)
-        return share
-
-    def points(self, engine: int) -> list[CpuPoint]:
-        out = list(self._kept.get(engine, ()))
-        newest = self._newest.get(engine)
-        if newest is not None and (not out or out[-1] is not newest):
-            out.append(newest)
-        return out
-
-    def now(self, engine: int) -> float | None:
-        newest = self._newest.get(engine)
-        return newest.cpu if newest is not None else None
-
-
 # -- rendering ---------------------------------------------------------------------------------
 def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
              running: bool) -> str:
@@ -137,70 +102,74 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
     )
 
 
-def _cpu_cell(cpu: float | None, busy: float) -> str:
-    """The engine row's busy cell: process CPU (bar and %), its contexts' busy added up, and
-    the GIL-bound flag when busy exceeds CPU by :data:`GIL_BOUND` or more."""
-    # on a line of its own: the column stays narrow enough for a 1400 px JupyterLab
-    total = (f' <br><span class="tc-busy-sum" style="color:#777" title="its contexts\' busy, '
-             f'added up">busy {busy:.0%}</span>')
+def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool) -> str:
+    """The engine row's busy cell, on one line: process CPU, its contexts' average busy, and
+    the GIL-bound flag when they ran tasks for :data:`GIL_BOUND` s per second or more beyond
+    the CPU the process had, over the same last second."""
+    if not running:
+        return '<span class="tc-cpu-pct">stopped</span>'
+    mean = sum(busy) / len(busy) if busy else 0.0
+    avg = (f'<span class="tc-busy-sum" style="color:#777" title="its contexts\' average busy'
+           f'">busy {mean:.0%}</span>')
     if cpu is None:
-        return f'<span class="tc-cpu-pct">CPU measuring</span> ·{total}'
-    gil = busy - cpu >= GIL_BOUND
-    flag = (' <br><b title="the contexts are busy for longer than the process has CPU: they '
-            'wait for the GIL; more engines, not more contexts, add CPU">GIL-bound</b>'
-            if gil else "")
-    return f'<span class="tc-cpu-pct">CPU {cpu:.0%}</span> ·{total}{flag}'
+        return f'<span class="tc-cpu-pct">CPU measuring</span> · {avg}'
+    shown = (f'<span class="tc-cpu-pct" title="{cpu:.2f} s of CPU per second (all its '
+             f'threads)">CPU {min(cpu, 1.0):.0%}</span>')
+    flag = ""
+    if sum(busy) - cpu >= GIL_BOUND:
+        flag = (f' <b title="its contexts ran tasks for {sum(busy):.1f} s per second, the process '
+                f'had {cpu:.1f} s of CPU: they wait for the GIL; more engines, not more contexts, '
+                'add CPU">GIL-bound</b>')
+    return f'<span style="font-size:11px">{shown} · {avg}{flag}</span>'
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
                 cpu: CpuMeter | None, now: float, running: bool = True) -> str:
-    """One engine's group: its own row (process CPU beside the sum of its contexts' busy, and
-    the sums of their counters), then the local dashboard's row of each of its contexts."""
+    """One engine's group: its own row (process CPU beside its contexts' average busy, and the
+    sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
     where = f"{html.escape(engine.host)}:{engine.pid}"
-    # host:pid on a second line, cut to the column's width (a long host name must not widen the
-    # table beyond a 1400 px JupyterLab); the whole of it in the tooltip
-    name = (f'engine {engine.id} · <br><span title="{where}" style="display:inline-block;'
-            f'max-width:120px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
+    # host:pid on the engine's line, cut short (a long host name must not widen the table
+    # beyond a 1400 px JupyterLab); the whole of it in the tooltip
+    name = (f'engine {engine.id} · <span title="{where}" style="display:inline-block;'
+            f'max-width:60px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
             f'font-weight:normal;font-size:11px">{where}</span>')
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
-        return _d.row_html(f"{scope}engine", empty, ' class="tc-engine"')
+        return row_html(f"{scope}engine", empty, ' class="tc-engine"')
     ctxs = stats.contexts
-    busy = sum(c.busy for c in ctxs) if running and stats.running else 0.0
-    cpu_now = cpu.now(engine.id) if cpu is not None and running else None
+    live = running and stats.running
+    busy = [c.busy if live else 0.0 for c in ctxs]
+    cpu_now = cpu.now(engine.id) if cpu is not None and live else None
     points = cpu.points(engine.id) if cpu is not None else []
     cpu_svg = ""
-    if points:
-        top = _d._nice_top(max(p.cpu for p in points))
-        cpu_svg = _d.sparkline([p.t for p in points], [("busy", [p.cpu for p in points])], now,
-                               top, f"CPU 0-{top:.0%}", "tc-plot-cpu")
+    if points:  # a share of one core, as the cell shows it
+        cpu_svg = sparkline([p.t for p in points], [("busy", [min(p.cpu, 1.0) for p in points])],
+                            now, 1.0, "CPU 0-100%", "tc-plot-cpu")
     rate = 0.0
     if history is not None:
         rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
     cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
         ("stop_flag", f"{stats.stop_token} of {len(ctxs)}", ""),
-        ("busy", _cpu_cell(cpu_now, busy), ""),
+        ("busy", _cpu_cell(cpu_now, busy, live), ""),
         ("busy-plot", cpu_svg, ""),
-        ("ops-rate", _d._count(rate), _d._NUM),
+        ("ops-rate", count(rate), NUM),
         ("ops-plot", "", ""),
-        ("queued", sum(c.queued for c in ctxs), _d._NUM),
-        ("io_inflight", sum(c.in_io for c in ctxs), _d._NUM),
-        ("sleeping", sum(c.sleeps for c in ctxs), _d._NUM),
-        ("parked", sum(c.parked for c in ctxs), _d._NUM),
+        ("queued", sum(c.queued for c in ctxs), NUM),
+        ("io_inflight", sum(c.in_io for c in ctxs), NUM),
+        ("sleeping", sum(c.sleeps for c in ctxs), NUM),
+        ("parked", sum(c.parked for c in ctxs), NUM),
         ("queues-plot", "", ""),
-        ("tasks_run", sum(c.tasks_run for c in ctxs), _d._NUM),
+        ("tasks_run", sum(c.tasks_run for c in ctxs), NUM),
     ]
-    head = _d.row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
+    head = row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
     shown = stats if running else _stopped(stats)
-    return head + _d.context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}")
+    return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}")
 
 
 def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:
     """*stats* as a stopped engine shows it: not running, so every context idle."""
-    import dataclasses
-
     return dataclasses.replace(stats, running=False, accepting=False)
 
 
@@ -212,10 +181,10 @@ def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.Schedule
         engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running)
         for e in sorted(engines, key=lambda e: e.id)
     )
-    return _d.table_html(rows, _d.head_row(COLUMNS))
+    return table_html(rows, head_row(COLUMNS))
 
 
-class ClusterDashboard(_d._Base):
+class ClusterDashboard(Board):
     """Per-engine, per-context load of a cluster, now and over the last minute; display it
     as a cell's result.
 
@@ -225,10 +194,10 @@ class ClusterDashboard(_d._Base):
 
     def __init__(self, engines: Sequence[EngineLike],
                  stats: Mapping[int, tc.SchedulerStats] | None = None) -> None:
-        _d._need_widgets()
-        self._summary = _d._w.HTML(_dom_classes=("tc-summary",))
-        self._table = _d._w.HTML(_dom_classes=("tc-table-widget",))
-        self._tasks, self._tasks_box = _d.task_list()
+        w = need_widgets()
+        self._summary = w.HTML(_dom_classes=("tc-summary",))
+        self._table = w.HTML(_dom_classes=("tc-table-widget",))
+        self._tasks, self._tasks_box = task_list()
         self.engines = tuple(engines)
         self.apply(self.engines, stats or {}, {}, None, 0.0)
         super().__init__([self._summary, self._table, self._tasks_box],
@@ -246,7 +215,7 @@ class ClusterDashboard(_d._Base):
     def shown(self, engine: int, ctx: int | str, field: str) -> str:
         """What the table shows now for context *ctx* (or ``"engine"``: the engine's own row)
         of engine *engine*, in column *field* (e.g. ``tasks_run``, ``busy``)."""
-        return _d.cell_text(self._table.value, ctx, field, scope=f"e{engine}-")
+        return cell_text(self._table.value, ctx, field, scope=f"e{engine}-")
 
     @property
     def tasks_open(self) -> bool:
@@ -267,10 +236,10 @@ class ClusterDashboard(_d._Base):
             if tasks is not None:
                 count = sum(len(t) for t in tasks.values())
                 every = [i for t in tasks.values() for i in t]
-                self._tasks_box.set_title(0, _d.task_title(every) if count else "live tasks (0)")
+                self._tasks_box.set_title(0, task_title(every) if count else "live tasks (0)")
                 self._tasks.value = "".join(
                     f'<div class="tc-tasks-e{e.id}"><b>engine {e.id} · {html.escape(e.host)}:'
-                    f"{e.pid}</b>{_d._task_table(tasks.get(e.id, ()))}</div>"
+                    f"{e.pid}</b>{task_table(tasks.get(e.id, ()))}</div>"
                     for e in self.engines
                 )
 
@@ -281,7 +250,7 @@ class ClusterRefresher(RefreshThread):
 
     thread_name = "tinycoro-cluster-dashboard"
 
-    def __init__(self, cluster: ClusterLike, interval: float = _d.REFRESH_INTERVAL) -> None:
+    def __init__(self, cluster: ClusterLike, interval: float = REFRESH_INTERVAL) -> None:
         super().__init__(interval)
         self.cluster = cluster
         self.histories: dict[int, History] = {}
@@ -328,7 +297,7 @@ class ClusterRefresher(RefreshThread):
     def _tick(self, boards: list[Any]) -> bool:
         engines, stats, now, running = self.sample()
         tasks = None
-        if running and self.ticks % _d.TASKS_EVERY == 0 and any(b.tasks_open for b in boards):
+        if running and self.ticks % TASKS_EVERY == 0 and any(b.tasks_open for b in boards):
             try:  # answered on the engines' control thread, like stats
                 tasks = self.cluster.tasks()
             except Exception:  # noqa: BLE001 - stopped meanwhile: the next tick shows it

@@ -22,7 +22,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from tinycoro.core.stats import COLUMNS, format_stats, legend
 
 from .cluster_dashboard import ClusterRefresher
-from .magics import format_tasks
+from .textout import format_tasks
 
 __all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
 

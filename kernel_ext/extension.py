@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 import tinycoro as tc
 from tinycoro.core.checks import check_contexts, check_dispatch
 from tinycoro.lowlevel import Engine, guest_engine
 
 from .runner import CellRunner
+from .signals import signals_blocked
 from .tracebacks import format_failure
 from .tracebacks import install as install_tracebacks
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .dashboard import Refresher
+    from .refresh import Refresher
 
 __all__ = ["Extension", "default_config", "report_failure", "start_scheduler", "signals_blocked"]
 
@@ -48,41 +48,6 @@ def default_config() -> tuple[int | None, str]:
     except ValueError as e:
         raise ValueError(f"TINYCORO_DISPATCH: {e}") from None
     return contexts, dispatch
-
-
-# Asynchronous process signals a Python program may install handlers for. Threads started while
-# they are blocked inherit the mask, so the kernel delivers these signals to the main thread.
-_THREAD_BLOCKED = frozenset(
-    getattr(signal, name)
-    for name in (
-        "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGUSR1", "SIGUSR2", "SIGCHLD",
-        "SIGWINCH",
-    )
-    if hasattr(signal, name)
-)
-
-
-@contextlib.contextmanager
-def signals_blocked() -> Iterator[None]:
-    """Block asynchronous signals in the calling thread while threads are started here.
-
-    Threads inherit their creator's signal mask, so the context threads (and the dashboard's
-    refresher) started inside this block never receive these signals; the kernel then always
-    delivers them to the main thread, whose blocking read they interrupt at once. Otherwise
-    Linux may pick any thread that does not block the signal (e.g. for a second SIGINT while
-    the main thread still has one pending), and the cell would see the interrupt only at its
-    engine's next wake-up. (Python runs signal handlers on the main thread in any case.)
-    """
-    if threading.current_thread() is not threading.main_thread() or not hasattr(
-        signal, "pthread_sigmask"
-    ):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _THREAD_BLOCKED)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def report_failure(task: tc.Task, exc: BaseException) -> None:
@@ -237,7 +202,7 @@ class Extension:
 
     def dashboard_refresher(self) -> "Refresher":
         """The refresher for the current scheduler, started on first use."""
-        from .dashboard import Refresher
+        from .refresh import Refresher
 
         with self._lock:
             sched = self.scheduler

@@ -6,20 +6,16 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
-import tinycoro as tc
 from tinycoro.core.checks import DISPATCH
-from tinycoro.core.stats import STATE_WORDS, STATES, format_stats, legend, text_table
-from tinycoro.core.waits import age
-from tinycoro.core.waits import summary as wait_summary
 
 from .extension import Extension
+from .textout import emit, format_status, format_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cluster_magics import ClusterCommands
@@ -27,43 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["TinycoroMagics", "format_status", "format_tasks"]
 
 COMMANDS = ("status", "tasks", "dashboard", "restart", "stop", "cluster")
-
-def _table(rows: Sequence[Sequence[str]], left: frozenset[int] = frozenset()) -> list[str]:
-    """Rows of cells as aligned text lines (kept for the cluster commands)."""
-    return text_table(rows, left)
-
-
-def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
-    """A plain-text table of one stats snapshot, with its legend (what ``%tinycoro status``
-    prints); the words are those of ``python -m tinycoro`` and the dashboard."""
-    return format_stats(stats, dispatch)
-
-
-def format_tasks(tasks: Sequence[tc.TaskInfo], failures: Sequence[tc.FailureInfo]) -> str:
-    """Live tasks (oldest first, a summary line per kind of wait, a legend), then recent
-    failures, as plain text (what ``%tinycoro tasks`` prints)."""
-    n = len(tasks)
-    head = f"tinycoro: {n} live task{'s' if n != 1 else ''}"
-    lines = [f"{head}: {wait_summary(tasks)}" if tasks else head]
-    if tasks:
-        rows: list[tuple[str, ...]] = [("id", "name", "context", "state", "age", "waits on")]
-        for t in sorted(tasks, key=lambda t: t.id):
-            ctx = "cell" if t.context is None else str(t.context)
-            state = STATE_WORDS.get(t.state, t.state)
-            rows.append((str(t.id), t.name, ctx, state, age(t.age), t.waits_on))
-        lines += _table(rows, left=frozenset({1, 3, 5}))
-        lines += legend([("state", "; ".join(f"{k}: {v}" for k, v in STATES)),
-                         ("age", "time since the task was spawned")])
-    if failures:
-        lines.append(f"recent failures nobody awaited ({len(failures)}):")
-        rows = [("id", "name", "context", "when", "error")]
-        for f in failures:
-            ctx = "cell" if f.context is None else str(f.context)
-            when = time.strftime("%H:%M:%S", time.localtime(f.when))
-            rows.append((str(f.id), f.name, ctx, when, f.error))
-        lines += _table(rows, left=frozenset({1, 4}))
-    return "\n".join(lines)
-
+_STOPPED = "(stopped: %tinycoro restart starts a new scheduler)"
 
 @magics_class
 class TinycoroMagics(Magics):
@@ -79,7 +39,7 @@ class TinycoroMagics(Magics):
     def cluster(self) -> "ClusterCommands":
         """The notebook's cluster commands (:mod:`tinycoro.kernel_ext.cluster_magics`)."""
         if self._commands is None:
-            from .cluster_magics import ClusterCommands  # it imports this module's formatters
+            from .cluster_magics import ClusterCommands  # ipyparallel's magics come with it
 
             self._commands = ClusterCommands(self.shell)
         return self._commands
@@ -124,7 +84,7 @@ class TinycoroMagics(Magics):
             raise UsageError(f"%tinycoro: {e}\n{parser.format_usage()}") from None
         if args.help:
             # magic_arguments formats help as an RST literal block for %tinycoro? ("::")
-            print(parser.format_help().removeprefix("::\n\n"), end="")
+            emit(parser.format_help().removeprefix("::\n\n"))
             return None
         if args.command != "restart" and (args.contexts is not None or args.dispatch is not None):
             raise UsageError(f"%tinycoro: -n and --dispatch go with restart, not {args.command}")
@@ -137,15 +97,13 @@ class TinycoroMagics(Magics):
     def _status(self, args: argparse.Namespace) -> None:
         sched = self.ext.scheduler
         stats = sched.stats()
-        print(format_status(stats, sched.dispatch))
-        if not stats.running:
-            print("(stopped: %tinycoro restart starts a new scheduler)")
+        text = format_status(stats, sched.dispatch)
+        emit(text if stats.running else text + "\n" + _STOPPED)
 
     def _tasks(self, args: argparse.Namespace) -> None:
         sched = self.ext.scheduler
-        print(format_tasks(sched.tasks(), sched.failures()))
-        if not sched.stats().running:
-            print("(stopped: %tinycoro restart starts a new scheduler)")
+        text = format_tasks(sched.tasks(), sched.failures())
+        emit(text if sched.stats().running else text + "\n" + _STOPPED)
 
     def _dashboard(self, args: argparse.Namespace) -> None:
         """Display the dashboard where the magic stands, as ``display()`` would: a magic's
@@ -167,18 +125,21 @@ class TinycoroMagics(Magics):
             raise UsageError(f"%tinycoro restart: {e}") from None
         cancelled = self.ext.cancelled_by_restart
         before = "" if cancelled is None else f"; cancelled {_tasks_word(cancelled)}"
-        print(f"tinycoro: restarted with {sched.contexts} contexts ({sched.dispatch}){before}")
+        emit(f"tinycoro: restarted with {sched.contexts} contexts ({sched.dispatch}){before}")
 
     def _stop(self, args: argparse.Namespace) -> None:
         cancelled = self.ext.stop_scheduler()
         if cancelled is None:
-            print("tinycoro: the scheduler was not running")
+            emit("tinycoro: the scheduler was not running")
         else:
-            print(
-                f"tinycoro: scheduler stopped, cancelled {_tasks_word(cancelled)}; "
-                "%tinycoro restart starts a new one"
-            )
+            emit(f"tinycoro: scheduler stopped, cancelled {_tasks_word(cancelled)}; "
+                 "%tinycoro restart starts a new one")
 
 
 def _tasks_word(n: int) -> str:
     return f"{n} task{'s' if n != 1 else ''}"
+
+
+# magic_arguments opens the docstring it builds (what %tinycoro? shows) with an RST literal-block
+# marker, "::", a line of its own that IPython shows as is: the usage follows without it.
+TinycoroMagics.tinycoro.__doc__ = (TinycoroMagics.tinycoro.__doc__ or "").removeprefix("::\n\n")

@@ -47,7 +47,45 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+CLUSTER_NOTEBOOK = "cluster_dashboard.ipynb"  # written by the test (below)
 TASKS_BETWEEN = 4000  # tasks each context finishes between the two captures (a few s of plots)
+
+
+# The cluster dashboard and the text outputs, as a notebook shows them. The "cluster" stands on
+# the kernel's own scheduler, twice (what the dashboard reads of a cluster is its engines,
+# load() and tasks(); tests/test_magics_cluster.py drives real engines), with a host name as
+# long as a cloud machine's, so that the engine rows are as wide as they get.
+_CLUSTER_CELLS = [
+    "%load_ext tinycoro\nimport dataclasses\nimport time\nimport tinycoro as tc\nfrom tinycoro.cluster import "
+    "EngineLoad, EngineInfo\nfrom tinycoro.kernel_ext.cluster_dashboard import ClusterRefresher",
+    "class Cluster:\n"
+    "    engines = (EngineInfo(0, 'ip-10-0-12-34.eu-west-1.compute.internal', 27886),\n"
+    "               EngineInfo(1, 'ip-10-0-12-35.eu-west-1.compute.internal', 27887))\n"
+    "    def load(self):\n"
+    "        s = tc.get_default_scheduler().stats()\n"
+    "        # engine 1's contexts always busy: its row flagged GIL-bound, as wide as it gets\n"
+    "        hot = dataclasses.replace(s, contexts=tuple(dataclasses.replace(c, busy=1.0)\n"
+    "                                                    for c in s.contexts))\n"
+    "        return {0: EngineLoad(s, time.process_time()), 1: EngineLoad(hot, 0.0)}\n"
+    "    def tasks(self):\n"
+    "        t = tc.get_default_scheduler().tasks()\n"
+    "        return {e.id: t for e in self.engines}\n"
+    "gate = tc.Event()\n"
+    "waiters = [tc.spawn(gate.wait(), name=f'waiter-{i}') for i in range(3)]\n"
+    "ClusterRefresher(Cluster()).dashboard()",
+    "%tinycoro status",
+    "%tinycoro tasks",
+]
+
+
+def _cluster_notebook() -> dict:
+    return {
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {},
+                   "outputs": [], "source": src} for i, src in enumerate(_CLUSTER_CELLS)],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python",
+                                    "name": "python3"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
 
 
 def _missing(what: str) -> None:
@@ -90,6 +128,7 @@ def lab(tmp_path):
             cell["outputs"], cell["execution_count"] = [], None
     nb["metadata"].pop("widgets", None)
     (root / NOTEBOOK.name).write_text(json.dumps(nb))
+    (root / CLUSTER_NOTEBOOK).write_text(json.dumps(_cluster_notebook()))
     settings = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(
@@ -189,7 +228,7 @@ _OVERFLOW = """board => {
           panel_scrolls: panel ? panel.scrollWidth > panel.clientWidth + 1 : false};
 }"""
 
-# Internal words a task list must never show (issue 21): reprs of ops, groups and tasks.
+# Internal words a task list must never show (it speaks plain words): reprs of ops, groups and tasks.
 _INTERNAL = re.compile(r"<Op |ud=|<TaskGroup|<Task \d|<Event |<Semaphore |<Mutex ")
 
 
@@ -317,3 +356,86 @@ def test_dashboard_fits_moves_and_speaks_plainly_in_jupyterlab_after_run_all(chr
             browser.close()
     for name in ("dashboard.png", "dashboard-tasks.png"):
         assert (shots / name).stat().st_size > 10_000
+
+
+# How many lines the text of each engine row's name, has-work and busy cells takes: the
+# distinct tops of its line boxes.
+_ENGINE_LINES = """board => Array.from(board.querySelectorAll(
+    '.tc-engine .tc-name, .tc-engine .tc-busy, .tc-engine .tc-stop_flag')).map(el => {
+  const r = document.createRange(); r.selectNodeContents(el);
+  const tops = new Set(Array.from(r.getClientRects()).filter(x => x.width > 0)
+                       .map(x => Math.round(x.top)));
+  return [el.className, el.innerText, tops.size];
+})"""
+
+
+def test_cluster_dashboard_rows_and_text_outputs_fit_on_their_lines(chromium, lab, tmp_path):
+    """The cluster dashboard at 1400 px with the file browser open: each engine row on one line
+    (name and host:pid, CPU and busy), the table inside the notebook column; and the text of
+    %tinycoro status and tasks: no line wraps (JupyterLab would break it mid-word)."""
+    from playwright import sync_api
+
+    base, token, _root = lab
+    shots = _screenshots(tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True,
+            args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 900},
+        )
+        try:
+            page = browser.pages[0] if browser.pages else browser.new_page()
+            page.goto(f"{base}/lab/tree/{CLUSTER_NOTEBOOK}?token={token}&reset")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            page.locator(".jp-StatusBar-Widget", has_text=re.compile(r"\| Idle")).first.wait_for(
+                timeout=60_000
+            )
+            page.locator(".jp-FileBrowser").first.wait_for(state="visible", timeout=30_000)
+            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).first.click()
+            page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+            code = page.locator(".jp-Notebook .jp-CodeCell")
+            code.nth(code.count() - 1).locator(
+                ".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(timeout=120_000)
+            assert page.locator(".jp-OutputArea-output[data-mime-type='application/"
+                                "vnd.jupyter.stderr']").count() == 0  # no cell failed
+            board = page.locator(".tinycoro-cluster-dashboard").first
+            page.wait_for_selector(".tinycoro-cluster-dashboard .tc-e1-engine.tc-busy",
+                                   timeout=30_000)
+            # the CPU needs two answers: wait for a measured share in both engine rows
+            busy = board.locator(".tc-engine .tc-busy")
+            deadline = time.monotonic() + 60  # a bound, not a speed check
+            while not all(re.fullmatch(r"CPU \d+% · busy \d+%( GIL-bound)?", t.strip())
+                          for t in busy.all_inner_texts()):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"no CPU share shown: {busy.all_inner_texts()}")
+                page.wait_for_timeout(100)
+            code.nth(1).evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(shots / "cluster-dashboard.png"))
+            # one evaluation over the whole table: the refresher replaces it every tick
+            rows = board.evaluate(_ENGINE_LINES)
+            assert len(rows) == 6 and all(n == 1 for _f, _t, n in rows), rows
+            assert busy.all_inner_texts()[1].strip().endswith("GIL-bound")
+            fit = board.evaluate(_OVERFLOW)
+            assert fit["table_right"] <= fit["area_right"] + 1, fit
+            assert not fit["area_scrolls"] and not fit["panel_scrolls"], fit
+            # the text outputs: every line of status and tasks stays one line on screen
+            for i in (2, 3):
+                pre = code.nth(i).locator(".jp-OutputArea-output pre").first
+                text = pre.inner_text()
+                assert "legend:" in text, text
+                lines = pre.evaluate("""el => {
+                  const h = parseFloat(getComputedStyle(el).lineHeight);
+                  return [Math.round(el.getBoundingClientRect().height / h),
+                          el.innerText.replace(/\\n$/, '').split('\\n').length];
+                }""")
+                assert lines[0] == lines[1], (lines, text)
+            page.screenshot(path=str(shots / "text-outputs.png"), full_page=True)
+        except BaseException:
+            shot = tmp_path / "failure.png"
+            page.screenshot(path=str(shot))
+            print(f"browser state at the failure: {shot}")
+            raise
+        finally:
+            browser.close()
+    assert (shots / "cluster-dashboard.png").stat().st_size > 10_000

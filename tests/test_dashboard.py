@@ -49,7 +49,7 @@ def test_history_keeps_one_point_a_second_for_a_minute_and_rates_from_ops_deltas
 
 
 def test_history_goes_on_across_a_restart_and_shows_a_stopped_scheduler_idle():
-    """Issue 21: the plots keep the minute before a %tinycoro restart; the new scheduler's
+    """The plots keep the minute before a %tinycoro restart; the new scheduler's
     counters start from zero without a negative rate; a context added by the restart starts
     its own history; a stopped scheduler shows idle."""
     h = History()

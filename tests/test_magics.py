@@ -174,7 +174,7 @@ def test_a_trailing_comment_is_not_an_argument(loaded, capsys):
 def test_status_says_what_tasks_run_and_failed_count(loaded, capsys):
     loaded.run_line_magic("tinycoro", "status")
     out = capsys.readouterr().out
-    assert ", 0 failed with nobody awaiting" in out.splitlines()[0]
+    assert ", 0 failed with nobody awaiting" in " ".join(_head(out.splitlines()).split())
     assert "finished = tasks that ended on this context" in out  # the legend
     assert "sleeping = tasks in tc.sleep" in out and "has work = yes while" in out
 
@@ -241,11 +241,29 @@ def test_a_failure_nobody_awaits_prints_its_traceback_at_once(loaded, capsys, co
     assert isinstance(loaded.run_cell("await d").error_in_exec, ValueError)  # still raises
 
 
+def _head(out: list[str]) -> str:
+    """The headline of %tinycoro status, its continuation lines (indented) joined."""
+    head = [out[0]] + [line for line in _until_header(out)[1:]]
+    return " ".join(head)
+
+
+def _until_header(out: list[str]) -> list[str]:
+    return out[:next(i for i, line in enumerate(out) if line.startswith("context "))]
+
+
+def _rows(out: list[str]) -> list[str]:
+    """The per-context rows of %tinycoro status: the lines after the table's header."""
+    i = len(_until_header(out))
+    return [line for line in out[i + 1:] if line.split()[0].isdigit()]
+
+
 def test_status_prints_a_table(loaded, capsys):
     loaded.run_line_magic("tinycoro", "status")
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith(
         "tinycoro scheduler: 2 contexts (round_robin), running, accepting work, ")
+    assert all(line.startswith("  ") for line in _until_header(out)[1:])  # wrapped at words
+    out = out[len(_until_header(out)) - 1:]
     assert out[1].split() == [
         "context", "has", "work", "busy", "ready", "in", "I/O", "sleeping", "parked", "finished",
         "I/O", "ops", "thread",
@@ -259,8 +277,8 @@ def test_status_prints_a_table(loaded, capsys):
 def test_status_counts_tasks_run(loaded, capsys):
     run_ok(loaded, "_ = await tc.when_all(*(tc.spawn(tc.sleep(0)) for _ in range(10)))")
     loaded.run_line_magic("tinycoro", "status")
-    rows = capsys.readouterr().out.splitlines()[2:4]
-    assert sum(int(r.split()[7]) for r in rows) >= 10  # finished
+    rows = _rows(capsys.readouterr().out.splitlines())
+    assert len(rows) == 2 and sum(int(r.split()[7]) for r in rows) >= 10  # finished
 
 
 def _tasks_out(sh: InteractiveShell, capsys) -> list[str]:
@@ -270,7 +288,7 @@ def _tasks_out(sh: InteractiveShell, capsys) -> list[str]:
 
 
 def test_tasks_says_what_each_waits_on_in_plain_words(loaded, capsys):
-    """Issue 21, docs/design.md, API contract: a sleep, a socket recv, a held Mutex and a when_all, in words
+    """docs/design.md, API contract: a sleep, a socket recv, a held Mutex and a when_all, in words
     a user understands; sleeps counted apart from I/O; ages that grow."""
     run_ok(
         loaded,
@@ -316,7 +334,7 @@ def test_tasks_says_what_each_waits_on_in_plain_words(loaded, capsys):
     for i in range(3):
         assert rows[f"contender-{i}"].endswith("Mutex held by 'holder' (3 waiting)")
     assert rows["fan-out"].endswith("when_all: 20 of 20 left"), rows["fan-out"]
-    summary = out[0]
+    summary = " ".join(" ".join(out[:out.index(next(x for x in out if x.startswith("id ")))]).split())
     assert "3 parked on Mutex" in summary and "1 sleeping" in summary
     assert "1 in I/O" in summary and "1 parked on when_all" in summary, summary
     # sleeps apart from I/O in the stats too: one sleeping task, its timer not I/O
@@ -435,16 +453,16 @@ def test_dashboard_widget_updates_from_its_refresher_thread(loaded):
 
 
 def test_dashboard_without_ipywidgets_is_a_usage_error(loaded, monkeypatch):
-    import tinycoro.kernel_ext.dashboard as dash
+    import tinycoro.kernel_ext.widgets as widgets
 
-    monkeypatch.setattr(dash, "_w", None)
+    monkeypatch.setattr(widgets, "ipywidgets", None)
     with pytest.raises(UsageError, match="needs ipywidgets"):
         loaded.run_line_magic("tinycoro", "dashboard")
     assert not [t for t in threading.enumerate() if t.name == "tinycoro-dashboard"]
 
 
 def test_python_m_tinycoro_speaks_the_words_of_status_with_a_legend(loaded, capsys):
-    """Issue 21: one vocabulary for python -m tinycoro, %tinycoro status and the dashboard."""
+    """One vocabulary for python -m tinycoro, %tinycoro status and the dashboard."""
     import os
     import subprocess
     import sys
@@ -457,9 +475,92 @@ def test_python_m_tinycoro_speaks_the_words_of_status_with_a_legend(loaded, caps
     ).stdout
     loaded.run_line_magic("tinycoro", "status")
     status = capsys.readouterr().out.splitlines()
-    head = status[1]
+    head = status[len(_until_header(status))]
     assert head in out.splitlines(), out  # the same column names
     assert "legend: has work = " in out and "sleeping = tasks in tc.sleep" in out
     help_text = subprocess.run([sys.executable, "-m", "tinycoro", "--help"], capture_output=True,
                                text=True, timeout=60, check=True).stdout
     assert help_text.count("(default:") == 7  # every option is described, with its default
+
+
+# -- text output as a notebook shows it -------------------------------------------------------
+class _Writes:
+    """A stdout that records each write call: what reaches the notebook as one message."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, s: str) -> int:
+        self.writes.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("line", ["status", "tasks", "stop", "restart -n 1"])
+def test_a_magics_output_is_written_whole(loaded, monkeypatch, line):
+    # a background task's print between two writes of one magic's output would land inside
+    # it ("... since the task was spawnedtick 0"): each output is one write, newline included
+    run_ok(loaded, "gate = tc.Event()\nw = tc.spawn(gate.wait(), name='waiter')")
+    out = _Writes()
+    monkeypatch.setattr("sys.stdout", out)
+    loaded.run_line_magic("tinycoro", line)
+    monkeypatch.undo()
+    assert len(out.writes) == 1, out.writes
+    assert out.writes[0].endswith("\n") and out.writes[0].count("\n") >= 1
+
+
+def _legend_block(lines: list[str]) -> list[str]:
+    i = next(i for i, line in enumerate(lines) if line.startswith("legend:"))
+    block = [lines[i]]
+    for line in lines[i + 1:]:
+        if not line.startswith(" "):
+            break
+        block.append(line)
+    return block
+
+
+@pytest.mark.parametrize("line", ["status", "tasks"])
+def test_legends_fit_the_notebook_and_wrap_at_words(loaded, capsys, line):
+    from tinycoro.core.stats import COLUMNS, STATES
+    from tinycoro.kernel_ext.textout import WIDTH
+
+    run_ok(loaded, "gate = tc.Event()\nw = tc.spawn(gate.wait(), name='waiter')")
+    capsys.readouterr()
+    loaded.run_line_magic("tinycoro", line)
+    out = capsys.readouterr().out.splitlines()
+    block = _legend_block(out)
+    assert all(len(x) <= WIDTH for x in block), [x for x in block if len(x) > WIDTH]
+    # every word whole: the block, rejoined, holds each meaning as written
+    text = " ".join(" ".join(block).split())
+    meanings = ([w for _, w in COLUMNS[1:]] if line == "status"
+                else ["; ".join(f"{k}: {v}" for k, v in STATES)])
+    for meaning in meanings:
+        assert meaning in text, (meaning, block)
+    assert all(len(x) <= WIDTH for x in out if not x.startswith(("  ", "0", "1", "id", "con"))), out
+
+
+def test_the_legend_helper_wraps_one_item_a_line_at_words():
+    from tinycoro.kernel_ext.textout import WIDTH, legend, wrap
+
+    items = [("short", "one"), ("long", "word " * 40 + "end"), ("x", "a" * (WIDTH + 5))]
+    lines = legend(items)
+    assert lines[0] == "legend: short = one"
+    assert lines[1].startswith("        long = word word")
+    assert all(len(x) <= WIDTH for x in lines[:-1])  # a single word longer than a line stays whole
+    assert lines[-1].strip() == "a" * (WIDTH + 5)
+    assert " ".join(" ".join(lines).split()).endswith("word end x = " + "a" * (WIDTH + 5))
+    assert wrap("word " * 40) == wrap(" ".join(["word"] * 40))
+    assert all(len(x) <= WIDTH for x in wrap("word " * 40))
+
+
+def test_the_magics_help_has_no_stray_rst_marker(loaded, capsys):
+    # %tinycoro? shows the magic's docstring; magic_arguments starts it with an RST "::" line
+    doc = loaded.find_line_magic("tinycoro").__doc__
+    assert not any(line.strip() == "::" for line in doc.splitlines()), doc[:200]
+    assert doc.lstrip().startswith("%tinycoro [")
+    assert "Inspect and control the notebook's tinycoro scheduler." in doc
+    loaded.run_line_magic("pinfo", "%tinycoro")
+    shown = capsys.readouterr().out
+    assert "%tinycoro [" in shown and not any(x.strip() == "::" for x in shown.splitlines())

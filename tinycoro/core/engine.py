@@ -71,6 +71,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
 from .errors import Cancelled, asyncio_in_task
+from .timeshare import STEP as BUSY_STEP
+from .timeshare import awake_share, keep
 from .stats import FailureInfo, TaskInfo
 from .waits import SLEEP, park_words
 from .local import _local
@@ -100,7 +102,6 @@ SUBMIT_EARLY = 16
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
 REFUSALS_KEPT = 100
-BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over
 
 
 def _block(efd: int) -> None:
@@ -159,11 +160,10 @@ class Engine(RingOwner):
         self.wakeups = 0  # returns from the sleep point; the deadlock watchdog's progress clock
         self.sleep_total = 0.0  # seconds spent blocked in the sleep point
         self.sleep_since = 0.0  # perf_counter() when the current sleep began, 0 when awake
-        # Two (perf_counter, sleep_total) samples at least BUSY_WINDOW apart, taken by this
-        # engine as it wakes and replaced as one tuple, so a reader on another thread always
-        # sees a consistent pair: busy() is then a pure function of the engine's own state.
-        t = _perf()
-        self._samples = ((t, 0.0), (t, 0.0))
+        # (perf_counter, sleep_total) samples taken by this engine as it wakes, at least
+        # BUSY_STEP apart and covering the last second, replaced as one tuple so that a
+        # reader on another thread sees them whole: busy() is a pure function of them.
+        self._samples: tuple[tuple[float, float], ...] = ((_perf(), 0.0),)
         # Deadlines of the scopes (tc.timeout) entered by tasks on this engine: a heap of
         # [when, seq, scope]; a removed entry has scope None and stays until it surfaces.
         self._deadlines: list[list] = []
@@ -299,13 +299,14 @@ class Engine(RingOwner):
                 else:
                     _block(ring.efd)
             finally:
-                self.sleep_since = 0.0
+                # The total before the flag: a reader between the two counts this sleep twice
+                # for an instant (busy reads low), never not at all (busy reads high).
                 t1 = _perf()
                 self.sleep_total += t1 - t0
+                self.sleep_since = 0.0
                 self.wakeups += 1
-                newer = self._samples[1]
-                if t1 - newer[0] >= BUSY_WINDOW:
-                    self._samples = (newer, (t1, self.sleep_total))
+                if t1 - self._samples[-1][0] >= BUSY_STEP:
+                    self._samples = keep(self._samples, t1, self.sleep_total)
         finally:
             ring.notify_on(False)
             self.sleeping = False
@@ -712,16 +713,10 @@ class Engine(RingOwner):
         )
 
     def busy(self, now: float) -> float:
-        """Fraction of the time since a sample at least BUSY_WINDOW old that this engine spent
-        awake, in [0, 1]; any thread, no side effect."""
-        older, newer = self._samples
-        base = newer if now - newer[0] >= BUSY_WINDOW else older
-        dt = now - base[0]
-        if dt <= 0:
-            return 0.0
-        since = self.sleep_since
-        asleep = self.sleep_total + (now - since if since else 0.0) - base[1]
-        return min(1.0, max(0.0, 1.0 - asleep / dt))
+        """Share of the last second (up to *now*, a perf_counter() reading) that this engine
+        spent awake, running tasks, in [0, 1]; any thread, no side effect
+        (:mod:`tinycoro.core.timeshare`)."""
+        return awake_share(self._samples, self.sleep_total, self.sleep_since, now)
 
     def load(self) -> int:
         return len(self.ready) + len(self.inflight) + len(self.parked)

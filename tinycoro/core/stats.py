@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 
 @dataclass(frozen=True)
@@ -109,16 +110,29 @@ STATES: tuple[tuple[str, str], ...] = (
 STATE_WORDS = {"io": "I/O"}  # TaskInfo.state -> the word shown
 
 
-def legend(items: Sequence[tuple[str, str]], width: int = 100) -> list[str]:
-    """``name: meaning`` lines under a text table, wrapped at *width*."""
-    lines, line = [], "legend:"
-    for name, what in items:
-        part = f" {name} = {what};"
-        if len(line) + len(part) > width and line.strip() != "legend:":
-            lines.append(line)
-            line = "       "
-        line += part
-    lines.append(line.rstrip(";"))
+# Characters a line of the text outputs may hold (``python -m tinycoro``, the magics): a
+# terminal of 100 columns, and the notebook column of JupyterLab at 1400 px with the file
+# browser open, which holds about 120 (JupyterLab breaks a longer line mid-word).
+TEXT_WIDTH = 96
+_LEGEND = "legend: "
+
+
+def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str = "") -> list[str]:
+    """*text* as lines of at most *width* characters, broken only between words (a word
+    longer than a line stands alone on one); *first* starts the first line, *indent* the
+    others."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
+
+def legend(items: Iterable[tuple[str, str]], width: int = TEXT_WIDTH) -> list[str]:
+    """A text table's legend: ``name = meaning``, one item a line, each wrapped at words (its
+    continuation lines indented under its name) below the first line's ``legend:``."""
+    pad = " " * len(_LEGEND)
+    lines: list[str] = []
+    for i, (name, what) in enumerate(items):
+        lines += wrap(f"{name} = {what}", width, indent=pad + "  ",
+                      first=_LEGEND if i == 0 else pad)
     return lines
 
 
@@ -155,7 +169,7 @@ def format_stats(stats: SchedulerStats, dispatch: str = "", legend_too: bool = T
             str(c.id), "yes" if c.stop_flag else "no", f"{c.busy:.0%}", str(c.queued),
             str(c.in_io), str(c.sleeps), str(c.parked), str(c.tasks_run), str(c.io_ops), thread,
         ))
-    lines = [headline(stats, dispatch), *text_table(rows, left=frozenset({9}))]
+    lines = [*wrap(headline(stats, dispatch), indent="  "), *text_table(rows, left=frozenset({9}))]
     if legend_too:
         lines += legend(COLUMNS[1:])
     return "\n".join(lines)

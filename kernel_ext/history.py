@@ -1,0 +1,145 @@
+"""The dashboards' memory: the last minute of each context's numbers (:class:`History`) and of
+each engine process's CPU share (:class:`CpuMeter`), one kept point a second plus the newest.
+
+Kept by the refresher thread, which alone writes it; the rendering reads it on that thread.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Any
+
+import tinycoro as tc
+from tinycoro.core import timeshare
+
+__all__ = ["SPAN", "STEP", "CpuMeter", "CpuPoint", "History", "Point", "keep"]
+
+SPAN = 60.0  # seconds of history in each plot
+STEP = 1.0  # seconds between two kept points of history (the newest point moves every tick)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One context at one moment, as plotted."""
+
+    t: float  # time.monotonic()
+    busy: float
+    ops_rate: float  # completions per second since the previous kept point
+    queued: int
+    inflight: int  # I/O in flight, sleeps left out
+    parked: int
+    sleeping: int = 0
+
+
+def keep(kept: "collections.deque[Any]", point: Any, step: float, span: float) -> bool:
+    """Append *point* (anything with a ``t``) to *kept* if the newest kept one is at least
+    *step* seconds older, dropping points older than *span*; False if it was not kept."""
+    if kept and point.t - kept[-1].t < step:
+        return False
+    kept.append(point)
+    while kept and point.t - kept[0].t > span:
+        kept.popleft()
+    return True
+
+
+class History:
+    """The last minute of per-context numbers: one kept point a second, plus a newest point
+    that each refresh replaces (so the plots move at the refresh rate while holding 61 points,
+    not 240). Rates come from the cumulative ``io_ops`` counters. It outlives a ``%tinycoro
+    restart`` (:meth:`rebase`): the plots go on across it, from the new scheduler's zero."""
+
+    def __init__(self, span: float = SPAN, step: float = STEP) -> None:
+        self.span = span
+        self.step = step
+        self._kept: list[collections.deque[Point]] = []
+        self._last: list[Point | None] = []
+        self._ops: list[tuple[float, int] | None] = []  # (t, io_ops) at the newest kept point
+
+    def rebase(self) -> None:
+        """The counters start again from zero (another scheduler): keep the points, forget
+        the counters' baselines so that no rate comes out negative."""
+        self._ops = [None] * len(self._ops)
+
+    def add(self, now: float, stats: tc.SchedulerStats) -> None:
+        n = len(stats.contexts)
+        while len(self._kept) < n:  # first sample, or a restart with more contexts
+            self._kept.append(collections.deque())
+            self._last.append(None)
+            self._ops.append(None)
+        del self._kept[n:], self._last[n:], self._ops[n:]  # a restart with fewer
+        for i, c in enumerate(stats.contexts):
+            base = self._ops[i]
+            if base is None or c.io_ops < base[1]:
+                base = self._ops[i] = (now, c.io_ops)
+            t0, ops0 = base
+            dt = now - t0
+            last, kept = self._last[i], self._kept[i]
+            if dt >= 0.2:
+                rate = (c.io_ops - ops0) / dt
+            else:  # too short a window for a rate: keep the one shown last
+                rate = last.ops_rate if last else kept[-1].ops_rate if kept else 0.0
+            point = Point(now, c.busy if stats.running else 0.0, max(0.0, rate), c.queued,
+                          c.in_io, c.parked, c.sleeps)
+            if keep(kept, point, self.step, self.span):
+                self._ops[i] = (now, c.io_ops)
+                self._last[i] = None
+            else:
+                self._last[i] = point
+
+    def points(self, ctx: int) -> list[Point]:
+        """The kept points of context *ctx*, oldest first, then the newest one."""
+        if ctx >= len(self._kept):
+            return []
+        out = list(self._kept[ctx])
+        last = self._last[ctx]
+        if last is not None:
+            out.append(last)
+        return out
+
+
+@dataclass(frozen=True)
+class CpuPoint:
+    t: float
+    cpu: float  # CPU seconds per wall second over the last second (1.0 = one core)
+
+
+class CpuMeter:
+    """Process CPU per engine, as a share of one core over the last second (the window of the
+    contexts' busy, :mod:`tinycoro.core.timeshare`, so that the two compare), from the CPU
+    seconds each of its answers reports; with the last minute of it (one kept point a second,
+    like :class:`History`)."""
+
+    def __init__(self, span: float = SPAN, step: float = STEP) -> None:
+        self.span, self.step = span, step
+        self._readings: dict[int, tuple[timeshare.Sample, ...]] = {}  # engine -> (t, CPU s)
+        self._kept: dict[int, collections.deque[CpuPoint]] = {}
+        self._newest: dict[int, CpuPoint] = {}
+
+    def add(self, engine: int, now: float, cpu_seconds: float | None) -> float | None:
+        """Record a reading; the CPU share over the last second (over the readings' span
+        while they span less; None: no reading yet, or too short a span to say)."""
+        if cpu_seconds is None:
+            return None
+        readings = self._readings.get(engine, ())
+        if readings and now - readings[-1][0] < 0.05:  # too close to the last: no new point
+            return self.now(engine)
+        readings = self._readings[engine] = timeshare.keep(readings, now, cpu_seconds)
+        share = timeshare.growth(readings, now) if len(readings) > 1 else None
+        if share is None:
+            return None
+        point = CpuPoint(now, max(0.0, share))
+        self._newest[engine] = point
+        keep(self._kept.setdefault(engine, collections.deque()), point, self.step, self.span)
+        return point.cpu
+
+    def points(self, engine: int) -> list[CpuPoint]:
+        out = list(self._kept.get(engine, ()))
+        newest = self._newest.get(engine)
+        if newest is not None and (not out or out[-1] is not newest):
+            out.append(newest)
+        return out
+
+    def now(self, engine: int) -> float | None:
+        newest = self._newest.get(engine)
+        return newest.cpu if newest is not None else None

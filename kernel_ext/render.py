@@ -1,0 +1,280 @@
+"""The dashboards' HTML: the summary line, the table of contexts with their sparklines, the
+live-task list; plain functions of stats snapshots and history, shared by the scheduler's
+dashboard and the cluster's (:mod:`tinycoro.kernel_ext.cluster_dashboard`).
+
+Each table is ONE string, so one widget value and one comm message a tick (a comm message costs
+about as much as rendering a row; see :mod:`tinycoro.kernel_ext.dashboard` for the figures).
+Every cell has the class ``tc-{row key} tc-{field}``, which :func:`cell_text` (and the browser
+test) finds.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Any, Iterable, Sequence
+
+import tinycoro as tc
+from tinycoro.core.stats import COLUMNS as _stats_columns
+from tinycoro.core.stats import STATE_WORDS, STATES
+from tinycoro.core.waits import age
+from tinycoro.core.waits import summary as wait_summary
+
+from .history import SPAN, History, Point
+
+__all__ = [
+    "COLUMNS", "GROUPS", "LEGEND", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
+    "count", "head_row", "nice_top", "row_html", "scheduler_summary", "scheduler_table",
+    "sparkline", "table_html", "task_table", "task_title",
+]
+
+TASKS_SHOWN = 500  # rows of the task list (it scrolls); the title counts all of them
+TASKS_HEIGHT = 320  # px: the open task list scrolls beyond this, never pushing the notebook down
+
+_WORDS = dict(_stats_columns)
+# Column heads, two rows: groups (name, columns spanned, tooltip), then each column's name and
+# what it counts (its tooltip), in the words of tinycoro.core.stats.COLUMNS.
+GROUPS: tuple[tuple[str, int, str], ...] = (
+    ("", 2, ""),
+    ("busy", 2, _WORDS["busy"]),
+    ("I/O ops/s", 2, "file and socket operations completed per second (sleeps not counted)"),
+    ("tasks now, by state", 5, "how many tasks are in each state now, and over the last 60 s"),
+    ("", 1, ""),
+)
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("context", _WORDS["context"]),
+    ("has work", _WORDS["has work"]),
+    ("now", _WORDS["busy"]),
+    ("last min", "busy over the last 60 s, 0-100%"),
+    ("now", "I/O operations completed per second, over the last second"),
+    ("last min", "I/O operations completed per second over the last 60 s"),
+    ("ready", _WORDS["ready"]),
+    ("in I/O", _WORDS["in I/O"]),
+    ("sleeping", _WORDS["sleeping"]),
+    ("parked", _WORDS["parked"]),
+    ("last min", "ready, in I/O, sleeping and parked tasks over the last 60 s"),
+    ("finished", _WORDS["finished"]),
+)
+LEGEND = (
+    "<b>has work</b>: the context holds tasks or I/O (its stop flag) &middot; <b>contexts with "
+    "work</b>: how many have (the stop token); the scheduler may stop when none has and no new "
+    "work can come &middot; <b>failed</b>: tasks that raised with nobody awaiting them"
+)
+COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
+          "sleeping": "#2e8b3a", "parked": "#c0392b"}
+SERIES_OF = {"ready": "queued", "in I/O": "inflight", "sleeping": "sleeping", "parked": "parked"}
+# 90 px: three plots a row leave room, at 1400 px with the file browser open, for a cluster
+# engine row flagged GIL-bound on one line
+PLOT_W, PLOT_H = 90, 30
+
+
+def _path(ts: Sequence[float], vs: Sequence[float], now: float, top: float) -> str:
+    """SVG path data for one series: x spans the last SPAN seconds, y 0..top, in whole
+    pixels (after ``M`` further coordinate pairs are implicit line-tos)."""
+    sx = PLOT_W / SPAN
+    sy = (PLOT_H - 2) / top
+    x0 = (SPAN - now) * sx + 0.5  # x = (t - (now - SPAN)) * sx, rounded
+    y0 = PLOT_H - 0.5
+    return "M" + " ".join([f"{int(t * sx + x0)} {int(y0 - v * sy)}" for t, v in zip(ts, vs)])
+
+
+def sparkline(
+    ts: Sequence[float],
+    series: Iterable[tuple[str, Sequence[float]]],
+    now: float,
+    top: float,
+    label: str,
+    css: str,
+) -> str:
+    """A small SVG of one or more series over the last minute, with its scale as a caption
+    (*label* is HTML)."""
+    paths = "".join(
+        f'<path class="tc-series-{name}" d="{_path(ts, vs, now, top)}" fill="none" '
+        f'stroke="{COLORS[name]}" stroke-width="1.3"/>'
+        for name, vs in series
+        if len(vs) >= 1
+    )
+    return (
+        f'<div class="tc-plot {css}" style="line-height:0">'
+        f'<svg width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}">'
+        f'<rect width="{PLOT_W}" height="{PLOT_H}" fill="#f6f6f6"/>{paths}</svg>'
+        f'<div style="font-size:9px;line-height:10px;color:#777">{label}</div></div>'
+    )
+
+
+def nice_top(value: float) -> float:
+    """The smallest 1-2-5 step at or above *value*, at least 1: a y scale that moves rarely."""
+    if value <= 1:
+        return 1.0
+    scale = 10.0 ** math.floor(math.log10(value))
+    return next(m * scale for m in (1, 2, 5, 10) if m * scale >= value)
+
+
+def count(n: float) -> str:
+    return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,.0f}"
+
+
+def plots(points: list[Point], now: float) -> tuple[str, str, str]:
+    ts = [p.t for p in points]
+    busy = sparkline(ts, [("busy", [p.busy for p in points])], now, 1.0,
+                     "0-100%", "tc-plot-busy")
+    ops_top = nice_top(max((p.ops_rate for p in points), default=0.0))
+    ops = sparkline(ts, [("ops", [p.ops_rate for p in points])], now, ops_top,
+                    f"0-{count(ops_top)}/s", "tc-plot-ops")
+    queue_top = nice_top(max((max(p.queued, p.inflight, p.parked, p.sleeping)
+                               for p in points), default=0))
+    queues = sparkline(
+        ts,
+        [("queued", [p.queued for p in points]), ("inflight", [p.inflight for p in points]),
+         ("sleeping", [p.sleeping for p in points]), ("parked", [p.parked for p in points])],
+        now, queue_top, f"0-{count(queue_top)} tasks", "tc-plot-queues",
+    )
+    return busy, ops, queues
+
+
+def scheduler_summary(stats: tc.SchedulerStats, dispatch: str) -> str:
+    state = "running" if stats.running else "stopped"
+    accepting = "accepting work" if stats.accepting else "not accepting work"
+    flags = "".join(
+        f'<span title="context {c.id}: {"has work" if c.stop_flag else "no work"}" '
+        f'style="color:{"#2e8b3a" if c.stop_flag else "#bbb"}">&#9679;</span>'
+        for c in stats.contexts
+    )
+    failed = stats.failed
+    fail_style = ' style="color:#c0392b"' if failed else ""
+    return (
+        f"<b>tinycoro</b> &middot; {dispatch} &middot; {state} &middot; {accepting} &middot; "
+        f'<span class="tc-token" title="how many contexts hold tasks or I/O (the stop token); '
+        f'the scheduler may stop once none does and no new work can come">contexts with work '
+        f"<b>{stats.stop_token}</b> of {len(stats.contexts)}</span> {flags} &middot; "
+        f'<span class="tc-failed"{fail_style} title="tasks that raised an exception with '
+        f'nobody awaiting them, since the start (%tinycoro tasks lists them)">failed '
+        f"<b>{failed}</b></span>"
+    )
+
+def flag_word(flag: int) -> str:
+    return "yes" if flag else "no"
+
+
+
+TD = '<td class="tc-{key} tc-{f}" style="padding:1px 4px{style}">{v}</td>'
+NUM = ";text-align:right"
+TH_CSS = "white-space:nowrap;padding:1px 4px;text-align:left;font-weight:normal"
+
+
+def head_row(columns: Sequence[tuple[str, str]] = COLUMNS,
+             groups: Sequence[tuple[str, int, str]] = GROUPS) -> str:
+    """The table's two header rows: the groups, then each column's name, each with what it
+    counts as its tooltip (a task-state column in its plot series' colour)."""
+    top = "<tr>" + "".join(
+        f'<th colspan="{span}" title="{html.escape(what)}" style="{TH_CSS};font-weight:bold;'
+        f'border-bottom:1px solid #ddd">{name}</th>' if name else f'<th colspan="{span}"></th>'
+        for name, span, what in groups
+    ) + "</tr>"
+    names = []
+    for name, what in columns:
+        color = COLORS[SERIES_OF[name]] if name in SERIES_OF else ""
+        style = f"{TH_CSS};color:{color}" if color else TH_CSS
+        names.append(f'<th title="{html.escape(what)}" style="{style}">{name}</th>')
+    return top + "<tr>" + "".join(names) + "</tr>"
+
+
+def table_html(rows: str, head: str) -> str:
+    """The ``<table>`` around header rows and rows (HTML strings), and the one-line legend."""
+    return (
+        '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
+        f'white-space:nowrap">{head}{rows}</table>'
+        f'<div class="tc-legend" style="font-size:11px;color:#555;white-space:normal">'
+        f"{LEGEND}</div>"
+    )
+
+
+def scheduler_table(stats: tc.SchedulerStats, history: History | None, now: float) -> str:
+    """Every context's row: its numbers, then its plots. One string, so one comm message a
+    tick for the whole table (each widget message costs about as much as rendering a row)."""
+    return table_html(context_rows(stats, history, now), head_row())
+
+
+def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -> str:
+    """One ``<tr>``: each cell is (field, HTML value, extra style), its class ``tc-{key}
+    tc-{field}`` (what :func:`cell_text` finds)."""
+    return f"<tr{attrs}>" + "".join(
+        TD.format(key=key, f=f, style=style, v=v) for f, v, style in cells) + "</tr>"
+
+
+def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
+                 scope: str = "", name: str = "ctx {}") -> str:
+    """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
+    cluster dashboard passes ``e<engine>-``), *name* formats the first cell."""
+    rows = []
+    for i, c in enumerate(stats.contexts):
+        busy = c.busy if stats.running else 0.0
+        points = history.points(i) if history is not None else []
+        if points:
+            busy_svg, ops_svg, queue_svg = plots(points, now)
+            rate = count(points[-1].ops_rate)
+        else:
+            busy_svg = ops_svg = queue_svg = ""
+            rate = "0"
+        cells = (
+            ("name", name.format(c.id), ""),
+            ("stop_flag", flag_word(c.stop_flag), ""),
+            ("busy", f'<span class="tc-busy-pct">{busy:.0%}</span>', NUM),
+            ("busy-plot", busy_svg, ""),
+            ("ops-rate", rate, NUM),
+            ("ops-plot", ops_svg, ""),
+            ("queued", c.queued, NUM),
+            ("io_inflight", c.in_io, NUM),
+            ("sleeping", c.sleeps, NUM),
+            ("parked", c.parked, NUM),
+            ("queues-plot", queue_svg, ""),
+            ("tasks_run", c.tasks_run, NUM),
+        )
+        rows.append(row_html(f"{scope}ctx-{c.id}", cells))
+    return "".join(rows)
+
+
+def cell_text(table: str, ctx: int | str, field: str, scope: str = "") -> str:
+    """The text of one cell of a rendered table (tests read the dashboard with this, from the
+    widget or from its comm messages): *field* is a column key such as ``tasks_run``; *ctx*
+    a context id (or a whole row's key, such as the cluster dashboard's ``engine``)."""
+    key = f"ctx-{ctx}" if isinstance(ctx, int) else ctx
+    m = re.search(f'<td class="tc-{re.escape(scope + key)} tc-{re.escape(field)}"[^>]*>(.*?)</td>',
+                  table)
+    if m is None:
+        raise KeyError(f"no cell {field!r} for {scope}{key}")
+    return re.sub(r"<[^>]+>", "", m.group(1)).strip()
+
+
+def task_title(infos: Sequence[tc.TaskInfo]) -> str:
+    """The task list's title: the count and a summary per kind of wait."""
+    if not infos:
+        return "live tasks (0)"
+    return f"live tasks ({len(infos)}): {wait_summary(infos)}"
+
+
+def task_table(infos: Sequence[tc.TaskInfo]) -> str:
+    """The live tasks, oldest first (by id: a stable order), in a box that scrolls beyond
+    TASKS_HEIGHT px, both ways, so neither a long list nor long words move the notebook (the
+    summary per kind of wait is the list's title, :func:`task_title`)."""
+    if not infos:
+        return "<i>no live tasks</i>"
+    infos = sorted(infos, key=lambda i: i.id)
+    rows = "".join(
+        f"<tr><td>{i.id}</td><td>{html.escape(i.name)}</td>"
+        f"<td>{'cell' if i.context is None else i.context}</td>"
+        f"<td>{STATE_WORDS.get(i.state, i.state)}</td><td>{age(i.age)}</td>"
+        f"<td>{html.escape(i.waits_on)}</td></tr>"
+        for i in infos[:TASKS_SHOWN]
+    )
+    more = len(infos) - TASKS_SHOWN
+    tail = f"<div>... and {more} more (%tinycoro tasks lists them all)</div>" if more > 0 else ""
+    states = " &middot; ".join(f"<b>{k}</b>: {v}" for k, v in STATES)
+    return (
+        f'<div class="tc-tasks-scroll" style="max-height:{TASKS_HEIGHT}px;overflow:auto">'
+        '<table class="tc-tasks" style="font-size:11px;white-space:nowrap">'
+        "<tr><th>id</th><th>name</th><th>context</th><th>state</th><th>age</th>"
+        f"<th>waits on</th></tr>{rows}</table>{tail}</div>"
+        f'<div style="font-size:10px;color:#666;white-space:normal">{states}</div>'
+    )
