@@ -1,5 +1,5 @@
 """4b. File reads from inside an asyncio program: tinycoro's hosted ring against aiofiles and the
-executor, all three in the same kind of program (issue 10 item 5).
+executor, all three in the same kind of program (the asyncio host's use case).
 
 The workload is w_file's: 4 KiB random reads of a page-cached file, 64 in flight, same offsets.
 Every series is an ordinary asyncio program (``asyncio.run`` / ``uvloop.run``) with 64 asyncio

@@ -19,7 +19,7 @@ per run:
   beside ipyparallel's own ``apply_sync`` of a plain function on the same engine: what one
   remote task costs above the transport.
 
-Targets (issue 19, 2-core machine): CPU-bound 2 engines >= 1.7x 1 process; echo 2 engines >=
+Targets (2-core machine): CPU-bound 2 engines >= 1.7x 1 process; echo 2 engines >=
 1.3x 1 process. ``python -m benchmarks.w_cluster worker`` is the plain-Python worker.
 """
 
@@ -43,7 +43,7 @@ from .peers import run_tc
 
 NAME = "cluster"
 WORKLOAD = "cluster scaling"
-TARGET_CPU = 1.7  # 2 engines vs 1 process, CPU-bound coroutines (issue 19)
+TARGET_CPU = 1.7  # 2 engines vs 1 process, CPU-bound coroutines
 TARGET_ECHO = 1.3  # 2 engines vs 1 process, echo
 
 LOCAL = "tinycoro 1 process"

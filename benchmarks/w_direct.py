@@ -119,7 +119,7 @@ def run_fio(path: str, engine: str, depth: int, ops: int, size_mib: int) -> Samp
 def build(cfg: Config, stack: ExitStack) -> list[Case]:
     k = cfg.inflight
     labels = ("tinycoro", "fio io_uring", "fio psync")
-    # issue 20: >= 0.95x fio io_uring (issue 11 asked 0.9x)
+    # target: >= 0.95x fio io_uring (0.9x before)
     ratios = [Ratio("tinycoro", "fio io_uring", 0.95), Ratio("tinycoro", "fio psync", 4.0)]
     case = f"reads, {k} in flight, {cfg.direct_mib} MiB"
     path, skip = direct_file(cfg, stack)

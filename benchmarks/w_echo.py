@@ -38,8 +38,8 @@ _KIND = {
     "uvloop protocol": "uvloop-protocol",
     URINGIO: URINGIO,  # benchmarks/uringio_peer.py in its own virtual environment
 }
-# issue 11: >= 1.0x uvloop (0.85x is the floor), >= 2x uringio, >= 2.5x asyncio streams;
-# issue 20: >= 1.5x uvloop streams
+# targets: >= 1.0x uvloop protocol (0.85x is the floor), >= 1.5x uvloop streams, >= 2x uringio,
+# >= 2.5x asyncio streams
 TARGETS = {"asyncio streams": 2.5, "uvloop streams": 1.5, "uvloop protocol": 1.0, URINGIO: 2.0}
 _OUT = re.compile(r"rps=(\S+) p50_us=(\S+) p99_us=(\S+) errors=(\d+)")
 

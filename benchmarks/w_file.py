@@ -218,7 +218,7 @@ def _case(cfg: Config, path: str, write: bool, stack: ExitStack) -> Case:
         return _sync_random_io(path, offs, write)
 
     kind = "writes" if write else "reads"
-    # issue 20: >= 0.7x the blocking pread loop (issue 11 asked 0.6x); issue 11: >= 2.5x uringio
+    # targets: >= 0.7x the blocking pread loop (0.6x before), >= 2.5x uringio
     targets: dict[str, float | None] = {
         "asyncio executor": 5.0, "aiofiles": 10.0, "sync os.pread": 0.7, URINGIO: 2.5,
     }

@@ -90,7 +90,7 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
                 Series("tinycoro", lambda: run_tc(_tc_uncontended(n), ctx), skip=skip),
                 Series("asyncio.Lock", lambda: run_on(ASYNCIO, _aio_uncontended(n))),
             ],
-            [Ratio("tinycoro", "asyncio.Lock", 1.0)],  # issue 20 (issue 11 asked 0.8)
+            [Ratio("tinycoro", "asyncio.Lock", 1.0)],  # the latest target (0.8 before)
         ),
         Case(
             WORKLOAD,

@@ -1,11 +1,11 @@
 """6. Contexts scaling: the tinycoro echo (64 B) and random-read workloads on 1, 2 and 4 contexts.
 
 The machine has 2 cores and Python has a GIL, so more contexts cannot make Python code run
-faster; what this checks is what they cost (issue 20: 2 contexts >= 1.0x of 1 context on echo).
+faster; what this checks is what they cost (target: 2 contexts >= 1.0x of 1 context on echo).
 They do cost: more sleeps and wake-ups per request, so server CPU per request (shown beside
 each echo rate) goes up, and the ratio wanders around 1.0x from run to run. That is why
-``contexts=None`` means one context (docs/design.md rule 15; docs/benchmarks.md, issue 20
-item 5): this workload measures the explicit choice of more.
+``contexts=None`` means one context (docs/design.md rule 15; docs/benchmarks.md,
+"Contexts: what a second one costs"): this workload measures the explicit choice of more.
 """
 
 from __future__ import annotations
