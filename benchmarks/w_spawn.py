@@ -56,6 +56,6 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
                 Series("asyncio", lambda: run_on(ASYNCIO, _aio_main(n))),
                 Series("uvloop", lambda: run_on(UVLOOP, _aio_main(n)), skip=missing("uvloop")),
             ],
-            [Ratio("tinycoro", "asyncio", 1.0), Ratio("tinycoro", "uvloop", 1.5)]  # the latest targets,
+            [Ratio("tinycoro", "asyncio", 1.0), Ratio("tinycoro", "uvloop", 1.5)]  # the latest targets
         )
     ]
