@@ -334,7 +334,8 @@ def test_tasks_says_what_each_waits_on_in_plain_words(loaded, capsys):
     for i in range(3):
         assert rows[f"contender-{i}"].endswith("Mutex held by 'holder' (3 waiting)")
     assert rows["fan-out"].endswith("when_all: 20 of 20 left"), rows["fan-out"]
-    summary = " ".join(" ".join(out[:out.index(next(x for x in out if x.startswith("id ")))]).split())
+    # the headline: every line above the table's header (it wraps at words when long)
+    summary = " ".join(" ".join(out[:out.index(next(x for x in out if x.split()[:1] == ["id"]))]).split())
     assert "3 parked on Mutex" in summary and "1 sleeping" in summary
     assert "1 in I/O" in summary and "1 parked on when_all" in summary, summary
     # sleeps apart from I/O in the stats too: one sleeping task, its timer not I/O

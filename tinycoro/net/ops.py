@@ -171,15 +171,6 @@ class AcceptOp(ResourceOp):
         return f"accept on {where}"
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        engine = self._enter()
-        try:
-            if engine is not None:
-                fd = yield self
-            else:
-                fd = yield from run_outside(self)
-        finally:
-            del self.pending._ops[self]
-        if fd < 0:
-            raise self._failure(fd)
+        fd = yield from ResourceOp.__await__(self)  # one operation, as every resource op is
         listener = self.listener
         return listener._stream(listener._wrap(fd))
