@@ -43,7 +43,11 @@ def kernel_with_cluster(kernel_dirs):
             "cluster = tc.cluster.start(2, timeout=120)\n",
             timeout=150,
         )
-        listed = k.result_of(k.cell("[e.pid for e in cluster.engines] + [cluster.controller_pid]"))
+        listed = k.result_of(k.cell(  # the controller, the engines and their nannies
+            "import psutil\n"
+            "[p.pid for p in psutil.Process().children(recursive=True)\n"
+            " if 'ipyparallel' in ' '.join(p.cmdline())]"
+        ))
         pids = [int(p) for p in listed.strip("[]").split(",")]
         procs = [psutil.Process(p) for p in pids]
         procs += [c for p in procs for c in p.children(recursive=True)]

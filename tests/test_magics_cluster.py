@@ -159,7 +159,6 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     board = _cluster_board(shell)
     assert repr(board) == "<tinycoro cluster dashboard: 2 engines>"
     assert board._repr_mimebundle_()["text/plain"] == repr(board)
-    magics = shell.magics_manager.registry["TinycoroMagics"]
     refresher = cluster.refresher
     keys = re.findall(r'<tr[^>]*><td class="tc-(\S+) tc-name"', board._table.value)
     assert keys == ["e0-engine", "e0-ctx-0", "e0-ctx-1", "e1-engine", "e1-ctx-0", "e1-ctx-1"]
@@ -225,7 +224,7 @@ def test_the_magics_act_on_a_cluster_made_in_a_cell_and_see_it_stopped(shell, ca
     act on; ``cluster.dashboard()`` and its HTML summary work without them; after
     ``cluster.stop()`` in a cell the magics say it is stopped."""
     pytest.importorskip("ipywidgets")
-    run_ok(shell, "import tinycoro as tc\ncluster = tc.cluster.start(1, progress=False)")
+    run_ok(shell, "import tinycoro as tc\ncluster = tc.cluster.start(1)")
     cluster = shell.user_ns["cluster"]
     procs = remembered()
     assert procs

@@ -19,6 +19,7 @@ also after the request has replied; the client routes it home by that header.
 from __future__ import annotations
 
 import contextvars
+import importlib.util
 import os
 import pickle
 import socket
@@ -179,12 +180,10 @@ def setup() -> dict:
     global _agent
     shell = _shell()
     internals.check_kernel(shell.kernel)
-    try:
-        import cloudpickle  # noqa: F401 - what submitted functions arrive packed with
-    except ImportError as e:
+    if importlib.util.find_spec("cloudpickle") is None:  # what submitted functions arrive in
         raise ImportError(
             "tinycoro.cluster needs cloudpickle on every engine: pip install 'tinycoro[cluster]'"
-        ) from e
+        )
     interval = os.environ.get("TINYCORO_ENGINE_SWITCH_INTERVAL")  # set by start() only: an
     if interval:  # engine of a connected cluster is not ours to tune (local.py says why)
         sys.setswitchinterval(float(interval))
