@@ -98,7 +98,6 @@ class ClusterCommands:
         self.shell = shell
         self.last_dashboard: Any = None  # the widget %tinycoro cluster dashboard displayed last
         self._made_client: Any = None  # the Client `connect` made here (closed at stop)
-        self._released: Any = None  # the cluster `stop` let go of: no longer the magics' one
         self._px: Any = None  # ipyparallel's ParallelMagics registered for %px
         self._px_cluster: Any = None  # the cluster %px addresses
 
@@ -106,8 +105,7 @@ class ClusterCommands:
     def cluster(self) -> Any:
         """The cluster these magics act on (None if there is none, or `stop` let go of it)."""
         tcc = sys.modules.get("tinycoro.cluster")  # no import: no cluster without it
-        cluster = tcc.latest() if tcc is not None else None
-        return None if cluster is None or cluster is self._released else cluster
+        return tcc.latest() if tcc is not None else None
 
     @property
     def refresher(self) -> Any:
@@ -224,10 +222,12 @@ class ClusterCommands:
             self._deactivate_px()
             return "none"
         self._deactivate_px()
-        self._released = cluster
         if self.shell.user_ns.get(NAME) is cluster:
             del self.shell.user_ns[NAME]
         cluster.stop()  # also ends its dashboards' refresher; a no-op if a cell stopped it
+        from tinycoro.cluster.api import let_go
+
+        let_go(cluster)  # done with it: the magics see no cluster now
         if cluster.owned:
             return "stopped: no engine left"
         if cluster.client is self._made_client:

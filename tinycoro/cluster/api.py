@@ -76,6 +76,15 @@ def latest() -> "Cluster | None":
         return _running[-1] if _running else _last_stopped
 
 
+def let_go(cluster: "Cluster") -> None:
+    """A tool that acted on a stopped *cluster* is done with it (``%tinycoro cluster stop``):
+    :func:`latest` no longer returns it, in this shell or a new one."""
+    global _last_stopped
+    with _registry_lock:
+        if _last_stopped is cluster:
+            _last_stopped = None
+
+
 def _check_async_fn(fn: Any, what: str) -> None:
     if inspect.iscoroutine(fn):
         fn.close()
@@ -112,6 +121,7 @@ class Cluster:
         self._by_engine: dict[int, set[RemoteTask]] = {}
         self._rr = itertools.count()
         self._refresher: Any = None  # the dashboards' refresher, made by dashboard()
+        self._dashboard_lock = threading.Lock()
         ids = list(client.ids)
         if not ids:
             raise RuntimeError("the ipyparallel cluster has no engines registered")
@@ -212,7 +222,7 @@ class Cluster:
         serves every dashboard of this cluster and ends when the cluster stops."""
         from tinycoro.kernel_ext.cluster_dashboard import ClusterRefresher
 
-        with self._lock:
+        with self._dashboard_lock:  # not self._lock: the refresher reads self.engines
             if self._refresher is None:
                 self._refresher = ClusterRefresher(self)
             refresher = self._refresher
@@ -497,9 +507,6 @@ class Cluster:
                 return
             self._stopped = True
             pending = [t for ts in self._by_engine.values() for t in ts]
-            refresher = self._refresher
-        if refresher is not None:
-            refresher.stop()
         for t in pending:
             t.cancel()
         deadline = time.monotonic() + timeout
@@ -515,6 +522,13 @@ class Cluster:
         if self._owned is not None:
             atexit.unregister(self.stop)
             self._owned.stop(self.client, list(self._known.values()))
+        # Last: every sample the dashboards' refresher took since the start of stop() found
+        # the cluster stopped, so it has shown "stopped" and ended, or does so now; stopping it
+        # first could end it in the middle of a tick that still saw the cluster running.
+        with self._dashboard_lock:
+            refresher = self._refresher
+        if refresher is not None:
+            refresher.stop()
 
     def __enter__(self) -> "Cluster":
         return self
