@@ -35,8 +35,9 @@ def plain_cluster(tmp_path_factory):
     finally:
         client.close()
         ipc.stop_cluster_sync()
-        # ipyparallel's stop does not wait for the engines' nannies; no process outlives us
-        psutil.wait_procs(procs, timeout=10)
+        # ipyparallel's stop does not wait for the engines' nannies (each notices its engine's
+        # exit at its next poll, seconds later): no process outlives us
+        psutil.wait_procs(procs, timeout=0.5)
         cs.kill_leftovers(procs)
 
 

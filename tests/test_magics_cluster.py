@@ -77,8 +77,12 @@ def run_ok(sh: InteractiveShell, code: str):
 def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     pytest.importorskip("ipywidgets")
     shell.run_line_magic("tinycoro", "cluster start -n 2 --contexts 2")
-    out = capsys.readouterr().out  # after ipyparallel's progress bar, if it drew one
-    assert "\ntinycoro cluster started: 2 engines (0: " in "\n" + out.split("\r")[-1], out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert out.startswith("tinycoro cluster started: 2 engines (0: "), out
+    # outside a notebook the start says each engine as it comes up, on stderr
+    ups = re.findall(r"^tinycoro cluster: engine (\d) up \((\d) of 2, ", captured.err, re.M)
+    assert sorted(e for e, _ in ups) == ["0", "1"] and [k for _, k in ups] == ["1", "2"], captured.err
     cluster = shell.user_ns["cluster"]
     assert isinstance(cluster, tc.cluster.Cluster) and len(cluster.engines) == 2
     procs = remembered()

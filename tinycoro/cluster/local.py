@@ -95,13 +95,19 @@ class LocalProcesses:
             if self.ipp_cluster is not None:
                 self.loop.run(self.ipp_cluster.stop_cluster(), 60)
         finally:
-            _, alive = psutil.wait_procs(procs, timeout=10)
-            for p in alive:
-                try:
-                    p.send_signal(signal.SIGKILL)
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(alive, timeout=10)
+            # What ipyparallel's stop leaves are the engines' nannies (and an engine slow to
+            # exit): a nanny notices its engine's exit only at its next poll, ~5 s later. They
+            # are ours and have nothing left to do: after a moment, SIGTERM, then SIGKILL.
+            alive = procs
+            for sig, grace in ((None, 0.5), (signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+                for p in alive if sig is not None else ():
+                    try:
+                        p.send_signal(sig)
+                    except psutil.NoSuchProcess:
+                        pass
+                _, alive = psutil.wait_procs(alive, timeout=grace)
+                if not alive:
+                    break
             self.loop.close()
             shutil.rmtree(self.profile_dir, ignore_errors=True)
 
