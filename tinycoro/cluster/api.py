@@ -123,6 +123,7 @@ class Cluster:
         self._rr = itertools.count()
         self._refresher: Any = None  # the dashboards' refresher, made by dashboard()
         self._dashboard_lock = threading.Lock()
+        self._probes: set[threading.Event] = set()  # the waits of probes in flight
         ids = list(client.ids)
         if not ids:
             raise RuntimeError("the ipyparallel cluster has no engines registered")
@@ -441,13 +442,37 @@ class Cluster:
                 futures[eid] = self._control(eid, {"op": op})
             except KeyError:  # unregistered meanwhile
                 pass
+        # Wait for every reply, the timeout, or stop(), whichever comes first: a probe in
+        # flight when the cluster stops (a dashboard's) must say so, not wait out its timeout
+        # and then report a running cluster without its engines.
+        wake = threading.Event()
+        left = [len(futures)]
+        counted = threading.Lock()
+
+        def replied(_: Any) -> None:
+            with counted:
+                left[0] -= 1
+                if left[0] <= 0:
+                    wake.set()
+
+        if not futures:
+            wake.set()
+        for fut in futures.values():
+            fut.add_done_callback(replied)
+        with self._lock:
+            self._probes.add(wake)
+        try:
+            wake.wait(timeout)
+        finally:
+            with self._lock:
+                self._probes.discard(wake)
+        with self._lock:
+            self._check_running()
         out: dict[int, dict] = {}
-        deadline = time.monotonic() + timeout
         for eid, fut in futures.items():
-            try:
-                msg = fut.result(max(0.0, deadline - time.monotonic()))
-            except Exception:  # noqa: BLE001 - timed out: left out
+            if not fut.done() or fut.exception() is not None:  # no answer in time: left out
                 continue
+            msg = fut.result()
             if msg["content"].get("status") == "ok":
                 out[eid] = msg["content"]
         return out
@@ -509,6 +534,9 @@ class Cluster:
                 return
             self._stopped = True
             pending = [t for ts in self._by_engine.values() for t in ts]
+            probes = list(self._probes)
+        for wake in probes:  # they raise: the cluster is stopped
+            wake.set()
         for t in pending:
             t.cancel()
         deadline = time.monotonic() + timeout
