@@ -1,8 +1,8 @@
 """``%tinycoro cluster start | connect | status | tasks | dashboard | stop``: a tinycoro cluster
 on ipyparallel engines, from a notebook.
 
-``start`` and ``connect`` make the notebook's one cluster (``tc.cluster.start`` /
-``tc.cluster.connect``), bind it to ``cluster`` in the user's namespace (for
+The magics act on the kernel's most recent cluster, made here or by ``tc.cluster.start`` /
+``tc.cluster.connect`` in a cell. ``start`` and ``connect`` make one and bind it to ``cluster`` in the user's namespace (for
 ``cluster.submit``, ``cluster.map``, ``cluster.serve``), activate ipyparallel's ``%px`` magics
 on all its engines and import tinycoro as ``tc`` there. The engines preload the tinycoro
 extension, so a ``%px`` cell may ``await`` tinycoro awaitables as a notebook cell does here.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any, Sequence
 
 from IPython.core.error import UsageError
@@ -21,8 +22,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 
 from tinycoro.core.stats import COLUMNS, format_stats, legend
 
-from .cluster_dashboard import ClusterRefresher
-from .textout import format_tasks
+from .textout import format_tasks, wrap
 
 __all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
 
@@ -82,23 +82,37 @@ def format_cluster_status(engines: Sequence[Any], loads: dict[int, Any], owned: 
             continue
         lines += ["  " + line for line in format_stats(s, legend_too=False).splitlines()]
     lines += legend(COLUMNS[1:])
-    lines.append(
-        "busy is per context; process CPU is the engine's: contexts of one engine share its "
-        "GIL, so their busy can add up to more than its CPU (%tinycoro cluster dashboard)"
+    lines += wrap(
+        "busy is per context and process CPU is the engine's, both shares of the last second: "
+        "contexts of one engine share its GIL, so their busy can add up to more than its CPU "
+        "(%tinycoro cluster dashboard)"
     )
     return "\n".join(lines)
 
 
 class ClusterCommands:
-    """The notebook's cluster (at most one) and what ``%tinycoro cluster`` does with it."""
+    """What ``%tinycoro cluster`` does, on the kernel's most recent cluster
+    (``tc.cluster.latest()``): one made by these magics or by ``tc.cluster.start``/``connect`` in
+    a cell, whichever came last."""
 
     def __init__(self, shell: Any) -> None:
         self.shell = shell
-        self.cluster: Any = None
-        self.owned = False  # started here (stop stops its engines) or connected to
         self.last_dashboard: Any = None  # the widget %tinycoro cluster dashboard displayed last
-        self.refresher: ClusterRefresher | None = None
+        self._made_client: Any = None  # the Client `connect` made here (closed at stop)
         self._px: Any = None  # ipyparallel's ParallelMagics registered for %px
+        self._px_cluster: Any = None  # the cluster %px addresses
+
+    @property
+    def cluster(self) -> Any:
+        """The cluster these magics act on (None if there is none, or `stop` let go of it)."""
+        tcc = sys.modules.get("tinycoro.cluster")  # no import: no cluster without it
+        return tcc.latest() if tcc is not None else None
+
+    @property
+    def refresher(self) -> Any:
+        """The refresher of the cluster's dashboards (None before the first)."""
+        cluster = self.cluster
+        return None if cluster is None else cluster.refresher
 
     def run(self, argv: list[str]) -> Any:
         try:
@@ -117,10 +131,11 @@ class ClusterCommands:
 
     # -- start / connect / stop -----------------------------------------------------------------
     def _check_none(self, action: str) -> None:
-        if self.cluster is not None:
+        cluster = self.cluster
+        if cluster is not None and not cluster.stopped:
             raise UsageError(
-                f"%tinycoro cluster {action}: a cluster is already {'running' if self.owned else 'connected'}"
-                " (%tinycoro cluster stop first)"
+                f"%tinycoro cluster {action}: a cluster is already "
+                f"{'running' if cluster.owned else 'connected'} (%tinycoro cluster stop first)"
             )
 
     def _start(self, args: argparse.Namespace) -> None:
@@ -134,7 +149,7 @@ class ClusterCommands:
             cluster = tcc.start(args.engines, **kwargs)
         except ValueError as e:
             raise UsageError(f"%tinycoro cluster start: {e}") from None
-        self._adopt(cluster, owned=True)
+        self._adopt(cluster)
         print(self._describe("started"))
 
     def _connect(self, args: argparse.Namespace) -> None:
@@ -156,13 +171,13 @@ class ClusterCommands:
         except BaseException:
             client.close()
             raise
-        self._adopt(cluster, owned=False)
+        self._made_client = client
+        self._adopt(cluster)
         print(self._describe("connected to"))
 
-    def _adopt(self, cluster: Any, owned: bool) -> None:
-        self.cluster, self.owned = cluster, owned
+    def _adopt(self, cluster: Any) -> None:
         self.shell.user_ns[NAME] = cluster
-        self._activate_px()
+        self._activate_px(cluster)
 
     def _describe(self, what: str) -> str:
         engines = self.cluster.engines
@@ -172,26 +187,26 @@ class ClusterCommands:
             "cluster, %px runs a cell on every engine"
         )
 
-    def _activate_px(self) -> None:
+    def _activate_px(self, cluster: Any) -> None:
         """Register ipyparallel's ``%px`` family for all engines of the cluster's client, and
         import tinycoro as ``tc`` on every engine, as a notebook does here: ``%px await
-        tc.sleep(0.1)`` works at once, and so do submitted functions that name ``tc``."""
-        from ipyparallel.client.magics import ParallelMagics
+        tc.sleep(0.1)`` works at once. (Submitted functions need no such import: they travel
+        with their globals.)"""
+        from tinycoro.cluster import internals
 
-        view = self.cluster.client[:]
+        self._deactivate_px()
+        view = cluster.client[:]
         view.block = True
         view.execute("import tinycoro as tc")
-        self._px = ParallelMagics(self.shell, view)
-        self.shell.magics_manager.register(self._px)
+        self._px = internals.register_px(self.shell, view)
+        self._px_cluster = cluster
 
     def _deactivate_px(self) -> None:
-        px, self._px = self._px, None
-        if px is None:
-            return
-        for table in self.shell.magics_manager.magics.values():
-            for name, fn in list(table.items()):
-                if getattr(fn, "__self__", None) is px:
-                    del table[name]
+        px, self._px, self._px_cluster = self._px, None, None
+        if px is not None:
+            from tinycoro.cluster import internals
+
+            internals.unregister_px(self.shell, px)
 
     def _stop(self, args: argparse.Namespace | None = None) -> None:
         if self.cluster is None:
@@ -200,31 +215,41 @@ class ClusterCommands:
         print(f"tinycoro cluster {self.close()}")
 
     def close(self) -> str:
-        """Stop the cluster's dashboards, ``%px`` and, if it was started here, its engines;
-        say what was done."""
-        cluster, owned = self.cluster, self.owned
+        """Stop the cluster's dashboards, ``%px`` and, if it was started (not connected), its
+        engines; a connected cluster is let go of (the client `connect` made here is closed).
+        Say what was done."""
+        cluster = self.cluster
         if cluster is None:
+            self._deactivate_px()
             return "none"
-        refresher, self.refresher = self.refresher, None
-        if refresher is not None:
-            refresher.stop()
         self._deactivate_px()
-        self.cluster = None
         if self.shell.user_ns.get(NAME) is cluster:
             del self.shell.user_ns[NAME]
-        cluster.stop()
-        if owned:
+        cluster.stop()  # also ends its dashboards' refresher; a no-op if a cell stopped it
+        from tinycoro.cluster.api import let_go
+
+        let_go(cluster)  # done with it: the magics see no cluster now
+        if cluster.owned:
             return "stopped: no engine left"
-        cluster.client.close()  # made by _connect; the cluster itself keeps running
+        if cluster.client is self._made_client:
+            self._made_client = None
+            cluster.client.close()  # the cluster itself keeps running: it is not ours
         return "disconnected"
 
     # -- status / tasks / dashboard -------------------------------------------------------------
     def _need(self, action: str) -> Any:
-        if self.cluster is None:
+        cluster = self.cluster
+        if cluster is None:
             raise UsageError(
-                f"%tinycoro cluster {action}: no cluster (%tinycoro cluster start or connect)"
+                f"%tinycoro cluster {action}: no cluster (%tinycoro cluster start or connect, "
+                "or tc.cluster.start in a cell)"
             )
-        return self.cluster
+        if cluster.stopped:
+            raise UsageError(
+                f"%tinycoro cluster {action}: the cluster is stopped (cluster.stop() ran); "
+                "%tinycoro cluster start or connect a new one"
+            )
+        return cluster
 
     def _status(self, args: argparse.Namespace) -> None:
         cluster = self._need("status")
@@ -235,7 +260,7 @@ class ClusterCommands:
                 f"%tinycoro cluster status: the cluster does not answer ({e}); "
                 "%tinycoro cluster stop, then start or connect again"
             ) from None
-        print(format_cluster_status(cluster.engines, loads, self.owned))
+        print(format_cluster_status(cluster.engines, loads, cluster.owned))
 
     def _tasks(self, args: argparse.Namespace) -> None:
         cluster = self._need("tasks")
@@ -255,9 +280,7 @@ class ClusterCommands:
         """Display the cluster dashboard where the magic stands (any line of a cell)."""
         cluster = self._need("dashboard")
         try:
-            if self.refresher is None:
-                self.refresher = ClusterRefresher(cluster)
-            board = self.refresher.dashboard()
+            board = cluster.dashboard()
         except ImportError as e:
             raise UsageError(f"%tinycoro cluster dashboard: {e}") from None
         from IPython.display import display

@@ -1,7 +1,8 @@
 """tc.cluster on a real local ipyparallel cluster of two engines (started once for the module):
 submit and await from plain Python, tinycoro and asyncio, remote exceptions, cancel, map,
-serve, stats while an engine is busy, and bad input. Engine loss and the lifecycle are in
-test_cluster_loss.py, output in the submitting cell in test_cluster_kernel.py.
+serve, stats while an engine is busy, the ipyparallel internals used, and bad input. Engine
+loss, serve across a stop and the lifecycle are in test_cluster_loss.py, output in the
+submitting cell in test_cluster_kernel.py.
 
 Every wait is on an outcome, a reply or runtime state; timeouts only bound a broken build.
 """
@@ -40,7 +41,7 @@ def test_engines_started_here_hand_the_gil_over_often(cluster):
     # A context computing on an engine holds the GIL for the switch interval at a time; the
     # kernel's own threads need it for every message (the next submit, replies, output), so
     # with CPython's 5 ms default a busy engine took its submissions in at a trickle.
-    from tinycoro.cluster.client import ENGINE_SWITCH_INTERVAL
+    from tinycoro.cluster.local import ENGINE_SWITCH_INTERVAL
 
     got = {e.id: cluster.submit(h.switch_interval, engine=e.id).result(T) for e in cluster.engines}
     assert got == {e.id: ENGINE_SWITCH_INTERVAL for e in cluster.engines}
@@ -320,18 +321,6 @@ def test_serve_raises_what_an_engine_raised_and_stops_the_others(cluster):
     assert cs.port_is_free(port)
 
 
-def test_serve_returns_when_the_cluster_stops():
-    """On a cluster of its own (stop ends it): serve returns None when stop() runs."""
-    with cs.started_cluster(1, timeout=START) as (c, _):
-        port = cs.free_port()
-        with tc.Scheduler(1) as s:
-            server = s.submit(c.serve(h.reply_pid, port))
-            wait_until(lambda: sum(x.io_inflight for x in c.stats()[0].contexts) >= 1,
-                       timeout=T, what="the engine to listen")
-            c.stop()
-            assert s.run_sync(_join(server), timeout=T) is None
-
-
 # -- stats -----------------------------------------------------------------------------------
 def test_stats_answer_while_an_engine_runs_a_long_cell(cluster):
     """A %px-style cell on engine 0 awaits our socket (so it is blocked in its await for as
@@ -369,6 +358,29 @@ def test_stats_answer_while_an_engine_runs_a_long_cell(cluster):
         sleeper.cancel()
     with pytest.raises(tc.Cancelled):
         sleeper.result(T)
+
+
+# -- the private names of ipyparallel and ipykernel ----------------------------------------------
+def test_the_internals_used_exist_in_the_installed_versions(cluster):
+    from tinycoro.cluster import internals
+
+    internals.check_client(cluster.client)  # raises UnsupportedVersion naming what is missing
+    assert cluster.client[:].apply_sync(h.engine_internals_ok) == [True, True]
+
+
+def test_a_notebook_function_travels_by_value_and_a_module_one_by_reference(cluster):
+    """What cloudpickle ships: a function made here (a closure) with the values it names; a
+    module's function by name (the engine imports helpers.cluster_tasks)."""
+    from tinycoro.cluster.messages import pack
+
+    offset = 1000
+
+    async def shifted(x):
+        await tc.sleep(0)
+        return await h.add(x, offset)
+
+    assert cluster.submit(shifted, 5).result(T) == 1005
+    assert b"helpers.cluster_tasks" in pack(h.add) and len(pack(h.add)) < 200
 
 
 # -- bad input -------------------------------------------------------------------------------

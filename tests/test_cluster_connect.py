@@ -35,8 +35,9 @@ def plain_cluster(tmp_path_factory):
     finally:
         client.close()
         ipc.stop_cluster_sync()
-        # ipyparallel's stop does not wait for the engines' nannies; no process outlives us
-        psutil.wait_procs(procs, timeout=10)
+        # ipyparallel's stop does not wait for the engines' nannies (each notices its engine's
+        # exit at its next poll, seconds later): no process outlives us
+        psutil.wait_procs(procs, timeout=0.5)
         cs.kill_leftovers(procs)
 
 
@@ -69,6 +70,27 @@ def test_connect_uses_an_existing_cluster_and_stop_leaves_it_running(plain_clust
         assert again.submit(h.add, 2, 2).result(T) == 4
     finally:
         again.stop()
+
+
+def test_a_second_handle_on_one_client_is_refused_and_the_first_keeps_working(plain_cluster):
+    """The client's IOPub stream has one handler: a second handle would take the first one's
+    outcomes away (its next result would never come). It is refused before it touches
+    anything, and the first handle works on; after the first one's stop, connecting works."""
+    _, client = plain_cluster
+    first = tc.cluster.connect(client)
+    try:
+        with pytest.raises(RuntimeError, match="already carries a tinycoro cluster"):
+            tc.cluster.connect(client)
+        assert first.submit(h.add, 1, 2).result(T) == 3
+        assert tc.cluster.latest() is first
+    finally:
+        first.stop()
+    second = tc.cluster.connect(client)
+    try:
+        assert second.submit(h.add, 2, 3).result(T) == 5
+    finally:
+        second.stop()
+    assert first.stopped and second.stopped
 
 
 def test_on_a_connected_cluster_engine_loss_comes_from_the_controller(plain_cluster):

@@ -1,7 +1,8 @@
 """A cluster's life and an engine's death, on a real local cluster of two engines (its own:
 these tests kill an engine and stop the cluster): an engine killed with SIGKILL fails its tasks
 with EngineLost within seconds while the other engine keeps working, and stop() leaves no
-engine, nanny or controller process, no listening port and no thread behind."""
+engine, nanny or controller process, no listening port and no thread behind, after the
+remote ``finally`` blocks ran."""
 
 from __future__ import annotations
 
@@ -69,18 +70,28 @@ def test_a_killed_engine_fails_its_tasks_with_engine_lost_and_the_other_carries_
         elsewhere.result(T)
 
 
-def test_stop_leaves_no_process_port_or_thread(cluster, threads_before):
+def test_stop_leaves_no_process_port_or_thread(cluster, threads_before, tmp_path):
+    """Also: a task still running is cancelled there and its ``finally`` runs before the
+    engines go (it leaves a file: the engine's memory goes with it), and ``serve`` returns."""
     procs = cluster.procs
     alive = [p for p in procs if p.is_running()]
     ports = cs.listening_ports(alive)
     assert ports  # the controller listens (and the surviving engine's nanny)
-    pending = cluster.submit(h.sleep_forever)
+    mark = tmp_path / "finally"
+    pending = cluster.submit(h.guarded_marking, str(mark))
+    port = cs.free_port()
+    with tc.Scheduler(1) as s:
+        server = s.submit(cluster.serve(h.reply_pid, port))
+        wait_until(lambda: sum(x.io_inflight for st in cluster.stats().values()
+                               for x in st.contexts) >= 2,
+                   timeout=T, what="the engine to listen and the marking task to wait")
 
-    cluster.stop()
+        cluster.stop()
 
-    # a task still running is cancelled, and its finally blocks ran before the engines went
+        assert s.run_sync(_join(server), timeout=T) is None  # serve returns when stop runs
     with pytest.raises(tc.Cancelled):
         pending.result(0)
+    assert mark.read_text() == "cancelled+finally"
     assert cs.gone(procs), [p for p in procs if p.is_running()]
     assert [p for p in ports if not cs.port_is_free(p)] == []
     wait_until(lambda: {t.ident for t in threading.enumerate()} <= threads_before, timeout=T,
@@ -89,6 +100,10 @@ def test_stop_leaves_no_process_port_or_thread(cluster, threads_before):
     cluster.stop()  # idempotent
     with pytest.raises(RuntimeError, match="stopped"):
         cluster.submit(h.add, 1, 1)
+
+
+async def _join(task):
+    return await task
 
 
 def test_with_every_engine_lost_submit_map_and_serve_raise_engine_lost():

@@ -3,7 +3,7 @@ clusters (local processes): start, ``%px`` cells that await on the engines, stat
 dashboard grouped per engine, connect by connection file, stop and unload leaving no process.
 
 Starting a cluster takes 5-30 s on a loaded 2-core machine, so the tests that need one are few
-and do several things each.
+and do several things each; those that only stop or unload one start a single engine.
 """
 
 from __future__ import annotations
@@ -77,8 +77,12 @@ def run_ok(sh: InteractiveShell, code: str):
 def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     pytest.importorskip("ipywidgets")
     shell.run_line_magic("tinycoro", "cluster start -n 2 --contexts 2")
-    out = capsys.readouterr().out  # after ipyparallel's progress bar, if it drew one
-    assert "\ntinycoro cluster started: 2 engines (0: " in "\n" + out.split("\r")[-1], out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert out.startswith("tinycoro cluster started: 2 engines (0: "), out
+    # outside a notebook the start says each engine as it comes up, on stderr
+    ups = re.findall(r"^tinycoro cluster: engine (\d) up \((\d) of 2, ", captured.err, re.M)
+    assert sorted(e for e, _ in ups) == ["0", "1"] and [k for _, k in ups] == ["1", "2"], captured.err
     cluster = shell.user_ns["cluster"]
     assert isinstance(cluster, tc.cluster.Cluster) and len(cluster.engines) == 2
     procs = remembered()
@@ -159,8 +163,7 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     board = _cluster_board(shell)
     assert repr(board) == "<tinycoro cluster dashboard: 2 engines>"
     assert board._repr_mimebundle_()["text/plain"] == repr(board)
-    magics = shell.magics_manager.registry["TinycoroMagics"]
-    refresher = magics.cluster.refresher
+    refresher = cluster.refresher
     keys = re.findall(r'<tr[^>]*><td class="tc-(\S+) tc-name"', board._table.value)
     assert keys == ["e0-engine", "e0-ctx-0", "e0-ctx-1", "e1-engine", "e1-ctx-0", "e1-ctx-1"]
     done = sum(int(board.shown(e.id, "engine", "tasks_run")) for e in cluster.engines)
@@ -173,23 +176,24 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
                timeout=30, what="the engines' process CPU")
 
     # connect to the same cluster by its connection file; stop lets go of it only
-    [conn_file] = glob.glob(os.path.join(cluster._owned.profile_dir, "security",
+    # (a second notebook would connect; here the started one is set aside for a moment: the
+    # magics refuse a second cluster while the kernel's most recent one runs)
+    [conn_file] = glob.glob(os.path.join(cluster.profile_dir, "security",
                                          "ipcontroller-*-client.json"))
-    owned = magics.cluster.cluster
-    magics.cluster.cluster = None  # a second notebook would hold it; here: set it aside
-    try:
-        shell.run_line_magic("tinycoro", f"cluster connect --file {conn_file}")
-        assert "tinycoro cluster connected to: 2 engines" in capsys.readouterr().out
-        assert run_ok(shell, "await cluster.submit(square, 3)") == 9
-        client = shell.user_ns["cluster"].client
-        capsys.readouterr()
-        shell.run_line_magic("tinycoro", "cluster stop")
-        assert capsys.readouterr().out == "tinycoro cluster disconnected\n"
-        assert all(p.is_running() for p in procs)  # not ours to stop
-        assert client._closed  # the client the magic made for it is closed
-    finally:
-        magics.cluster.cluster, magics.cluster.owned = owned, True
-        shell.user_ns["cluster"] = owned
+    import tinycoro.cluster.api as api
+
+    api._running.remove(cluster)
+    shell.run_line_magic("tinycoro", f"cluster connect --file {conn_file}")
+    assert "tinycoro cluster connected to: 2 engines" in capsys.readouterr().out
+    assert run_ok(shell, "await cluster.submit(square, 3)") == 9
+    client = shell.user_ns["cluster"].client
+    capsys.readouterr()
+    shell.run_line_magic("tinycoro", "cluster stop")
+    assert capsys.readouterr().out == "tinycoro cluster disconnected\n"
+    assert all(p.is_running() for p in procs)  # not ours to stop
+    assert client._closed  # the client the magic made for it is closed
+    api._running.append(cluster)
+    shell.user_ns["cluster"] = cluster
 
     shell.run_line_magic("tinycoro", "cluster stop")
     assert capsys.readouterr().out == "tinycoro cluster stopped: no engine left\n"
@@ -210,7 +214,7 @@ def _cluster_board(shell):
 
 def test_unloading_the_extension_stops_the_cluster_it_started(shell, capsys):
     pytest.importorskip("ipywidgets")
-    shell.run_line_magic("tinycoro", "cluster start -n 2")
+    shell.run_line_magic("tinycoro", "cluster start -n 1")
     procs = remembered()
     assert procs
     board = _cluster_board(shell)
@@ -219,18 +223,35 @@ def test_unloading_the_extension_stops_the_cluster_it_started(shell, capsys):
     assert "stopped" in board._summary.value  # and the fixture checks its thread ended
 
 
-def test_a_cluster_stopped_in_a_cell_is_seen_as_stopped(shell, capsys):
+def test_the_magics_act_on_a_cluster_made_in_a_cell_and_see_it_stopped(shell, capsys):
+    """``tc.cluster.start`` in a cell makes the kernel's most recent cluster, which the magics
+    act on; ``cluster.dashboard()`` and its HTML summary work without them; after
+    ``cluster.stop()`` in a cell the magics say it is stopped."""
     pytest.importorskip("ipywidgets")
-    shell.run_line_magic("tinycoro", "cluster start -n 2")
+    run_ok(shell, "import tinycoro as tc\ncluster = tc.cluster.start(1)")
+    cluster = shell.user_ns["cluster"]
     procs = remembered()
+    assert procs
+    capsys.readouterr()
+    shell.run_line_magic("tinycoro", "cluster status")
+    assert capsys.readouterr().out.startswith("tinycoro cluster: 1 engines, 1 contexts (started here)")
     board = _cluster_board(shell)
-    refresher = shell.magics_manager.registry["TinycoroMagics"].cluster.refresher
+    assert repr(board) == "<tinycoro cluster dashboard: 1 engines>"
+    mine = run_ok(shell, "cluster.dashboard()")
+    assert repr(mine) == repr(board)
+    refresher = cluster.refresher
+    assert refresher.alive
+    summary = cluster._repr_html_()
+    [e] = cluster.engines
+    assert "1 engines" in summary and f"<td>{e.pid}</td>" in summary and "started here" in summary
+
     run_ok(shell, "cluster.stop()")  # not through the magic
     assert gone(procs)
-    wait_until(lambda: not refresher.alive, timeout=30, what="the dashboard to see the stop")
-    assert "stopped" in board._summary.value
-    with pytest.raises(UsageError, match="does not answer"):
-        shell.run_line_magic("tinycoro", "cluster status")
+    assert not refresher.alive  # stop() ends the dashboards' refresher
+    assert "stopped" in board._summary.value and "stopped" in cluster._repr_html_()
+    for action in ("status", "tasks", "dashboard"):
+        with pytest.raises(UsageError, match="the cluster is stopped"):
+            shell.run_line_magic("tinycoro", f"cluster {action}")
     capsys.readouterr()
     shell.run_line_magic("tinycoro", "cluster stop")
     assert capsys.readouterr().out == "tinycoro cluster stopped: no engine left\n"

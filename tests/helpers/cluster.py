@@ -50,8 +50,7 @@ def started_cluster(n: int, **kwargs) -> Iterator[tuple]:
 
 def processes(cluster) -> list[psutil.Process]:
     """The controller, the engines and their children (the engines' nannies)."""
-    ipc = cluster._owned.ipp_cluster
-    roots = [e.pid for e in cluster.engines] + [ipc.controller.pid]
+    roots = [e.pid for e in cluster.engines] + [cluster.controller_pid]
     out = []
     for pid in roots:
         p = psutil.Process(pid)

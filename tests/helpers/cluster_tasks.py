@@ -136,3 +136,29 @@ async def switch_interval():
     import sys
 
     return sys.getswitchinterval()
+
+
+async def guarded_marking(path):
+    """Waits until cancelled; its ``finally`` writes what it saw to the file at *path*, a mark
+    that outlives the engine (a stopped cluster's engines take their memory with them)."""
+    seen = "waiting"
+    try:
+        await tc.sleep(600)
+        seen = "slept"
+    except tc.Cancelled:
+        seen = "cancelled"
+        raise
+    finally:
+        with open(path, "w") as f:
+            f.write(seen + "+finally")
+
+
+def engine_internals_ok():
+    """(A plain function, for ipyparallel's apply.) Does this engine's kernel have every
+    private name tc.cluster uses there (tinycoro.cluster.internals.check_kernel)?"""
+    from IPython import get_ipython
+
+    from tinycoro.cluster import internals
+
+    internals.check_kernel(get_ipython().kernel)
+    return True

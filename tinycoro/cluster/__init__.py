@@ -8,9 +8,15 @@ it, and ``%px`` cells on the engines can ``await`` as notebook cells do.
     import tinycoro as tc
 
     cluster = tc.cluster.start(2)            # two local engines, one context each
-    t = cluster.submit(work, 10)             # work: an async function
+    t = cluster.submit(work, 10)             # work: an async function (it travels by
+                                             # cloudpickle, with the globals it names)
     print(await t)                           # or t.result(timeout) from plain Python
     cluster.stop()
+
+Modules: :mod:`.api` (``Cluster``, ``start``, ``connect``), :mod:`.remote` (``RemoteTask``),
+:mod:`.engine` (what runs on each engine), :mod:`.local` (a local cluster's processes),
+:mod:`.internals` (every private name of ipyparallel and ipykernel used, checked),
+:mod:`.progress`, :mod:`.watch`, :mod:`.messages`, :mod:`.errors`, :mod:`.info`.
 
 This package is the optional extra ``tinycoro[cluster]``; ``import tinycoro`` never imports it
 (``tc.cluster`` imports it on first use).
@@ -25,8 +31,8 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
         "tinycoro.cluster needs ipyparallel, an optional extra: pip install 'tinycoro[cluster]'"
     ) from e
 
-from .client import Cluster, connect, start
-from .errors import EngineLost, RemoteTraceback
+from .api import Cluster, connect, latest, start
+from .errors import EngineLost, RemoteTraceback, UnsupportedVersion
 from .info import EngineInfo, EngineLoad
 from .remote import RemoteTask
 
@@ -37,6 +43,8 @@ __all__ = [
     "EngineLost",
     "RemoteTask",
     "RemoteTraceback",
+    "UnsupportedVersion",
     "connect",
+    "latest",
     "start",
 ]

@@ -19,7 +19,9 @@ also after the request has replied; the client routes it home by that header.
 from __future__ import annotations
 
 import contextvars
+import importlib.util
 import os
+import pickle
 import socket
 import sys
 import threading
@@ -32,12 +34,16 @@ from ipyparallel.serialize import serialize_object
 
 import tinycoro as tc
 
+from . import internals
 from .messages import (
     CONTROL_REPLY,
     CONTROL_REQUEST,
+    OK,
+    OK_PACKED,
     RESULT_KEY,
     error_outcome,
     outcome_of,
+    pack,
     stats_to_dict,
     tasks_to_list,
 )
@@ -54,7 +60,7 @@ class Agent:
         self.kernel = shell.kernel
         self._lock = threading.Lock()
         self._tasks: dict[str, tc.Task] = {}  # token -> task, while it runs
-        self.kernel.control_handlers[CONTROL_REQUEST] = self._on_control
+        internals.add_control_handler(self.kernel, CONTROL_REQUEST, self._on_control)
 
     # -- scheduler ---------------------------------------------------------------------------
     @staticmethod
@@ -104,23 +110,33 @@ class Agent:
         exc = task.exception()
         outcome = outcome_of(exc, None if exc is not None else task.result())
         session = self.kernel.session
-        try:
+        try:  # ipyparallel's serialisation first: it sends big buffers (arrays) without a copy
             buffers = serialize_object(
                 {RESULT_KEY: (token, outcome)},
                 buffer_threshold=session.buffer_threshold,
                 item_threshold=session.item_threshold,
             )
-        except Exception as e:  # noqa: BLE001 - e.g. a result that cannot be pickled
-            err = TypeError(f"the result of {task.name!r} could not be sent back: {e!r}")
-            buffers = serialize_object({RESULT_KEY: (token, error_outcome(err))})
+        except Exception as e:  # noqa: BLE001 - e.g. an instance of a class a notebook defined
+            buffers = serialize_object({RESULT_KEY: (token, self._packed(task, outcome, e))})
         session.send(
             self.kernel.iopub_socket,  # ipykernel's IOPub thread: safe from any thread
             "data_message",
             content={"keys": [RESULT_KEY]},
             parent=parent,
             buffers=buffers,
-            ident=f"engine.{self.kernel.engine_id}.datapub".encode(),
+            ident=internals.datapub_ident(self.kernel),
         )
+
+    @staticmethod
+    def _packed(task: tc.Task, outcome: tuple, why: BaseException) -> tuple:
+        """The outcome plain pickle could not send: a value by cloudpickle, or the reason."""
+        if outcome[0] == OK:
+            try:
+                return (OK_PACKED, pack(outcome[1]))
+            except Exception as e:  # noqa: BLE001 - neither can send it: say so
+                why = e
+        err = TypeError(f"the result of {task.name!r} could not be sent back: {why!r}")
+        return error_outcome(err)
 
     # -- control channel ---------------------------------------------------------------------
     def _on_control(self, stream: Any, ident: Any, msg: dict) -> None:
@@ -163,8 +179,13 @@ def setup() -> dict:
     say who we are (``EngineInfo`` fields)."""
     global _agent
     shell = _shell()
+    internals.check_kernel(shell.kernel)
+    if importlib.util.find_spec("cloudpickle") is None:  # what submitted functions arrive in
+        raise ImportError(
+            "tinycoro.cluster needs cloudpickle on every engine: pip install 'tinycoro[cluster]'"
+        )
     interval = os.environ.get("TINYCORO_ENGINE_SWITCH_INTERVAL")  # set by start() only: an
-    if interval:  # engine of a connected cluster is not ours to tune (client.py says why)
+    if interval:  # engine of a connected cluster is not ours to tune (local.py says why)
         sys.setswitchinterval(float(interval))
     if "tinycoro" not in shell.extension_manager.loaded:
         shell.extension_manager.load_extension("tinycoro")
@@ -174,11 +195,15 @@ def setup() -> dict:
     return {"id": shell.kernel.engine_id, "host": socket.gethostname(), "pid": os.getpid()}
 
 
-def start_task(token: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> int:
-    """The function every submit applies: start ``fn(*args, **kwargs)``; return its task id."""
+def start_task(token: str, fn_packed: bytes, args_packed: bytes) -> int:
+    """The function every submit applies: unpack the function and its arguments (packed by
+    cloudpickle on the client: ``messages.pack``), start ``fn(*args, **kwargs)``; return its
+    task id."""
     if _agent is None:
         raise RuntimeError("tinycoro.cluster is not set up on this engine (use tc.cluster.connect)")
-    return _agent.start(token, fn, args, kwargs)
+    fn = pickle.loads(fn_packed)
+    args, kwargs = pickle.loads(args_packed)
+    return _agent.start(token, fn, tuple(args), dict(kwargs))
 
 
 async def serve_here(handler: Callable[[Any], Any], host: str, port: int,

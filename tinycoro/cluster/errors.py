@@ -24,3 +24,12 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return "\n\n" + self.text.rstrip("\n")
+
+
+class UnsupportedVersion(RuntimeError):
+    """The installed ipyparallel or ipykernel is outside the range ``tc.cluster`` supports.
+
+    The cluster uses parts of both that are not public API; they are checked when a cluster is
+    started or connected (and on each engine at set-up), so this comes at once, naming the
+    range, rather than an ``AttributeError`` in the middle of a run.
+    """

@@ -1,7 +1,9 @@
 """The few message shapes the client and the engine side share, all carried by ipyparallel.
 
-* Tasks travel as ordinary ``apply_request`` messages (ipyparallel serialises the function and
-  its arguments); the engine replies at once, when the task is started.
+* Tasks travel as ordinary ``apply_request`` messages of ``engine.start_task``; the task's
+  function and its arguments ride in them packed by cloudpickle (:func:`pack`), so a function
+  defined in a notebook travels with the globals it names. The engine replies at once, when the
+  task is started.
 * A task's outcome travels later as a ``data_message`` on IOPub (ipyparallel's own message for
   data an engine publishes) with the apply request as its parent, under ``RESULT_KEY``.
 * Stats probes and cancels are ``CONTROL_REQUEST`` messages on the control channel, which an
@@ -23,8 +25,19 @@ RESULT_KEY = "tinycoro_result"
 
 # outcome kinds
 OK = "ok"
+OK_PACKED = "ok-packed"  # a value plain pickle could not send, packed by cloudpickle
 ERROR = "error"
 CANCELLED = "cancelled"
+
+
+def pack(obj: Any) -> bytes:
+    """*obj* pickled by cloudpickle: functions and classes of ``__main__`` (a notebook, a
+    script) and dynamic ones (lambdas, closures) by value with the globals they name; those of
+    importable modules, and modules themselves, by reference. ``pickle.loads`` unpacks it
+    where cloudpickle is installed."""
+    import cloudpickle
+
+    return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def error_outcome(exc: BaseException) -> tuple:
@@ -33,8 +46,8 @@ def error_outcome(exc: BaseException) -> tuple:
     The exception travels pickled when it can (so the client re-raises the same type); its
     traceback always travels as text, since frames cannot.
     """
-    try:
-        data: bytes | None = pickle.dumps(exc)
+    try:  # cloudpickle: an exception class a notebook defined (shipped by value) goes back too
+        data: bytes | None = pack(exc)
     except Exception:  # noqa: BLE001 - an unpicklable exception still travels as text
         data = None
     # The traceback starts where the task's coroutine does, not in the engine that stepped it.

@@ -13,10 +13,10 @@ from ipyparallel.error import EngineError, RemoteError
 from ..core import Cancelled, current_context
 from ..sync import Event
 from .errors import EngineLost, RemoteTraceback
-from .messages import CANCELLED, ERROR, OK
+from .messages import CANCELLED, ERROR, OK, OK_PACKED
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import Cluster
+    from .api import Cluster
 
 _PENDING, _DONE = "pending", "done"
 
@@ -66,7 +66,7 @@ class RemoteTask:
             self._cancel_requested = True
             send = first and self._started
         if send:  # otherwise sent when the engine says it has started the task
-            self._cluster._send_cancel(self)
+            self._cluster.cancel_remote(self)
         return True
 
     def result(self, timeout: float | None = None) -> Any:
@@ -122,13 +122,15 @@ class RemoteTask:
             self._started = True
             send = self._cancel_requested and self._state is not _DONE
         if send:
-            self._cluster._send_cancel(self)
+            self._cluster.cancel_remote(self)
 
     def _resolve(self, outcome: tuple) -> None:
         """The outcome the engine published when the task ended."""
         kind = outcome[0]
         if kind == OK:
             self._finish(outcome[1], None)
+        elif kind == OK_PACKED:
+            self._finish(pickle.loads(outcome[1]), None)
         elif kind == CANCELLED:
             self._finish(None, Cancelled())
         elif kind == ERROR:
@@ -147,7 +149,7 @@ class RemoteTask:
             callbacks, self._callbacks = self._callbacks, []
         self._finished.set()
         self._event.set()
-        self._cluster._forget(self)
+        self._cluster.forget(self)
         for fn in callbacks:
             fn(self)
         if exc is not None and unawaited and not isinstance(exc, Cancelled):
@@ -161,8 +163,7 @@ class RemoteTask:
         self._ctx.copy().run(fn, *args)
 
     def _where(self) -> str:
-        info = self._cluster._info.get(self.engine)
-        return str(info) if info is not None else f"engine {self.engine}"
+        return self._cluster.engine_name(self.engine)
 
     def _exception_from(self, outcome: tuple) -> BaseException:
         _, data, ename, evalue, text = outcome

@@ -1,8 +1,11 @@
-"""The client side: starting or connecting a cluster, submitting tasks, routing what comes back.
+"""The ``Cluster`` API: starting or connecting a cluster, submitting tasks, routing what comes back.
 
 Everything travels over ipyparallel (rule 15: no process pool or protocol of our own);
-see :mod:`.messages` for the three message shapes used. Two hooks into the ipyparallel client
-route what comes back, both on its IO thread:
+see :mod:`.messages` for the message shapes used. What a task is made of (its function and
+arguments) travels by cloudpickle, as Dask ships functions: a function defined in a notebook
+travels with the globals it names. Two hooks into the ipyparallel client (through
+:mod:`.internals`, the one module that names ipyparallel's private parts) route what comes
+back, both on its IO thread:
 
 * its IOPub stream: a task's output (``stream`` and ``display_data`` messages) is written
   again here inside the ``contextvars.Context`` captured at submit, so in a notebook it lands
@@ -12,28 +15,29 @@ route what comes back, both on its IO thread:
 * its registration callbacks: an engine that leaves the cluster fails its tasks with
   :class:`EngineLost`. For a cluster started here the engine pids are also watched
   (:mod:`.watch`), which notices a killed engine at once.
+
+One ``ipyparallel.Client`` carries at most one live ``Cluster``: the IOPub hook is the
+client's one handler, so a second handle would take the first one's messages away.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextvars
+import html
+import importlib
 import inspect
 import itertools
 import logging
 import os
-import shutil
-import signal
-import socket
 import sys
-import tempfile
 import threading
+import time
 import uuid
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, TypeVar
+from typing import Any, Callable, Coroutine, Iterable, TypeVar
 
 import ipyparallel as ipp
-from ipyparallel.serialize import PrePickled, deserialize_object
+from ipyparallel.serialize import deserialize_object
 
 from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
@@ -41,7 +45,11 @@ from ..sync import Event, Semaphore
 from . import engine as engine_side
 from .errors import EngineLost
 from .info import EngineInfo, EngineLoad
-from .messages import CONTROL_REQUEST, RESULT_KEY, stats_from_dict, tasks_from_list
+from . import internals
+from .internals import ClientSeam
+from .local import LocalProcesses, launch
+from .messages import CONTROL_REQUEST, RESULT_KEY, pack, stats_from_dict, tasks_from_list
+from .progress import StartProgress
 from .remote import RemoteTask
 from .watch import PidWatcher
 
@@ -51,15 +59,31 @@ T = TypeVar("T")
 
 START_TIMEOUT = 120.0  # engines may take 10-30 s to come up on a loaded machine
 STATS_TIMEOUT = 5.0  # an engine that does not answer a probe in this time is left out
-# The GIL switch interval of the engines start() makes (seconds; CPython's default is 0.005).
-# A context computing on an engine keeps the GIL for a switch interval at a time, and the
-# kernel's own threads (shell, IOPub, control) need it for every message they handle: each
-# wait is up to one interval, a message takes several. With 5 ms, 8 submits to one busy engine
-# trickled in and its context sat idle between them: 8 CPU-bound tasks ran at 0.48-0.60x of
-# the same tasks in one process; with 0.5 ms at 0.82-0.85x (benchmark workload 7, and
-# docs/benchmarks.md). The cost is more GIL hand-overs while the kernel is busy, none when idle.
-ENGINE_SWITCH_INTERVAL = 0.0005
 STOP_GRACE = 5.0  # seconds for cancelled remote tasks to unwind before the engines stop
+
+_registry_lock = threading.Lock()
+_on_client: dict[int, "Cluster"] = {}  # id(ipyparallel.Client) -> its live Cluster
+_running: list["Cluster"] = []  # the clusters not stopped yet, oldest first
+_last_stopped: "Cluster | None" = None
+
+
+def latest() -> "Cluster | None":
+    """The cluster this process started or connected most recently that still runs; if none
+    runs, the one stopped last (so that a tool can say it is stopped); None before any.
+
+    The ``%tinycoro cluster`` magics act on it, whether it was made by a magic or by
+    :func:`start`/:func:`connect` in a cell."""
+    with _registry_lock:
+        return _running[-1] if _running else _last_stopped
+
+
+def let_go(cluster: "Cluster") -> None:
+    """A tool that acted on a stopped *cluster* is done with it (``%tinycoro cluster stop``):
+    :func:`latest` no longer returns it, in this shell or a new one."""
+    global _last_stopped
+    with _registry_lock:
+        if _last_stopped is cluster:
+            _last_stopped = None
 
 
 def _check_async_fn(fn: Any, what: str) -> None:
@@ -78,60 +102,13 @@ def _check_async_fn(fn: Any, what: str) -> None:
         raise TypeError(f"{what} takes an async function (async def), got {fn!r}")
 
 
-class _LoopThread:
-    """An asyncio loop on a daemon thread, for the ipyparallel.Cluster that owns the local
-    processes: its launchers watch their processes from the loop that started them, so that
-    loop must keep running for the cluster's life (whatever loop the caller has, if any)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="tc-cluster-loop",
-                                        daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
-        async def wrap() -> T:
-            return await coro
-
-        return asyncio.run_coroutine_threadsafe(wrap(), self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
-
-class _Owned:
-    """What a cluster started by :func:`start` owns and :meth:`Cluster.stop` ends."""
-
-    def __init__(self, ipp_cluster: Any, loop: _LoopThread, profile_dir: str) -> None:
-        self.ipp_cluster = ipp_cluster
-        self.loop = loop
-        self.profile_dir = profile_dir
-        # Every process of the cluster, taken when it is up: an engine's nanny is its child,
-        # and outlives it for a while when the engine is killed (reparented, out of reach).
-        self.processes: list[Any] = []
-
-    def take_processes(self, engines: list[EngineInfo]) -> None:
-        self.processes = _process_trees(self._root_pids(engines))
-
-    def _root_pids(self, engines: list[EngineInfo]) -> set[int]:
-        roots = {e.pid for e in engines if e.host == socket.gethostname()}
-        ipc = self.ipp_cluster
-        if ipc is not None and ipc.controller is not None and getattr(ipc.controller, "pid", -1) > 0:
-            roots.add(ipc.controller.pid)
-        if ipc is not None:
-            for es in ipc.engines.values():
-                roots.update(la.pid for la in getattr(es, "launchers", {}).values() if la.pid > 0)
-        return roots
-
-
 class Cluster:
     """tinycoro on the engines of an ipyparallel cluster (:func:`start` or :func:`connect`)."""
 
-    def __init__(self, client: Any, *, owned: _Owned | None = None,
+    def __init__(self, client: Any, *, owned: LocalProcesses | None = None,
                  timeout: float = START_TIMEOUT) -> None:
         self.client = client  # the ipyparallel.Client
+        self._seam = ClientSeam(client)  # checks the ipyparallel version and names first
         self._owned = owned
         self._lock = threading.Lock()
         # Held around every request we send: jupyter_client's Session numbers its msg_ids with
@@ -139,21 +116,36 @@ class Cluster:
         # not count on the GIL making its read-and-increment atomic).
         self._send_lock = threading.Lock()
         self._stopped = False
-        self._info: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
+        self._known: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
         self._live: dict[int, EngineInfo] = {}
         self._by_msg: dict[str, RemoteTask] = {}
         self._by_engine: dict[int, set[RemoteTask]] = {}
         self._rr = itertools.count()
+        self._refresher: Any = None  # the dashboards' refresher, made by dashboard()
+        self._dashboard_lock = threading.Lock()
+        self._probes: set[threading.Event] = set()  # the waits of probes in flight
         ids = list(client.ids)
         if not ids:
             raise RuntimeError("the ipyparallel cluster has no engines registered")
-        infos = client[ids].apply_async(engine_side.setup).get(timeout=timeout)
-        for d in infos:
-            info = EngineInfo(int(d["id"]), str(d["host"]), int(d["pid"]))
-            self._info[info.id] = self._live[info.id] = info
-            self._by_engine[info.id] = set()
-        self._dispatch_iopub = type(client)._dispatch_iopub.__wrapped__  # undecorated
-        self._install_hooks()
+        with _registry_lock:
+            other = _on_client.get(id(client))
+            if other is not None:
+                raise RuntimeError(
+                    f"this ipyparallel.Client already carries a tinycoro cluster ({other!r}): use "
+                    "that one, or stop() it before connecting again"
+                )
+            _on_client[id(client)] = self  # claimed before the hooks go in
+        try:
+            infos = client[ids].apply_async(engine_side.setup).get(timeout=timeout)
+            for d in infos:
+                info = EngineInfo(int(d["id"]), str(d["host"]), int(d["pid"]))
+                self._known[info.id] = self._live[info.id] = info
+                self._by_engine[info.id] = set()
+            self._seam.hook_iopub(self._on_iopub)
+        except BaseException:
+            self._unclaim()
+            raise
+        self._seam.on_registration(self._on_registration)
         self._watcher: PidWatcher | None = None
         if owned is not None:  # our own processes on this host: watch their pids
             owned.take_processes(list(self._live.values()))
@@ -162,26 +154,95 @@ class Cluster:
             atexit.register(self.stop)
             self._watcher = PidWatcher({i.id: i.pid for i in self._live.values()},
                                        self._pid_exited)
+        with _registry_lock:
+            _running.append(self)
 
-    # -- engines -----------------------------------------------------------------------------
+    def _unclaim(self) -> None:
+        global _last_stopped
+        with _registry_lock:
+            if _on_client.get(id(self.client)) is self:
+                del _on_client[id(self.client)]
+            if self in _running:
+                _running.remove(self)
+                _last_stopped = self
+
+    # -- what it is -----------------------------------------------------------------------------
     @property
     def engines(self) -> tuple[EngineInfo, ...]:
         """The live engines, by id."""
         with self._lock:
             return tuple(self._live[i] for i in sorted(self._live))
 
+    @property
+    def stopped(self) -> bool:
+        """True once :meth:`stop` has run."""
+        return self._stopped
+
+    @property
+    def owned(self) -> bool:
+        """True for a cluster :func:`start` made (stop() ends its processes); False for one
+        reached with :func:`connect`."""
+        return self._owned is not None
+
+    @property
+    def controller_pid(self) -> int | None:
+        """The pid of the controller of a cluster started here (None for a connected one)."""
+        return None if self._owned is None else self._owned.controller_pid
+
+    @property
+    def profile_dir(self) -> str | None:
+        """The temporary IPython profile of a cluster started here (its connection files are
+        under ``security/``); None for a connected one."""
+        return None if self._owned is None else self._owned.profile_dir
+
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else f"{len(self._live)} engines"
         return f"<tinycoro.cluster.Cluster {state}>"
 
+    def _repr_html_(self) -> str:
+        """A summary for notebooks (as Dask's Client shows one): state and engines, read from
+        what this handle knows (no round trip to the engines)."""
+        how = "started here" if self.owned else "connected"
+        if self._stopped:
+            head = f"tinycoro cluster ({how}): <b>stopped</b>"
+            rows = ""
+        else:
+            engines = self.engines
+            head = f"tinycoro cluster ({how}): <b>{len(engines)} engines</b>"
+            rows = "".join(
+                f"<tr><td>engine {e.id}</td><td>{html.escape(e.host)}</td><td>{e.pid}</td>"
+                f"<td>{len(self._by_engine.get(e.id, ()))}</td></tr>" for e in engines
+            )
+            rows = ("<table><tr><th>engine</th><th>host</th><th>pid</th><th>our tasks</th></tr>"
+                    f"{rows}</table>")
+        return (f'<div class="tc-cluster"><p>{head}</p>{rows}<p><code>cluster.dashboard()'
+                "</code> shows its live load; <code>%px</code> runs a cell on every engine.</p></div>")
+
+    def dashboard(self) -> Any:
+        """The cluster dashboard widget (every engine's contexts, history and process CPU),
+        as ``%tinycoro cluster dashboard`` shows it; needs ipywidgets. One refresher thread
+        serves every dashboard of this cluster and ends when the cluster stops."""
+        # kernel_ext sits above this package (it is the Jupyter layer): imported by name, and
+        # only when a dashboard is asked for.
+        widgets = importlib.import_module("tinycoro.kernel_ext.cluster_dashboard")
+        with self._dashboard_lock:  # not self._lock: the refresher reads self.engines
+            if self._refresher is None:
+                self._refresher = widgets.ClusterRefresher(self)
+            refresher = self._refresher
+        return refresher.dashboard()
+
+    @property
+    def refresher(self) -> Any:
+        """The refresher thread behind :meth:`dashboard` (None before the first)."""
+        return self._refresher
+
     def _pick(self, engine: int | None) -> int:
         with self._lock:
-            if self._stopped:
-                raise RuntimeError("this cluster was stopped; start or connect a new one")
+            self._check_running()
             if engine is not None:
                 check_int("engine", engine, min=0)
                 if engine not in self._live:
-                    known = "lost" if engine in self._info else "unknown"
+                    known = "lost" if engine in self._known else "unknown"
                     raise ValueError(f"engine {engine} is {known}; live engines: {sorted(self._live)}")
                 return engine
             if not self._live:
@@ -192,36 +253,36 @@ class Cluster:
             ids = ids[turn % len(ids):] + ids[: turn % len(ids)]
             return min(ids, key=lambda i: len(self._by_engine[i]))
 
+    def _check_running(self) -> None:
+        if self._stopped:
+            raise RuntimeError("this cluster was stopped; start or connect a new one")
+
     # -- submitting --------------------------------------------------------------------------
     def submit(self, fn: Callable[..., Coroutine[Any, Any, T]], /, *args: Any,
                engine: int | None = None, **kwargs: Any) -> RemoteTask:
         """Run ``fn(*args, **kwargs)`` as a task on an engine's scheduler (*engine*: its id;
         None: the engine with the fewest of our tasks). *fn* and the arguments travel by
-        ipyparallel's serialisation; the coroutine is made over there."""
+        cloudpickle (a notebook's function with the globals it names); the coroutine is made
+        over there."""
         _check_async_fn(fn, "submit")
-        return self._submit(fn, args, kwargs, engine)
+        return self._submit(pack(fn), args, kwargs, engine, _name_of(fn))
 
-    def _submit(self, fn: Any, args: tuple, kwargs: dict, engine: int | None,
-                name: str | None = None, observed: bool = False) -> RemoteTask:
-        """*observed*: the caller takes care of the outcome (map, serve), so a failure is
-        not reported as unawaited; set before the task can end."""
-        name = name or getattr(fn, "__qualname__", None) or repr(fn)
+    def _submit(self, fn_packed: bytes, args: tuple, kwargs: dict, engine: int | None,
+                name: str, observed: bool = False) -> RemoteTask:
+        """*fn_packed*: the function, packed once (map reuses it for every item). *observed*:
+        the caller takes care of the outcome (map, serve), so a failure is not reported as
+        unawaited; set before the task can end."""
+        args_packed = pack((args, kwargs))  # a TypeError here: nothing was sent
         context = contextvars.copy_context()
         with self._send_lock:  # also makes "least loaded" see the submit before this one
             eid = self._pick(engine)
             task = RemoteTask(self, eid, uuid.uuid4().hex, name, context)
             task._observed = observed
-            self._send_apply(task, fn, args, kwargs)
+            self._send_apply(task, fn_packed, args_packed)
         return task
 
-    def _send_apply(self, task: RemoteTask, fn: Any, args: tuple, kwargs: dict) -> None:
-        client = self.client
+    def _send_apply(self, task: RemoteTask, fn_packed: bytes, args_packed: bytes) -> None:
         eid = task.engine
-        try:
-            ident = client._engines[eid].encode("utf8")  # an engine's zmq identity: its uuid
-        except KeyError:  # ipyparallel saw it unregister before our watcher did
-            self._engine_lost(eid, "it left the cluster")
-            raise EngineLost(f"{self._info[eid]} was lost") from None
 
         def registered(future: Any) -> None:
             # Called by ipyparallel before the request is sent: the task is known before any
@@ -233,19 +294,17 @@ class Cluster:
                     self._by_msg[future.msg_id] = task
                     self._by_engine[eid].add(task)
             if not live:
-                task._finish(None, EngineLost(f"{self._info[eid]} was lost before {task.name!r} "
-                                              "could start"))
+                task._finish(None, EngineLost(f"{self._known[eid]} was lost before {task.name!r} "
+                                          "could start"))
                 return
             future.add_done_callback(lambda f: task._acked(f.result()))
 
-        client.send_apply_request(
-            client._mux_stream,  # what DirectView uses: straight to one engine
-            engine_side.start_task,
-            args=[task._token, fn, *args],
-            kwargs=kwargs,
-            ident=ident,
-            message_future_hook=registered,
-        )
+        try:
+            self._seam.send_apply(engine_side.start_task, [task._token, fn_packed, args_packed],
+                                  {}, eid, registered)
+        except KeyError:  # ipyparallel saw it unregister before our watcher did
+            self._engine_lost(eid, "it left the cluster")
+            raise EngineLost(f"{self._known[eid]} was lost") from None
 
     async def map(self, fn: Callable[..., Coroutine[Any, Any, T]], iterable: Iterable[Any], *,
                   limit: int | None = None) -> list[T]:
@@ -260,8 +319,8 @@ class Cluster:
             return []
         if not self.engines:
             self._pick(None)  # raises: stopped, or every engine lost
-        shipped = PrePickled(fn)  # pickled once, not once per item
-        name = getattr(fn, "__qualname__", None) or repr(fn)
+        shipped = pack(fn)  # packed once, not once per item
+        name = _name_of(fn)
         slots = Semaphore(limit * len(self.engines)) if limit is not None else None
         ended = Event()
         failed: list[RemoteTask] = []
@@ -309,7 +368,8 @@ class Cluster:
             check_int("contexts", contexts, min=1)
         if not self.engines:
             self._pick(None)  # raises: stopped, or every engine lost
-        servers = [self._submit(engine_side.serve_here, (handler, host, port, contexts), {}, e.id,
+        serve_here = pack(engine_side.serve_here)
+        servers = [self._submit(serve_here, (handler, host, port, contexts), {}, e.id,
                                 f"serve {host}:{port}", observed=True) for e in self.engines]
         try:
             for t in servers:
@@ -328,17 +388,35 @@ class Cluster:
                 except (Cancelled, Exception):  # noqa: BLE001 - Cancelled, EngineLost: ended
                     pass
 
-    # -- stats, cancel -----------------------------------------------------------------------
+    # -- what a RemoteTask asks of its cluster ----------------------------------------------------
+    def cancel_remote(self, task: RemoteTask) -> None:
+        """Ask *task*'s engine to cancel it (over its control channel; never waits)."""
+        try:
+            self._control(task.engine, {"op": "cancel", "token": task._token})
+        except Exception:  # noqa: BLE001 - the engine is gone: EngineLost ends the task
+            log.debug("tinycoro.cluster: cancel of %r not sent", task, exc_info=True)
+
+    def forget(self, task: RemoteTask) -> None:
+        """*task* has ended: no message about it is routed any more."""
+        with self._lock:
+            if task.msg_id is not None:
+                self._by_msg.pop(task.msg_id, None)
+            self._by_engine.get(task.engine, set()).discard(task)
+
+    def engine_name(self, eid: int) -> str:
+        """``engine 1 (host:pid)``, also for an engine lost since."""
+        info = self._known.get(eid)
+        return str(info) if info is not None else f"engine {eid}"
+
+    # -- stats -----------------------------------------------------------------------------------
     def _control(self, eid: int, content: dict) -> Any:
-        client = self.client
         with self._send_lock:
-            return client._send(client._control_stream, CONTROL_REQUEST, content=content,
-                                ident=client._engines[eid].encode("utf8"))
+            return self._seam.send_control(eid, CONTROL_REQUEST, content)
 
     def stats(self, timeout: float = STATS_TIMEOUT) -> dict[int, SchedulerStats]:
         """Each live engine's ``SchedulerStats``, by engine id. The engines answer on their
         control thread, so a busy engine (a long ``%px`` cell, say) answers at once; one that
-        does not answer within *timeout* seconds is left out."""
+        does not answer within *timeout* seconds is left out. RuntimeError once stopped."""
         return {eid: load.stats for eid, load in self.load(timeout).items()}
 
     def load(self, timeout: float = STATS_TIMEOUT) -> dict[int, EngineLoad]:
@@ -356,6 +434,7 @@ class Cluster:
     def _probe(self, op: str, timeout: float) -> dict[int, dict]:
         """Ask every live engine *op* on its control channel; the ``ok`` replies by engine."""
         with self._lock:
+            self._check_running()
             ids = sorted(self._live)
         futures = {}
         for eid in ids:
@@ -363,63 +442,45 @@ class Cluster:
                 futures[eid] = self._control(eid, {"op": op})
             except KeyError:  # unregistered meanwhile
                 pass
+        # Wait for every reply, the timeout, or stop(), whichever comes first: a probe in
+        # flight when the cluster stops (a dashboard's) must say so, not wait out its timeout
+        # and then report a running cluster without its engines.
+        wake = threading.Event()
+        left = [len(futures)]
+        counted = threading.Lock()
+
+        def replied(_: Any) -> None:
+            with counted:
+                left[0] -= 1
+                if left[0] <= 0:
+                    wake.set()
+
+        if not futures:
+            wake.set()
+        for fut in futures.values():
+            fut.add_done_callback(replied)
+        with self._lock:
+            self._probes.add(wake)
+        try:
+            wake.wait(timeout)
+        finally:
+            with self._lock:
+                self._probes.discard(wake)
+        with self._lock:
+            self._check_running()
         out: dict[int, dict] = {}
-        deadline = _Deadline(timeout)
         for eid, fut in futures.items():
-            try:
-                msg = fut.result(deadline.left())
-            except Exception:  # noqa: BLE001 - timed out: left out
+            if not fut.done() or fut.exception() is not None:  # no answer in time: left out
                 continue
+            msg = fut.result()
             if msg["content"].get("status") == "ok":
                 out[eid] = msg["content"]
         return out
 
-    def _send_cancel(self, task: RemoteTask) -> None:
-        try:
-            self._control(task.engine, {"op": "cancel", "token": task._token})
-        except Exception:  # noqa: BLE001 - the engine is gone: EngineLost ends the task
-            log.debug("tinycoro.cluster: cancel of %r not sent", task, exc_info=True)
-
-    def _forget(self, task: RemoteTask) -> None:
-        with self._lock:
-            if task.msg_id is not None:
-                self._by_msg.pop(task.msg_id, None)
-            self._by_engine.get(task.engine, set()).discard(task)
-
     # -- what comes back (the ipyparallel client's IO thread) ---------------------------------
-    def _install_hooks(self) -> None:
-        client = self.client
-        installed = threading.Event()
-
-        def install() -> None:
-            client._iopub_stream.on_recv(self._on_iopub, copy=False)
-            installed.set()
-
-        client._io_loop.add_callback(install)
-        if not installed.wait(30):
-            raise RuntimeError("the ipyparallel client's IO thread did not answer")
-        client._registration_callbacks.append(self._on_registration)
-
-    def _remove_hooks(self) -> None:
-        client = self.client
-        if self._on_registration in client._registration_callbacks:
-            client._registration_callbacks.remove(self._on_registration)
-        if client._closed or client._io_loop is None:
-            return
-        done = threading.Event()
-
-        def restore() -> None:
-            client._iopub_stream.on_recv(client._dispatch_iopub, copy=False)
-            done.set()
-
-        client._io_loop.add_callback(restore)
-        done.wait(10)
-
     def _on_iopub(self, frames: list) -> None:
-        client = self.client
         try:
-            _, msg = client.session.feed_identities(frames, copy=False)
-            msg = client.session.deserialize(msg, content=True, copy=False)
+            msg = self._seam.decode(frames)
         except Exception:  # noqa: BLE001 - as ipyparallel does with a bad message
             log.error("tinycoro.cluster: invalid IOPub message", exc_info=True)
             return
@@ -427,7 +488,7 @@ class Cluster:
         task = self._by_msg.get(msg_id) if msg_id else None
         kind = msg["header"]["msg_type"]
         if task is None or kind == "status":  # ipyparallel's own bookkeeping
-            self._dispatch_iopub(client, msg)
+            self._seam.pass_on(msg)
             if task is None:
                 return
         try:
@@ -457,8 +518,7 @@ class Cluster:
             tasks = list(self._by_engine.get(eid, ()))
         if info is None and not tasks:
             return
-        known = info or self._info.get(eid)
-        what = str(known) if known is not None else f"engine {eid}"
+        what = self.engine_name(eid)
         for t in tasks:
             t._finish(None, EngineLost(f"{what} was lost ({why}) while running {t.name!r}"))
 
@@ -474,19 +534,31 @@ class Cluster:
                 return
             self._stopped = True
             pending = [t for ts in self._by_engine.values() for t in ts]
+            probes = list(self._probes)
+        for wake in probes:  # they raise: the cluster is stopped
+            wake.set()
         for t in pending:
             t.cancel()
-        deadline = _Deadline(timeout)
+        deadline = time.monotonic() + timeout
         for t in pending:
-            t._finished.wait(deadline.left())
+            t._finished.wait(max(0.0, deadline - time.monotonic()))
         for t in pending:
             t._finish(None, Cancelled())
         if self._watcher is not None:
             self._watcher.stop()
-        self._remove_hooks()
+        self._seam.remove_registration(self._on_registration)
+        self._seam.unhook_iopub()
+        self._unclaim()
         if self._owned is not None:
             atexit.unregister(self.stop)
-            _stop_owned(self.client, self._owned, list(self._info.values()))
+            self._owned.stop(self.client, list(self._known.values()))
+        # Last: every sample the dashboards' refresher took since the start of stop() found
+        # the cluster stopped, so it has shown "stopped" and ended, or does so now; stopping it
+        # first could end it in the middle of a tick that still saw the cluster running.
+        with self._dashboard_lock:
+            refresher = self._refresher
+        if refresher is not None:
+            refresher.stop()
 
     def __enter__(self) -> "Cluster":
         return self
@@ -495,15 +567,8 @@ class Cluster:
         self.stop()
 
 
-class _Deadline:
-    def __init__(self, seconds: float | None) -> None:
-        import time
-
-        self._time = time.monotonic
-        self._end = None if seconds is None else self._time() + seconds
-
-    def left(self) -> float | None:
-        return None if self._end is None else max(0.0, self._end - self._time())
+def _name_of(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def _write(name: str, text: str) -> None:
@@ -529,83 +594,32 @@ def _display(content: dict, update: bool) -> None:
 
 
 # -- starting and connecting --------------------------------------------------------------------
-def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIMEOUT) -> Cluster:
+def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIMEOUT,
+          progress: bool = True) -> Cluster:
     """A local ipyparallel cluster of *n* engines (default ``os.cpu_count()``), each an IPython
     kernel with the tinycoro extension preloaded and a scheduler of *contexts* contexts; blocks
-    until every engine is up (at most *timeout* seconds). ``stop()`` ends every process."""
+    until every engine is up (at most *timeout* seconds; the error names the engines that were
+    not). *progress*: show engines as they come up (a bar in a notebook, a line per engine on
+    stderr elsewhere). ``stop()`` ends every process."""
     n = check_int("n", (os.cpu_count() or 1) if n is None else n, min=1)
     contexts = check_int("contexts", contexts, min=1)
-    loop = _LoopThread()
-    profile_dir = tempfile.mkdtemp(prefix="tinycoro-cluster-")
-    ipc: Any = None
-    client: Any = None
+    internals.check_version("ipyparallel", internals.IPYPARALLEL)  # before any process starts
+    shown = StartProgress(n, enabled=progress)
+    client, owned = launch(n, contexts, timeout, shown)
     try:
-        async def make() -> Any:
-            # A profile of its own (removed at stop) keeps ~/.ipython untouched; delay=0:
-            # engines get the controller's connection info in their environment.
-            return ipp.Cluster(n=n, profile_dir=profile_dir, delay=0,
-                               log_level=logging.ERROR, engine_timeout=int(timeout))
-
-        ipc = loop.run(make())
-        loop.run(ipc.start_controller(), timeout)
-        loop.run(ipc.start_engines(
-            n,
-            engine_args=["--IPKernelApp.extensions=tinycoro"],
-            environment={"TINYCORO_CONTEXTS": str(contexts),
-                         "TINYCORO_ENGINE_SWITCH_INTERVAL": str(ENGINE_SWITCH_INTERVAL)},
-        ), timeout)
-        client = loop.run(ipc.connect_client(), timeout)
-        client.wait_for_engines(n, timeout=timeout, interactive=False)  # no progress bar
-        return Cluster(client, owned=_Owned(ipc, loop, profile_dir), timeout=timeout)
+        cluster = Cluster(client, owned=owned, timeout=timeout)
     except BaseException:
-        _stop_owned(client, _Owned(ipc, loop, profile_dir), [])
+        owned.stop(client, [])
         raise
+    shown.finish(f"{n} engines up")
+    return cluster
 
 
 def connect(client: Any, *, timeout: float = START_TIMEOUT) -> Cluster:
     """Use the engines of an existing cluster (an ``ipyparallel.Client``; e.g. one started with
     ``ipcluster start`` on several hosts). Engines that did not preload the extension load it
-    now (with their default context count)."""
+    now (with their default context count). A client carries one live cluster: connecting it
+    again before the first one's ``stop()`` is refused (RuntimeError)."""
     if not isinstance(client, ipp.Client):
         raise TypeError(f"connect takes an ipyparallel.Client, got {client!r}")
     return Cluster(client, timeout=timeout)
-
-
-def _process_trees(pids: set[int]) -> list[Any]:
-    import psutil
-
-    out: list[Any] = []
-    for pid in pids:
-        try:
-            p = psutil.Process(pid)
-            out.append(p)
-            out.extend(p.children(recursive=True))
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def _stop_owned(client: Any, owned: _Owned, engines: list[EngineInfo]) -> None:
-    """Stop the engines and controller of a cluster we started and wait until every one of
-    their processes (and children: the engines' nannies) has exited."""
-    import psutil
-
-    seen = {p.pid for p in owned.processes}
-    procs = owned.processes + [p for p in _process_trees(owned._root_pids(engines))
-                               if p.pid not in seen]
-    ipc = owned.ipp_cluster
-    try:
-        if client is not None:
-            client.close()
-        if ipc is not None:
-            owned.loop.run(ipc.stop_cluster(), 60)
-    finally:
-        _, alive = psutil.wait_procs(procs, timeout=10)
-        for p in alive:
-            try:
-                p.send_signal(signal.SIGKILL)
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=10)
-        owned.loop.close()
-        shutil.rmtree(owned.profile_dir, ignore_errors=True)
