@@ -229,7 +229,10 @@ class Engine(RingOwner):
             while True:
                 while calls:
                     fn, args = calls.popleft()
-                    fn(*args)
+                    try:
+                        fn(*args)
+                    except BaseException as e:  # noqa: BLE001 - rule 17: say so, run the rest
+                        self._call_failed(fn, e)
                 n = len(ready)
                 if n:
                     self.steps += n
@@ -507,6 +510,29 @@ class Engine(RingOwner):
         if report and exc is not None and not observed and not self.guest:
             if not isinstance(exc, Cancelled):
                 self._report_failure(task, exc)
+
+    def report_callback_error(self, task: Task, callback: Any, exc: BaseException) -> None:
+        """A done callback of *task* raised *exc* (rule 17); any thread. Said the way an
+        unobserved failure is said when no ``failure_hook`` is set (the "tinycoro" logger,
+        with the traceback), inside the task's ``contextvars.Context`` so that a notebook
+        shows it in the cell that spawned the task. Not counted in ``failed``: the task's own
+        outcome is unchanged, and the caller carries on with the other callbacks."""
+        exc_info = (type(exc), exc, exc.__traceback__)
+        try:
+            task._context.run(
+                log.error, "done callback %r of %s raised", callback, describe(task),
+                exc_info=exc_info,
+            )
+        except BaseException:  # noqa: BLE001 - a broken handler must not take the context down
+            pass
+
+    def _call_failed(self, fn: Callable[..., Any], exc: BaseException) -> None:
+        """A call queued with :meth:`call_soon` raised (a primitive's wake hook, an abort that
+        failed): report it and run the next one (rule 17)."""
+        try:
+            log.error("%r raised on context %s", fn, self.id, exc_info=(type(exc), exc, exc.__traceback__))
+        except BaseException:  # noqa: BLE001 - a broken handler must not take the context down
+            pass
 
     def _report_failure(self, task: Task, exc: BaseException) -> None:
         """A task failed with nobody awaiting it: count it, remember it, and say so now

@@ -267,13 +267,23 @@ class Task:
 
     def add_done_callback(self, fn: Callable[["Task"], None]) -> None:
         """Call ``fn(task)`` when the task is done (on the task's context, right after its
-        last step), or now if it is done already. *fn* must not block or raise."""
+        last step), or now if it is done already. *fn* must not block. If it raises, the
+        error is reported with the task and the other callbacks and joiners still run
+        (rule 17), as asyncio reports a raising callback through its exception handler."""
         with self._lock:
             joiners = self._joiners  # None once DONE (set under this lock)
             if joiners is not None:
                 joiners.append(fn)
         if joiners is None:
+            self._run_callback(fn)
+
+    def _run_callback(self, fn: Callable[["Task"], None]) -> None:
+        """``fn(self)``; what it raises is reported, never passed on (rule 17): a callback
+        runs inside the runtime's own frames, where a raise would end the context."""
+        try:
             fn(self)
+        except BaseException as e:  # noqa: BLE001 - reported with the task; the others run on
+            self._engine.report_callback_error(self, fn, e)
 
     def _finish(self, result: Any, exc: BaseException | None) -> bool:
         """Runtime internal: record the outcome and wake every joiner on its own context (owner
@@ -290,7 +300,7 @@ class Task:
             if isinstance(j, Task):
                 j.wake(None)
             else:
-                j(self)
+                self._run_callback(j)
         return bool(joiners)
 
     def __del__(self) -> None:
