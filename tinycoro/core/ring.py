@@ -38,6 +38,7 @@ from .. import uring
 __all__ = ["IoRing", "RingOwner"]
 
 _prep_cancel = uring.prep_cancel
+_prep_close = uring.prep_close
 _SKIP_UD = uring.SKIP_UD
 _RingBusy = uring.RingBusy
 
@@ -199,13 +200,19 @@ class RingOwner:
         The seam the I/O layer uses when a resource is closed under an operation that another
         task awaits (rule 10). The op's waiter then sees ``-ECANCELED`` as its result (or
         the op's real result if it completed first); no interrupt is delivered to it.
+        A close is never cancelled (see :meth:`_cancel_op`).
         """
         if op.ud and self.inflight.get(op.ud) is op:
             self._cancel_op(op)
 
     def _cancel_op(self, op: Any) -> None:
-        """Queue an async-cancel of *op* (in flight here), once."""
-        if op.cancelling:
+        """Queue an async-cancel of *op* (in flight here), once.
+
+        Never for a close: whether a cancelled close released its number cannot be told
+        from its result (a close that fails may have released it), and a close does not
+        wait on anything, so it is left to complete; an interrupt waiting for its task goes
+        to the next await (``tinycoro.closing.close_fd`` relies on this)."""
+        if op.cancelling or op.prep is _prep_close:
             return
         op.cancelling = True
         error = self._queue(_prep_cancel, (op.ud, 0), _SKIP_UD)

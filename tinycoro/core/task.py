@@ -193,6 +193,12 @@ class Task:
         return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
 
     # -- low level (tinycoro.lowlevel; docs/lowlevel.md) ----------------------------------------
+    def abandoning(self) -> bool:
+        """True while this task's engine abandons it (a shutdown closes its coroutine, rule
+        13): an await can no longer suspend, so a ``finally`` block that releases a resource
+        must do it synchronously (``tinycoro.closing.close_fd``)."""
+        return self._engine.abandoning
+
     def wake(self, value: Any = None) -> None:
         """Resume this parked task with *value* (what its ``park`` returns), on its own context.
         Any thread; at most once per park, by whoever took the task off its waiter list.
