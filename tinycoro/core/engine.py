@@ -249,10 +249,15 @@ class Engine(RingOwner):
                     self._fire_deadlines()
                 if until is not None and until._state is DONE:
                     return
-                if ready or calls:
-                    continue
+                # A stop is obeyed before more ready work: the scheduler asks for it once every
+                # context is idle, or once the tasks it cancelled had their time to unwind
+                # (stop(timeout), Ctrl-C). A task still ready then (one that ignores its
+                # cancel and keeps yielding) would otherwise keep this loop turning for ever;
+                # abandon() below closes it instead (rule 13).
                 if self.stop_requested:
                     break
+                if ready or calls:
+                    continue
                 # A multishot recv (tinycoro.net) stays in flight between reads: it is no work
                 # of its own (a recv that waits on it is a parked task), so a context whose
                 # in-flight ops are all multishots is idle.

@@ -374,10 +374,19 @@ class Scheduler:
             self._accepting = False
         if self._threads and cancel_timeout > 0:
             deadline = time.monotonic() + cancel_timeout
-            for e in self._engines:
-                for task in list(e.live):
-                    task.cancel()
-            while any(e.live for e in self._engines) and time.monotonic() < deadline:
+            cancelled: set[Task] = set()
+            while True:
+                # Each pass cancels, once, every task that is live now: a task a context
+                # spawns on itself checks _accepting without the lock, so it may become live
+                # just after an earlier pass, and left uncancelled it would run on until the
+                # deadline and be closed instead of unwinding.
+                for e in self._engines:
+                    for task in list(e.live):
+                        if task not in cancelled:
+                            cancelled.add(task)
+                            task.cancel()
+                if not any(e.live for e in self._engines) or time.monotonic() >= deadline:
+                    break
                 if self._crash is not None:
                     break
                 time.sleep(0.002)  # shutdown path only: tasks are unwinding their finally blocks
