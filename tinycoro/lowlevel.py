@@ -42,7 +42,6 @@ from .core.traps import Op as Op
 from .core.traps import Park as Park
 from .core.traps import checkpoint_if_cancelled as checkpoint_if_cancelled
 from .core.traps import park as park
-from .core.traps import perform as perform
 from .core.traps import perform_raw as perform_raw
 
 __all__ = [
@@ -63,7 +62,6 @@ __all__ = [
     "interrupt",
     "outside_engine",
     "park",
-    "perform",
     "perform_raw",
     "protect_package",
     "reschedule",

@@ -231,6 +231,8 @@ class Engine(RingOwner):
                     fn, args = calls.popleft()
                     try:
                         fn(*args)
+                    except (KeyboardInterrupt, SystemExit):
+                        raise  # as in asyncio: these stop the loop
                     except BaseException as e:  # noqa: BLE001 - rule 17: say so, run the rest
                         self._call_failed(fn, e)
                 n = len(ready)
@@ -409,33 +411,33 @@ class Engine(RingOwner):
         self.inline_left = INLINE_BUDGET
         waiting = task._waiting
         if waiting is None:
-            if task._interrupts is not None and task._exc is None:
+            if task._interrupts is not None and task._resume_exc is None:
                 # Not started yet, or resumed after yield_now: that is its pending await.
-                task._exc = task._take_interrupt()
+                task._resume_exc = task._take_interrupt()
         else:
             task._waiting = None
             if type(waiting) is Park:
                 del self.parked[task]
-                if task._interrupts is not None and task._exc is None and waiting.undo is not None:
+                if task._interrupts is not None and task._resume_exc is None and waiting.undo is not None:
                     # Woken with something handed over (a lock, a permit) after a cancel was
                     # requested: give it back and deliver the cancellation instead.
                     exc = task._take_interrupt()
                     if exc is not None:
-                        waiting.undo(task._value)
-                        task._exc = exc
+                        waiting.undo(task._resume_value)
+                        task._resume_exc = exc
             # Let go of it before the task runs: a join's Park holds the joined task, which
             # this frame would otherwise keep alive for the whole step.
             waiting = None
         try:
             # Every step runs inside the task's own contextvars.Context (rule 9), as asyncio's
             # tasks do: context variables follow the task across awaits and contexts.
-            exc = task._exc
+            exc = task._resume_exc
             if exc is None:
-                value = task._value
-                task._value = None
+                value = task._resume_value
+                task._resume_value = None
                 y = task._context.run(task._coro.send, value)
             else:
-                task._exc = None
+                task._resume_exc = None
                 y = task._context.run(task._coro.throw, exc)
         except StopIteration as e:
             self._finish(task, e.value, None)
@@ -447,7 +449,7 @@ class Engine(RingOwner):
             self._start(task, y)
         elif y is YIELD:
             if task._interrupts is not None:
-                task._exc = task._take_interrupt()
+                task._resume_exc = task._take_interrupt()
             self.ready.append(task)
         elif type(y) is Park:
             self._park(task, y)
@@ -458,20 +460,20 @@ class Engine(RingOwner):
         if task._interrupts is not None:  # interrupted before the op reached the ring
             exc = task._take_interrupt()
             if exc is not None:
-                task._exc = exc
+                task._resume_exc = exc
                 self.ready.append(task)
                 return
         # RingOwner._enter, written out: calling it costs ~470 instructions per operation
-        # (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on echo). The
-        # slow paths stay RingOwner's (_queue_failed). Keep the two in step; once the core
-        # is compiled (rule 14) this becomes the inline call.
+        # interpreted (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on
+        # echo), and the pure runtime runs this same source. The slow paths stay RingOwner's
+        # (_queue_failed). Keep the two in step.
         op.ud = ud = next(self._ids)
         try:
             self.ring.queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
-                task._exc = error
+                task._resume_exc = error
                 self.ready.append(task)
                 return
         else:
@@ -487,7 +489,7 @@ class Engine(RingOwner):
 
     def _park(self, task: Task, ticket: Park) -> None:
         if task._interrupts is not None and ticket.abort():
-            task._exc = task._take_interrupt()
+            task._resume_exc = task._take_interrupt()
             self.ready.append(task)
             return
         self.parked[task] = ticket
@@ -500,7 +502,7 @@ class Engine(RingOwner):
             exc = asyncio_in_task(task.name, "a bare `yield` (asyncio.sleep(0) does that)")
         else:
             exc = TypeError(f"{task.name} yielded {y!r}, which is not a tinycoro trap")
-        task._exc = exc
+        task._resume_exc = exc
         self.ready.append(task)
 
     def _finish(
@@ -572,12 +574,12 @@ class Engine(RingOwner):
                 # cancelled by cancel_op (a resource closed) has no interrupt: it gets res.
                 exc = task._take_interrupt()
                 if exc is not None:
-                    task._exc = exc
+                    task._resume_exc = exc
                 else:
-                    task._value = res
+                    task._resume_value = res
                 append(task)
             else:
-                task._value = res
+                task._resume_value = res
                 append(task)
 
     def _wait_for_cqe(self) -> None:
@@ -593,9 +595,9 @@ class Engine(RingOwner):
             # has not stepped yet is finished, and the interrupt goes to the next await.
             if self.inflight.get(waiting.ud) is waiting:
                 self._cancel_op(waiting)
-        elif type(waiting) is Park and task._exc is None:
+        elif type(waiting) is Park and task._resume_exc is None:
             if waiting.abort():
-                task._exc = task._take_interrupt()
+                task._resume_exc = task._take_interrupt()
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.
 
@@ -696,7 +698,7 @@ class Engine(RingOwner):
                     break
                 time.sleep(0)
             if ticket.undo is not None:
-                ticket.undo(task._value)
+                ticket.undo(task._resume_value)
         except BaseException:  # noqa: BLE001 - never stop the others' cleanup
             log.exception("while taking %s off %r", describe(task), ticket.what)
 

@@ -82,8 +82,8 @@ class Task:
         "name",
         "_engine",
         "_state",
-        "_value",
-        "_exc",
+        "_resume_value",
+        "_resume_exc",
         "_result",
         "_exception",
         "_waiting",
@@ -116,8 +116,8 @@ class Task:
         self.name: str = name
         self._engine = engine
         self._state = PENDING
-        self._value: Any = None  # sent into the coroutine at its next step
-        self._exc: BaseException | None = None  # thrown into it instead, if set
+        self._resume_value: Any = None  # sent into the coroutine at its next step
+        self._resume_exc: BaseException | None = None  # thrown into it instead, if set
         self._result: Any = None
         self._exception: BaseException | None = None
         self._waiting: Any = None  # the Op or Park it is suspended on, for cancel and reports
@@ -206,7 +206,7 @@ class Task:
         The :class:`Waker` protocol's one method: a primitive wakes whatever stands on its
         waiter list this way, a Task or another event loop's stand-in (``tc.aio``).
         """
-        self._value = value
+        self._resume_value = value
         self._engine.push(self)
 
     def interrupt(self, exc: BaseException) -> bool:
@@ -284,10 +284,13 @@ class Task:
             self._run_callback(fn)
 
     def _run_callback(self, fn: Callable[["Task"], None]) -> None:
-        """``fn(self)``; what it raises is reported, never passed on (rule 17): a callback
-        runs inside the runtime's own frames, where a raise would end the context."""
+        """``fn(self)``; what it raises is reported, not passed on (rule 17): a callback runs
+        inside the runtime's own frames, where a raise would end the context. As in asyncio,
+        KeyboardInterrupt and SystemExit are the exceptions: they go on."""
         try:
             fn(self)
+        except (KeyboardInterrupt, SystemExit):
+            raise
         except BaseException as e:  # noqa: BLE001 - reported with the task; the others run on
             self._engine.report_callback_error(self, fn, e)
 
@@ -302,11 +305,18 @@ class Task:
             self._state = DONE
             joiners, self._joiners = self._joiners, None
         assert joiners is not None  # a task finishes once
+        escaped: BaseException | None = None
         for j in joiners:
             if isinstance(j, Task):
                 j.wake(None)
             else:
-                self._run_callback(j)
+                try:
+                    self._run_callback(j)
+                except BaseException as e:  # KeyboardInterrupt, SystemExit: after the others
+                    if escaped is None:
+                        escaped = e
+        if escaped is not None:
+            raise escaped
         return bool(joiners)
 
     def __del__(self) -> None:
