@@ -1,10 +1,11 @@
 """Callbacks never crash their runtime (rule 17).
 
-A done callback runs inside the engine's own frames, right after the task's last step; a call
-queued with ``call_soon`` (a primitive's wake hook, a resource's cancel) runs at the start of
-a turn. What either raises is reported, with the task it belongs to, and the engine carries on
+A done callback runs inside the engine's own frames, right after the task's last step. What
+it raises is reported, with the task it belongs to, and the engine carries on
 with the other callbacks, the joiners and its other tasks, as asyncio reports a raising
-callback through its exception handler instead of stopping its loop.
+callback through its exception handler instead of stopping its loop. A park's wake hooks
+(``abort``, ``undo``), which the engine calls when a parked task is cancelled, are reported
+the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import pytest
 
 import tinycoro as tc
+from tinycoro.testing import wait_blocked
 
 
 class Boom(Exception):
@@ -88,20 +90,35 @@ def test_a_callback_added_to_a_done_task_that_raises_is_reported_not_raised(capl
 
 
 @pytest.mark.timeout(30)
-def test_a_raising_call_soon_is_reported_and_the_context_goes_on(contexts, caplog):
-    """A call queued on an engine (a wake hook, a cancel on a resource's owner) that raises."""
-    from tinycoro.lowlevel import current_engine
+def test_a_raising_wake_hook_is_reported_and_the_context_goes_on(contexts, caplog):
+    """A park's abort hook (a primitive's, or one written with tinycoro.lowlevel) that raises
+    when its task is cancelled: reported with the task; the task stays parked (a wake may be on
+    its way), and once woken the cancel lands at its next await."""
+    from tinycoro import lowlevel as ll
 
-    def broken_hook() -> None:
+    def broken_abort() -> bool:
         raise Boom("a wake hook that raises")
 
+    async def parked():
+        await ll.park(ll.Park(broken_abort, "a hand-made waiter list"))
+        await tc.sleep(0)  # where the pending cancel lands
+
     async def main():
-        current_engine().call_soon(broken_hook)
-        await tc.yield_now()
-        await tc.sleep(0.001)
+        t = tc.spawn(parked(), name="parked by hand")
+        await wait_blocked(t)
+        t.cancel()
+        while not [r for r in caplog.records if "wake hook" in r.getMessage()]:
+            await tc.sleep(0.001)  # the report is what the cancel produces
+        ll.reschedule(t)  # the wake that the failed abort stood for
+        await cancel_and_wait_ended(t)
         return "went on"
 
     with caplog.at_level(logging.ERROR, logger="tinycoro"):
         assert tc.run(main(), contexts=contexts) == "went on"
     (report,) = [r for r in caplog.records if r.name == "tinycoro"]
-    assert "broken_hook" in report.getMessage() and report.exc_info[0] is Boom
+    assert "'parked by hand'" in report.getMessage() and report.exc_info[0] is Boom
+
+
+async def cancel_and_wait_ended(t: tc.Task) -> None:
+    with pytest.raises(tc.Cancelled):
+        await t

@@ -201,6 +201,11 @@ class Engine(RingOwner):
             except OSError:
                 pass
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` released the ring and eventfd: the engine cannot run again."""
+        return self.ring.closed
+
     def request_stop(self) -> None:
         self.stop_requested = True
         self.wake()
@@ -229,12 +234,7 @@ class Engine(RingOwner):
             while True:
                 while calls:
                     fn, args = calls.popleft()
-                    try:
-                        fn(*args)
-                    except (KeyboardInterrupt, SystemExit):
-                        raise  # as in asyncio: these stop the loop
-                    except BaseException as e:  # noqa: BLE001 - rule 17: say so, run the rest
-                        self._call_failed(fn, e)
+                    fn(*args)
                 n = len(ready)
                 if n:
                     self.steps += n
@@ -423,7 +423,12 @@ class Engine(RingOwner):
                     # requested: give it back and deliver the cancellation instead.
                     exc = task._take_interrupt()
                     if exc is not None:
-                        waiting.undo(task._resume_value)
+                        try:
+                            waiting.undo(task._resume_value)
+                        except (KeyboardInterrupt, SystemExit):
+                            raise
+                        except BaseException as e:  # noqa: BLE001 - rule 17: reported
+                            self._hook_failed(task, waiting.undo, e)
                         task._resume_exc = exc
             # Let go of it before the task runs: a join's Park holds the joined task, which
             # this frame would otherwise keep alive for the whole step.
@@ -488,7 +493,7 @@ class Engine(RingOwner):
             self._submit()
 
     def _park(self, task: Task, ticket: Park) -> None:
-        if task._interrupts is not None and ticket.abort():
+        if task._interrupts is not None and self._abort(task, ticket):
             task._resume_exc = task._take_interrupt()
             self.ready.append(task)
             return
@@ -533,11 +538,26 @@ class Engine(RingOwner):
         except BaseException:  # noqa: BLE001 - a broken handler must not take the context down
             pass
 
-    def _call_failed(self, fn: Callable[..., Any], exc: BaseException) -> None:
-        """A call queued with :meth:`call_soon` raised (a primitive's wake hook, an abort that
-        failed): report it and run the next one (rule 17)."""
+    def _abort(self, task: Task, ticket: Park) -> bool:
+        """``ticket.abort()``: take the cancelled *task* off its waiter list. The hook is the
+        primitive's (or a task's own, through tinycoro.lowlevel): if it raises, that is
+        reported with the task and counts as "a wake is on its way" (rule 17), so the task
+        stays parked, its interrupt pending for the await after the wake."""
         try:
-            log.error("%r raised on context %s", fn, self.id, exc_info=(type(exc), exc, exc.__traceback__))
+            return ticket.abort()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - reported; the context carries on
+            self._hook_failed(task, ticket.abort, e)
+            return False
+
+    def _hook_failed(self, task: Task, hook: Any, exc: BaseException) -> None:
+        """A park's wake hook (``abort``, ``undo``) raised (rule 17): say so with the task."""
+        try:
+            log.error(
+                "wake hook %r of %s raised", hook, describe(task),
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
         except BaseException:  # noqa: BLE001 - a broken handler must not take the context down
             pass
 
@@ -596,7 +616,7 @@ class Engine(RingOwner):
             if self.inflight.get(waiting.ud) is waiting:
                 self._cancel_op(waiting)
         elif type(waiting) is Park and task._resume_exc is None:
-            if waiting.abort():
+            if self._abort(task, waiting):
                 task._resume_exc = task._take_interrupt()
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.

@@ -193,6 +193,17 @@ class Task:
         return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
 
     # -- low level (tinycoro.lowlevel; docs/lowlevel.md) ----------------------------------------
+    @property
+    def engine(self) -> "Engine":
+        """The engine this task belongs to for life (rule 1): where its deadlines are kept
+        and its calls run (``engine.call_soon``)."""
+        return self._engine
+
+    def waiting_on(self) -> Any:
+        """The ``Op`` or ``Park`` the task is suspended on; None while it is ready or
+        running (read from any thread: a snapshot)."""
+        return self._waiting
+
     def abandoning(self) -> bool:
         """True while this task's engine abandons it (a shutdown closes its coroutine, rule
         13): an await can no longer suspend, so a ``finally`` block that releases a resource
