@@ -58,8 +58,6 @@ Seams (what other layers may call; everything else here is private):
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 import select
@@ -71,8 +69,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
 from .errors import Cancelled, asyncio_in_task
-from .stats import FailureInfo, TaskInfo
-from .waits import SLEEP, park_words
+from .deadlines import Deadlines
+from .readers import BUSY_WINDOW
+from .stats import FailureInfo
 from .local import _local
 from .ring import RingOwner
 from .task import DONE, Task, describe
@@ -100,7 +99,6 @@ SUBMIT_EARLY = 16
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
 REFUSALS_KEPT = 100
-BUSY_WINDOW = 0.1  # seconds: the shortest interval the busy fraction is measured over
 
 
 def _block(efd: int) -> None:
@@ -164,11 +162,8 @@ class Engine(RingOwner):
         # sees a consistent pair: busy() is then a pure function of the engine's own state.
         t = _perf()
         self._samples = ((t, 0.0), (t, 0.0))
-        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine: a heap of
-        # [when, seq, scope]; a removed entry has scope None and stays until it surfaces.
-        self._deadlines: list[list] = []
-        self._dead_deadlines = 0
-        self._deadline_seq = itertools.count()
+        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine.
+        self.deadlines = Deadlines()
         self._poller: select.poll | None = None
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self.thread_ident: int | None = None
@@ -228,6 +223,7 @@ class Engine(RingOwner):
         ready = self.ready
         calls = self.calls
         step = self._step
+        deadlines = self.deadlines
         # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
         scheduler = None if self.guest else self.scheduler
         try:
@@ -247,8 +243,8 @@ class Engine(RingOwner):
                     self._submit()
                 if self.inflight or self.own_inflight:
                     self._reap()
-                if self._deadlines:
-                    self._fire_deadlines()
+                if deadlines.heap:
+                    deadlines.fire()
                 if until is not None and until._state is DONE:
                     return
                 # A stop is obeyed before more ready work: the scheduler asks for it once every
@@ -302,8 +298,8 @@ class Engine(RingOwner):
                 return
             self.sleep_since = t0 = _perf()
             try:
-                if self._deadlines and not draining:
-                    when = self._fire_deadlines()
+                if self.deadlines.heap and not draining:
+                    when = self.deadlines.fire()
                     if not self.calls:  # a deadline that just fired queued its delivery
                         self._block_until(when)
                 else:
@@ -320,51 +316,19 @@ class Engine(RingOwner):
             ring.notify_on(False)
             self.sleeping = False
 
-    # -- deadlines (tc.timeout) -------------------------------------------------------------
+    # -- deadlines (tc.timeout): the heap is core/deadlines.py's ----------------------------
     def add_deadline(self, when: float, scope: Any) -> list:
         """Call ``scope._fire()`` on this engine's thread once ``perf_counter()`` passes
         *when*; owner thread only. Returns the entry for :meth:`remove_deadline`."""
-        entry = [when, next(self._deadline_seq), scope]
-        heapq.heappush(self._deadlines, entry)
-        return entry
+        return self.deadlines.add(when, scope)
 
     def remove_deadline(self, entry: list) -> None:
-        """Forget a deadline (its scope exited); owner thread only. Lazy: the entry is marked
-        and dropped when it surfaces, or all at once when the dead outnumber the live."""
-        if entry[2] is None:
-            return
-        entry[2] = None
-        self._dead_deadlines += 1
-        heap = self._deadlines
-        if self._dead_deadlines > 64 and 2 * self._dead_deadlines > len(heap):
-            heap[:] = [e for e in heap if e[2] is not None]
-            heapq.heapify(heap)
-            self._dead_deadlines = 0
+        """Forget a deadline (its scope exited); owner thread only."""
+        self.deadlines.remove(entry)
 
     def has_deadlines(self) -> bool:
         """True while a scope's deadline is pending here (the deadlock watchdog asks)."""
-        return len(self._deadlines) > self._dead_deadlines
-
-    def _fire_deadlines(self) -> float | None:
-        """Fire every deadline that has passed; return the next one, or None."""
-        heap = self._deadlines
-        now = _perf()
-        while heap:
-            entry = heap[0]
-            scope = entry[2]
-            if scope is None:
-                heapq.heappop(heap)
-                self._dead_deadlines -= 1
-                continue
-            if entry[0] > now:
-                return entry[0]
-            heapq.heappop(heap)
-            entry[2] = None
-            try:
-                scope._fire()  # queues the scope's interrupt on its task (call_soon)
-            except BaseException:  # noqa: BLE001 - one broken scope must not stop the others
-                log.exception("while firing the deadline of %r", scope)
-        return None
+        return self.deadlines.pending()
 
     def _block_until(self, when: float | None) -> None:
         """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
@@ -666,8 +630,7 @@ class Engine(RingOwner):
                 _local.engine = None
             self.live.clear()
             self.ready.clear()  # a wake that was on its way for an abandoned task
-            self._deadlines.clear()
-            self._dead_deadlines = 0
+            self.deadlines.clear()
             self.watchers.clear()
 
     def _close_coro(self, task: Task) -> None:
@@ -731,51 +694,7 @@ class Engine(RingOwner):
         with self._wake_lock:
             self.ring.close()
 
-    # -- statistics (any thread; plain reads of counters) -------------------------------------
-    def task_infos(self, now: float) -> list[TaskInfo]:
-        """What each live task is doing, read from another thread without locks: a snapshot
-        that may be a step behind, never an inconsistent object. The words are built here,
-        by the caller (core/waits.py), so describing waits costs the engine nothing."""
-        ready = {id(t) for t in list(self.ready)}
-        out = []
-        for t in list(self.live):
-            waiting = t._waiting
-            try:
-                if isinstance(waiting, Op):
-                    sleep = getattr(waiting.prep, "__name__", "") == SLEEP
-                    state, what = ("sleeping" if sleep else "io"), waiting.describe()
-                elif type(waiting) is Park:
-                    if isinstance(waiting.what, Op):  # the next CQE of an op in flight for
-                        # several awaits (a stream's multishot recv, tinycoro.net): I/O
-                        state, what = "io", waiting.what.describe()
-                    else:
-                        state, what = "parked", park_words(waiting.what)
-                else:
-                    state, what = ("ready" if id(t) in ready else "running"), ""
-            except Exception as e:  # noqa: BLE001 - a snapshot never fails for a description
-                state, what = "parked" if type(waiting) is Park else "io", type(e).__name__
-            out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))
-        return out
-
-    def sleeps(self) -> int:
-        """Tasks in a ``tc.sleep`` now (timers in flight): counted when asked, any thread."""
-        return sum(
-            1 for op in list(self.inflight.values())
-            if getattr(op.prep, "__name__", "") == SLEEP
-        )
-
-    def busy(self, now: float) -> float:
-        """Fraction of the time since a sample at least BUSY_WINDOW old that this engine spent
-        awake, in [0, 1]; any thread, no side effect."""
-        older, newer = self._samples
-        base = newer if now - newer[0] >= BUSY_WINDOW else older
-        dt = now - base[0]
-        if dt <= 0:
-            return 0.0
-        since = self.sleep_since
-        asleep = self.sleep_total + (now - since if since else 0.0) - base[1]
-        return min(1.0, max(0.0, 1.0 - asleep / dt))
-
+    # -- statistics: read from other threads (core/readers.py), except this dispatch key -------
     def load(self) -> int:
         return len(self.ready) + len(self.inflight) + len(self.parked)
 

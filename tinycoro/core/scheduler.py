@@ -28,7 +28,7 @@ import time
 import types
 from typing import Any, Callable, Coroutine
 
-from . import ki, traps
+from . import ki, readers, traps
 from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
 from .errors import DeadlockError
@@ -457,11 +457,11 @@ class Scheduler:
                 io_inflight=len(e.inflight),
                 parked=len(e.parked),
                 tasks_run=e.tasks_run,
-                busy=e.busy(now) if running else 0.0,
+                busy=readers.busy(e, now) if running else 0.0,
                 stop_flag=e.stop_flag,
                 sleeping=e.sleeping,
                 ops=e.ops,
-                sleeps=e.sleeps(),
+                sleeps=readers.sleeps(e),
                 timers=e.timers,
             )
             for i, e in enumerate(self._engines)
@@ -478,7 +478,7 @@ class Scheduler:
         """A snapshot of every live task (id, name, context, state, what it waits on, age),
         oldest first; any thread."""
         now = time.perf_counter()
-        infos = [i for e in self._engines for i in e.task_infos(now)]
+        infos = [i for e in self._engines for i in readers.task_infos(e, now)]
         infos.sort(key=lambda i: i.id)
         return tuple(infos)
 
