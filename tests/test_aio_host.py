@@ -1,4 +1,4 @@
-"""tinycoro awaitables inside a running asyncio loop (issue 10 item 1), under asyncio and uvloop.
+"""tinycoro awaitables inside a running asyncio loop, under asyncio and uvloop.
 
 Each test runs its main coroutine with ``asyncio.run`` and with ``uvloop.run``. I/O goes to the
 ring hosted by that loop; synchronisation is on events and runtime state, never on sleeps.

@@ -1,4 +1,4 @@
-"""The engine at its edges (issue 8): bad SQE arguments, abandoned tasks and the primitives
+"""The engine at its edges: bad SQE arguments, abandoned tasks and the primitives
 they waited on, stale cancels, failed completions of cancelled operations, huge sleeps."""
 
 from __future__ import annotations
