@@ -136,7 +136,7 @@ class CellRunner:
                 "a cell that awaits cannot be run from inside a tinycoro task "
                 "(e.g. get_ipython().run_cell() in an awaiting cell); await the work instead"
             )
-        if engine.ring.closed:
+        if engine.closed:
             coro.close()
             raise RuntimeError("the tinycoro extension was unloaded; %load_ext tinycoro again")
         if not self._busy.acquire(blocking=False):
@@ -259,7 +259,7 @@ class CellRunner:
         if self.running is not None:
             self._close_after = True
             return
-        if not self.engine.ring.closed:
+        if not self.engine.closed:
             self.engine.close()
         self.cell_loop.close()
 

@@ -1,4 +1,4 @@
-"""tinycoro awaitables inside a running asyncio loop (issue 10 item 1), under asyncio and uvloop.
+"""tinycoro awaitables inside a running asyncio loop, under asyncio and uvloop.
 
 Each test runs its main coroutine with ``asyncio.run`` and with ``uvloop.run``. I/O goes to the
 ring hosted by that loop; synchronisation is on events and runtime state, never on sleeps.
@@ -84,12 +84,12 @@ def test_a_bad_sqe_argument_fails_at_the_await_and_the_ring_goes_on(arun):
     # Rule 11 on the hosted ring: the prep raises, the ring queues a NOP in that SQE's place,
     # and the next operation on the same ring works.
     from tinycoro import uring
-    from tinycoro.core.traps import Op, perform
+    from tinycoro.core.traps import Op
 
     async def main():
         with pytest.raises(TypeError):
-            await perform(Op(uring.prep_nop, "not an argument of a NOP"))
-        assert await perform(Op(uring.prep_nop)) == 0
+            await Op(uring.prep_nop, "not an argument of a NOP")
+        assert await Op(uring.prep_nop) == 0
         await tc.sleep(0)
 
     arun(main())
@@ -569,7 +569,7 @@ def test_a_bad_argument_fails_at_the_await_and_its_placeholder_is_reaped(arun, t
     # in the SQE's place counts as the host's own SQE until its CQE is reaped, and the next
     # operation on the ring works.
     from tinycoro import uring
-    from tinycoro.core.traps import Op, perform
+    from tinycoro.core.traps import Op
 
     path = tmp_path / "data"
     path.write_bytes(b"abc")
@@ -579,9 +579,9 @@ def test_a_bad_argument_fails_at_the_await_and_its_placeholder_is_reaped(arun, t
         try:
             buf = bytearray(1)
             with pytest.raises(OverflowError):
-                await perform(Op(uring.prep_read, fd, buf, 1, 1 << 64))  # offset past u64
+                await Op(uring.prep_read, fd, buf, 1, 1 << 64)  # offset past u64
             assert _host().own_inflight == 1  # the placeholder NOP, not yet reaped
-            n = await perform(Op(uring.prep_read, fd, buf, 1, 1))
+            n = await Op(uring.prep_read, fd, buf, 1, 1)
             while _host().own_inflight:  # reaped with that read's CQE, or just after
                 await asyncio.sleep(0)
             return n, bytes(buf), _host().inflight

@@ -33,29 +33,32 @@ EXPECTED_SERIES = {
         "plain Python 2 processes", "tinycoro submit", "ipyparallel apply",
     },
 }
-# (workload, ratio) rows the ratio table must contain, with their targets.
-EXPECTED_TARGETS = {
-    ("task switch", "tinycoro / asyncio", ">= 1x"),
-    ("task switch", "tinycoro / uvloop", ">= 2x"),
-    ("spawn + join", "tinycoro / asyncio", ">= 1x"),
-    ("spawn + join", "tinycoro / uvloop", ">= 1.5x"),
-    ("mutex", "tinycoro / asyncio.Lock", ">= 1x"),
-    ("file 4 KiB random", "tinycoro / asyncio executor", ">= 5x"),
-    ("file 4 KiB random", "tinycoro / aiofiles", ">= 10x"),
-    ("file 4 KiB random", "tinycoro / sync os.pread", ">= 0.7x"),
-    ("file 4 KiB random", "tinycoro / uringio", ">= 2.5x"),
-    ("O_DIRECT 4 KiB random", "tinycoro / fio io_uring", ">= 0.95x"),
-    ("O_DIRECT 4 KiB random", "tinycoro / fio psync", ">= 4x"),
-    ("TCP echo", "tinycoro / asyncio streams", ">= 2.5x"),
-    ("TCP echo", "tinycoro / uvloop streams", ">= 1.5x"),
-    ("TCP echo", "tinycoro / uvloop protocol", ">= 1x"),
-    ("TCP echo", "tinycoro / uringio", ">= 2x"),
-    ("contexts scaling", "tinycoro 2 ctx / tinycoro 1 ctx", ">= 1x"),
-    ("cluster scaling", "tinycoro 2 engines / tinycoro 1 process", ">= 1.7x"),
-    ("cluster scaling", "tinycoro 2 engines / tinycoro 1 process", ">= 1.3x"),
-    ("cluster scaling", "plain Python 2 processes / plain Python 1 process", "-"),
-    ("cluster scaling", "tinycoro submit / ipyparallel apply", "-"),
+# (workload, ratio) rows the ratio table must contain. Their targets are the workloads' own
+# (benchmarks/w_*.py) and change as the project sets new ones: what is checked here is that
+# each ratio with a target is judged by it (met exactly when the value reaches it), not which
+# number the target is.
+EXPECTED_RATIOS = {
+    ("task switch", "tinycoro / asyncio"),
+    ("task switch", "tinycoro / uvloop"),
+    ("spawn + join", "tinycoro / asyncio"),
+    ("spawn + join", "tinycoro / uvloop"),
+    ("mutex", "tinycoro / asyncio.Lock"),
+    ("file 4 KiB random", "tinycoro / asyncio executor"),
+    ("file 4 KiB random", "tinycoro / aiofiles"),
+    ("file 4 KiB random", "tinycoro / sync os.pread"),
+    ("file 4 KiB random", "tinycoro / uringio"),
+    ("O_DIRECT 4 KiB random", "tinycoro / fio io_uring"),
+    ("O_DIRECT 4 KiB random", "tinycoro / fio psync"),
+    ("TCP echo", "tinycoro / asyncio streams"),
+    ("TCP echo", "tinycoro / uvloop streams"),
+    ("TCP echo", "tinycoro / uvloop protocol"),
+    ("TCP echo", "tinycoro / uringio"),
+    ("contexts scaling", "tinycoro 2 ctx / tinycoro 1 ctx"),
+    ("cluster scaling", "tinycoro 2 engines / tinycoro 1 process"),
+    ("cluster scaling", "plain Python 2 processes / plain Python 1 process"),
+    ("cluster scaling", "tinycoro submit / ipyparallel apply"),
 }
+TARGET = re.compile(r"^>= (\d+(\.\d+)?)x$")
 NUMBER = re.compile(r"^\d+(\.\d+)? ?[kM]?$")
 RATIO = re.compile(r"^\d+(\.\d+)?x$")
 SKIPPED = re.compile(r"^skipped: \S.*")
@@ -97,13 +100,26 @@ def test_quick_tiny_run_produces_a_complete_table(tmp_path: Path) -> None:
 
     ratios = _table(md, "### Ratios and targets")
     got = set()
+    judged = 0
     for workload, _case, name, value, target, status in ratios:
-        assert RATIO.match(value) or SKIPPED.match(value), (workload, name, value)
-        assert status in {"met", "missed", "info", "skipped"}, status
-        if target != "-" and status != "skipped":
-            assert status in {"met", "missed"}
-        got.add((workload, name, target))
-    assert EXPECTED_TARGETS <= got, EXPECTED_TARGETS - got
+        row = (workload, name, value, target, status)
+        assert RATIO.match(value) or SKIPPED.match(value), row
+        assert target == "-" or TARGET.match(target), row
+        if SKIPPED.match(value):
+            assert status == "skipped", row
+        elif target == "-":
+            assert status == "info", row  # for information: never met or missed
+        else:
+            # Judged by its own target: met exactly when the value reaches it (the value is
+            # printed to 2 decimals, so a value within rounding of the target is not judged).
+            wanted = float(TARGET.match(target).group(1))  # type: ignore[union-attr]
+            shown = float(value[:-1])
+            if abs(shown - wanted) > 0.005:
+                assert status == ("met" if shown >= wanted else "missed"), row
+                judged += 1
+        got.add((workload, name))
+    assert EXPECTED_RATIOS <= got, EXPECTED_RATIOS - got
+    assert judged, "no ratio was judged against a target"
 
     assert "Measured " in md and "python -m benchmarks --quick --tiny" in md
     assert "| CPU |" in md and "| Python |" in md

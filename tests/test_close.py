@@ -1,5 +1,5 @@
 """Close ends what waits on a resource, always releases its descriptor, and bad arguments fail
-at the call instead of crashing a context (issue 8 items 2, 3, 4, 10d; rules 10, 11)."""
+at the call instead of crashing a context (rules 10, 11); a close never closes a number twice."""
 
 from __future__ import annotations
 
@@ -274,7 +274,7 @@ def test_cancelled_closer_in_finally_releases_the_fd(tmp_path, contexts):
     assert open_fds() == before
 
 
-# -- the "already receiving" guard is atomic (issue 8 item 10d) ------------------------------------
+# -- the "already receiving" guard is atomic: two receivers never share a stream's buffer ---------
 def test_only_one_of_many_concurrent_receivers_gets_the_stream(contexts):
     # Tasks on every context race for recv on one stream, many rounds: each round exactly one
     # receives and all others are refused, never two sharing the stream's buffer.
@@ -328,3 +328,57 @@ def test_stop_with_zero_timeout_releases_the_descriptors_of_abandoned_tasks(tmp_
     s.stop(timeout=0)
     assert all(t.done() for t in tasks)
     assert open_fds() == before
+
+
+# -- close_fd never closes a number that the kernel's close may have released ----------------------
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_an_interrupted_close_never_closes_the_number_again(tmp_path, monkeypatch, contexts, how):
+    """Once a close reached the ring, the kernel may have released the number (a close that
+    fails, with EINTR or EIO, has released it too), and another thread may own it now: the
+    interrupt that arrives in the close's place must not be followed by ``os.close``.
+
+    Simulated: the close's SQE is replaced by one that first releases the number and puts
+    another descriptor there (what a second thread's ``open`` may do at that moment), then
+    waits in the kernel (opening a FIFO for writing with no reader) until the task is interrupted.
+    """
+    import tinycoro.closing
+    from tinycoro import uring
+
+    fifo = os.fsencode(tmp_path / "fifo")
+    os.mkfifo(fifo)
+    other = os.open(os.devnull, os.O_RDONLY)
+    other_id = os.fstat(other)[:2]  # (mode, inode): the other descriptor's file
+
+    def released_then_waits(sqe, fd):
+        os.close(fd)
+        os.dup2(other, fd)  # "another thread's new descriptor" takes the number
+        uring.prep_openat(sqe, fifo, os.O_WRONLY | os.O_CREAT, 0o600, -100)  # AT_FDCWD; blocks
+
+    monkeypatch.setattr(tinycoro.closing, "prep_close", released_then_waits)
+    numbers = []
+
+    async def closer():
+        fd = os.open(os.devnull, os.O_RDONLY)
+        numbers.append(fd)
+        if how == "timeout":
+            async with tc.timeout(0.05):
+                await tinycoro.closing.close_fd(fd)
+        else:
+            await tinycoro.closing.close_fd(fd)
+
+    async def main():
+        t = tc.spawn(closer())
+        await wait_blocked(t)
+        if how == "cancel":
+            await cancel_and_wait(t)
+        else:
+            with pytest.raises(TimeoutError):
+                await t
+
+    try:
+        tc.run(main(), contexts=contexts)
+        (n,) = numbers
+        assert os.fstat(n)[:2] == other_id, "close_fd closed the number again after the kernel's close"
+        os.close(n)
+    finally:
+        os.close(other)

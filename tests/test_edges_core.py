@@ -11,7 +11,7 @@ import pytest
 
 import tinycoro as tc
 from tinycoro import uring
-from tinycoro.core.traps import Op, perform
+from tinycoro.core.traps import Op
 from tinycoro.testing import wait_blocked
 from helpers.runtime import cancel_and_wait, open_fds, tinycoro_threads, wait_until
 from helpers.sync import spawn_here
@@ -36,12 +36,12 @@ def test_bad_sqe_argument_fails_only_the_task_that_passed_it(contexts, tmp_path)
             buf = bytearray(1)
             sleeper = tc.spawn(tc.sleep(0.01))  # an innocent task, maybe on the same context
             with pytest.raises(OverflowError):
-                await perform(Op(uring.prep_read, fd, buf, 1, 1 << 64))  # offset past u64
+                await Op(uring.prep_read, fd, buf, 1, 1 << 64)  # offset past u64
             with pytest.raises(OverflowError):
                 # a negative mode reaches io_uring_prep_openat unchecked
-                await perform(Op(uring.prep_openat, str(tmp_path / "x").encode(), os.O_CREAT | os.O_WRONLY, -1, -100))
+                await Op(uring.prep_openat, str(tmp_path / "x").encode(), os.O_CREAT | os.O_WRONLY, -1, -100)
             # The context carries on: the next operation on it works, and so does the sleeper.
-            n = await perform(Op(uring.prep_read, fd, buf, 1, 1))
+            n = await Op(uring.prep_read, fd, buf, 1, 1)
             await sleeper
             return n, bytes(buf)
         finally:
@@ -182,7 +182,7 @@ def test_idle_after_2000_cancel_versus_completion_races_costs_no_cpu(contexts, t
     try:
 
         async def reader(fd):
-            return await perform(Op(uring.prep_read, fd, bytearray(16), 16, 0))
+            return await Op(uring.prep_read, fd, bytearray(16), 16, 0)
 
         async def races(fd):
             for i in range(2000):
@@ -331,7 +331,7 @@ def test_abandon_closes_a_descriptor_that_an_orphaned_open_returned(tmp_path):
             # Blocks in the kernel (O_CREAT makes io_uring open in a worker) until a reader
             # opens the FIFO.
             op = Op(uring.prep_openat, os.fsencode(fifo), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600, -100, returns_fd=True)
-            return await perform(op)
+            return await op
 
         async def driver():
             await wait_blocked(o)

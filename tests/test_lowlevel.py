@@ -198,7 +198,7 @@ def test_traps_op_perform_and_yield():
         tick = ll.Op(uring.prep_timeout, uring.timespec(0.001), 0, 0)
         assert await ll.perform_raw(tick) == -errno.ETIME
         with pytest.raises(OSError) as e:
-            await ll.perform(ll.Op(uring.prep_timeout, uring.timespec(0.001), 0, 0))
+            await ll.Op(uring.prep_timeout, uring.timespec(0.001), 0, 0)
         assert e.value.errno == errno.ETIME
         assert await Yield() is None
 

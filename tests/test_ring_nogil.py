@@ -18,7 +18,9 @@ import tinycoro as tc
 from tinycoro import uring
 from tinycoro.core import engine as engine_mod
 from tinycoro.core.local import thread_state as _local
-from tinycoro.core.traps import Op, perform
+from tinycoro.core.traps import Op
+
+from helpers.rings import reap
 
 compiled = pytest.mark.skipif(uring.CRing is None, reason=f"compiled ring: {uring.WHY_PURE}")
 
@@ -37,7 +39,7 @@ def test_submit_returns_what_the_kernel_took_and_zero_when_nothing_is_queued():
         assert ring.submit() == 5
         assert ring.submit() == 0
         out: list = []
-        assert ring.reap(out) == 5
+        assert reap(ring, out) == 5
         assert sorted(out) == [(ud, 0) for ud in range(10, 15)]
     finally:
         ring.close()
@@ -64,7 +66,7 @@ def test_sqes_left_by_a_failed_enter_go_with_the_next_submit():
         _queue_nops(ring, (23,))
         assert ring.submit() == 3
         out: list = []
-        ring.reap(out)
+        reap(ring, out)
         assert sorted(out) == [(21, 0), (22, 0), (23, 0)]
     finally:
         os.dup2(saved, ring_fd)  # the ring's own number again, so that close() tears down
@@ -81,7 +83,7 @@ def test_a_full_sq_is_submitted_by_queue_and_nothing_is_lost():
         assert ring.sq_ready() == 2
         ring.submit()
         out: list = []
-        ring.reap(out)
+        reap(ring, out)
         assert sorted(ud for ud, _ in out) == list(range(100, 110))
     finally:
         ring.close()
@@ -128,11 +130,11 @@ def test_a_long_turn_submits_before_it_ends():
     seen: list[int] = []
 
     async def nop() -> None:
-        await perform(Op(uring.prep_nop))
+        await Op(uring.prep_nop)
 
     async def last() -> None:
         seen.append(_local.engine.ring.cq_ready())
-        await perform(Op(uring.prep_nop))
+        await Op(uring.prep_nop)
 
     async def main() -> None:
         # Spawned before main awaits: all n + 1 run in the next turn of this one context.

@@ -174,3 +174,84 @@ def test_tc_run_leaves_a_custom_sigint_handler_alone():
         assert seen == [signal.SIGINT] and signal.getsignal(signal.SIGINT) is handler
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# -- a task that stays ready never keeps a stopping context alive -------------------------------
+async def _stubborn(log: list[str], started: "tc.Event") -> None:
+    """Ignores every cancellation and stays ready forever: only closing its coroutine ends it."""
+    started.set()
+    try:
+        while True:
+            try:
+                await tc.yield_now()
+            except tc.Cancelled:
+                log.append("ignored a cancel")
+    finally:
+        log.append("closed")
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_with_a_task_that_stays_ready_still_returns(contexts):
+    """After Ctrl-C the tasks get INTERRUPT_UNWIND seconds; one still running then is closed.
+    A context whose ready queue never empties used to go on running it forever (the hang
+    seen in CI's pure run), and tc.run never returned."""
+    log: list[str] = []
+
+    async def main():
+        started = tc.Event()
+        t = tc.spawn(_stubborn(log, started))
+        await started.wait()
+        os.kill(os.getpid(), signal.SIGINT)
+        await t
+
+    fds = open_fds()
+    with pytest.raises(KeyboardInterrupt):
+        tc.run(main(), contexts=contexts)
+    assert "ignored a cancel" in log and log[-1] == "closed"
+    assert not tinycoro_threads() and open_fds() == fds
+
+
+@pytest.mark.timeout(30)
+def test_stop_past_its_timeout_closes_a_task_that_stays_ready(contexts):
+    log: list[str] = []
+    sched = tc.Scheduler(contexts).start()
+    started = threading.Event()
+
+    async def main():
+        ev = tc.Event()
+        t = tc.spawn(_stubborn(log, ev))
+        await ev.wait()
+        started.set()
+        await t
+
+    sched.submit(main())
+    assert started.wait(10)
+    sched.stop(timeout=0.05)
+    assert "ignored a cancel" in log and log[-1] == "closed"
+    assert not tinycoro_threads()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_at_start_up_under_load_unwinds_every_task(contexts, monkeypatch):
+    """The start-up interrupt, repeated with the GIL handed over every 10 us: a task a
+    context spawns on itself while the shutdown cancels (its unlocked accepting check) must
+    be cancelled too, so its finally block runs, and no context runs on for ever. Bounded by
+    count, not time."""
+    from helpers.runtime import switch_interval
+
+    start_threads = tc.Scheduler._start_threads
+
+    def start_then_interrupt(self):
+        start_threads(self)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(tc.Scheduler, "_start_threads", start_then_interrupt)
+    with switch_interval(1e-5):
+        for _ in range(20):
+            log: list[str] = []
+            with pytest.raises(KeyboardInterrupt):
+                tc.run(_workers(6, log), contexts=contexts)
+            started = {e.split()[1] for e in log if e.startswith("started ")}
+            finished = {e.split()[1] for e in log if e.startswith("finally ") and e != "finally main"}
+            assert started == finished
+    assert not tinycoro_threads()

@@ -133,18 +133,24 @@ class ResourceOp(Op):
 
 
 async def close_fd(fd: int) -> None:
-    """Close *fd* with an io_uring close, and with ``os.close`` when that close did not run.
+    """Close *fd* with an io_uring close, and with ``os.close`` only when that close certainly
+    did not run.
 
-    The io_uring close does not happen when the task is interrupted before its SQE reaches the
-    ring (a second ``cancel()``, ``stop(timeout=0)``, the shutdown after DeadlockError) or when
-    the kernel cancels it; the descriptor is then closed synchronously (closing a file or a
-    socket does not block) and the interrupt goes on (rule 10: a close always releases
-    its descriptor). A successful io_uring close is never followed by ``os.close``, which could
-    hit another file that reused the number. In a task its scheduler abandons (stop past its
-    timeout, DeadlockError), the close is ``os.close`` at once: no await can suspend there.
+    Once its SQE reached the ring, the kernel's close may have released the number, even when
+    it then reports a failure (a close that fails with EINTR or EIO has released it too), and
+    another thread may own the number a moment later: a second close could end that thread's
+    file. So after the op entered the ring, the outcome is the kernel's, whatever arrives in
+    its place; the ring never cancels a close (:meth:`~tinycoro.core.ring.RingOwner.cancel_op`
+    ignores one), so it does run, and an interrupt that arrives meanwhile goes to the next
+    await. Only when the task is interrupted before its SQE is queued (a second ``cancel()``,
+    ``stop(timeout=0)``, the shutdown after DeadlockError) is the descriptor closed here
+    synchronously (closing a file or a socket does not block), and the interrupt goes on
+    (rule 10: a close always releases its descriptor). In a task its scheduler abandons (stop
+    past its timeout, DeadlockError), the close is ``os.close`` at once: no await can suspend
+    there.
     """
     task = _local.task
-    if task is not None and task._engine.abandoning:
+    if task is not None and task.abandoning():
         # The task is being abandoned (rule 13): its engine has stopped and the await
         # below could not complete. Close here and now, so the finally block runs on.
         try:
@@ -155,13 +161,8 @@ async def close_fd(fd: int) -> None:
     op = Op(prep_close, fd)
     try:
         res = await perform_raw(op)
-    except BaseException as exc:
-        # The interrupt was delivered instead of the close's result: either the op never
-        # reached the ring (ud still 0), or the kernel cancelled it (-ECANCELED). Both leave
-        # fd open. GeneratorExit after the op reached the ring is the one unknown outcome
-        # (the engine drained it at shutdown and closes the coroutine): not closing again is
-        # the safe side there, because the number may already belong to another file.
-        if op.ud == 0 or not isinstance(exc, GeneratorExit):
+    except BaseException:
+        if op.ud == 0:  # interrupted before the op was queued: the kernel never saw the close
             try:
                 os.close(fd)
             except OSError:

@@ -65,6 +65,7 @@ SOURCE_MODULES: tuple[str, ...] = (
     "tinycoro.core.ring",
     "tinycoro.core.traps",
     "tinycoro.core.task",
+    "tinycoro.core.deadlines",
     "tinycoro.core.engine",
     "tinycoro.closing",
     "tinycoro.net.ops",

@@ -40,7 +40,7 @@ from .closing import PendingOps, ResourceOp, close_fd
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
 from .core.local import thread_state as _local
-from .core.traps import Op, Ready, perform, run_outside, yield_now
+from .core.traps import Op, Ready, run_outside, yield_now
 
 __all__ = [
     "AsyncFile",
@@ -663,7 +663,7 @@ async def open(  # noqa: A001
     name = os.fsdecode(raw)
     op = Op(prep_openat, raw, flags, perms, _AT_FDCWD, returns_fd=True)  # keeps `raw` alive
     op.what = name
-    fd = await perform(op)
+    fd = await op
     inline = readable and not direct and _inline_reads(fd)
     return AsyncFile(fd, name, mode, readable, writable, append, direct, inline)
 
@@ -710,7 +710,7 @@ async def stat(path: PathLike, *, follow_symlinks: bool = True) -> os.stat_resul
     flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
     op = Op(prep_statx, buf, raw, flags, uring.STATX_BASIC_STATS, _AT_FDCWD)
     op.what = os.fsdecode(raw)
-    await perform(op)
+    await op
     return _stat_result(buf)
 
 
@@ -719,7 +719,7 @@ async def rename(src: PathLike, dst: PathLike) -> None:
     a, b = path_bytes(src, "src"), path_bytes(dst, "dst")
     op = Op(prep_renameat, a, b, _AT_FDCWD, _AT_FDCWD, 0)
     op.what = os.fsdecode(a)
-    await perform(op)
+    await op
 
 
 async def unlink(path: PathLike) -> None:
@@ -727,7 +727,7 @@ async def unlink(path: PathLike) -> None:
     raw = path_bytes(path)
     op = Op(prep_unlinkat, raw, 0, _AT_FDCWD)
     op.what = os.fsdecode(raw)
-    await perform(op)
+    await op
 
 
 async def rmdir(path: PathLike) -> None:
@@ -735,7 +735,7 @@ async def rmdir(path: PathLike) -> None:
     raw = path_bytes(path)
     op = Op(prep_unlinkat, raw, uring.AT_REMOVEDIR, _AT_FDCWD)
     op.what = os.fsdecode(raw)
-    await perform(op)
+    await op
 
 
 async def mkdir(path: PathLike, mode: int = 0o777) -> None:
@@ -744,4 +744,4 @@ async def mkdir(path: PathLike, mode: int = 0o777) -> None:
     raw = path_bytes(path)
     op = Op(prep_mkdirat, raw, mode, _AT_FDCWD)
     op.what = os.fsdecode(raw)
-    await perform(op)
+    await op

@@ -10,7 +10,7 @@ integration) never reaches for an underscore name of the core.
   event loop's stand-in); :func:`reschedule` / ``waker.wake(value)`` resumes it,
   :func:`interrupt` raises an exception at a task's pending await, ``Task.withdraw`` takes one
   back, ``Task.add_done_callback`` observes the end.
-* Suspending: :func:`park` with a :class:`Park` ticket, :func:`perform` / :func:`perform_raw`
+* Suspending: :func:`park` with a :class:`Park` ticket, ``await op`` / :func:`perform_raw`
   with an io_uring :class:`Op`, :func:`checkpoint_if_cancelled`, and the traps themselves for
   code that drives a task's coroutine by hand (an ``Op``, a ``Park`` or :data:`YIELD`).
 * Where am I: :func:`current_task`, :func:`current_engine`, :data:`thread_state` (the
@@ -42,7 +42,6 @@ from .core.traps import Op as Op
 from .core.traps import Park as Park
 from .core.traps import checkpoint_if_cancelled as checkpoint_if_cancelled
 from .core.traps import park as park
-from .core.traps import perform as perform
 from .core.traps import perform_raw as perform_raw
 
 __all__ = [
@@ -63,7 +62,6 @@ __all__ = [
     "interrupt",
     "outside_engine",
     "park",
-    "perform",
     "perform_raw",
     "protect_package",
     "reschedule",

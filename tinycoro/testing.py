@@ -20,7 +20,7 @@ __all__ = ["is_blocked", "wait_blocked"]
 
 def is_blocked(task: Task) -> bool:
     """True while *task* is suspended on an I/O operation, a timer or a primitive."""
-    return isinstance(task._waiting, (Op, Park)) and not task.done()
+    return isinstance(task.waiting_on(), (Op, Park)) and not task.done()
 
 
 class _Watch:
@@ -67,7 +67,7 @@ async def wait_blocked(*tasks: Task, seconds: float = 30.0) -> None:
     if all(is_blocked(t) for t in tasks):
         return
     watch = _Watch(tasks, thread_state.task)
-    for engine in {t._engine for t in tasks}:
+    for engine in {t.engine for t in tasks}:
         engine.call_soon(engine.watch_blocked, watch)
     try:
         async with timeout(seconds):

@@ -5,7 +5,7 @@ Everything above this module speaks in terms of :class:`Ring` (one io_uring inst
 eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
 
 There are two rings with one interface. ``CRing`` compiles the per-operation methods
-(``get_sqe``, ``submit``, ``reap``, ...) in ``tinycoro/_cring.pyx``, which cimports the binding's
+(``get_sqe``, ``submit``, ``complete``, ...) in ``tinycoro/_cring.pyx``, which cimports the binding's
 declarations and so pays no Python call per completion; ``PyRing`` is the same in pure Python.
 ``Ring`` is ``CRing`` when the extension was built, else ``PyRing``; ``TINYCORO_PURE=1``
 forces ``PyRing`` (:mod:`tinycoro.compiled` makes that choice for every compiled module).
@@ -267,8 +267,9 @@ class _Lifecycle:
 #: kernel whose multishot recv misbehaves); read when a ring is created.
 MULTISHOT_ENV = "TINYCORO_MULTISHOT"
 #: The provided buffers of a ring's multishot recvs: how many and how large. 16 KiB holds the
-#: usual message whole; a larger one arrives in several CQEs, each queued on its stream as a
-#: chunk. 64 x 16 KiB = 1 MiB of address space per ring, touched only as data arrives.
+#: usual message whole; a larger one arrives in several CQEs, queued as chunks, and each recv
+#: returns one chunk (at most its max_bytes of it), as a single recv returns what one read
+#: gave. 64 x 16 KiB = 1 MiB of address space per ring, touched only as data arrives.
 MULTISHOT_BUFFERS = 64
 MULTISHOT_BUFFER_SIZE = 16384
 #: ``TINYCORO_MULTISHOT_BUFFERS=N`` sets how many buffers a ring's pool holds (a power of two,
@@ -359,23 +360,6 @@ class PyRing(_Lifecycle):
         return _sq_ready(self._ring)
 
     # -- completion ---------------------------------------------------------------------------
-    def reap(self, out: list) -> int:
-        """Append ``(user_data, res)`` for each ready CQE to *out*; return how many.
-
-        Every attribute read is a call into the binding (~0.28 us here), so only what the
-        engine uses is read: no ``flags`` until multishot operations need them.
-        """
-        ring = self._ring
-        cqe = self._cqe
-        peek = _peek_cqe
-        seen = _cqe_seen
-        n = 0
-        while peek(ring, cqe) == 0:
-            out.append((cqe.user_data, cqe.res))
-            seen(ring, cqe)
-            n += 1
-        return n
-
     def complete(self, inflight: dict, done: list, shots: list) -> int:
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
         CQEs were reaped (the completion contract in the module doc). *shots* stays empty:

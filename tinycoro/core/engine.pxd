@@ -5,6 +5,7 @@
 
 cimport cython
 
+from .deadlines cimport Deadlines
 from .ring cimport RingOwner
 from .task cimport Task
 from .traps cimport Op, Park
@@ -34,9 +35,7 @@ cdef class Engine(RingOwner):
     cdef public double sleep_total
     cdef public double sleep_since
     cdef public tuple _samples
-    cdef public list _deadlines
-    cdef public Py_ssize_t _dead_deadlines
-    cdef public object _deadline_seq
+    cdef public Deadlines deadlines
     cdef public object _poller
     cdef public list watchers
     cdef public object thread_ident

@@ -58,8 +58,6 @@ Seams (what other layers may call; everything else here is private):
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 import select
@@ -71,10 +69,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
 from .errors import Cancelled, asyncio_in_task
+from .deadlines import Deadlines
 from .timeshare import STEP as BUSY_STEP
-from .timeshare import awake_share, keep
-from .stats import FailureInfo, TaskInfo
-from .waits import SLEEP, park_words
+from .timeshare import keep
+from .stats import FailureInfo
 from .local import _local
 from .ring import RingOwner
 from .task import DONE, Task, describe
@@ -164,11 +162,8 @@ class Engine(RingOwner):
         # BUSY_STEP apart and covering the last second, replaced as one tuple so that a
         # reader on another thread sees them whole: busy() is a pure function of them.
         self._samples: tuple[tuple[float, float], ...] = ((_perf(), 0.0),)
-        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine: a heap of
-        # [when, seq, scope]; a removed entry has scope None and stays until it surfaces.
-        self._deadlines: list[list] = []
-        self._dead_deadlines = 0
-        self._deadline_seq = itertools.count()
+        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine.
+        self.deadlines = Deadlines()
         self._poller: select.poll | None = None
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self.thread_ident: int | None = None
@@ -201,6 +196,11 @@ class Engine(RingOwner):
             except OSError:
                 pass
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` released the ring and eventfd: the engine cannot run again."""
+        return self.ring.closed
+
     def request_stop(self) -> None:
         self.stop_requested = True
         self.wake()
@@ -223,6 +223,7 @@ class Engine(RingOwner):
         ready = self.ready
         calls = self.calls
         step = self._step
+        deadlines = self.deadlines
         # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
         scheduler = None if self.guest else self.scheduler
         try:
@@ -242,14 +243,19 @@ class Engine(RingOwner):
                     self._submit()
                 if self.inflight or self.own_inflight:
                     self._reap()
-                if self._deadlines:
-                    self._fire_deadlines()
+                if deadlines.heap:
+                    deadlines.fire()
                 if until is not None and until._state is DONE:
                     return
-                if ready or calls:
-                    continue
+                # A stop is obeyed before more ready work: the scheduler asks for it once every
+                # context is idle, or once the tasks it cancelled had their time to unwind
+                # (stop(timeout), Ctrl-C). A task still ready then (one that ignores its
+                # cancel and keeps yielding) would otherwise keep this loop turning for ever;
+                # abandon() below closes it instead (rule 13).
                 if self.stop_requested:
                     break
+                if ready or calls:
+                    continue
                 # An operation that completes many times (RingOwner.arm) stays in flight while
                 # nobody waits on it: that is no work, so it does not keep the context busy.
                 if scheduler is not None and not self.parked and (
@@ -292,8 +298,8 @@ class Engine(RingOwner):
                 return
             self.sleep_since = t0 = _perf()
             try:
-                if self._deadlines and not draining:
-                    when = self._fire_deadlines()
+                if self.deadlines.heap and not draining:
+                    when = self.deadlines.fire()
                     if not self.calls:  # a deadline that just fired queued its delivery
                         self._block_until(when)
                 else:
@@ -311,51 +317,19 @@ class Engine(RingOwner):
             ring.notify_on(False)
             self.sleeping = False
 
-    # -- deadlines (tc.timeout) -------------------------------------------------------------
+    # -- deadlines (tc.timeout): the heap is core/deadlines.py's ----------------------------
     def add_deadline(self, when: float, scope: Any) -> list:
         """Call ``scope._fire()`` on this engine's thread once ``perf_counter()`` passes
         *when*; owner thread only. Returns the entry for :meth:`remove_deadline`."""
-        entry = [when, next(self._deadline_seq), scope]
-        heapq.heappush(self._deadlines, entry)
-        return entry
+        return self.deadlines.add(when, scope)
 
     def remove_deadline(self, entry: list) -> None:
-        """Forget a deadline (its scope exited); owner thread only. Lazy: the entry is marked
-        and dropped when it surfaces, or all at once when the dead outnumber the live."""
-        if entry[2] is None:
-            return
-        entry[2] = None
-        self._dead_deadlines += 1
-        heap = self._deadlines
-        if self._dead_deadlines > 64 and 2 * self._dead_deadlines > len(heap):
-            heap[:] = [e for e in heap if e[2] is not None]
-            heapq.heapify(heap)
-            self._dead_deadlines = 0
+        """Forget a deadline (its scope exited); owner thread only."""
+        self.deadlines.remove(entry)
 
     def has_deadlines(self) -> bool:
         """True while a scope's deadline is pending here (the deadlock watchdog asks)."""
-        return len(self._deadlines) > self._dead_deadlines
-
-    def _fire_deadlines(self) -> float | None:
-        """Fire every deadline that has passed; return the next one, or None."""
-        heap = self._deadlines
-        now = _perf()
-        while heap:
-            entry = heap[0]
-            scope = entry[2]
-            if scope is None:
-                heapq.heappop(heap)
-                self._dead_deadlines -= 1
-                continue
-            if entry[0] > now:
-                return entry[0]
-            heapq.heappop(heap)
-            entry[2] = None
-            try:
-                scope._fire()  # queues the scope's interrupt on its task (call_soon)
-            except BaseException:  # noqa: BLE001 - one broken scope must not stop the others
-                log.exception("while firing the deadline of %r", scope)
-        return None
+        return self.deadlines.pending()
 
     def _block_until(self, when: float | None) -> None:
         """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
@@ -402,33 +376,38 @@ class Engine(RingOwner):
         self.inline_left = INLINE_BUDGET
         waiting = task._waiting
         if waiting is None:
-            if task._interrupts is not None and task._exc is None:
+            if task._interrupts is not None and task._resume_exc is None:
                 # Not started yet, or resumed after yield_now: that is its pending await.
-                task._exc = task._take_interrupt()
+                task._resume_exc = task._take_interrupt()
         else:
             task._waiting = None
             if type(waiting) is Park:
                 del self.parked[task]
-                if task._interrupts is not None and task._exc is None and waiting.undo is not None:
+                if task._interrupts is not None and task._resume_exc is None and waiting.undo is not None:
                     # Woken with something handed over (a lock, a permit) after a cancel was
                     # requested: give it back and deliver the cancellation instead.
                     exc = task._take_interrupt()
                     if exc is not None:
-                        waiting.undo(task._value)
-                        task._exc = exc
+                        try:
+                            waiting.undo(task._resume_value)
+                        except (KeyboardInterrupt, SystemExit):
+                            raise
+                        except BaseException as e:  # noqa: BLE001 - rule 17: reported
+                            self._hook_failed(task, waiting.undo, e)
+                        task._resume_exc = exc
             # Let go of it before the task runs: a join's Park holds the joined task, which
             # this frame would otherwise keep alive for the whole step.
             waiting = None
         try:
             # Every step runs inside the task's own contextvars.Context (rule 9), as asyncio's
             # tasks do: context variables follow the task across awaits and contexts.
-            exc = task._exc
+            exc = task._resume_exc
             if exc is None:
-                value = task._value
-                task._value = None
+                value = task._resume_value
+                task._resume_value = None
                 y = task._context.run(task._coro.send, value)
             else:
-                task._exc = None
+                task._resume_exc = None
                 y = task._context.run(task._coro.throw, exc)
         except StopIteration as e:
             self._finish(task, e.value, None)
@@ -440,7 +419,7 @@ class Engine(RingOwner):
             self._start(task, y)
         elif y is YIELD:
             if task._interrupts is not None:
-                task._exc = task._take_interrupt()
+                task._resume_exc = task._take_interrupt()
             self.ready.append(task)
         elif type(y) is Park:
             self._park(task, y)
@@ -451,20 +430,20 @@ class Engine(RingOwner):
         if task._interrupts is not None:  # interrupted before the op reached the ring
             exc = task._take_interrupt()
             if exc is not None:
-                task._exc = exc
+                task._resume_exc = exc
                 self.ready.append(task)
                 return
         # RingOwner._enter, written out: calling it costs ~470 instructions per operation
-        # (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on echo). The
-        # slow paths stay RingOwner's (_queue_failed). Keep the two in step; once the core
-        # is compiled (rule 14) this becomes the inline call.
+        # interpreted (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on
+        # echo), and the pure runtime runs this same source. The slow paths stay RingOwner's
+        # (_queue_failed). Keep the two in step.
         op.ud = ud = next(self._ids)
         try:
             self.ring.queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
-                task._exc = error
+                task._resume_exc = error
                 self.ready.append(task)
                 return
         else:
@@ -479,8 +458,8 @@ class Engine(RingOwner):
             self._submit()
 
     def _park(self, task: Task, ticket: Park) -> None:
-        if task._interrupts is not None and ticket.abort():
-            task._exc = task._take_interrupt()
+        if task._interrupts is not None and self._abort(task, ticket):
+            task._resume_exc = task._take_interrupt()
             self.ready.append(task)
             return
         self.parked[task] = ticket
@@ -493,7 +472,7 @@ class Engine(RingOwner):
             exc = asyncio_in_task(task.name, "a bare `yield` (asyncio.sleep(0) does that)")
         else:
             exc = TypeError(f"{task.name} yielded {y!r}, which is not a tinycoro trap")
-        task._exc = exc
+        task._resume_exc = exc
         self.ready.append(task)
 
     def _finish(
@@ -508,6 +487,44 @@ class Engine(RingOwner):
         if report and exc is not None and not observed and not self.guest:
             if not isinstance(exc, Cancelled):
                 self._report_failure(task, exc)
+
+    def report_callback_error(self, task: Task, callback: Any, exc: BaseException) -> None:
+        """A done callback of *task* raised *exc* (rule 17); any thread. Said the way an
+        unobserved failure is said when no ``failure_hook`` is set (the "tinycoro" logger,
+        with the traceback), inside the task's ``contextvars.Context`` so that a notebook
+        shows it in the cell that spawned the task. Not counted in ``failed``: the task's own
+        outcome is unchanged, and the caller carries on with the other callbacks."""
+        exc_info = (type(exc), exc, exc.__traceback__)
+        try:
+            task._context.run(
+                log.error, "done callback %r of %s raised", callback, describe(task),
+                exc_info=exc_info,
+            )
+        except BaseException:  # noqa: BLE001 - a broken handler must not take the context down
+            pass
+
+    def _abort(self, task: Task, ticket: Park) -> bool:
+        """``ticket.abort()``: take the cancelled *task* off its waiter list. The hook is the
+        primitive's (or a task's own, through tinycoro.lowlevel): if it raises, that is
+        reported with the task and counts as "a wake is on its way" (rule 17), so the task
+        stays parked, its interrupt pending for the await after the wake."""
+        try:
+            return ticket.abort()
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - reported; the context carries on
+            self._hook_failed(task, ticket.abort, e)
+            return False
+
+    def _hook_failed(self, task: Task, hook: Any, exc: BaseException) -> None:
+        """A park's wake hook (``abort``, ``undo``) raised (rule 17): say so with the task."""
+        try:
+            log.error(
+                "wake hook %r of %s raised", hook, describe(task),
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
+        except BaseException:  # noqa: BLE001 - a broken handler must not take the context down
+            pass
 
     def _report_failure(self, task: Task, exc: BaseException) -> None:
         """A task failed with nobody awaiting it: count it, remember it, and say so now
@@ -542,12 +559,12 @@ class Engine(RingOwner):
                 # cancelled by cancel_op (a resource closed) has no interrupt: it gets res.
                 exc = task._take_interrupt()
                 if exc is not None:
-                    task._exc = exc
+                    task._resume_exc = exc
                 else:
-                    task._value = res
+                    task._resume_value = res
                 append(task)
             else:
-                task._value = res
+                task._resume_value = res
                 append(task)
 
     def _wait_for_cqe(self) -> None:
@@ -563,9 +580,9 @@ class Engine(RingOwner):
             # has not stepped yet is finished, and the interrupt goes to the next await.
             if self.inflight.get(waiting.ud) is waiting:
                 self._cancel_op(waiting)
-        elif type(waiting) is Park and task._exc is None:
-            if waiting.abort():
-                task._exc = task._take_interrupt()
+        elif type(waiting) is Park and task._resume_exc is None:
+            if self._abort(task, waiting):
+                task._resume_exc = task._take_interrupt()
                 self.ready.append(task)
         # Otherwise the task is ready or running: the next trap it yields delivers it.
 
@@ -614,8 +631,7 @@ class Engine(RingOwner):
                 _local.engine = None
             self.live.clear()
             self.ready.clear()  # a wake that was on its way for an abandoned task
-            self._deadlines.clear()
-            self._dead_deadlines = 0
+            self.deadlines.clear()
             self.watchers.clear()
 
     def _close_coro(self, task: Task) -> None:
@@ -666,7 +682,7 @@ class Engine(RingOwner):
                     break
                 time.sleep(0)
             if ticket.undo is not None:
-                ticket.undo(task._value)
+                ticket.undo(task._resume_value)
         except BaseException:  # noqa: BLE001 - never stop the others' cleanup
             log.exception("while taking %s off %r", describe(task), ticket.what)
 
@@ -679,45 +695,7 @@ class Engine(RingOwner):
         with self._wake_lock:
             self.ring.close()
 
-    # -- statistics (any thread; plain reads of counters) -------------------------------------
-    def task_infos(self, now: float) -> list[TaskInfo]:
-        """What each live task is doing, read from another thread without locks: a snapshot
-        that may be a step behind, never an inconsistent object. The words are built here,
-        by the caller (core/waits.py), so describing waits costs the engine nothing."""
-        ready = {id(t) for t in list(self.ready)}
-        out = []
-        for t in list(self.live):
-            waiting = t._waiting
-            try:
-                if isinstance(waiting, Op):
-                    sleep = getattr(waiting.prep, "__name__", "") == SLEEP
-                    state, what = ("sleeping" if sleep else "io"), waiting.describe()
-                elif type(waiting) is Park:
-                    if isinstance(waiting.what, Op):  # the next CQE of an op in flight for
-                        # several awaits (one that completes many times, RingOwner.arm): I/O
-                        state, what = "io", waiting.what.describe()
-                    else:
-                        state, what = "parked", park_words(waiting.what)
-                else:
-                    state, what = ("ready" if id(t) in ready else "running"), ""
-            except Exception as e:  # noqa: BLE001 - a snapshot never fails for a description
-                state, what = "parked" if type(waiting) is Park else "io", type(e).__name__
-            out.append(TaskInfo(t.id, t.name, self.id, state, what, max(0.0, now - t._born)))
-        return out
-
-    def sleeps(self) -> int:
-        """Tasks in a ``tc.sleep`` now (timers in flight): counted when asked, any thread."""
-        return sum(
-            1 for op in list(self.inflight.values())
-            if getattr(op.prep, "__name__", "") == SLEEP
-        )
-
-    def busy(self, now: float) -> float:
-        """Share of the last second (up to *now*, a perf_counter() reading) that this engine
-        spent awake, running tasks, in [0, 1]; any thread, no side effect
-        (:mod:`tinycoro.core.timeshare`)."""
-        return awake_share(self._samples, self.sleep_total, self.sleep_since, now)
-
+    # -- statistics: read from other threads (core/readers.py), except this dispatch key -------
     def load(self) -> int:
         return len(self.ready) + len(self.inflight) + len(self.parked)
 

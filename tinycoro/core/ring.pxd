@@ -3,6 +3,7 @@
 # Attributes are public: the asyncio host (a Python subclass) and statistics read them.
 
 cdef object _prep_cancel
+cdef object _prep_close
 cdef object _SKIP_UD
 cdef object _RingBusy
 cdef object _ENOBUFS

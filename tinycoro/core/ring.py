@@ -32,7 +32,7 @@ table (user_data -> op) and does, once for both:
 The subclass provides ``_deliver`` and ``_wait_for_cqe``, and submits when it sees fit (the
 engine at the end of a turn, the host in a loop callback). Everything here runs on the thread
 that owns the ring (rule 2). Plain class, ``__slots__``, no closures: the hot calls (start and
-reap) stay cheap; this module is compiled with ``ring.pxd`` beside it (rule 14).
+reap) stay cheap, and they are compiled from this source with ``ring.pxd`` beside it (rule 14).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ __all__ = ["IoRing", "MultiOp", "RingOwner"]
 
 log = logging.getLogger("tinycoro")
 _prep_cancel = uring.prep_cancel
+_prep_close = uring.prep_close
 _SKIP_UD = uring.SKIP_UD
 _RingBusy = uring.RingBusy
 _ENOBUFS = -errno.ENOBUFS
@@ -109,6 +110,12 @@ class IoRing(Protocol):
 
     def notify_on(self, enabled: bool) -> None:
         """Let completions write the eventfd, or not."""
+
+    def multishot_ready(self) -> bool:
+        """Whether a multishot receive can be armed on this ring now."""
+
+    def multishot_refused(self) -> None:
+        """The kernel refused a multishot receive: use single receives from now on."""
 
     def close(self) -> None: ...
 
@@ -179,6 +186,12 @@ class RingOwner:
         self.inflight[ud] = op
         return None
 
+    def start_op(self, op: Any, waiter: Any) -> BaseException | None:
+        """Owner thread: start *op* on this ring with *waiter* as ``op.task`` (what
+        :meth:`_deliver` resumes), for a layer that drives an op itself instead of yielding
+        it from a task (a stream's receive that stays in flight); see :meth:`_enter`."""
+        return self._enter(op, waiter)
+
     def _queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> BaseException | None:
         """Queue one SQE on the ring; return what ``prep`` raised, if it did."""
         try:
@@ -224,6 +237,16 @@ class RingOwner:
             if rearm:
                 self.rearms += 1
         return error
+
+    def multishot_ready(self) -> bool:
+        """Whether this ring can arm a multishot receive now (a compiled ring with its
+        provided-buffer pool, on a kernel that has not refused one)."""
+        return self.ring.multishot_ready()
+
+    def multishot_refused(self) -> None:
+        """The kernel refused a multishot receive (-EINVAL: an old kernel): from now on this
+        ring receives with single recvs."""
+        self.ring.multishot_refused()
 
     def waited_inflight(self) -> int:
         """Operations in flight that someone waits on: every op of the table but a
@@ -309,13 +332,19 @@ class RingOwner:
         The seam the I/O layer uses when a resource is closed under an operation that another
         task awaits (rule 10). The op's waiter then sees ``-ECANCELED`` as its result (or
         the op's real result if it completed first); no interrupt is delivered to it.
+        A close is never cancelled (see :meth:`_cancel_op`).
         """
         if op.ud and self.inflight.get(op.ud) is op:
             self._cancel_op(op)
 
     def _cancel_op(self, op: Any) -> None:
-        """Queue an async-cancel of *op* (in flight here), once."""
-        if op.cancelling:
+        """Queue an async-cancel of *op* (in flight here), once.
+
+        Never for a close: whether a cancelled close released its number cannot be told
+        from its result (a close that fails may have released it), and a close does not
+        wait on anything, so it is left to complete; an interrupt waiting for its task goes
+        to the next await (``tinycoro.closing.close_fd`` relies on this)."""
+        if op.cancelling or op.prep is _prep_close:
             return
         op.cancelling = True
         error = self._queue(_prep_cancel, (op.ud, 0), _SKIP_UD)

@@ -28,7 +28,7 @@ import time
 import types
 from typing import Any, Callable, Coroutine
 
-from . import ki, traps
+from . import ki, readers, traps
 from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
 from .errors import DeadlockError
@@ -375,10 +375,19 @@ class Scheduler:
             self._accepting = False
         if self._threads and cancel_timeout > 0:
             deadline = time.monotonic() + cancel_timeout
-            for e in self._engines:
-                for task in list(e.live):
-                    task.cancel()
-            while any(e.live for e in self._engines) and time.monotonic() < deadline:
+            cancelled: set[Task] = set()
+            while True:
+                # Each pass cancels, once, every task that is live now: a task a context
+                # spawns on itself checks _accepting without the lock, so it may become live
+                # just after an earlier pass, and left uncancelled it would run on until the
+                # deadline and be closed instead of unwinding.
+                for e in self._engines:
+                    for task in list(e.live):
+                        if task not in cancelled:
+                            cancelled.add(task)
+                            task.cancel()
+                if not any(e.live for e in self._engines) or time.monotonic() >= deadline:
+                    break
                 if self._crash is not None:
                     break
                 time.sleep(0.002)  # shutdown path only: tasks are unwinding their finally blocks
@@ -449,11 +458,11 @@ class Scheduler:
                 io_inflight=len(e.inflight),
                 parked=len(e.parked),
                 tasks_run=e.tasks_run,
-                busy=e.busy(now) if running else 0.0,
+                busy=readers.busy(e, now) if running else 0.0,
                 stop_flag=e.stop_flag,
                 sleeping=e.sleeping,
                 ops=e.ops,
-                sleeps=e.sleeps(),
+                sleeps=readers.sleeps(e),
                 timers=e.timers,
                 multishot_enobufs=e.nobufs_endings,
                 multishot_rearms=e.rearms,
@@ -472,7 +481,7 @@ class Scheduler:
         """A snapshot of every live task (id, name, context, state, what it waits on, age),
         oldest first; any thread."""
         now = time.perf_counter()
-        infos = [i for e in self._engines for i in e.task_infos(now)]
+        infos = [i for e in self._engines for i in readers.task_infos(e, now)]
         infos.sort(key=lambda i: i.id)
         return tuple(infos)
 

@@ -9,8 +9,8 @@ cdef class Task:
     cdef public object name
     cdef public object _engine
     cdef public object _state
-    cdef public object _value
-    cdef public object _exc
+    cdef public object _resume_value
+    cdef public object _resume_exc
     cdef public object _result
     cdef public object _exception
     cdef public object _waiting

@@ -82,8 +82,8 @@ class Task:
         "name",
         "_engine",
         "_state",
-        "_value",
-        "_exc",
+        "_resume_value",
+        "_resume_exc",
         "_result",
         "_exception",
         "_waiting",
@@ -116,8 +116,8 @@ class Task:
         self.name: str = name
         self._engine = engine
         self._state = PENDING
-        self._value: Any = None  # sent into the coroutine at its next step
-        self._exc: BaseException | None = None  # thrown into it instead, if set
+        self._resume_value: Any = None  # sent into the coroutine at its next step
+        self._resume_exc: BaseException | None = None  # thrown into it instead, if set
         self._result: Any = None
         self._exception: BaseException | None = None
         self._waiting: Any = None  # the Op or Park it is suspended on, for cancel and reports
@@ -193,6 +193,23 @@ class Task:
         return f"<Task {self.id} {self.name!r} on context {self._engine.id}: {state}>"
 
     # -- low level (tinycoro.lowlevel; docs/lowlevel.md) ----------------------------------------
+    @property
+    def engine(self) -> "Engine":
+        """The engine this task belongs to for life (rule 1): where its deadlines are kept
+        and its calls run (``engine.call_soon``)."""
+        return self._engine
+
+    def waiting_on(self) -> Any:
+        """The ``Op`` or ``Park`` the task is suspended on; None while it is ready or
+        running (read from any thread: a snapshot)."""
+        return self._waiting
+
+    def abandoning(self) -> bool:
+        """True while this task's engine abandons it (a shutdown closes its coroutine, rule
+        13): an await can no longer suspend, so a ``finally`` block that releases a resource
+        must do it synchronously (``tinycoro.closing.close_fd``)."""
+        return self._engine.abandoning
+
     def wake(self, value: Any = None) -> None:
         """Resume this parked task with *value* (what its ``park`` returns), on its own context.
         Any thread; at most once per park, by whoever took the task off its waiter list.
@@ -200,7 +217,7 @@ class Task:
         The :class:`Waker` protocol's one method: a primitive wakes whatever stands on its
         waiter list this way, a Task or another event loop's stand-in (``tc.aio``).
         """
-        self._value = value
+        self._resume_value = value
         self._engine.push(self)
 
     def interrupt(self, exc: BaseException) -> bool:
@@ -267,13 +284,26 @@ class Task:
 
     def add_done_callback(self, fn: Callable[["Task"], None]) -> None:
         """Call ``fn(task)`` when the task is done (on the task's context, right after its
-        last step), or now if it is done already. *fn* must not block or raise."""
+        last step), or now if it is done already. *fn* must not block. If it raises, the
+        error is reported with the task and the other callbacks and joiners still run
+        (rule 17), as asyncio reports a raising callback through its exception handler."""
         with self._lock:
             joiners = self._joiners  # None once DONE (set under this lock)
             if joiners is not None:
                 joiners.append(fn)
         if joiners is None:
+            self._run_callback(fn)
+
+    def _run_callback(self, fn: Callable[["Task"], None]) -> None:
+        """``fn(self)``; what it raises is reported, not passed on (rule 17): a callback runs
+        inside the runtime's own frames, where a raise would end the context. As in asyncio,
+        KeyboardInterrupt and SystemExit are the exceptions: they go on."""
+        try:
             fn(self)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - reported with the task; the others run on
+            self._engine.report_callback_error(self, fn, e)
 
     def _finish(self, result: Any, exc: BaseException | None) -> bool:
         """Runtime internal: record the outcome and wake every joiner on its own context (owner
@@ -286,11 +316,18 @@ class Task:
             self._state = DONE
             joiners, self._joiners = self._joiners, None
         assert joiners is not None  # a task finishes once
+        escaped: BaseException | None = None
         for j in joiners:
             if isinstance(j, Task):
                 j.wake(None)
             else:
-                j(self)
+                try:
+                    self._run_callback(j)
+                except BaseException as e:  # KeyboardInterrupt, SystemExit: after the others
+                    if escaped is None:
+                        escaped = e
+        if escaped is not None:
+            raise escaped
         return bool(joiners)
 
     def __del__(self) -> None:

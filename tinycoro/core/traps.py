@@ -277,16 +277,9 @@ async def await_op(aw: Any) -> Any:
     return await aw
 
 
-def perform(op: Op) -> Op:
-    """*op* itself, the awaitable: ``await perform(op)`` runs it on the current context's ring
-    and returns its result, raising ``OSError`` if < 0 (kept for callers written before ops
-    were awaitable)."""
-    return op
-
-
 def perform_raw(op: Op) -> _Raw:
-    """Like :func:`perform` but the awaited result is the negative errno instead of an
-    exception (timeouts)."""
+    """``await perform_raw(op)``: run *op* like ``await op``, but the result is the negative
+    errno instead of an exception (a timeout's ``-ETIME``, a close's outcome)."""
     return _Raw(op)
 
 

@@ -121,7 +121,7 @@ class MultishotRecv(ResourceOp):
         elif res == _EINVAL and not self.queue and not self.queued:
             # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
             # ring receives with single recvs from now on; the waiting recv takes that path.
-            self.engine.ring.multishot_refused()
+            self.engine.multishot_refused()
         elif res < 0 and res != _ENOBUFS and res != _ECANCELED:
             self.queue.append(res)  # an error, raised when a recv reaches it
         if more:
@@ -188,7 +188,7 @@ class MultishotRecv(ResourceOp):
                         # far come first), then armed on this one
                         self.stopping = True
                         stop = self.engine
-                elif engine is None or not engine.ring.multishot_ready():
+                elif engine is None or not engine.multishot_ready():
                     return (yield from self._single(engine))
                 else:
                     self._arm(engine)

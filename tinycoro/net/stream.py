@@ -16,7 +16,7 @@ from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
 from ..closing import ResourceOp
 from ..core.checks import check_int
-from ..core.traps import Op, Ready, perform
+from ..core.traps import Op, Ready
 from ..uring import prep_connect, prep_send, prep_shutdown, prep_splice
 from . import multishot
 from .base import SocketBase
@@ -174,7 +174,7 @@ class Stream(SocketBase):
             move = uring.SPLICE_F_MOVE
             while count is None or total < count:
                 want = size if count is None else min(size, count - total)
-                n = await perform(Op(prep_splice, ffd, offset + total, pw, -1, want, move))
+                n = await Op(prep_splice, ffd, offset + total, pw, -1, want, move)
                 if n == 0:
                     break  # EOF
                 moved = 0
@@ -220,7 +220,7 @@ async def connect(
             addr = uring.sockaddr_in(family, numeric, port)
             op = Op(prep_connect, sock.fileno(), addr)  # the op keeps `addr` alive
             op.what = f"{host}:{port}"
-            await perform(op)
+            await op
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             break
         except OSError:
@@ -257,7 +257,7 @@ async def connect_unix(path: Any) -> UnixStream:
     try:
         op = Op(prep_connect, sock.fileno(), uring.sockaddr_un(raw))
         op.what = os.fsdecode(raw)
-        await perform(op)
+        await op
     except BaseException:
         sock.close()
         raise
