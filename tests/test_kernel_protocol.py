@@ -379,7 +379,7 @@ def test_tasks_words_in_a_real_kernel(tc_kernel):
 def test_cells_queued_while_an_awaiting_cell_runs_run_after_it_in_order(tc_kernel):
     """Run All sends every execute_request at once: while the first cell awaits (its turns of
     the kernel's loop step asyncio tasks), the queued requests wait for it, and each runs in
-    its own cell. Issue 21: they failed with "cannot enter context" and never ran."""
+    its own cell. They once failed with "cannot enter context" and never ran."""
     cells = [
         "await tc.sleep(0.3)\nprint('first')",
         "print('second')",

@@ -1,4 +1,4 @@
-"""The per-request paths of a stream (issue 11): the guarantees any faster send or recv must
+"""The per-request paths of a stream: the guarantees any faster send or recv must
 keep. Bytes stay in order across sends that fit the socket buffer and sends that must wait;
 errors keep their errno; close and cancel end what waits; one stream serves tasks on every
 context; exactly one task at a time may receive."""

@@ -1,5 +1,5 @@
-"""What an abandoned task owns is released when its scheduler gives up on it (issue 18 item 6,
-rule 13), and two argument checks that used to differ between sibling calls.
+"""What an abandoned task owns is released when its scheduler gives up on it
+(rule 13), and two argument checks that used to differ between sibling calls.
 
 An abandoned task is one the scheduler closes instead of letting it finish: ``tc.run`` raising
 DeadlockError, ``stop()`` past its timeout. Its ``async with`` exits run while the engine shuts
@@ -63,7 +63,7 @@ def _unclean(caplog) -> list[str]:
 
 
 def test_deadlock_error_releases_the_socket_of_a_task_parked_in_async_with(contexts, caplog):
-    # Issue 18 item 6: a task parked forever inside `async with conn:`. tc.run raises
+    # A task parked forever inside `async with conn:`. tc.run raises
     # DeadlockError and closes the coroutine; its `async with` exit awaits conn.close(), which
     # could not suspend there ("coroutine ignored GeneratorExit"). One stream was then closed
     # only by the coroutine's finalizer; of two nested ones the outer stayed open for good and

@@ -1,4 +1,4 @@
-"""TLS streams you can rely on under concurrency, close and timeouts (issue 18, defects 1-5):
+"""TLS streams you can rely on under concurrency, close and timeouts:
 full-duplex transfers, close and listener close ending what waits at once, the errors of a
 closed stream, and a send cut by a timeout refusing further sends instead of corrupting the
 stream. Certificates come from conftest's ``tls_cert`` fixture."""

@@ -1,4 +1,4 @@
-"""Unix-domain streams, UDP, IPv6, host names and sendfile through io_uring (issue 12)."""
+"""Unix-domain streams, UDP, IPv6, host names and sendfile through io_uring."""
 
 from __future__ import annotations
 
