@@ -171,6 +171,18 @@ class AcceptOp(ResourceOp):
         return f"accept on {where}"
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        fd = yield from ResourceOp.__await__(self)  # one operation, as every resource op is
+        # ResourceOp.__await__'s steps, written out: delegating with `yield from` would cost a
+        # second generator frame per accept where the op runs interpreted (rule 14: one
+        # awaitable, one frame per operation; tests/test_net_ops.py counts them).
+        engine = self._enter()
+        try:
+            if engine is not None:
+                fd = yield self
+            else:
+                fd = yield from run_outside(self)
+        finally:
+            del self.pending._ops[self]
+        if fd < 0:
+            raise self._failure(fd)
         listener = self.listener
         return listener._stream(listener._wrap(fd))
