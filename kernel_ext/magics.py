@@ -55,7 +55,8 @@ class TinycoroMagics(Magics):
 
     def close(self) -> None:
         """At unload: stop the cluster started here (let go of a connected one)."""
-        self.shell.events.unregister("post_run_cell", self._follow_cluster)
+        if self.shell is not None:  # (IPython types a Magics' shell as optional)
+            self.shell.events.unregister("post_run_cell", self._follow_cluster)
         if self._commands is not None:
             self._commands.close()
 
