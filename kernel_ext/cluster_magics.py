@@ -2,10 +2,12 @@
 on ipyparallel engines, from a notebook.
 
 The magics act on the kernel's most recent cluster, made here or by ``tc.cluster.start`` /
-``tc.cluster.connect`` in a cell. ``start`` and ``connect`` make one and bind it to ``cluster`` in the user's namespace (for
-``cluster.submit``, ``cluster.map``, ``cluster.serve``), activate ipyparallel's ``%px`` magics
-on all its engines and import tinycoro as ``tc`` there. The engines preload the tinycoro
-extension, so a ``%px`` cell may ``await`` tinycoro awaitables as a notebook cell does here.
+``tc.cluster.connect`` in a cell. ``start`` and ``connect`` make one and bind it to ``cluster``
+in the user's namespace (for ``cluster.submit``, ``cluster.map``, ``cluster.serve``).
+ipyparallel's ``%px`` magics address all engines of that most recent cluster, whichever way it
+was made (``ClusterCommands.follow``, after every cell). The engines preload the tinycoro
+extension and have ``tc`` bound, so a ``%px`` cell may ``await`` tinycoro awaitables as a
+notebook cell does here.
 ``stop`` stops the engines of a cluster started here and lets go of a connected one (closing
 the client made for it); so does unloading the extension.
 """
@@ -188,18 +190,35 @@ class ClusterCommands:
         )
 
     def _activate_px(self, cluster: Any) -> None:
-        """Register ipyparallel's ``%px`` family for all engines of the cluster's client, and
-        import tinycoro as ``tc`` on every engine, as a notebook does here: ``%px await
-        tc.sleep(0.1)`` works at once. (Submitted functions need no such import: they travel
-        with their globals.)"""
+        """Register ipyparallel's ``%px`` family for all engines of the cluster's client. The
+        engines have ``tc`` bound (the cluster's setup does it), so ``%px await tc.sleep(0.1)``
+        works at once, as a cell does here."""
         from tinycoro.cluster import internals
 
         self._deactivate_px()
         view = cluster.client[:]
         view.block = True
-        view.execute("import tinycoro as tc")
         self._px = internals.register_px(self.shell, view)
         self._px_cluster = cluster
+
+    def follow(self) -> None:
+        """Point ``%px`` at the kernel's most recent cluster, however it was made (called
+        after every cell): ipyparallel registers ``%px`` only for the first client of a
+        kernel, so without this a cluster made by ``tc.cluster.start`` in a cell after an
+        earlier one stopped would leave ``%px`` on the dead one. Once the cluster stops,
+        ``%px`` goes with it. Quiet and cheap when nothing changed; a failure is reported on
+        stderr, never raised into the cell that just ran."""
+        cluster = self.cluster
+        if cluster is self._px_cluster and (cluster is None or not cluster.stopped):
+            return
+        try:
+            if cluster is None or cluster.stopped:
+                self._deactivate_px()
+            else:
+                self._activate_px(cluster)
+        except Exception as e:  # noqa: BLE001 - the cell already ran: say it, do not raise
+            print(f"tinycoro: %px does not address the cluster ({type(e).__name__}: {e})",
+                  file=sys.stderr)
 
     def _deactivate_px(self) -> None:
         px, self._px, self._px_cluster = self._px, None, None

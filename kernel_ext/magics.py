@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from IPython.core.error import UsageError
@@ -34,6 +35,9 @@ class TinycoroMagics(Magics):
         self.ext = ext
         self._commands: "ClusterCommands | None" = None  # made by the first %tinycoro cluster
         self.last_dashboard: Any = None  # the widget %tinycoro dashboard displayed last
+        # After every cell, %px follows the kernel's most recent cluster, also one a cell made
+        # with tc.cluster.start/connect (ClusterCommands.follow says why).
+        shell.events.register("post_run_cell", self._follow_cluster)
 
     @property
     def cluster(self) -> "ClusterCommands":
@@ -44,8 +48,15 @@ class TinycoroMagics(Magics):
             self._commands = ClusterCommands(self.shell)
         return self._commands
 
+    def _follow_cluster(self, result: Any = None) -> None:
+        if self._commands is None and "tinycoro.cluster" not in sys.modules:
+            return  # no cluster can exist before its package is imported
+        self.cluster.follow()
+
     def close(self) -> None:
         """At unload: stop the cluster started here (let go of a connected one)."""
+        if self.shell is not None:  # (IPython types a Magics' shell as optional)
+            self.shell.events.unregister("post_run_cell", self._follow_cluster)
         if self._commands is not None:
             self._commands.close()
 

@@ -19,6 +19,7 @@ that is a failure. Never runs ``playwright install``: it drives the system chrom
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -31,6 +32,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
@@ -51,10 +53,12 @@ CLUSTER_NOTEBOOK = "cluster_dashboard.ipynb"  # written by the test (below)
 TASKS_BETWEEN = 4000  # tasks each context finishes between the two captures (a few s of plots)
 
 
-# The cluster dashboard and the text outputs, as a notebook shows them. The "cluster" stands on
-# the kernel's own scheduler, twice (what the dashboard reads of a cluster is its engines,
-# load() and tasks(); tests/test_magics_cluster.py drives real engines), with a host name as
-# long as a cloud machine's, so that the engine rows are as wide as they get.
+# The cluster dashboard and the text outputs, as a notebook shows them. The first "cluster"
+# stands on the kernel's own scheduler, twice (what the dashboard reads of a cluster is its
+# engines, load() and tasks()), with a host name as long as a cloud machine's and one engine
+# always busy (flagged GIL-bound), so that the engine rows are as wide as they get: a real
+# cluster on this machine has a short host name and idle engines. The last cell then starts a
+# real two-engine cluster and shows its dashboard, as a user does (about 10 s more).
 _CLUSTER_CELLS = [
     "%load_ext tinycoro\nimport dataclasses\nimport time\nimport tinycoro as tc\nfrom tinycoro.cluster import "
     "EngineLoad, EngineInfo\nfrom tinycoro.kernel_ext.cluster_dashboard import ClusterRefresher",
@@ -75,6 +79,7 @@ _CLUSTER_CELLS = [
     "ClusterRefresher(Cluster()).dashboard()",
     "%tinycoro status",
     "%tinycoro tasks",
+    "cluster = tc.cluster.start(2, progress=False)\ncluster.dashboard()",
 ]
 
 
@@ -171,11 +176,23 @@ def lab(tmp_path):
                     time.sleep(0.2)
             yield base, token, root
         finally:
+            # A notebook's cluster stops with its kernel (at its exit); whatever a failed test
+            # leaves of it is killed, so that no engine or controller outlives the test.
+            try:
+                clusters = [c for c in psutil.Process(proc.pid).children(recursive=True)
+                            if "ipyparallel" in " ".join(c.cmdline())]
+            except psutil.Error:
+                clusters = []
             proc.terminate()
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+            _, alive = psutil.wait_procs(clusters, timeout=10)
+            for c in alive:
+                with contextlib.suppress(psutil.Error):
+                    c.kill()
+            psutil.wait_procs(alive, timeout=10)
 
 
 @pytest.fixture
@@ -371,8 +388,9 @@ _ENGINE_LINES = """board => Array.from(board.querySelectorAll(
 
 def test_cluster_dashboard_rows_and_text_outputs_fit_on_their_lines(chromium, lab, tmp_path):
     """The cluster dashboard at 1400 px with the file browser open: each engine row on one line
-    (name and host:pid, CPU and busy), the table inside the notebook column; and the text of
-    %tinycoro status and tasks: no line wraps (JupyterLab would break it mid-word)."""
+    (name and host:pid, CPU and busy), the table inside the notebook column, for the widest
+    rows (a stand-in) and for a real two-engine cluster; and the text of %tinycoro status and
+    tasks: no line wraps (JupyterLab would break it mid-word)."""
     from playwright import sync_api
 
     base, token, _root = lab
@@ -431,6 +449,24 @@ def test_cluster_dashboard_rows_and_text_outputs_fit_on_their_lines(chromium, la
                 }""")
                 assert lines[0] == lines[1], (lines, text)
             page.screenshot(path=str(shots / "text-outputs.png"), full_page=True)
+            # the real cluster of the last cell: its engine rows on one line each too
+            real = page.locator(".tinycoro-cluster-dashboard").nth(1)
+            real.wait_for(timeout=120_000)  # start() may take 30 s on a loaded machine
+            real_busy = real.locator(".tc-engine .tc-busy")
+            deadline = time.monotonic() + 60  # a bound, not a speed check
+            while not (len(real_busy.all_inner_texts()) == 2 and all(
+                    re.fullmatch(r"CPU \d+% · busy \d+%( GIL-bound)?", t.strip())
+                    for t in real_busy.all_inner_texts())):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"no CPU share shown: {real_busy.all_inner_texts()}")
+                page.wait_for_timeout(100)
+            real.evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(shots / "cluster-dashboard-real.png"))
+            rows = real.evaluate(_ENGINE_LINES)
+            assert len(rows) == 6 and all(n == 1 for _f, _t, n in rows), rows
+            fit = real.evaluate(_OVERFLOW)
+            assert fit["table_right"] <= fit["area_right"] + 1, fit
         except BaseException:
             shot = tmp_path / "failure.png"
             page.screenshot(path=str(shot))

@@ -175,8 +175,8 @@ def _shell() -> Any:
 
 
 def setup() -> dict:
-    """Applied on each engine at start/connect: load the extension, install the agent, and
-    say who we are (``EngineInfo`` fields)."""
+    """Applied on each engine at start/connect: load the extension, bind ``tc`` for ``%px``
+    cells, install the agent, and say who we are (``EngineInfo`` fields)."""
     global _agent
     shell = _shell()
     internals.check_kernel(shell.kernel)
@@ -189,6 +189,9 @@ def setup() -> dict:
         sys.setswitchinterval(float(interval))
     if "tinycoro" not in shell.extension_manager.loaded:
         shell.extension_manager.load_extension("tinycoro")
+    # `tc` in the engine's namespace, as a notebook has it: a `%px` cell can await tinycoro
+    # awaitables at once, whichever way the cluster was made (a user's own `tc` is kept).
+    shell.user_ns.setdefault("tc", tc)
     with _agent_lock:
         if _agent is None or _agent.kernel is not shell.kernel:
             _agent = Agent(shell)
