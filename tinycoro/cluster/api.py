@@ -25,7 +25,6 @@ from __future__ import annotations
 import atexit
 import contextvars
 import html
-import importlib
 import inspect
 import itertools
 import logging
@@ -43,6 +42,7 @@ from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
 from ..sync import Event, Semaphore
 from . import engine as engine_side
+from .dashboard import refresher_factory
 from .errors import EngineLost
 from .info import EngineInfo, EngineLoad
 from . import internals
@@ -222,12 +222,11 @@ class Cluster:
         """The cluster dashboard widget (every engine's contexts, history and process CPU),
         as ``%tinycoro cluster dashboard`` shows it; needs ipywidgets. One refresher thread
         serves every dashboard of this cluster and ends when the cluster stops."""
-        # kernel_ext sits above this package (it is the Jupyter layer): imported by name, and
-        # only when a dashboard is asked for.
-        widgets = importlib.import_module("tinycoro.kernel_ext.cluster_dashboard")
+        # The widget is the notebook layer's, which sits above this package: it comes through
+        # the seam in .dashboard, never by an import of that layer.
         with self._dashboard_lock:  # not self._lock: the refresher reads self.engines
             if self._refresher is None:
-                self._refresher = widgets.ClusterRefresher(self)
+                self._refresher = refresher_factory()(self)
             refresher = self._refresher
         return refresher.dashboard()
 
