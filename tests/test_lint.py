@@ -560,3 +560,58 @@ def test_the_cycle_check_passes_a_tree_without_one(tmp_path, files):
         (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / where).write_text(source)
     assert import_cycles(tmp_path) == []
+
+
+# -- no long module without a reason -----------------------------------------------------------
+# A module over MAX_LINES lines usually holds more than one thing and reads better split. One
+# that truly is one thing says so: a line of its docstring's first paragraph starts with
+# "Size:" and gives the reason.
+MAX_LINES = 500
+SIZE_TREES = ("tinycoro", "kernel_ext")
+
+
+def _size_reason(source: str) -> bool:
+    import ast
+
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    first = doc.split("\n\n", 1)[0]
+    return any(line.strip().startswith("Size:") and len(line.strip()) > len("Size:") + 10
+               for line in first.splitlines())
+
+
+def long_modules(root: Path, trees=SIZE_TREES) -> list[str]:
+    """Every .py of *trees* over MAX_LINES lines whose docstring gives no reason, with its
+    length."""
+    out = []
+    for tree_dir in trees:
+        base = root / tree_dir
+        for path in sorted(base.rglob("*.py")) if base.is_dir() else ():
+            source = path.read_text()
+            n = len(source.splitlines())
+            if n > MAX_LINES and not _size_reason(source):
+                out.append(f"{path.relative_to(root)}: {n} lines")
+    return out
+
+
+def test_no_module_is_long_without_a_reason():
+    found = long_modules(ROOT)
+    assert not found, (
+        f"modules over {MAX_LINES} lines (split what holds more than one thing, or give the "
+        "reason in a line starting 'Size:' in the docstring's first paragraph):\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "doc, long_ones",
+    [
+        ('"""Many things."""\n', 1),
+        ('"""Many things.\n\nSize: the run loop is one thing and reads best whole."""\n', 1),  # 2nd paragraph
+        ('"""One thing.\nSize:"""\n', 1),  # no reason given
+        ('"""One thing.\nSize: the run loop is one thing and reads best whole."""\n', 0),
+    ],
+)
+def test_the_size_check_finds_a_planted_long_file(tmp_path, doc, long_ones):
+    (tmp_path / "kernel_ext").mkdir()
+    (tmp_path / "kernel_ext" / "long.py").write_text(doc + "x = 1\n" * MAX_LINES)
+    (tmp_path / "kernel_ext" / "short.py").write_text("x = 1\n" * (MAX_LINES - 1))
+    assert len(long_modules(tmp_path)) == long_ones, long_modules(tmp_path)
