@@ -90,12 +90,7 @@ def core_boundary_violations(root: Path, trees: dict[str, str] = BOUNDARY_TREES)
                 if isinstance(node, ast.Import):
                     found = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom):
-                    if node.level:
-                        anchor = package.split(".")
-                        anchor = anchor[: len(anchor) - (node.level - 1)]
-                        mod = ".".join(anchor + ([node.module] if node.module else []))
-                    else:
-                        mod = node.module or ""
+                    mod = _resolve(node.level, node.module or "", package)
                     found = [f"{mod}.{a.name}" for a in node.names]
                 for dotted in found:
                     if (dotted == CORE or dotted.startswith(CORE + ".")) and _private(dotted[len(CORE):]):
