@@ -25,7 +25,7 @@ __all__ = ["Board", "Dashboard", "need_widgets", "task_list"]
 _Box: Any = ipywidgets.VBox if ipywidgets is not None else object
 
 
-class Board(_Box):  # type: ignore[misc,valid-type]  # a VBox where ipywidgets is installed
+class Board(_Box):  # a VBox where ipywidgets is installed
     """What a dashboard is: a ``VBox`` whose plain-text form is its ``repr`` (a terminal, a
     test, or a front end without widgets shows that instead of ipywidgets' class name)."""
 
