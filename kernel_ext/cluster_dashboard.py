@@ -206,12 +206,6 @@ class ClusterDashboard(Board):
     def __repr__(self) -> str:
         return f"<tinycoro cluster dashboard: {len(self.engines)} engines>"
 
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        bundle = super()._repr_mimebundle_(**kwargs)
-        if isinstance(bundle, dict):
-            bundle["text/plain"] = repr(self)
-        return bundle
-
     def shown(self, engine: int, ctx: int | str, field: str) -> str:
         """What the table shows now for context *ctx* (or ``"engine"``: the engine's own row)
         of engine *engine*, in column *field* (e.g. ``tasks_run``, ``busy``)."""

@@ -245,7 +245,7 @@ class ClusterCommands:
         if self.shell.user_ns.get(NAME) is cluster:
             del self.shell.user_ns[NAME]
         cluster.stop()  # also ends its dashboards' refresher; a no-op if a cell stopped it
-        from tinycoro.cluster.api import let_go
+        from tinycoro.cluster.registry import let_go
 
         let_go(cluster)  # done with it: the magics see no cluster now
         if cluster.owned:

@@ -22,7 +22,18 @@ except ImportError:  # pragma: no cover - exercised only where ipywidgets is mis
 
 __all__ = ["Board", "Dashboard", "need_widgets", "task_list"]
 
-Board: Any = ipywidgets.VBox if ipywidgets is not None else object  # what a dashboard is
+_Box: Any = ipywidgets.VBox if ipywidgets is not None else object
+
+
+class Board(_Box):  # a VBox where ipywidgets is installed
+    """What a dashboard is: a ``VBox`` whose plain-text form is its ``repr`` (a terminal, a
+    test, or a front end without widgets shows that instead of ipywidgets' class name)."""
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if isinstance(bundle, dict):
+            bundle["text/plain"] = repr(self)
+        return bundle
 
 
 def need_widgets() -> Any:
@@ -70,12 +81,6 @@ class Dashboard(Board):
 
     def __repr__(self) -> str:
         return f"<tinycoro dashboard: {self.contexts} contexts>"
-
-    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        bundle = super()._repr_mimebundle_(**kwargs)
-        if isinstance(bundle, dict):
-            bundle["text/plain"] = repr(self)
-        return bundle
 
     def shown(self, ctx: int, field: str) -> str:
         """What the table shows now for context *ctx* in column *field* (e.g. ``tasks_run``,

@@ -74,10 +74,10 @@ def test_the_variable_makes_every_module_pure_and_the_record_says_so():
     code = textwrap.dedent(
         """
         import sys
-        import tinycoro, tinycoro.io as io
+        import tinycoro, tinycoro.io.pagecache as pagecache
         from tinycoro import compiled, uring
         from tinycoro.core import local
-        print(uring.COMPILED, local.COMPILED, io._pread_nowait is io._pread_nowait_py)
+        print(uring.COMPILED, local.COMPILED, pagecache.pread_nowait is pagecache.pread_nowait_py)
         print(sorted(compiled.fallbacks.items()))
         print(compiled.describe())
         print([compiled.is_compiled(sys.modules[n]) for n in compiled.SOURCE_MODULES])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tinycoro as tc
-from tinycoro.io import DIRECT_ALIGN, _address, _address_py
+from tinycoro.io.direct import DIRECT_ALIGN, address as _address, address_py as _address_py
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -90,12 +90,7 @@ def core_boundary_violations(root: Path, trees: dict[str, str] = BOUNDARY_TREES)
                 if isinstance(node, ast.Import):
                     found = [a.name for a in node.names]
                 elif isinstance(node, ast.ImportFrom):
-                    if node.level:
-                        anchor = package.split(".")
-                        anchor = anchor[: len(anchor) - (node.level - 1)]
-                        mod = ".".join(anchor + ([node.module] if node.module else []))
-                    else:
-                        mod = node.module or ""
+                    mod = _resolve(node.level, node.module or "", package)
                     found = [f"{mod}.{a.name}" for a in node.names]
                 for dotted in found:
                     if (dotted == CORE or dotted.startswith(CORE + ".")) and _private(dotted[len(CORE):]):
@@ -324,3 +319,294 @@ def test_the_reach_in_check_allows_public_names(tmp_path, where, source):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     assert core_reach_ins(tmp_path) == []
+
+
+# -- the import graph has no cycle -------------------------------------------------------------
+# Modules of tinycoro/ and kernel_ext/ import each other in one direction: a cycle means two
+# modules that cannot be read, tested or loaded one without the other, and an import order that
+# works only by accident. The graph is read from the AST. An edge is any import of a module of
+# the package, at module level or inside a function: a lazy import still says that one module
+# needs the other, and one that exists only to dodge a cycle still is one. Imports under
+# ``if TYPE_CHECKING:`` are not edges (they never run: annotations only). ``importlib.import_module``
+# and ``__import__`` with a literal name are edges too. Importing ``a.b.c`` also loads the
+# packages ``a`` and ``a.b`` first, but that is Python's doing, not a dependency of the module:
+# not an edge.
+CYCLE_TREES = {"tinycoro": "tinycoro", "kernel_ext": "tinycoro.kernel_ext"}
+# Edges that are not dependencies, each with the reason.
+NOT_DEPENDENCIES = {
+    # IPython's ``%load_ext tinycoro`` imports the package named and calls its
+    # ``load_ipython_extension``: the hook must sit in ``tinycoro``, and all it does is hand over
+    # to the notebook layer. No code of tinycoro calls it; only IPython, from above, does.
+    ("tinycoro", "tinycoro.kernel_ext"),
+}
+
+
+def _is_type_checking(test) -> bool:
+    import ast
+
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _resolve(level: int, name: str, package: str) -> str:
+    """The absolute name of ``from <level dots><name>`` in *package*."""
+    if not level:
+        return name
+    anchor = package.split(".")
+    anchor = anchor[: len(anchor) - (level - 1)]
+    return ".".join(anchor + ([name] if name else []))
+
+
+def _imports(tree, package: str):
+    """(absolute module name, line) of every import that runs in a module's AST, whose package
+    is *package*; for ``from m import x`` both ``m`` and ``m.x`` (the caller keeps the one that
+    is a module)."""
+    import ast
+
+    def walk(node):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for other in child.orelse:  # only the body is type-only
+                    yield from walk_one(other)
+                continue
+            yield from walk_one(child)
+
+    def walk_one(node):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield [alias.name], node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(node.level, node.module or "", package)
+            for alias in node.names:
+                yield [f"{base}.{alias.name}", base], node.lineno
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and (
+                (isinstance(node.func, ast.Attribute) and node.func.attr == "import_module")
+                or (isinstance(node.func, ast.Name) and node.func.id in ("import_module", "__import__"))
+            )
+        ):
+            name = node.args[0].value
+            level = len(name) - len(name.lstrip("."))
+            yield [_resolve(level, name[level:], package)], node.lineno
+        yield from walk(node)
+
+    yield from walk(tree)
+
+
+def import_graph(root: Path, trees: dict[str, str] = CYCLE_TREES) -> dict[str, dict[str, list[str]]]:
+    """Per module of *trees*: each module of *trees* it imports, with where (``path:line``)."""
+    import ast
+
+    modules: dict[str, tuple[Path, bool]] = {}
+    for tree_dir in trees:
+        base = root / tree_dir
+        if base.is_dir():
+            for path in sorted(base.rglob("*.py")):
+                name, is_init = _module_name(path, root, trees)
+                modules[name] = (path, is_init)
+    graph: dict[str, dict[str, list[str]]] = {}
+    for name, (path, is_init) in modules.items():
+        package = name if is_init else name.rpartition(".")[0]
+        edges = graph.setdefault(name, {})
+        for candidates, line in _imports(ast.parse(path.read_text(), str(path)), package):
+            target = next((c for c in candidates if c in modules), candidates[-1])
+            while target and target not in modules:  # ``import a.b.f`` where f is a name
+                target = target.rpartition(".")[0]
+            if target and target != name and (name, target) not in NOT_DEPENDENCIES:
+                edges.setdefault(target, []).append(f"{path.relative_to(root)}:{line}")
+    return graph
+
+
+def _strongly_connected(graph: dict[str, dict[str, list[str]]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one module (Tarjan's algorithm,
+    with an explicit stack: no recursion limit to meet)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, successors = work[-1]
+            for nxt in successors:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def import_cycles(root: Path, trees: dict[str, str] = CYCLE_TREES) -> list[str]:
+    """One line per group of modules that import each other in a ring: a shortest cycle through
+    its first module, each step with where it is made, then the group's other members."""
+    graph = import_graph(root, trees)
+    out = []
+    for component in _strongly_connected(graph):
+        members = set(component)
+        first = component[0]
+        # breadth first from the first member back to it, inside the component
+        came_from: dict[str, str] = {}
+        frontier = [first]
+        while first not in came_from:
+            nxt_frontier = []
+            for node in frontier:
+                for nxt in sorted(graph[node]):
+                    if nxt in members and nxt not in came_from:
+                        came_from[nxt] = node
+                        nxt_frontier.append(nxt)
+            frontier = nxt_frontier
+        path = [first]
+        while len(path) == 1 or path[-1] != first:
+            path.append(came_from[path[-1]])
+        path.reverse()
+        steps = " -> ".join(
+            f"{a} ({graph[a][b][0]})" for a, b in zip(path, path[1:])
+        ) + f" -> {first}"
+        rest = sorted(members - set(path))
+        out.append(steps + (f"; also in the cycle: {', '.join(rest)}" if rest else ""))
+    return out
+
+
+def test_the_import_graph_has_no_cycle():
+    found = import_cycles(ROOT)
+    assert not found, (
+        "modules that import each other (move what both need into a module of its own, or let "
+        "the lower one be handed what it needs through a named seam):\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"tinycoro/a.py": "from . import b\n", "tinycoro/b.py": "from .a import f\n"},
+        {  # three modules, one import lazy
+            "tinycoro/net/x.py": "from ..io import f\n",
+            "tinycoro/io.py": "def f():\n    from .sync import g\n",
+            "tinycoro/sync/__init__.py": "from ..net.x import h\n",
+        },
+        {  # across the two folders, absolute imports, the notebook layer's installed name
+            "tinycoro/cluster/api.py": "import importlib\nm = importlib.import_module('tinycoro.kernel_ext.board')\n",
+            "kernel_ext/board.py": "import tinycoro.cluster.api\n",
+        },
+        {  # the else of a TYPE_CHECKING test runs
+            "tinycoro/a.py": "if TYPE_CHECKING:\n    pass\nelse:\n    from . import b\n",
+            "tinycoro/b.py": "import tinycoro.a\n",
+        },
+    ],
+)
+def test_the_cycle_check_finds_a_planted_cycle(tmp_path, files):
+    for where, source in files.items():
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text(source)
+    found = import_cycles(tmp_path)
+    assert len(found) == 1, found
+    assert all(Path(where).stem in found[0] for where in files if not where.endswith("__init__.py"))
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"tinycoro/a.py": "from . import b\n", "tinycoro/b.py": "import os\nfrom .c import f\n",
+         "tinycoro/c.py": "def f(): pass\n"},
+        {  # type-only imports are annotations, not dependencies
+            "tinycoro/core/task.py": "from .engine import Engine\n",
+            "tinycoro/core/engine.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .task import Task\n"
+            ),
+        },
+        {  # importing a.b loads the package a first; that is not a dependency of a.b
+            "tinycoro/__init__.py": "from .core.runtime import spawn\n",
+            "tinycoro/core/runtime.py": "from . import ki\n",
+            "tinycoro/core/ki.py": "import os\n",
+        },
+    ],
+)
+def test_the_cycle_check_passes_a_tree_without_one(tmp_path, files):
+    for where, source in files.items():
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text(source)
+    assert import_cycles(tmp_path) == []
+
+
+# -- no long module without a reason -----------------------------------------------------------
+# A module over MAX_LINES lines usually holds more than one thing and reads better split. One
+# that truly is one thing says so: a line of its docstring's first paragraph starts with
+# "Size:" and gives the reason.
+MAX_LINES = 500
+SIZE_TREES = ("tinycoro", "kernel_ext")
+
+
+def _size_reason(source: str) -> bool:
+    import ast
+
+    doc = ast.get_docstring(ast.parse(source)) or ""
+    first = doc.split("\n\n", 1)[0]
+    return any(line.strip().startswith("Size:") and len(line.strip()) > len("Size:") + 10
+               for line in first.splitlines())
+
+
+def long_modules(root: Path, trees=SIZE_TREES) -> list[str]:
+    """Every .py of *trees* over MAX_LINES lines whose docstring gives no reason, with its
+    length."""
+    out = []
+    for tree_dir in trees:
+        base = root / tree_dir
+        for path in sorted(base.rglob("*.py")) if base.is_dir() else ():
+            source = path.read_text()
+            n = len(source.splitlines())
+            if n > MAX_LINES and not _size_reason(source):
+                out.append(f"{path.relative_to(root)}: {n} lines")
+    return out
+
+
+def test_no_module_is_long_without_a_reason():
+    found = long_modules(ROOT)
+    assert not found, (
+        f"modules over {MAX_LINES} lines (split what holds more than one thing, or give the "
+        "reason in a line starting 'Size:' in the docstring's first paragraph):\n" + "\n".join(found)
+    )
+
+
+@pytest.mark.parametrize(
+    "doc, long_ones",
+    [
+        ('"""Many things."""\n', 1),
+        ('"""Many things.\n\nSize: the run loop is one thing and reads best whole."""\n', 1),  # 2nd paragraph
+        ('"""One thing.\nSize:"""\n', 1),  # no reason given
+        ('"""One thing.\nSize: the run loop is one thing and reads best whole."""\n', 0),
+    ],
+)
+def test_the_size_check_finds_a_planted_long_file(tmp_path, doc, long_ones):
+    (tmp_path / "kernel_ext").mkdir()
+    (tmp_path / "kernel_ext" / "long.py").write_text(doc + "x = 1\n" * MAX_LINES)
+    (tmp_path / "kernel_ext" / "short.py").write_text("x = 1\n" * (MAX_LINES - 1))
+    assert len(long_modules(tmp_path)) == long_ones, long_modules(tmp_path)

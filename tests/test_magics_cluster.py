@@ -180,9 +180,9 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     # magics refuse a second cluster while the kernel's most recent one runs)
     [conn_file] = glob.glob(os.path.join(cluster.profile_dir, "security",
                                          "ipcontroller-*-client.json"))
-    import tinycoro.cluster.api as api
+    import tinycoro.cluster.registry as registry
 
-    api._running.remove(cluster)
+    registry._running.remove(cluster)
     shell.run_line_magic("tinycoro", f"cluster connect --file {conn_file}")
     assert "tinycoro cluster connected to: 2 engines" in capsys.readouterr().out
     assert run_ok(shell, "await cluster.submit(square, 3)") == 9
@@ -192,7 +192,7 @@ def test_start_px_status_dashboard_connect_and_stop(shell, capsys):
     assert capsys.readouterr().out == "tinycoro cluster disconnected\n"
     assert all(p.is_running() for p in procs)  # not ours to stop
     assert client._closed  # the client the magic made for it is closed
-    api._running.append(cluster)
+    registry._running.append(cluster)
     shell.user_ns["cluster"] = cluster
 
     shell.run_line_magic("tinycoro", "cluster stop")

@@ -122,9 +122,9 @@ def test_accept_and_file_ring_operations_skip_the_wrapper_coroutines(tmp_path):
     assert path.read_bytes()[:16] == b"ABCDEFGHabcdefgh"
     assert created == {
         "accept": _net_frames("AcceptOp.__await__"),
-        "read_at": ["AsyncFile.read_at", "_RingRead.__await__"],  # the page-cache path's frame
-        "readinto_at": ["_RingRead.__await__"],
-        "write_at": ["_RingWrite.__await__"],
+        "read_at": ["AsyncFile.read_at", "RingRead.__await__"],  # the page-cache path's frame
+        "readinto_at": ["RingRead.__await__"],
+        "write_at": ["RingWrite.__await__"],
     }
 
 

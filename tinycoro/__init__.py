@@ -44,7 +44,8 @@ from .core import (
 from .uring import IoUringUnavailable
 from . import sync
 from .channel import Channel
-from .combinators import TaskGroup, timeout, when_all, when_any
+from .combinators import TaskGroup, when_all, when_any
+from .scopes import timeout
 from .sync import Condition, Event, Latch, Mutex, Semaphore, WaitGroup
 from .aio import aio  # the function; the package stays importable as tinycoro.aio.host/bridge
 from . import lowlevel

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from .combinators import timeout
+from .scopes import timeout
 from .core.local import thread_state
 from .core.task import Task
 from .core.traps import Op, Park, park

@@ -1,4 +1,6 @@
 """The ``Cluster`` API: starting or connecting a cluster, submitting tasks, routing what comes back.
+Size: nearly all of it is the Cluster class, one handle whose parts (submit, map and serve,
+the probes, what comes back, stop) share its lock and its tables of engines and tasks.
 
 Everything travels over ipyparallel (rule 15: no process pool or protocol of our own);
 see :mod:`.messages` for the message shapes used. What a task is made of (its function and
@@ -25,12 +27,10 @@ from __future__ import annotations
 import atexit
 import contextvars
 import html
-import importlib
 import inspect
 import itertools
 import logging
 import os
-import sys
 import threading
 import time
 import uuid
@@ -43,11 +43,14 @@ from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
 from ..sync import Event, Semaphore
 from . import engine as engine_side
+from .dashboard import refresher_factory
 from .errors import EngineLost
 from .info import EngineInfo, EngineLoad
 from . import internals
 from .internals import ClientSeam
 from .local import LocalProcesses, launch
+from . import registry
+from .output import display_output, write_output
 from .messages import CONTROL_REQUEST, RESULT_KEY, pack, stats_from_dict, tasks_from_list
 from .progress import StartProgress
 from .remote import RemoteTask
@@ -60,31 +63,6 @@ T = TypeVar("T")
 START_TIMEOUT = 120.0  # engines may take 10-30 s to come up on a loaded machine
 STATS_TIMEOUT = 5.0  # an engine that does not answer a probe in this time is left out
 STOP_GRACE = 5.0  # seconds for cancelled remote tasks to unwind before the engines stop
-
-_registry_lock = threading.Lock()
-_on_client: dict[int, "Cluster"] = {}  # id(ipyparallel.Client) -> its live Cluster
-_running: list["Cluster"] = []  # the clusters not stopped yet, oldest first
-_last_stopped: "Cluster | None" = None
-
-
-def latest() -> "Cluster | None":
-    """The cluster this process started or connected most recently that still runs; if none
-    runs, the one stopped last (so that a tool can say it is stopped); None before any.
-
-    The ``%tinycoro cluster`` magics act on it, whether it was made by a magic or by
-    :func:`start`/:func:`connect` in a cell."""
-    with _registry_lock:
-        return _running[-1] if _running else _last_stopped
-
-
-def let_go(cluster: "Cluster") -> None:
-    """A tool that acted on a stopped *cluster* is done with it (``%tinycoro cluster stop``):
-    :func:`latest` no longer returns it, in this shell or a new one."""
-    global _last_stopped
-    with _registry_lock:
-        if _last_stopped is cluster:
-            _last_stopped = None
-
 
 def _check_async_fn(fn: Any, what: str) -> None:
     if inspect.iscoroutine(fn):
@@ -127,14 +105,7 @@ class Cluster:
         ids = list(client.ids)
         if not ids:
             raise RuntimeError("the ipyparallel cluster has no engines registered")
-        with _registry_lock:
-            other = _on_client.get(id(client))
-            if other is not None:
-                raise RuntimeError(
-                    f"this ipyparallel.Client already carries a tinycoro cluster ({other!r}): use "
-                    "that one, or stop() it before connecting again"
-                )
-            _on_client[id(client)] = self  # claimed before the hooks go in
+        registry.claim(client, self)  # claimed before the hooks go in
         try:
             infos = client[ids].apply_async(engine_side.setup).get(timeout=timeout)
             for d in infos:
@@ -143,7 +114,7 @@ class Cluster:
                 self._by_engine[info.id] = set()
             self._seam.hook_iopub(self._on_iopub)
         except BaseException:
-            self._unclaim()
+            registry.unclaim(client, self)
             raise
         self._seam.on_registration(self._on_registration)
         self._watcher: PidWatcher | None = None
@@ -154,17 +125,7 @@ class Cluster:
             atexit.register(self.stop)
             self._watcher = PidWatcher({i.id: i.pid for i in self._live.values()},
                                        self._pid_exited)
-        with _registry_lock:
-            _running.append(self)
-
-    def _unclaim(self) -> None:
-        global _last_stopped
-        with _registry_lock:
-            if _on_client.get(id(self.client)) is self:
-                del _on_client[id(self.client)]
-            if self in _running:
-                _running.remove(self)
-                _last_stopped = self
+        registry.running(self)
 
     # -- what it is -----------------------------------------------------------------------------
     @property
@@ -222,12 +183,11 @@ class Cluster:
         """The cluster dashboard widget (every engine's contexts, history and process CPU),
         as ``%tinycoro cluster dashboard`` shows it; needs ipywidgets. One refresher thread
         serves every dashboard of this cluster and ends when the cluster stops."""
-        # kernel_ext sits above this package (it is the Jupyter layer): imported by name, and
-        # only when a dashboard is asked for.
-        widgets = importlib.import_module("tinycoro.kernel_ext.cluster_dashboard")
+        # The widget is the notebook layer's, which sits above this package: it comes through
+        # the seam in .dashboard, never by an import of that layer.
         with self._dashboard_lock:  # not self._lock: the refresher reads self.engines
             if self._refresher is None:
-                self._refresher = widgets.ClusterRefresher(self)
+                self._refresher = refresher_factory()(self)
             refresher = self._refresher
         return refresher.dashboard()
 
@@ -493,9 +453,9 @@ class Cluster:
                 return
         try:
             if kind == "stream":
-                task._in_submitter(_write, msg["content"]["name"], msg["content"]["text"])
+                task._in_submitter(write_output, msg["content"]["name"], msg["content"]["text"])
             elif kind in ("display_data", "update_display_data"):
-                task._in_submitter(_display, msg["content"], kind == "update_display_data")
+                task._in_submitter(display_output, msg["content"], kind == "update_display_data")
             elif kind == "data_message" and RESULT_KEY in msg["content"].get("keys", ()):
                 data, _ = deserialize_object(msg["buffers"])
                 token, outcome = data[RESULT_KEY]
@@ -548,7 +508,7 @@ class Cluster:
             self._watcher.stop()
         self._seam.remove_registration(self._on_registration)
         self._seam.unhook_iopub()
-        self._unclaim()
+        registry.unclaim(self.client, self)
         if self._owned is not None:
             atexit.unregister(self.stop)
             self._owned.stop(self.client, list(self._known.values()))
@@ -569,28 +529,6 @@ class Cluster:
 
 def _name_of(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
-
-
-def _write(name: str, text: str) -> None:
-    """Write a remote task's output to this process's stream of the same name (in a
-    notebook: ipykernel's stream, which routes it by the current context's parent header)."""
-    stream = sys.stderr if name == "stderr" else sys.stdout
-    stream.write(text)
-
-
-def _display(content: dict, update: bool) -> None:
-    """Show a remote task's ``display()`` here: through this process's IPython display
-    publisher if it runs IPython (a notebook: routed to the submitting cell, as streams are),
-    else its text/plain on stdout, as a terminal IPython would."""
-    ipython = sys.modules.get("IPython")  # no import: if IPython is not loaded, no shell runs
-    shell = ipython.get_ipython() if ipython is not None else None
-    if shell is None:
-        text = content.get("data", {}).get("text/plain")
-        if text:
-            sys.stdout.write(text + "\n")
-        return
-    shell.display_pub.publish(data=content["data"], metadata=content.get("metadata") or {},
-                              transient=content.get("transient") or None, update=update)
 
 
 # -- starting and connecting --------------------------------------------------------------------

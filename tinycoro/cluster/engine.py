@@ -32,8 +32,11 @@ from typing import Any, Callable
 
 from ipyparallel.serialize import serialize_object
 
-import tinycoro as tc
-
+# From the defining modules, not the ``tinycoro`` facade, which imports this package
+# (``tc.cluster``).
+from ..combinators import when_all
+from ..core import Scheduler, Task, get_default_scheduler, spawn
+from ..net import listen
 from . import internals
 from .messages import (
     CONTROL_REPLY,
@@ -59,13 +62,13 @@ class Agent:
         self.shell = shell
         self.kernel = shell.kernel
         self._lock = threading.Lock()
-        self._tasks: dict[str, tc.Task] = {}  # token -> task, while it runs
+        self._tasks: dict[str, Task] = {}  # token -> task, while it runs
         internals.add_control_handler(self.kernel, CONTROL_REQUEST, self._on_control)
 
     # -- scheduler ---------------------------------------------------------------------------
     @staticmethod
-    def scheduler() -> tc.Scheduler:
-        sched = tc.get_default_scheduler()
+    def scheduler() -> Scheduler:
+        sched = get_default_scheduler()
         if sched is None or not sched.stats().running:
             raise RuntimeError(
                 "this engine's tinycoro scheduler is not running (was the extension unloaded "
@@ -94,13 +97,13 @@ class Agent:
             self._tasks[token] = task
         return task.id
 
-    def _finished(self, token: str, parent: dict, ctx: contextvars.Context, task: tc.Task) -> None:
+    def _finished(self, token: str, parent: dict, ctx: contextvars.Context, task: Task) -> None:
         """Done callback (on the task's context thread): send the outcome home."""
         with self._lock:
             self._tasks.pop(token, None)
         ctx.run(self._publish, token, parent, task)
 
-    def _publish(self, token: str, parent: dict, task: tc.Task) -> None:
+    def _publish(self, token: str, parent: dict, task: Task) -> None:
         # What the task printed goes out first: the client completes the task on the outcome.
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -128,7 +131,7 @@ class Agent:
         )
 
     @staticmethod
-    def _packed(task: tc.Task, outcome: tuple, why: BaseException) -> tuple:
+    def _packed(task: Task, outcome: tuple, why: BaseException) -> tuple:
         """The outcome plain pickle could not send: a value by cloudpickle, or the reason."""
         if outcome[0] == OK:
             try:
@@ -217,8 +220,8 @@ async def serve_here(handler: Callable[[Any], Any], host: str, port: int,
     task (in the cell that started the server) and the others carry on."""
     count = acceptors or Agent.scheduler().contexts
     listeners: list = []
-    accepting: list[tc.Task] = []
-    live: set[tc.Task] = set()
+    accepting: list[Task] = []
+    live: set[Task] = set()
 
     async def one(conn: Any) -> None:
         async with conn:
@@ -227,16 +230,16 @@ async def serve_here(handler: Callable[[Any], Any], host: str, port: int,
     async def accept_loop(lst: Any) -> None:
         while True:
             conn = await lst.accept()
-            t = tc.spawn(one(conn), name=getattr(handler, "__qualname__", "handler"))
+            t = spawn(one(conn), name=getattr(handler, "__qualname__", "handler"))
             live.add(t)
             t.add_done_callback(live.discard)
 
     try:
         for _ in range(count):
-            listeners.append(await tc.net.listen(host, port, reuse_port=True))
-        accepting = [tc.spawn(accept_loop(lst), name=f"accept on {host}:{port}")
+            listeners.append(await listen(host, port, reuse_port=True))
+        accepting = [spawn(accept_loop(lst), name=f"accept on {host}:{port}")
                      for lst in listeners]
-        await tc.when_all(*accepting)
+        await when_all(*accepting)
     finally:
         for t in accepting + list(live):
             t.cancel()

@@ -1,4 +1,6 @@
 """Engine: one context's ready queue, io_uring ring and eventfd, and the loop that drives them.
+Size: the run loop, its sleep and wake protocol and its shutdown are one state machine over
+the same fields, compiled as one class; split, each part would need the others' internals.
 
 Facts about waking a context, which the loop below is built around:
 

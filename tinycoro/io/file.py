@@ -1,99 +1,38 @@
-"""Files through the current context's io_uring ring: open, read, write, fsync, close, stat,
-rename, unlink, mkdir, and O_DIRECT with page-aligned buffers.
+"""A file opened through the current context's io_uring ring: :class:`AsyncFile` (read, write,
+readinto, readline, fsync, close, positioned or at an offset) and :func:`open`,
+:func:`read_file`, :func:`write_file`.
 
 Every operation is one SQE on the ring of the context that runs the awaiting task. A cancelled
 read keeps its buffer alive inside its :class:`~tinycoro.core.traps.Op` until the kernel has
 posted the completion, so no buffer is ever freed while the kernel may still write into it.
 Closing a file fails the reads and writes other tasks still await on it with
-``tc.ClosedResourceError`` (see :mod:`tinycoro.closing`).
-
-Reads of regular files that hit the page cache complete inline instead: a ``preadv2`` with
-``RWF_NOWAIT`` copies what the cache holds and never blocks (see :meth:`AsyncFile._cached`).
-``TINYCORO_FILE_READS=ring`` in the environment (read at ``open``) sends every read through
-the ring.
+``tc.ClosedResourceError`` (see :mod:`tinycoro.closing`). Reads of regular files that hit the
+page cache complete inline instead (:mod:`.pagecache`; see :meth:`AsyncFile._cached`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import math
-import mmap
 import os
-import stat as _stat
-from typing import Any, Awaitable, Callable, Generator, Union
+from typing import Any, Awaitable
 
-from . import compiled, uring
 # bound once: no module attribute lookup per operation
-from .uring import (
-    prep_fsync,
-    prep_mkdirat,
-    prep_openat,
-    prep_read,
-    prep_renameat,
-    prep_statx,
-    prep_unlinkat,
-    prep_write,
-)
-from .buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes, writable_view
-from .closing import PendingOps, ResourceOp, close_fd
-from .core.checks import check_int
-from .core.errors import ClosedResourceError
-from .core.local import thread_state as _local
-from .core.traps import Op, Ready, run_outside, yield_now
+from ..uring import prep_fsync, prep_openat
+from ..buffers import MAX_OFFSET, as_bytes_view, path_bytes, writable_view
+from ..closing import PendingOps, ResourceOp, close_fd
+from ..core.checks import check_int
+from ..core.errors import ClosedResourceError
+from ..core.local import thread_state as _local
+from ..core.traps import Op, Ready, yield_now
+from .direct import aligned_buffer, check_direct
+from .ops import CURRENT_POSITION, RingRead, RingWrite
+from .pagecache import RWF_NOWAIT, inline_reads, pread_nowait, preadv
+from .paths import AT_FDCWD, PathLike
 
-__all__ = [
-    "AsyncFile",
-    "aligned_buffer",
-    "mkdir",
-    "open",
-    "read_file",
-    "rename",
-    "rmdir",
-    "stat",
-    "unlink",
-    "write_file",
-]
+__all__ = ["AsyncFile", "open", "read_file", "write_file"]
 
-PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
-
-_AT_FDCWD = -100
-_AT_SYMLINK_NOFOLLOW = 0x100
-_CURRENT_POSITION = (1 << 64) - 1  # offset -1 as the kernel's u64: "use the file position"
 _READ_CHUNK = 1 << 20
 _LINE_CHUNK = 1 << 16
-# O_DIRECT: buffer address, size and offset must be multiples of the device's logical block
-# size (512 or 4096 here); requiring the page size satisfies every device.
-DIRECT_ALIGN = mmap.PAGESIZE
-# preadv2(RWF_NOWAIT): Linux >= 4.14. Where os lacks it, every read goes through the ring.
-_preadv: Callable[..., int] | None = getattr(os, "preadv", None)
-_RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
-FILE_READS_ENV = "TINYCORO_FILE_READS"  # "ring": no inline page-cache reads (tests, A/B runs)
-
-
-def _inline_reads(fd: int) -> bool:
-    """Whether reads of *fd* may try the page cache inline: a regular file (a FIFO or a device
-    would block or not support it), the platform has RWF_NOWAIT, and the switch allows it."""
-    if _preadv is None or not _RWF_NOWAIT or os.environ.get(FILE_READS_ENV) == "ring":
-        return False
-    try:
-        return _stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        return False
-
-
-def _pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
-    """What ``tinycoro._cfile.pread_nowait`` does, in Python: up to *size* bytes at *offset*
-    from the page cache (short at EOF or before a page that is not cached), None when the
-    first page is not cached; OSError otherwise."""
-    buf = bytearray(size)
-    try:
-        n = _preadv(fd, (buf,), offset, _RWF_NOWAIT)  # type: ignore[misc]  # None: never called
-    except BlockingIOError:
-        return None
-    return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
-
-
 
 
 def _flags_for(mode: str) -> tuple[int, bool, bool, bool]:
@@ -125,75 +64,6 @@ def _check_offset(offset: Any) -> int:
     return check_int("offset", offset, min=0, max=MAX_OFFSET)
 
 
-class _PyBuffer(ctypes.Structure):
-    # The C Py_buffer (stable ABI since 3.3): only used to read the address of a buffer.
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
-_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
-_get_buffer.argtypes = (ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int)
-_release_buffer = ctypes.pythonapi.PyBuffer_Release
-_release_buffer.argtypes = (ctypes.POINTER(_PyBuffer),)
-
-
-def _address_py(view: memoryview) -> int:
-    """The memory address of *view*'s first byte (read-only buffers included)."""
-    pb = _PyBuffer()
-    _get_buffer(view, ctypes.byref(pb), 0)
-    try:
-        return pb.buf or 0
-    finally:
-        _release_buffer(ctypes.byref(pb))
-
-
-def _load_compiled() -> tuple[Any, Any]:
-    """``tinycoro._cfile``'s page-cache read and buffer address, or their Python spellings.
-
-    The compiled read saves a zero-filled buffer and a copy per read (~0.5 us of ~3), the
-    compiled address ~3.5 us per O_DIRECT read. :mod:`tinycoro.compiled` chooses, so
-    ``TINYCORO_PURE=1`` runs the Python spellings (and the pure-runtime suites test them).
-    """
-    cfile = compiled.load("_cfile")
-    if cfile is not None:
-        return cfile.pread_nowait, cfile.buffer_address
-    return _pread_nowait_py, _address_py
-
-
-_pread_nowait, _address = _load_compiled()
-
-
-def _check_direct(view: memoryview | None, size: int, offset: int) -> None:
-    a = DIRECT_ALIGN
-    if view is not None and _address(view) % a:
-        raise ValueError(f"direct=True: the buffer's address must be aligned to {a} bytes; "
-                         "use tc.io.aligned_buffer(size)")
-    if size % a:
-        raise ValueError(f"direct=True: the size must be a multiple of {a} bytes, got {size}")
-    if offset % a:
-        raise ValueError(f"direct=True: the offset must be a multiple of {a} bytes, got {offset}")
-
-
-def aligned_buffer(size: int) -> memoryview:
-    """A zero-filled, page-aligned, writable buffer of *size* bytes, for ``direct=True`` files.
-
-    Anonymous ``mmap`` memory starts on a page boundary; the view keeps the mapping alive.
-    """
-    check_int("size", size, min=1, max=MAX_RW)
-    return memoryview(mmap.mmap(-1, size))
-
-
 def _closed_file_error(name: str) -> Any:
     return lambda: ValueError(f"I/O operation on closed file {name!r}")
 
@@ -201,116 +71,6 @@ def _closed_file_error(name: str) -> Any:
 _ZERO = Ready(0)
 _EMPTY = Ready(b"")
 
-
-def _size_words(n: int) -> str:
-    return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
-
-
-class _RingRead(ResourceOp):
-    """Fill a buffer from an offset through the ring: the awaitable a file's ring read is
-    (rule 14). One read almost always fills it; it reads on after a short read (short
-    only at EOF; an O_DIRECT read that comes back short is EOF) and for buffers beyond what
-    one read(2) moves, in this same frame. Its result is the byte count, or with *out* (the
-    buffer *view* looks at) the bytes read."""
-
-    __slots__ = ("view", "offset", "got", "direct", "out", "name")
-
-    def __init__(
-        self, file: "AsyncFile", view: memoryview, offset: int, got: int = 0, out: Any = None
-    ) -> None:
-        want = min(len(view) - got, MAX_RW)
-        ResourceOp.__init__(
-            self, file._ops, prep_read, file._fd, view[got:] if got else view, want, offset + got
-        )
-        self.view = view
-        self.offset = offset
-        self.got = got
-        self.direct = file.direct
-        self.out = out
-        self.name = file.name
-
-    def describe(self) -> str:
-        args = self.args
-        if not args:
-            return f"read from {self.name}"
-        return f"read {_size_words(args[2])} at {args[3]} from {os.path.basename(self.name)}"
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        pending = self.pending
-        view = self.view
-        size = len(view)
-        got = self.got
-        engine = self._enter()
-        try:
-            while got < size:
-                if pending.closed:
-                    raise pending._error()
-                if engine is not None:
-                    res = yield self
-                else:
-                    res = yield from run_outside(self)
-                if res < 0:
-                    raise self._failure(res)
-                if res == 0:
-                    break  # EOF
-                want = self.args[2]
-                got += res
-                if got >= size or (self.direct and res < want):
-                    break
-                self.args = (self.args[0], view[got:], min(size - got, MAX_RW), self.offset + got)
-        finally:
-            del pending._ops[self]
-        out = self.out
-        if out is None:
-            return got
-        if got == size and not self.direct:
-            return bytes(out)
-        return bytes(out[:got])
-
-
-class _RingWrite(ResourceOp):
-    """Write all of a buffer at an offset (or at the file position: _CURRENT_POSITION)
-    through the ring, in as many writes as it takes, in this one frame; the total."""
-
-    __slots__ = ("view", "offset", "name")
-
-    def __init__(self, file: "AsyncFile", view: memoryview, offset: int) -> None:
-        ResourceOp.__init__(
-            self, file._ops, prep_write, file._fd, view, min(len(view), MAX_RW), offset
-        )
-        self.view = view
-        self.offset = offset
-        self.name = file.name
-
-    def describe(self) -> str:
-        args = self.args
-        where = "" if self.offset == _CURRENT_POSITION else f" at {args[3]}"
-        return f"write {_size_words(args[2])}{where} to {os.path.basename(self.name)}"
-
-    def __await__(self) -> Generator[Any, Any, int]:
-        pending = self.pending
-        view = self.view
-        total = len(view)
-        offset = self.offset
-        done = 0
-        engine = self._enter()
-        try:
-            while True:
-                if pending.closed:
-                    raise pending._error()
-                if engine is not None:
-                    res = yield self
-                else:
-                    res = yield from run_outside(self)
-                if res < 0:
-                    raise self._failure(res)
-                done += res
-                if done >= total:
-                    return total
-                off = offset if offset == _CURRENT_POSITION else offset + done
-                self.args = (self.args[0], view[done:], min(total - done, MAX_RW), off)
-        finally:
-            del pending._ops[self]
 
 
 class AsyncFile:
@@ -408,7 +168,7 @@ class AsyncFile:
                     engine.inline_ok()  # a new step: this read counts in its budget
                 # See _cached for why an inline read keeps every guarantee of the ring's.
                 try:
-                    data = _pread_nowait(self._fd, size, offset)
+                    data = pread_nowait(self._fd, size, offset)
                 except OSError as e:
                     self._refused(e)
                     data = None
@@ -442,24 +202,24 @@ class AsyncFile:
         if not size:
             return _ZERO
         if self.direct:
-            _check_direct(view, size, offset)
-        return _RingRead(self, view, offset)
+            check_direct(view, size, offset)
+        return RingRead(self._ops, self._fd, self.name, self.direct, view, offset)
 
     def _pread(self, size: int, offset: int) -> Awaitable[bytes]:
         if size == 0:
             if self.direct:
-                _check_direct(None, 0, offset)
+                check_direct(None, 0, offset)
             return _EMPTY
         buf: memoryview | bytearray
         if self.direct:
-            _check_direct(None, size, offset)
+            check_direct(None, size, offset)
             buf = aligned_buffer(size)
         else:
             # bytearray(n) is calloc'd: large ones come as untouched zero pages, so the one
             # real copy is bytes() below (a bytes object cannot be filled in place).
             buf = bytearray(size)
         if not self._inline:  # the ring only: its read op is the awaitable, and makes bytes
-            return _RingRead(self, memoryview(buf), offset, 0, buf)
+            return RingRead(self._ops, self._fd, self.name, self.direct, memoryview(buf), offset, 0, buf)
         return self._pread_inline(buf, size, offset)
 
     async def _pread_inline(self, buf: Any, size: int, offset: int) -> bytes:
@@ -484,7 +244,7 @@ class AsyncFile:
                     return got
                 return await self._ring_read(view, offset, ~got)
         if self.direct and not checked:
-            _check_direct(view, size, offset)
+            check_direct(view, size, offset)
         return await self._ring_read(view, offset, 0)
 
     def _cached(self, buf: Any, size: int, offset: int, got: int = 0) -> int:
@@ -517,8 +277,8 @@ class AsyncFile:
         fd = self._fd
         while True:
             try:
-                n = _preadv(fd, (memoryview(buf)[got:] if got else buf,),  # type: ignore[misc]
-                            offset + got, _RWF_NOWAIT)  # (None: _inline is never set)
+                n = preadv(fd, (memoryview(buf)[got:] if got else buf,),  # type: ignore[misc]
+                            offset + got, RWF_NOWAIT)  # (None: _inline is never set)
             except BlockingIOError:
                 return ~got
             except OSError as e:
@@ -551,8 +311,8 @@ class AsyncFile:
 
     def _ring_read(self, view: memoryview, offset: int, got: int) -> Awaitable[int]:
         """Fill *view* from *offset* through the ring, its first *got* bytes being there
-        already; the total, short only at EOF (see _RingRead)."""
-        return _RingRead(self, view, offset, got)
+        already; the total, short only at EOF (see RingRead)."""
+        return RingRead(self._ops, self._fd, self.name, self.direct, view, offset, got)
 
     async def readline(self) -> bytes:
         """The next line from the current position, with its ``b"\\n"``; ``b""`` at EOF."""
@@ -597,7 +357,7 @@ class AsyncFile:
         if not self._writable:
             raise OSError(9, f"file {self.name!r} is not open for writing")
         if self._append:
-            n = await self._pwrite(view, _CURRENT_POSITION)
+            n = await self._pwrite(view, CURRENT_POSITION)
         else:
             n = await self._pwrite(view, self._pos)
             self._pos += n
@@ -615,10 +375,10 @@ class AsyncFile:
         total = len(view)
         self._lbuf = b""
         if self.direct and total:
-            _check_direct(view, total, 0 if offset == _CURRENT_POSITION else offset)
+            check_direct(view, total, 0 if offset == CURRENT_POSITION else offset)
         if not total:
             return _ZERO
-        return _RingWrite(self, view, offset)
+        return RingWrite(self._ops, self._fd, self.name, view, offset)
 
     async def fsync(self) -> None:
         self._check_open()
@@ -661,10 +421,10 @@ async def open(  # noqa: A001
         flags |= os.O_DIRECT
     raw = path_bytes(path)
     name = os.fsdecode(raw)
-    op = Op(prep_openat, raw, flags, perms, _AT_FDCWD, returns_fd=True)  # keeps `raw` alive
+    op = Op(prep_openat, raw, flags, perms, AT_FDCWD, returns_fd=True)  # keeps `raw` alive
     op.what = name
     fd = await op
-    inline = readable and not direct and _inline_reads(fd)
+    inline = readable and not direct and inline_reads(fd)
     return AsyncFile(fd, name, mode, readable, writable, append, direct, inline)
 
 
@@ -680,68 +440,3 @@ async def write_file(path: PathLike, data: Any) -> int:
     async with await open(path, "wb") as f:
         return await f.write(view)
 
-
-# -- paths -------------------------------------------------------------------------------------
-def _split_ns(t: float) -> tuple[int, int]:
-    # The binding hands statx times over as float seconds (tv_sec + tv_nsec * 1e-9, computed
-    # exactly as os.stat computes st_mtime); the nanoseconds are recovered from it, to about
-    # 0.5 us for present-day times.
-    sec = math.floor(t)
-    return sec, sec * 1_000_000_000 + round((t - sec) * 1e9)
-
-
-def _stat_result(sx: Any) -> os.stat_result:
-    at, at_ns = _split_ns(sx.stx_atime)
-    mt, mt_ns = _split_ns(sx.stx_mtime)
-    ct, ct_ns = _split_ns(sx.stx_ctime)
-    return os.stat_result((
-        sx.stx_mode, sx.stx_ino, os.makedev(sx.stx_dev_major, sx.stx_dev_minor), sx.stx_nlink,
-        sx.stx_uid, sx.stx_gid, sx.stx_size, at, mt, ct,
-        sx.stx_atime, sx.stx_mtime, sx.stx_ctime, at_ns, mt_ns, ct_ns,
-        sx.stx_blksize, sx.stx_blocks, os.makedev(sx.stx_rdev_major, sx.stx_rdev_minor),
-    ))
-
-
-async def stat(path: PathLike, *, follow_symlinks: bool = True) -> os.stat_result:
-    """``os.stat(path)`` through an io_uring statx. ``st_*_ns`` are accurate to about 0.5 us
-    (the binding exposes statx times as floats only); the float ``st_*time`` equal os.stat's."""
-    raw = path_bytes(path)
-    buf = uring.statx()
-    flags = 0 if follow_symlinks else _AT_SYMLINK_NOFOLLOW
-    op = Op(prep_statx, buf, raw, flags, uring.STATX_BASIC_STATS, _AT_FDCWD)
-    op.what = os.fsdecode(raw)
-    await op
-    return _stat_result(buf)
-
-
-async def rename(src: PathLike, dst: PathLike) -> None:
-    """Rename *src* to *dst* (an io_uring renameat); replaces *dst* like ``os.rename``."""
-    a, b = path_bytes(src, "src"), path_bytes(dst, "dst")
-    op = Op(prep_renameat, a, b, _AT_FDCWD, _AT_FDCWD, 0)
-    op.what = os.fsdecode(a)
-    await op
-
-
-async def unlink(path: PathLike) -> None:
-    """Remove the file *path* (an io_uring unlinkat)."""
-    raw = path_bytes(path)
-    op = Op(prep_unlinkat, raw, 0, _AT_FDCWD)
-    op.what = os.fsdecode(raw)
-    await op
-
-
-async def rmdir(path: PathLike) -> None:
-    """Remove the empty directory *path* (an io_uring unlinkat with AT_REMOVEDIR)."""
-    raw = path_bytes(path)
-    op = Op(prep_unlinkat, raw, uring.AT_REMOVEDIR, _AT_FDCWD)
-    op.what = os.fsdecode(raw)
-    await op
-
-
-async def mkdir(path: PathLike, mode: int = 0o777) -> None:
-    """Create the directory *path* (an io_uring mkdirat); *mode* before the umask."""
-    mode = check_int("mode", mode, min=0, max=0o7777)
-    raw = path_bytes(path)
-    op = Op(prep_mkdirat, raw, mode, _AT_FDCWD)
-    op.what = os.fsdecode(raw)
-    await op

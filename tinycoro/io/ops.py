@@ -1,0 +1,126 @@
+"""The ring's read and write of a file: the awaitables a file's ring read and write are, one
+frame per operation (rule 14), reading or writing on in that same frame until done."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Generator
+
+from ..buffers import MAX_RW
+from ..closing import PendingOps, ResourceOp
+from ..core.traps import run_outside
+from ..uring import prep_read, prep_write
+
+__all__ = ["CURRENT_POSITION", "RingRead", "RingWrite"]
+
+CURRENT_POSITION = (1 << 64) - 1  # offset -1 as the kernel's u64: "use the file position"
+
+
+def _size_words(n: int) -> str:
+    return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
+
+
+class RingRead(ResourceOp):
+    """Fill a buffer from an offset through the ring, for the file *fd* (named *name*, its
+    operations pending in *pending*). One read almost always fills it; it reads on after a short read (short
+    only at EOF; an O_DIRECT read that comes back short is EOF) and for buffers beyond what
+    one read(2) moves, in this same frame. Its result is the byte count, or with *out* (the
+    buffer *view* looks at) the bytes read."""
+
+    __slots__ = ("view", "offset", "got", "direct", "out", "name")
+
+    def __init__(
+        self, pending: PendingOps, fd: int, name: str, direct: bool, view: memoryview,
+        offset: int, got: int = 0, out: Any = None,
+    ) -> None:
+        want = min(len(view) - got, MAX_RW)
+        ResourceOp.__init__(
+            self, pending, prep_read, fd, view[got:] if got else view, want, offset + got
+        )
+        self.view = view
+        self.offset = offset
+        self.got = got
+        self.direct = direct
+        self.out = out
+        self.name = name
+
+    def describe(self) -> str:
+        args = self.args
+        if not args:
+            return f"read from {self.name}"
+        return f"read {_size_words(args[2])} at {args[3]} from {os.path.basename(self.name)}"
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        pending = self.pending
+        view = self.view
+        size = len(view)
+        got = self.got
+        engine = self._enter()
+        try:
+            while got < size:
+                if pending.closed:
+                    raise pending._error()
+                if engine is not None:
+                    res = yield self
+                else:
+                    res = yield from run_outside(self)
+                if res < 0:
+                    raise self._failure(res)
+                if res == 0:
+                    break  # EOF
+                want = self.args[2]
+                got += res
+                if got >= size or (self.direct and res < want):
+                    break
+                self.args = (self.args[0], view[got:], min(size - got, MAX_RW), self.offset + got)
+        finally:
+            del pending._ops[self]
+        out = self.out
+        if out is None:
+            return got
+        if got == size and not self.direct:
+            return bytes(out)
+        return bytes(out[:got])
+
+
+class RingWrite(ResourceOp):
+    """Write all of a buffer at an offset (or at the file position: CURRENT_POSITION)
+    to the file *fd* through the ring, in as many writes as it takes, in this one frame; the total."""
+
+    __slots__ = ("view", "offset", "name")
+
+    def __init__(self, pending: PendingOps, fd: int, name: str, view: memoryview, offset: int) -> None:
+        ResourceOp.__init__(self, pending, prep_write, fd, view, min(len(view), MAX_RW), offset)
+        self.view = view
+        self.offset = offset
+        self.name = name
+
+    def describe(self) -> str:
+        args = self.args
+        where = "" if self.offset == CURRENT_POSITION else f" at {args[3]}"
+        return f"write {_size_words(args[2])}{where} to {os.path.basename(self.name)}"
+
+    def __await__(self) -> Generator[Any, Any, int]:
+        pending = self.pending
+        view = self.view
+        total = len(view)
+        offset = self.offset
+        done = 0
+        engine = self._enter()
+        try:
+            while True:
+                if pending.closed:
+                    raise pending._error()
+                if engine is not None:
+                    res = yield self
+                else:
+                    res = yield from run_outside(self)
+                if res < 0:
+                    raise self._failure(res)
+                done += res
+                if done >= total:
+                    return total
+                off = offset if offset == CURRENT_POSITION else offset + done
+                self.args = (self.args[0], view[done:], min(total - done, MAX_RW), off)
+        finally:
+            del pending._ops[self]
