@@ -194,7 +194,8 @@ def setup() -> dict:
         shell.extension_manager.load_extension("tinycoro")
     # `tc` in the engine's namespace, as a notebook has it: a `%px` cell can await tinycoro
     # awaitables at once, whichever way the cluster was made (a user's own `tc` is kept).
-    shell.user_ns.setdefault("tc", tc)
+    if "tc" not in shell.user_ns:  # imported in the engine's namespace, as a user would
+        shell.ex("import tinycoro as tc")
     with _agent_lock:
         if _agent is None or _agent.kernel is not shell.kernel:
             _agent = Agent(shell)
