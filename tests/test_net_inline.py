@@ -14,6 +14,8 @@ import tinycoro as tc
 from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.net import multishot
 
+from tinycoro.testing import wait_blocked
+
 from helpers.streams import tcp_pair
 from helpers.sync import spawn_here
 
@@ -114,6 +116,37 @@ def test_a_sender_that_never_blocks_cannot_starve_its_context(contexts):
     assert sent < limit, "the counter never ran while the sender sent"
     gaps = [b - a for a, b in zip(seen, seen[1:])]
     assert max(gaps) <= INLINE_BUDGET, gaps
+
+
+def test_a_task_woken_by_io_runs_within_a_budget_of_inline_sends(contexts):
+    """A task waits in a recv for bytes that only the sender's own sends bring. Each of
+    those sends completes inline (nothing else is ready, nothing is queued), so the recv's
+    completion sits in the ring until the sender's context ends its turn: the budget's
+    yield ends it within INLINE_BUDGET sends, and the waiter runs."""
+    limit = 1000  # 64 KB: fits the socket buffers, so only the budget can stop the loop
+
+    with tc.Scheduler(contexts) as sched:
+        async def main():
+            client, server = await tcp_pair()
+            woke = [False]
+
+            async def waiter():
+                await server.recv(1)
+                woke[0] = True
+
+            w = spawn_here(waiter())
+            await wait_blocked(w)  # in its recv, submitted by the end of the turn it ran in
+            sends = 0
+            while not woke[0] and sends < limit:
+                await client.sendall(MSG)
+                sends += 1
+            await w
+            for s in (client, server):
+                await s.close()
+            return sends
+
+        sends = sched.run_sync(main(), timeout=50)
+    assert sends <= INLINE_BUDGET + 1, f"the waiter ran only after {sends} sends"
 
 
 @pytest.mark.parametrize("path", ["multishot", "single"])

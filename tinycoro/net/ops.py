@@ -159,11 +159,13 @@ class SendallOp(ResourceOp):
             if not self.args:
                 raise RuntimeError("this sendall() was awaited already")
             engine = _local.engine
-            if engine is not None and not engine.ready and not engine.unsubmitted:
+            inline = engine is not None and not engine.ready and not engine.unsubmitted
+            if inline and not engine.inline_ok():
+                yield YIELD  # budget spent, or an interrupt is due: it is raised here
+                # a new step: inline only if it is still alone (and then it counts)
+                inline = not engine.ready and not engine.unsubmitted and engine.inline_ok()
+            if inline:
                 # The inline attempt (class doc), written out in this one frame.
-                if not engine.inline_ok():
-                    yield YIELD  # budget spent, or an interrupt is due: it is raised here
-                    engine.inline_ok()  # a new step: this send counts in its budget
                 if pending.closed:
                     raise pending._error()
                 fd, data, n, flags = self.args
