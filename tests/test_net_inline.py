@@ -153,8 +153,9 @@ def test_a_task_woken_by_io_runs_within_a_budget_of_inline_sends(contexts):
 def test_a_reader_of_queued_bytes_cannot_starve_its_context(contexts, path, monkeypatch):
     """A task reads 4 KiB one byte at a time: on the multishot path the bytes wait in the
     stream's queue, so every recv(1) but the first completes at once. A task on the same
-    context that counts its steps sees at most INLINE_BUDGET recvs between two of them, and
-    the bytes arrive whole and in order."""
+    context that counts its steps sees at most INLINE_BUDGET + 1 recvs between two of them
+    (the one woken with the bytes, which suspended and is not charged, then INLINE_BUDGET
+    that complete at once), and the bytes arrive whole and in order."""
     if path == "single":
         monkeypatch.setenv("TINYCORO_MULTISHOT", "0")
     elif not multishot.AVAILABLE:
@@ -193,7 +194,7 @@ def test_a_reader_of_queued_bytes_cannot_starve_its_context(contexts, path, monk
         got, seen = sched.run_sync(main(), timeout=50)
     assert got == payload
     gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET, max(gaps)
+    assert max(gaps) <= INLINE_BUDGET + 1, max(gaps)
 
 
 def test_a_cancel_reaches_a_sender_that_never_blocks(contexts):

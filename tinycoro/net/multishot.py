@@ -180,15 +180,19 @@ class MultishotRecv(ResourceOp):
                     raise pending._error()
                 engine = _local.engine
                 if self.queue:
-                    # Bytes queued: the recv completes without suspending, and spends one
-                    # unit of the engine's budget (rule 16); at zero it yields once first,
-                    # so a task that reads queued bytes in a loop (recv(1) over a 64 KiB
-                    # chunk, say) still lets its context's other tasks run, and a cancel
-                    # due lands there, before a byte is taken. Then it looks again: the
-                    # stream may have been closed meanwhile.
-                    if engine is not None and not engine.inline_ok():
+                    # Bytes queued when the recv began: it completes without suspending,
+                    # and spends one unit of the engine's budget (rule 16); at zero it
+                    # yields once first, so a task that reads queued bytes in a loop
+                    # (recv(1) over a 64 KiB chunk, say) still lets its context's other
+                    # tasks run, and a cancel due lands there, before a byte is taken. Then
+                    # it looks again: the stream may have been closed meanwhile. A recv
+                    # that parked and was woken with the bytes did suspend: no charge (the
+                    # echo's every request, where the call cost ~300 instructions).
+                    if engine is not None and not self.waited and not self._spend(engine):
                         yield YIELD
-                        continue  # a new step, with a new budget: look again
+                        self._spend(engine)  # a new step: this recv counts in its budget
+                        self.waited = True  # once: the look below is not charged again
+                        continue  # the stream may have been closed meanwhile
                     return self._take()
                 stop = None
                 if self.armed:
@@ -221,6 +225,10 @@ class MultishotRecv(ResourceOp):
                     self.waiter = None
         finally:
             token.add(0)
+
+    def _spend(self, engine: Any) -> bool:
+        """``engine.inline_ok()``: compiled, a C call (multishot.pxd types *engine*)."""
+        return engine.inline_ok()
 
     def _arm(self, engine: Any) -> None:
         """Start the multishot on *engine*'s ring (the seam's arm); in the stream's

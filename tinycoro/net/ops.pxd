@@ -3,6 +3,7 @@
 # awaitables (recv, send and sendall, accept), whose __await__ runs once per I/O call.
 
 from ..closing cimport ResourceOp
+from ..core.engine cimport Engine
 
 cdef class RecvOp(ResourceOp):
     cdef public object view
@@ -14,6 +15,9 @@ cdef class SendallOp(ResourceOp):
     cdef public object owner
     cdef public object sock
     cdef public bint once
+
+    cdef bint _alone(self, Engine engine)
+    cdef bint _spend(self, Engine engine)
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener

@@ -159,11 +159,11 @@ class SendallOp(ResourceOp):
             if not self.args:
                 raise RuntimeError("this sendall() was awaited already")
             engine = _local.engine
-            inline = engine is not None and not engine.ready and not engine.unsubmitted
-            if inline and not engine.inline_ok():
+            inline = engine is not None and self._alone(engine)
+            if inline and not self._spend(engine):
                 yield YIELD  # budget spent, or an interrupt is due: it is raised here
                 # a new step: inline only if it is still alone (and then it counts)
-                inline = not engine.ready and not engine.unsubmitted and engine.inline_ok()
+                inline = self._alone(engine) and self._spend(engine)
             if inline:
                 # The inline attempt (class doc), written out in this one frame.
                 if pending.closed:
@@ -213,6 +213,18 @@ class SendallOp(ResourceOp):
             spare = self.spare
             if spare is not None and not spare:
                 spare.append(self)  # the stream's next sendall takes it
+
+
+    def _alone(self, engine: Any) -> bool:
+        """Whether the send is the only thing its context has to do now (class doc): no
+        other task ready, no SQE waiting for the turn's submit. Compiled, two reads of the
+        engine's fields (ops.pxd types *engine*); the attribute lookups cost ~400
+        instructions per request on the echo."""
+        return not engine.ready and not engine.unsubmitted
+
+    def _spend(self, engine: Any) -> bool:
+        """``engine.inline_ok()``: compiled, a C call (ops.pxd types *engine*)."""
+        return engine.inline_ok()
 
 
 class AcceptOp(ResourceOp):
