@@ -14,7 +14,7 @@ import tempfile
 import time
 
 import tinycoro as tc
-from tinycoro import compiled
+from tinycoro import compiled, uring
 from tinycoro.core.stats import COLUMNS, format_stats, legend
 
 
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"tinycoro {tc.__version__}: {args.contexts} context{'' if args.contexts == 1 else 's'} ({args.dispatch}), "
         f"Python {platform.python_version()}, Linux {platform.release()}, "
+        f"ring flags: {', '.join(uring.ring_flags()) or 'none'}, "
         + compiled.describe()
     )
     sched = tc.Scheduler(args.contexts, dispatch=args.dispatch)

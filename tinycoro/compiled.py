@@ -71,6 +71,10 @@ SOURCE_MODULES: tuple[str, ...] = (
     "tinycoro.net.ops",
     "tinycoro.net.multishot",
     "tinycoro.net.stream",
+    "tinycoro.sync._lot",
+    "tinycoro.sync.mutex",
+    "tinycoro.sync.semaphore",
+    "tinycoro.sync.event",
 )
 
 

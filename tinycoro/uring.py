@@ -102,6 +102,8 @@ __all__ = [
     "prep_recv_multishot",
     "multishot_wanted",
     "MULTISHOT_ENV",
+    "ring_flags",
+    "RING_FLAGS_ENV",
     "prep_send",
     "prep_shutdown",
     "timespec",
@@ -195,6 +197,63 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
     return IoUringUnavailable(f"cannot create an io_uring instance: {exc}. {hint}")
 
 
+#: Ring setup flags, tried when each ring is set up (see :func:`ring_flags`): a name and its
+#: bits. COOP_TASKRUN: the kernel does not interrupt the context's thread (an IPI, a trip
+#: through the kernel) to post each completion; it posts them at the thread's next syscall,
+#: which the engine makes anyway (its submit, or the eventfd read it sleeps in, which the
+#: pending work wakes). TASKRUN_FLAG goes with it: the kernel raises IORING_SQ_TASKRUN while
+#: completions wait to be posted, and the submit then enters with GETEVENTS to post them.
+#: Measured on the 50-connection echo (docs/benchmarks.md, "Speed round 3"): the server's
+#: system time per request was lower in 5 of 6 alternating pairs on a loaded machine (4.0-5.7
+#: us against 5.0-10.6 us), with the same syscalls per request. SINGLE_ISSUER (and with it
+#: DEFER_TASKRUN) is not among them: a context's ring is set up on another thread than the
+#: one that submits to it, which SINGLE_ISSUER refuses (the first submit fails, EEXIST).
+_WANTED_FLAGS: tuple[tuple[str, int], ...] = (("COOP_TASKRUN", (1 << 8) | (1 << 9)),)
+#: ``TINYCORO_RING_FLAGS=plain`` sets rings up with no flags (A/B runs, a kernel to rule out).
+RING_FLAGS_ENV = "TINYCORO_RING_FLAGS"
+_refused_flags: set[str] = set()  # names the kernel refused (EINVAL): never tried again
+
+
+def _flags_wanted() -> list[tuple[str, int]]:
+    if os.environ.get(RING_FLAGS_ENV, "").strip().lower() in ("plain", "none", "0", "off"):
+        return []
+    return [(n, bits) for n, bits in _WANTED_FLAGS if n not in _refused_flags]
+
+
+def _new_ring(entries: int) -> Any:
+    """``io_uring_queue_init`` with every wanted setup flag the kernel takes: one it refuses
+    (EINVAL, e.g. COOP_TASKRUN before Linux 5.19) is dropped, remembered, and the ring set
+    up without it."""
+    wanted = _flags_wanted()
+    while True:
+        ring = _L.io_uring()
+        flags = 0
+        for _, bits in wanted:
+            flags |= bits
+        try:
+            _clear_errno()
+            _L.io_uring_queue_init(entries, ring, flags)
+            return ring
+        except OSError as exc:
+            if exc.errno == errno.EINVAL and wanted:
+                _refused_flags.add(wanted.pop()[0])  # the last one added goes first
+                continue
+            if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
+                raise _unavailable(exc) from None
+            raise
+
+
+def ring_flags() -> tuple[str, ...]:
+    """The names of the setup flags this process's rings get (for ``python -m tinycoro``'s
+    first line): each is tried once on a small ring the first time this is asked, so the
+    answer is the kernel's, also before any scheduler runs."""
+    wanted = _flags_wanted()
+    if wanted:
+        ring = _new_ring(2)  # drops what the kernel refuses
+        _L.io_uring_queue_exit(ring)
+    return tuple(name for name, _ in _flags_wanted())
+
+
 class _Lifecycle:
     """Creating and closing one io_uring instance and its eventfd: shared by both rings.
 
@@ -213,14 +272,7 @@ class _Lifecycle:
         # (not tinycoro.core.checks: this bottom layer imports nothing of tinycoro's)
         if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
             raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
-        ring = _L.io_uring()
-        try:
-            _clear_errno()
-            _L.io_uring_queue_init(entries, ring, 0)
-        except OSError as exc:
-            if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
-                raise _unavailable(exc) from None
-            raise
+        ring = _new_ring(entries)
         try:
             efd = os.eventfd(0, os.EFD_CLOEXEC)
         except BaseException:

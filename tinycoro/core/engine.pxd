@@ -1,6 +1,7 @@
 # Augments engine.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes engine.py with
 # this file beside it). The .py is the source: this declares the Engine's layout and makes its
-# per-operation methods (_step, _start, _deliver, _park, _finish) C calls from its run loop.
+# per-operation methods (_step, _start, _deliver, _park, _finish) C calls from its run loop,
+# and inline_ok a C call from the I/O layer's compiled ops that complete at once (rule 16).
 # Attributes are public: the scheduler, statistics and the notebook layer read them.
 
 cimport cython
@@ -40,6 +41,7 @@ cdef class Engine(RingOwner):
     cdef public list watchers
     cdef public object thread_ident
 
+    cpdef bint inline_ok(self)
     cpdef _step(self, Task task)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)

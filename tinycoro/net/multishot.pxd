@@ -4,6 +4,7 @@
 # read or write of one is a single C step under the GIL (the module doc says why that matters).
 
 from ..closing cimport ResourceOp
+from ..core.engine cimport Engine
 
 cdef class MultishotRecv(ResourceOp):
     cdef public object queue
@@ -19,3 +20,5 @@ cdef class MultishotRecv(ResourceOp):
     cdef public object token
     cdef public object owner
     cdef public bint waited
+
+    cdef bint _spend(self, Engine engine)

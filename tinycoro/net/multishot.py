@@ -23,7 +23,7 @@ from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core.traps import Park, foreign_waiter, run_outside
+from ..core.traps import YIELD, Park, foreign_waiter, run_outside
 from .ops import already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT"]
@@ -54,8 +54,8 @@ class MultishotRecv(ResourceOp):
     in one of the ring's buffers. The ring copies it out and gives the buffer back to the
     kernel; the engine hands the chunk to :meth:`completion` on its thread: it goes on the
     stream's queue and a recv waiting for it is woken. A recv that finds the queue non-empty
-    returns without suspending and without an SQE; one that finds it empty parks (no SQE
-    either). An armed multishot that no recv waits on is no work (:meth:`awaited`): the stop
+    returns without suspending and without an SQE (spending one unit of the engine's
+    cooperative budget, rule 16); one that finds it empty parks (no SQE either). An armed multishot that no recv waits on is no work (:meth:`awaited`): the stop
     protocol and the deadlock watchdog see only the recv that parks on it.
 
     The multishot ends with its last CQE (no ``IORING_CQE_F_MORE``, then :meth:`finished`):
@@ -178,9 +178,22 @@ class MultishotRecv(ResourceOp):
                     if self.waited:
                         raise ClosedResourceError(CLOSED_WHILE_WAITING)
                     raise pending._error()
-                if self.queue:
-                    return self._take()
                 engine = _local.engine
+                if self.queue:
+                    # Bytes queued when the recv began: it completes without suspending,
+                    # and spends one unit of the engine's budget (rule 16); at zero it
+                    # yields once first, so a task that reads queued bytes in a loop
+                    # (recv(1) over a 64 KiB chunk, say) still lets its context's other
+                    # tasks run, and a cancel due lands there, before a byte is taken. Then
+                    # it looks again: the stream may have been closed meanwhile. A recv
+                    # that parked and was woken with the bytes did suspend: no charge (the
+                    # echo's every request, where the call cost ~300 instructions).
+                    if engine is not None and not self.waited and not self._spend(engine):
+                        yield YIELD
+                        self._spend(engine)  # a new step: this recv counts in its budget
+                        self.waited = True  # once: the look below is not charged again
+                        continue  # the stream may have been closed meanwhile
+                    return self._take()
                 stop = None
                 if self.armed:
                     if engine is not self.engine and not self.stopping:
@@ -212,6 +225,10 @@ class MultishotRecv(ResourceOp):
                     self.waiter = None
         finally:
             token.add(0)
+
+    def _spend(self, engine: Any) -> bool:
+        """``engine.inline_ok()``: compiled, a C call (multishot.pxd types *engine*)."""
+        return engine.inline_ok()
 
     def _arm(self, engine: Any) -> None:
         """Start the multishot on *engine*'s ring (the seam's arm); in the stream's

@@ -1,8 +1,9 @@
 # Augments ops.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes ops.py with this
 # file beside it). The .py is the source: this declares the layouts of a socket's operation
-# awaitables (recv, sendall, accept), whose __await__ runs once per I/O call.
+# awaitables (recv, send and sendall, accept), whose __await__ runs once per I/O call.
 
 from ..closing cimport ResourceOp
+from ..core.engine cimport Engine
 
 cdef class RecvOp(ResourceOp):
     cdef public object view
@@ -12,6 +13,11 @@ cdef class RecvOp(ResourceOp):
 cdef class SendallOp(ResourceOp):
     cdef public object spare
     cdef public object owner
+    cdef public object sock
+    cdef public bint once
+
+    cdef bint _alone(self, Engine engine)
+    cdef bint _spend(self, Engine engine)
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener

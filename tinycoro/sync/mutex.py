@@ -147,8 +147,10 @@ class Mutex:
             return
         self._unlock_slow(me)
 
-    def _unlock_slow(self, me: Task | None) -> None:
-        """Release by code outside a task (allowed while the mutex is held), or misuse."""
+    def _unlock_slow(self, me: Any) -> None:
+        """Release by code outside a task (allowed while the mutex is held), or misuse. *me*
+        is the calling task or None, then its asyncio stand-in (typed Any: compiled, an
+        annotation is enforced)."""
         if me is None:
             me = foreign_waiter()
         mu = self._mu

@@ -1,0 +1,17 @@
+# Augments _lot.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes _lot.py with
+# this file beside it). The .py is the source: this declares the layouts of the parking lot and
+# its waiters, which every primitive's lock, unlock, wait and wake go through. Attributes are
+# public: the primitives (some of them interpreted) and the engine's abort hook use them.
+
+cdef class Waiter:
+    cdef public object lot
+    cdef public object task
+    cdef public object item
+    cdef public bint queued
+
+cdef class ParkingLot:
+    cdef public object _lock
+    cdef public object _queue
+    cdef public Py_ssize_t _live
+    cdef public Py_ssize_t _dead
+    cdef public object what

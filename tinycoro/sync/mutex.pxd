@@ -1,0 +1,15 @@
+# Augments mutex.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes mutex.py
+# with this file beside it). The .py is the source: this declares the Mutex's layout, so that its
+# uncontended lock and unlock read and write the token, the flag and the owner as C fields. The
+# token's pop and append stay single C calls under the GIL, which the module doc relies on.
+# Attributes are public: Condition reads the owner, statistics and snapshots the rest.
+
+cdef class _Foreign:
+    pass
+
+cdef class Mutex:
+    cdef public object _mu
+    cdef public object _free
+    cdef public bint _contended
+    cdef public object _owner
+    cdef public object _lot

@@ -1,0 +1,8 @@
+# Augments semaphore.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes
+# semaphore.py with this file beside it). The .py is the source: this declares the Semaphore's
+# layout.
+
+cdef class Semaphore:
+    cdef public object _mu
+    cdef public object _value  # any int check_int takes, so a Python int
+    cdef public object _lot
