@@ -12,7 +12,7 @@ Some code must keep awaiting after it was interrupted: ``Condition.wait`` has to
 mutex before it may raise, ``when_all`` has to wait for the children it cancelled. Interrupts
 that arrive meanwhile are caught and merged with :func:`keep_one`: one is kept and re-raised at
 the end, and a scope signal that loses is marked dropped on its scope, which re-delivers it when
-the next scope exits (see ``tinycoro.combinators``), so a timeout cannot silently vanish.
+the next scope exits (see ``tinycoro.scopes``), so a timeout cannot silently vanish.
 """
 
 from __future__ import annotations
