@@ -75,7 +75,16 @@ from typing import TYPE_CHECKING, Any
 import liburing as _L
 
 from . import compiled
-from ._ringdefs import SKIP_UD, RingBusy
+from ._ringdefs import (
+    MULTISHOT_BUFFER_SIZE,
+    MULTISHOT_BUFFERS,
+    MULTISHOT_BUFFERS_ENV,
+    MULTISHOT_ENV,
+    SKIP_UD,
+    RingBusy,
+    multishot_buffers,
+    multishot_wanted,
+)
 
 
 __all__ = [
@@ -87,6 +96,12 @@ __all__ = [
     "IoUringUnavailable",
     "RingBusy",
     "SKIP_UD",
+    "MULTISHOT_ENV",
+    "MULTISHOT_BUFFERS",
+    "MULTISHOT_BUFFER_SIZE",
+    "MULTISHOT_BUFFERS_ENV",
+    "multishot_buffers",
+    "multishot_wanted",
     "sockaddr_in",
     "prep_nop",
     "prep_read",
@@ -313,44 +328,6 @@ class _Lifecycle:
     @property
     def closed(self) -> bool:
         return not self._open
-
-
-#: ``TINYCORO_MULTISHOT=0`` forces the single recv everywhere (tests of the fallback, or a
-#: kernel whose multishot recv misbehaves); read when a ring is created.
-MULTISHOT_ENV = "TINYCORO_MULTISHOT"
-#: The provided buffers of a ring's multishot recvs: how many and how large. 16 KiB holds the
-#: usual message whole; a larger one arrives in several CQEs, queued as chunks, and each recv
-#: returns one chunk (at most its max_bytes of it), as a single recv returns what one read
-#: gave. 64 x 16 KiB = 1 MiB of address space per ring, touched only as data arrives.
-MULTISHOT_BUFFERS = 64
-MULTISHOT_BUFFER_SIZE = 16384
-#: ``TINYCORO_MULTISHOT_BUFFERS=N`` sets how many buffers a ring's pool holds (a power of two,
-#: at most 32768), read when a ring is created: more for many busy streams per context (the
-#: statistics' ``multishot_enobufs`` say when the pool runs dry), fewer to test exhaustion.
-MULTISHOT_BUFFERS_ENV = "TINYCORO_MULTISHOT_BUFFERS"
-
-
-def multishot_buffers() -> int:
-    """The pool size ``TINYCORO_MULTISHOT_BUFFERS`` asks for, else ``MULTISHOT_BUFFERS``;
-    ValueError naming the variable for anything but a power of two in [1, 32768]."""
-    raw = os.environ.get(MULTISHOT_BUFFERS_ENV, "").strip()
-    if not raw:
-        return MULTISHOT_BUFFERS
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if not 0 < n <= 32768 or n & (n - 1):
-        raise ValueError(
-            f"{MULTISHOT_BUFFERS_ENV} must be a power of two from 1 to 32768, got {raw!r}"
-        )
-    return n
-
-
-def multishot_wanted() -> bool:
-    """False when ``TINYCORO_MULTISHOT`` says 0 (or off/false/no): rings created and streams
-    made meanwhile receive with single recvs."""
-    return os.environ.get(MULTISHOT_ENV, "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 class PyRing(_Lifecycle):
