@@ -6,6 +6,7 @@ kernel directories. Helpers that tests import live in the ``helpers`` package be
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -28,6 +29,14 @@ from helpers.runtime import CONTEXT_COUNTS, fd_targets, tinycoro_threads, wait_u
 # in a child at exec, where Python installs its usual handler.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """Workers for ``-n auto`` (the ini's addopts): two per core, at most 8. Most of the
+    suite's time is spent waiting on other processes (kernels, ipyparallel engines, a browser,
+    benchmark servers), so one worker per core leaves the cores idle half the time; the cap
+    bounds how many kernels and clusters run at once on a big machine."""
+    return min(8, 2 * (os.cpu_count() or 1))
 
 
 @pytest.fixture(params=CONTEXT_COUNTS, ids=lambda n: f"ctx{n}")
