@@ -6,6 +6,7 @@ remote ``finally`` blocks ran."""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import signal
 import threading
@@ -121,3 +122,29 @@ def test_with_every_engine_lost_submit_map_and_serve_raise_engine_lost():
         with pytest.raises(tc.cluster.EngineLost, match="every engine"):
             tc.run(c.serve(h.reply_pid, cs.free_port()))
         assert c.stats() == {}
+
+
+class _Registry:
+    """What a RemoteTask asks of its cluster when it ends: nothing else is needed to feed it a
+    reply (the race below cannot be produced on demand with real engines)."""
+
+    def forget(self, task) -> None:
+        pass
+
+    def engine_name(self, engine: int) -> str:
+        return f"engine {engine}"
+
+
+def test_an_engine_that_dies_under_the_start_request_is_engine_lost():
+    # The engine can die while the controller still holds the apply request that starts the
+    # task: ipyparallel then replies with a RemoteError named "EngineError" ("Engine 0 died
+    # while running task ..."), not an EngineError instance. Seen in a full run: submit, then
+    # SIGKILL, then result() raised that RemoteError instead of EngineLost.
+    from ipyparallel.error import RemoteError
+
+    from tinycoro.cluster.remote import RemoteTask
+
+    t = RemoteTask(_Registry(), 0, "token", "sleep_forever", contextvars.copy_context())
+    t._acked(RemoteError("EngineError", "Engine 0 died while running task 'x'", ""))
+    with pytest.raises(tc.cluster.EngineLost, match="engine 0"):
+        t.result(0)

@@ -112,7 +112,11 @@ class RemoteTask:
 
     def _acked(self, reply: Any) -> None:
         """The engine's reply to the apply request: started, or why not."""
-        if isinstance(reply, EngineError):
+        # The engine died under the request: ipyparallel says so with an EngineError, or, when
+        # the controller still held the request, a RemoteError that names one.
+        if isinstance(reply, EngineError) or (
+            isinstance(reply, RemoteError) and reply.ename == "EngineError"
+        ):
             self._finish(None, EngineLost(f"{self._where()} died before it started {self.name!r}"))
             return
         if isinstance(reply, BaseException):  # e.g. the function could not be unpickled there
