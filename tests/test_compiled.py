@@ -223,3 +223,22 @@ def test_the_demo_says_which_runtime_runs_in_its_first_line(pure):
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         ).stdout.strip()
     assert first.endswith(", " + expected), first
+
+
+def test_every_augmenting_pxd_ships_in_the_sdist_and_the_wheel():
+    # setup.py compiles a module only with its .pxd beside it (without, it is slower than
+    # interpreted), so a .pxd the package data leaves out makes every install from the sdist
+    # or a wheel run that module interpreted. pyproject.toml's package-data must match them all.
+    import fnmatch
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        pytest.skip("tomllib is Python 3.11+")
+    root = Path(__file__).resolve().parents[1]
+    data = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for name in compiled.SOURCE_MODULES:
+        package, _, leaf = name.rpartition(".")
+        patterns = data.get("*", []) + data.get(package, [])
+        assert any(fnmatch.fnmatch(leaf + ".pxd", p) for p in patterns), (name, patterns)
+        assert (root / Path(*name.split("."))).with_suffix(".pxd").exists(), name
