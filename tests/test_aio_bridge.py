@@ -141,6 +141,33 @@ def test_tc_timeout_around_tc_aio(contexts, no_leaks):
     assert finished == started
 
 
+def test_a_coroutine_cancelled_before_its_asyncio_task_began_is_closed(contexts, no_leaks):
+    # A timeout that has expired at the first await cancels the call while the companion loop
+    # is still creating its asyncio task: that task is cancelled before its first step, so the
+    # coroutine handed to tc.aio never starts. It must still be closed, as asyncio closes a
+    # task's coroutine cancelled before it began, not left for the garbage collector to warn
+    # "coroutine ... was never awaited" (seen in CI on a loaded machine).
+    coros = []
+
+    async def never():
+        await asyncio.sleep(3600)
+
+    async def main():
+        for _ in range(20):
+            coro = never()
+            coros.append(coro)
+            with pytest.raises(TimeoutError):
+                async with tc.timeout(0):
+                    await tc.aio(coro)
+        return "done"
+
+    assert run(main(), contexts) == "done"
+    import inspect
+
+    states = {inspect.getcoroutinestate(c) for c in coros}
+    assert states == {inspect.CORO_CLOSED}, states
+
+
 def test_tinycoro_awaitables_inside_the_companion_loop(contexts, no_leaks, tmp_path):
     # Round trip: an asyncio coroutine run by tc.aio awaits tinycoro I/O, which runs on the
     # ring hosted by the companion loop; the ring closes when the scheduler stops.

@@ -92,7 +92,7 @@ class _Call:
     cancels it as soon as it is created, so a wake always comes.
     """
 
-    __slots__ = ("task", "atask", "cancel_requested", "outcome", "companion")
+    __slots__ = ("task", "atask", "cancel_requested", "outcome", "companion", "awaitable")
 
     def __init__(self, task: Any, companion: Companion) -> None:
         self.task = task
@@ -100,8 +100,10 @@ class _Call:
         self.atask: asyncio.Task | None = None
         self.cancel_requested = False
         self.outcome: tuple[str, Any] | None = None
+        self.awaitable: Awaitable[Any] | None = None
 
     def begin(self, loop: asyncio.AbstractEventLoop, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
         try:
             atask = loop.create_task(_await(awaitable))
         except BaseException as e:  # noqa: BLE001 - delivered to the tinycoro task
@@ -119,8 +121,14 @@ class _Call:
             self.atask.cancel()
 
     def _done(self, atask: asyncio.Task) -> None:
+        awaitable, self.awaitable = self.awaitable, None
         if atask.cancelled():
             self.outcome = ("cancelled", None)
+            # Cancelled before its first step, the task never started _await, so the caller's
+            # coroutine never started either: close it, as asyncio closes a task's own
+            # coroutine cancelled before it began (else: "coroutine ... was never awaited").
+            if inspect.iscoroutine(awaitable) and inspect.getcoroutinestate(awaitable) == inspect.CORO_CREATED:
+                awaitable.close()
         else:
             exc = atask.exception()
             self.outcome = ("error", exc) if exc is not None else ("ok", atask.result())
