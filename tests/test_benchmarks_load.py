@@ -75,6 +75,8 @@ def echo_server(corrupt: bool = False) -> Iterator[int]:
 def test_the_load_generator_is_carried_in_the_repository() -> None:
     assert config.ECHO_LOAD_SRC.is_file()
     assert config.ECHO_LOAD_SRC.resolve().is_relative_to(config.REPO)
+    for program in config.C_SERVERS.values():  # the limit rows' servers, built the same way
+        assert (config.REPO / "benchmarks" / f"{program}.c").is_file()
 
 
 @needs_cc
@@ -100,9 +102,12 @@ def test_echo_load_reports_an_echo_that_differs() -> None:
 
 @needs_cc
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["tinycoro", "asyncio-streams", "uvloop-streams", "uvloop-protocol"])
+@pytest.mark.parametrize(
+    "kind", ["tinycoro", "asyncio-streams", "uvloop-streams", "uvloop-protocol", "c-epoll", "c-uring"]
+)
 def test_every_echo_server_echoes(kind: str) -> None:
-    # uvloop streams is the like-for-like peer of tinycoro's streams: both are coroutines over streams
+    # uvloop streams is the like-for-like peer of tinycoro's streams: both are coroutines over
+    # streams. The C servers are the limit rows; echo_load checks every byte they echo back.
     if kind.startswith("uvloop"):
         pytest.importorskip("uvloop")
     exe = w_echo.build_echo_load()
