@@ -153,13 +153,16 @@ class EchoServer:
         r, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if r else ""
         if not line.startswith("READY "):
-            self.close()
+            # its message is read once it has ended (a live server could hold the pipe open),
+            # and before close() closes the pipe
+            self._stop()
             err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.close()
             raise RuntimeError(f"{self.kind} echo server did not start: {line!r} {err.strip()[-300:]}")
         self.ready_line = line.strip()  # "READY <port>", and the C io_uring server's ring flags
         return int(line.split()[1])
 
-    def close(self) -> None:
+    def _stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -167,6 +170,9 @@ class EchoServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def close(self) -> None:
+        self._stop()
         for f in (self.proc.stdout, self.proc.stderr):
             if f is not None:
                 f.close()

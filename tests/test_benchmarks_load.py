@@ -168,3 +168,11 @@ def test_direct_tinycoro_row_names_what_is_missing(monkeypatch, missing: str) ->
     monkeypatch.setattr(w_direct, "tc", types.SimpleNamespace(io=io))
     reason = w_direct.tc_missing()
     assert reason is not None and "tc.io.aligned_buffer" in reason and "readinto_at" in reason
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_does_not_start_is_reported_with_its_reason() -> None:
+    # A server process that exits before printing READY must give the runner a skip reason
+    # with the server's own message, not an error about reading its closed pipe.
+    with pytest.raises(RuntimeError, match="did not start.*usage: python -m benchmarks.echo_server"):
+        w_echo.EchoServer("no-such-kind", 1)
