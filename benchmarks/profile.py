@@ -326,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KIND",
         help="only count instructions per echo request of server KIND with callgrind",
     )
+    ap.add_argument(
+        "--syscalls",
+        nargs="+",
+        metavar="KIND",
+        help="only count system calls per echo request of servers KIND (e.g. tinycoro c-uring) with strace",
+    )
     ap.add_argument("--pingpong", action="store_true",
                     help="only count instructions per one-connection echo round trip (callgrind)")
     ap.add_argument("--pingpong-run", type=int, help=argparse.SUPPRESS)  # callgrind's child
@@ -333,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pingpong_run:
         pingpong(args.pingpong_run)
         return 0
+    if args.syscalls:
+        from . import syscalls
+
+        return syscalls.main(args.syscalls, args.seconds)
     if args.pingpong:
         value, note = pingpong_instructions()
         print(f"ping-pong: {value:,.0f} instructions per round trip ({note})" if value else note)

@@ -101,8 +101,11 @@ def build_c(name: str, src: Path, flags: tuple[str, ...] = ()) -> Path:
 
 def build_echo_load(src: Path | None = None) -> Path:
     """Compile echo_load if needed; return its path. Raises EchoLoadMissing with the reason."""
+    src = src or ECHO_LOAD_SRC
+    if not src.is_file():
+        raise EchoLoadMissing(f"load generator source not found at {src}")
     try:
-        return build_c("echo_load", src or ECHO_LOAD_SRC, ("-lm",))
+        return build_c("echo_load", src, ("-lm",))
     except CProgramMissing as e:
         raise EchoLoadMissing(str(e)) from None
 

@@ -176,3 +176,21 @@ def test_a_server_that_does_not_start_is_reported_with_its_reason() -> None:
     # with the server's own message, not an error about reading its closed pipe.
     with pytest.raises(RuntimeError, match="did not start.*usage: python -m benchmarks.echo_server"):
         w_echo.EchoServer("no-such-kind", 1)
+
+
+@needs_cc
+@pytest.mark.timeout(120)
+def test_syscalls_per_request_are_counted_under_strace() -> None:
+    # The C servers' hot paths are known exactly: the epoll one makes at least one recv and
+    # one send per request (echo_load counts only completed round trips, all of them inside
+    # the traced window); the io_uring one makes neither, only io_uring_enter.
+    from benchmarks import syscalls
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace not installed")
+    epoll = syscalls.count("c-epoll", seconds=0.3, conns=4)
+    uring = syscalls.count("c-uring", seconds=0.3, conns=4)
+    assert epoll.requests > 0 and uring.requests > 0
+    assert epoll.per_request("send") >= 1.0 and epoll.per_request("recv") >= 1.0
+    assert uring.calls["send"] == uring.calls["recv"] == 0 and uring.calls["io_uring_enter"] > 0
+    assert "| io_uring_enter |" in syscalls.table([epoll, uring])
