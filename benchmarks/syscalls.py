@@ -1,15 +1,19 @@
-"""System calls per echo request, counted by strace, for tinycoro's server and the C ones.
+"""System calls per echo request, counted by strace or perf, for tinycoro's server and the C ones.
 
-``python -m benchmarks.profile --syscalls tinycoro c-uring [--seconds S]`` starts each echo
-server, warms it up with echo_load, attaches ``strace -f -y`` to every thread of it, drives it
-for *S* seconds and detaches, then divides the calls made by the requests served. ``-y`` names
-each descriptor's kind, so reads and writes on an eventfd (one context waking another's) are
-told apart from reads and writes of anything else, which ``strace -c`` cannot do.
+``python -m benchmarks.profile --syscalls tinycoro c-uring [--seconds S] [--tool perf]``
+starts each echo server, warms it up with echo_load, attaches the tool to every thread of it,
+drives it for *S* seconds and detaches, then divides the calls made by the requests served.
 
-The counts are what a server does per request, not how fast: under strace every system call
-stops the server twice, so it serves a fraction of its usual rate, and a server that batches
-(one ``io_uring_enter`` for every connection ready in a turn) finds more ready per turn than
-it would at full speed. Both servers of a comparison are measured alike, one after the other.
+* ``strace`` (the default): ``strace -f -y``, every call with its descriptor's kind, so reads
+  and writes on an eventfd (one context waking another) are told apart from reads and writes
+  of anything else, which ``strace -c`` cannot do. Every system call stops the server twice, so
+  it serves a fraction of its usual rate, and a server that batches (one ``io_uring_enter``
+  for all the completions of a turn) batches differently than at full speed.
+* ``perf``: ``perf stat`` on the syscall tracepoints, counted in the kernel without stopping
+  the server, so the batching is that of full speed; reads and writes on an eventfd are told
+  apart by a filter on the descriptors that are eventfds when the count starts.
+
+Both servers of a comparison are measured alike, one after the other.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import w_echo
+from .config import C_SERVERS
 
 # The columns of the comparison: the calls an echo server's hot path is made of.
 COLUMNS = (
@@ -106,7 +111,7 @@ def _attach(strace: str, pid: int, out: str, timeout: float = 30.0) -> subproces
 
 
 def _detach(proc: subprocess.Popen[str]) -> None:
-    """Stop strace: on SIGINT it detaches from every thread and flushes its output."""
+    """Stop strace or perf: on SIGINT each detaches from every thread and writes its output."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
@@ -118,27 +123,97 @@ def _detach(proc: subprocess.Popen[str]) -> None:
         proc.stderr.close()
 
 
-def count(kind: str, seconds: float = 2.0, conns: int = 50, size: int = 64) -> SyscallCount:
-    """The system calls echo server *kind* (one context) makes while echo_load drives it for
-    *seconds*. Raises RuntimeError when strace or the load generator is missing."""
-    strace = shutil.which("strace")
-    if strace is None:
-        raise RuntimeError("strace not installed (apt-get install strace)")
+# perf's tracepoints per column; "all" is every system call's entry
+_PERF_EVENTS = {
+    "io_uring_enter": ["syscalls:sys_enter_io_uring_enter"],
+    "send": [f"syscalls:sys_enter_{n}" for n in ("sendto", "sendmsg", "sendmmsg")],
+    "recv": [f"syscalls:sys_enter_{n}" for n in ("recvfrom", "recvmsg", "recvmmsg")],
+    "epoll_wait": ["syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_epoll_pwait"],
+    "all": ["raw_syscalls:sys_enter"],
+}
+
+
+def _eventfds(pid: int) -> list[int]:
+    """The descriptors of process *pid* that are eventfds."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[eventfd]":
+                out.append(int(fd))
+        except OSError:
+            continue  # closed meanwhile
+    return out
+
+
+def _perf_start(perf: str, pid: int, out: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    """Start ``perf stat`` on the syscall tracepoints of every thread of *pid*; return it and
+    the column of each event name it will report (the eventfd reads and writes are the read
+    and write tracepoints filtered on the descriptors, hence named apart)."""
+    cmd = [perf, "stat", "-x", ",", "-o", out, "-p", str(pid)]
+    column: dict[str, str] = {}
+    for col, events in _PERF_EVENTS.items():
+        for ev in events:
+            cmd += ["-e", ev]
+            column[ev] = col
+    efds = _eventfds(pid)
+    if efds:
+        fd_filter = " || ".join(f"fd == {fd}" for fd in efds)
+        for name in ("read", "write"):
+            cmd += ["-e", f"syscalls:sys_enter_{name}", "--filter", fd_filter]
+            column[f"syscalls:sys_enter_{name}"] = f"eventfd {name}"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # perf says nothing when it has attached: wait until the output file exists (it is created
+    # before the counters are enabled) and a moment for them (counting starts after that)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(out) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if proc.poll() is not None:
+        err = proc.stderr.read() if proc.stderr else ""
+        raise RuntimeError(f"perf stat failed: {err.strip()[-300:]}")
+    time.sleep(0.2)
+    return proc, column
+
+
+def _perf_counts(out: str, column: dict[str, str]) -> collections.Counter[str]:
+    """Calls by column from ``perf stat -x ,`` output (``count,unit,event,...`` lines)."""
+    calls: collections.Counter[str] = collections.Counter()
+    for line in Path(out).read_text().splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[2] in column and parts[0].strip().isdigit():
+            calls[column[parts[2]]] += int(parts[0])
+    named = sum(calls[c] for c in COLUMNS if c != "all")
+    calls["other"] = max(calls["all"] - named, 0)
+    return calls
+
+
+def count(
+    kind: str, seconds: float = 2.0, conns: int = 50, size: int = 64, contexts: int = 1, tool: str = "strace"
+) -> SyscallCount:
+    """The system calls echo server *kind* (on *contexts* contexts, where it has them) makes
+    while echo_load drives it for *seconds*, counted by *tool* (``strace`` or ``perf``).
+    Raises RuntimeError when the tool or the load generator is missing."""
+    path = shutil.which(tool)
+    if tool not in ("strace", "perf") or path is None:
+        raise RuntimeError(f"{tool} not installed (apt-get install {tool})")
     exe = w_echo.build_echo_load()
-    srv = w_echo.EchoServer(kind, 1)
+    srv = w_echo.EchoServer(kind, contexts)
     try:
         w_echo.run_load(exe, srv.port, conns, size, 0.5)  # warm-up: connections, caches
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "trace")
-            tracer = _attach(strace, srv.proc.pid, out)
+            if tool == "perf":
+                tracer, column = _perf_start(path, srv.proc.pid, out)
+            else:
+                tracer = _attach(path, srv.proc.pid, out)
             try:
                 sample = w_echo.run_load(exe, srv.port, conns, size, seconds)
             finally:
                 _detach(tracer)
-            calls = classify(Path(out).read_text())
+            calls = _perf_counts(out, column) if tool == "perf" else classify(Path(out).read_text())
     finally:
         srv.close()
-    return SyscallCount(kind, sample.value * seconds, sample.value, calls)
+    label = kind if contexts == 1 or kind in C_SERVERS else f"{kind}, {contexts} contexts"
+    return SyscallCount(label, sample.value * seconds, sample.value, calls)
 
 
 def table(counts: list[SyscallCount]) -> str:
@@ -146,23 +221,24 @@ def table(counts: list[SyscallCount]) -> str:
     head = "| per request | " + " | ".join(c.kind for c in counts) + " |"
     sep = "| --- |" + " --- |" * len(counts)
     rows = [f"| {col} | " + " | ".join(f"{c.per_request(col):.3f}" for c in counts) + " |" for col in COLUMNS]
-    rate = "| (req/s under strace) | " + " | ".join(f"{c.rps_traced:,.0f}" for c in counts) + " |"
+    rate = "| (req/s while counted) | " + " | ".join(f"{c.rps_traced:,.0f}" for c in counts) + " |"
     others = []
     for c in counts:
         named = sorted(((n, k[len("other: "):]) for k, n in c.calls.items() if k.startswith("other: ")), reverse=True)
-        listed = ", ".join(f"{name} {n / c.requests:.4f}" for n, name in named[:6]) if c.requests else ""
-        others.append(f"{c.kind}, other: {listed or 'none'}")
-    return "\n".join([head, sep, *rows, rate, "", *others])
+        if named and c.requests:  # strace names each call; perf counts only the columns
+            others.append(f"{c.kind}, other: " + ", ".join(f"{name} {n / c.requests:.4f}" for n, name in named[:6]))
+    return "\n".join([head, sep, *rows, rate] + (["", *others] if others else []))
 
 
-def main(kinds: list[str], seconds: float) -> int:
+def main(kinds: list[str], seconds: float, contexts: int = 1, tool: str = "strace") -> int:
     counts = []
     for kind in kinds:
         try:
-            counts.append(count(kind, seconds))
+            counts.append(count(kind, seconds, contexts=contexts, tool=tool))
         except (RuntimeError, w_echo.CProgramMissing) as e:
             print(f"{kind}: {e}")
     if counts:
-        print(f"system calls per echo request (64 B, 50 connections, {seconds:g} s under strace -f -y)")
+        how = "perf stat, syscall tracepoints" if tool == "perf" else "strace -f -y"
+        print(f"system calls per echo request (64 B, 50 connections, {seconds:g} s, {how})")
         print(table(counts))
     return 0 if len(counts) == len(kinds) else 1

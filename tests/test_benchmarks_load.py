@@ -194,3 +194,18 @@ def test_syscalls_per_request_are_counted_under_strace() -> None:
     assert epoll.per_request("send") >= 1.0 and epoll.per_request("recv") >= 1.0
     assert uring.calls["send"] == uring.calls["recv"] == 0 and uring.calls["io_uring_enter"] > 0
     assert "| io_uring_enter |" in syscalls.table([epoll, uring])
+
+
+@needs_cc
+@pytest.mark.timeout(120)
+def test_syscalls_per_request_are_counted_by_perf_tracepoints() -> None:
+    from benchmarks import syscalls
+
+    if shutil.which("perf") is None:
+        pytest.skip("perf not installed")
+    try:
+        epoll = syscalls.count("c-epoll", seconds=0.3, conns=4, tool="perf")
+    except RuntimeError as e:  # no tracepoints here (permissions, a kernel without tracefs)
+        pytest.skip(str(e))
+    assert epoll.per_request("send") >= 1.0 and epoll.per_request("recv") >= 1.0
+    assert epoll.calls["io_uring_enter"] == 0 and epoll.calls["all"] >= epoll.calls["send"] + epoll.calls["recv"]
