@@ -161,16 +161,24 @@ def _perf_start(perf: str, pid: int, out: str) -> tuple[subprocess.Popen[str], d
         for name in ("read", "write"):
             cmd += ["-e", f"syscalls:sys_enter_{name}", "--filter", fd_filter]
             column[f"syscalls:sys_enter_{name}"] = f"eventfd {name}"
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    # perf says nothing when it has attached: wait until the output file exists (it is created
-    # before the counters are enabled) and a moment for them (counting starts after that)
-    deadline = time.monotonic() + 30
-    while not os.path.exists(out) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    if proc.poll() is not None:
-        err = proc.stderr.read() if proc.stderr else ""
-        raise RuntimeError(f"perf stat failed: {err.strip()[-300:]}")
-    time.sleep(0.2)
+    # perf starts with its counters off (-D -1) and turns them on when told through its control
+    # fifo, acknowledging on the other: counting has begun when the acknowledgement arrives.
+    # Both fifos are opened read-write here, which never blocks, whether perf is up or not.
+    ctl_path, ack_path = out + ".ctl", out + ".ack"
+    os.mkfifo(ctl_path)
+    os.mkfifo(ack_path)
+    ctl, ack = os.open(ctl_path, os.O_RDWR), os.open(ack_path, os.O_RDWR)
+    try:
+        cmd[2:2] = ["-D", "-1", "--control", f"fifo:{ctl_path},{ack_path}"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        os.write(ctl, b"enable\n")
+        r, _, _ = select.select([ack], [], [], 30)
+        if not r or not os.read(ack, 16).startswith(b"ack"):
+            _detach(proc)
+            raise RuntimeError("perf stat did not start counting (no tracepoints here?)")
+    finally:
+        os.close(ctl)
+        os.close(ack)
     return proc, column
 
 
