@@ -36,6 +36,7 @@ from .config import C_SERVERS
 # The columns of the comparison: the calls an echo server's hot path is made of.
 COLUMNS = (
     "io_uring_enter",
+    "io_uring_enter that waits",  # of the above: min_complete > 0 (a sleep, or a submit and wait)
     "eventfd read",
     "eventfd write",
     "send",
@@ -49,6 +50,7 @@ _RECV = {"recv", "recvfrom", "recvmsg", "recvmmsg"}
 # "1234 name(" begins a call (complete, or "<unfinished ...>"); "<... name resumed>" lines
 # continue one already counted
 _CALL = re.compile(r"^\d+\s+(\w+)\((\d+<[^>]*>)?")
+_ENTER_WAIT = re.compile(r"^\d+\s+io_uring_enter\(\d+<[^>]*>, \d+, [1-9]")
 
 
 @dataclass
@@ -80,6 +82,8 @@ def classify(trace: str) -> collections.Counter[str]:
             col = "recv"
         elif name in ("io_uring_enter", "epoll_wait", "epoll_pwait"):
             col = "epoll_wait" if name.startswith("epoll") else name
+            if _ENTER_WAIT.match(line):
+                out["io_uring_enter that waits"] += 1
         else:
             col = "other"
             out[f"other: {name}"] += 1  # named below the table
@@ -123,9 +127,10 @@ def _detach(proc: subprocess.Popen[str]) -> None:
         proc.stderr.close()
 
 
-# perf's tracepoints per column; "all" is every system call's entry
+# perf's tracepoints per column, a filter after the name where one is needed; "all" is every call
 _PERF_EVENTS = {
     "io_uring_enter": ["syscalls:sys_enter_io_uring_enter"],
+    "io_uring_enter that waits": ["syscalls:sys_enter_io_uring_enter min_complete > 0"],
     "send": [f"syscalls:sys_enter_{n}" for n in ("sendto", "sendmsg", "sendmmsg")],
     "recv": [f"syscalls:sys_enter_{n}" for n in ("recvfrom", "recvmsg", "recvmmsg")],
     "epoll_wait": ["syscalls:sys_enter_epoll_wait", "syscalls:sys_enter_epoll_pwait"],
@@ -145,22 +150,23 @@ def _eventfds(pid: int) -> list[int]:
     return out
 
 
-def _perf_start(perf: str, pid: int, out: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+def _perf_start(perf: str, pid: int, out: str) -> tuple[subprocess.Popen[str], list[str]]:
     """Start ``perf stat`` on the syscall tracepoints of every thread of *pid*; return it and
-    the column of each event name it will report (the eventfd reads and writes are the read
-    and write tracepoints filtered on the descriptors, hence named apart)."""
+    the column of each event it will report, in order (the eventfd reads and writes are the
+    read and write tracepoints filtered on the descriptors that are eventfds)."""
     cmd = [perf, "stat", "-x", ",", "-o", out, "-p", str(pid)]
-    column: dict[str, str] = {}
+    columns: list[str] = []  # perf reports the events in the order given, one line each
     for col, events in _PERF_EVENTS.items():
         for ev in events:
-            cmd += ["-e", ev]
-            column[ev] = col
+            name, _, cond = ev.partition(" ")
+            cmd += ["-e", name] + (["--filter", cond] if cond else [])
+            columns.append(col)
     efds = _eventfds(pid)
     if efds:
         fd_filter = " || ".join(f"fd == {fd}" for fd in efds)
         for name in ("read", "write"):
             cmd += ["-e", f"syscalls:sys_enter_{name}", "--filter", fd_filter]
-            column[f"syscalls:sys_enter_{name}"] = f"eventfd {name}"
+            columns.append(f"eventfd {name}")
     # perf starts with its counters off (-D -1) and turns them on when told through its control
     # fifo, acknowledging on the other: counting has begun when the acknowledgement arrives.
     # Both fifos are opened read-write here, which never blocks, whether perf is up or not.
@@ -179,17 +185,18 @@ def _perf_start(perf: str, pid: int, out: str) -> tuple[subprocess.Popen[str], d
     finally:
         os.close(ctl)
         os.close(ack)
-    return proc, column
+    return proc, columns
 
 
-def _perf_counts(out: str, column: dict[str, str]) -> collections.Counter[str]:
-    """Calls by column from ``perf stat -x ,`` output (``count,unit,event,...`` lines)."""
+def _perf_counts(out: str, columns: list[str]) -> collections.Counter[str]:
+    """Calls by column from ``perf stat -x ,`` output: one ``count,unit,event,...`` line per
+    event, in the order of *columns* (a count perf could not take reads ``<not counted>``)."""
     calls: collections.Counter[str] = collections.Counter()
-    for line in Path(out).read_text().splitlines():
-        parts = line.split(",")
-        if len(parts) > 2 and parts[2] in column and parts[0].strip().isdigit():
-            calls[column[parts[2]]] += int(parts[0])
-    named = sum(calls[c] for c in COLUMNS if c != "all")
+    lines = [ln for ln in Path(out).read_text().splitlines() if ln.count(",") >= 2 and not ln.startswith("#")]
+    for col, line in zip(columns, lines):
+        value = line.split(",")[0].strip()
+        calls[col] += int(value) if value.isdigit() else 0
+    named = sum(calls[c] for c in COLUMNS if c not in ("all", "io_uring_enter that waits"))
     calls["other"] = max(calls["all"] - named, 0)
     return calls
 

@@ -117,6 +117,7 @@ def test_syscall_trace_lines_are_classified_by_call_and_descriptor_kind() -> Non
 
     trace = "\n".join([
         "10 io_uring_enter(3<anon_inode:[io_uring]>, 2, 0, 0, NULL, 8) = 2",
+        "10 io_uring_enter(3<anon_inode:[io_uring]>, 0, 1, IORING_ENTER_GETEVENTS, NULL, 8) = 0",
         "10 read(7<anon_inode:[eventfd]>, \"\\1\\0\\0\\0\\0\\0\\0\\0\", 8) = 8",
         "11 write(7<anon_inode:[eventfd]>, \"\\1\\0\\0\\0\\0\\0\\0\\0\", 8 <unfinished ...>",
         "11 <... write resumed>) = 8",  # the same call: counted once
@@ -127,6 +128,7 @@ def test_syscall_trace_lines_are_classified_by_call_and_descriptor_kind() -> Non
         "12 +++ exited with 0 +++",
     ])
     got = classify(trace)
-    assert got["io_uring_enter"] == 1 and got["eventfd read"] == 1 and got["eventfd write"] == 1
+    assert got["io_uring_enter"] == 2 and got["io_uring_enter that waits"] == 1
+    assert got["eventfd read"] == 1 and got["eventfd write"] == 1
     assert got["send"] == 1 and got["recv"] == 1 and got["epoll_wait"] == 1
-    assert got["other"] == 1 and got["other: write"] == 1 and got["all"] == 7
+    assert got["other"] == 1 and got["other: write"] == 1 and got["all"] == 8
