@@ -131,7 +131,6 @@ class EchoServer:
         ready_timeout: float = 20.0,
     ) -> None:
         self.kind = kind
-        self.ready_line = ""
         # *wrap* runs the server under a tool (valgrind, for instructions per request)
         cmd = list(wrap or []) + [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
         penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -162,7 +161,6 @@ class EchoServer:
             err = self.proc.stderr.read() if self.proc.stderr else ""
             self.close()
             raise RuntimeError(f"{self.kind} echo server did not start: {line!r} {err.strip()[-300:]}")
-        self.ready_line = line.strip()  # "READY <port>", and the C io_uring server's ring flags
         return int(line.split()[1])
 
     def _stop(self) -> None:
