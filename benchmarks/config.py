@@ -9,6 +9,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BUILD_DIR = REPO / "build" / "benchmarks"  # git-ignored (build/)
 ECHO_LOAD_SRC = REPO / "benchmarks" / "echo_load.c"  # the project's own load generator
+# The C echo servers of the limit rows: server kind -> program (benchmarks/<program>.c)
+C_SERVERS = {"c-epoll": "echo_epoll", "c-uring": "echo_uring"}
 
 
 @dataclass(frozen=True)

@@ -316,7 +316,8 @@ def profile(name: str, cfg: Config, tool: str = "auto", seconds: float = 4.0, to
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="+", choices=TARGETS, default=list(TARGETS))
-    ap.add_argument("--tool", choices=("auto", "py-spy", "cprofile"), default="auto")
+    ap.add_argument("--tool", choices=("auto", "py-spy", "cprofile", "perf"), default="auto",
+                    help="profiler; with --syscalls: perf (counting) instead of strace")
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
@@ -326,6 +327,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KIND",
         help="only count instructions per echo request of server KIND with callgrind",
     )
+    ap.add_argument(
+        "--syscalls",
+        nargs="+",
+        metavar="KIND",
+        help="only count system calls per echo request of servers KIND (e.g. tinycoro c-uring) with strace",
+    )
+    ap.add_argument("--contexts", type=int, default=1, help="contexts of the tinycoro server (--syscalls)")
     ap.add_argument("--pingpong", action="store_true",
                     help="only count instructions per one-connection echo round trip (callgrind)")
     ap.add_argument("--pingpong-run", type=int, help=argparse.SUPPRESS)  # callgrind's child
@@ -333,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.pingpong_run:
         pingpong(args.pingpong_run)
         return 0
+    if args.syscalls:
+        from . import syscalls
+
+        tool = "perf" if args.tool == "perf" else "strace"
+        return syscalls.main(args.syscalls, args.seconds, args.contexts, tool)
     if args.pingpong:
         value, note = pingpong_instructions()
         print(f"ping-pong: {value:,.0f} instructions per round trip ({note})" if value else note)

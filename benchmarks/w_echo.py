@@ -1,9 +1,13 @@
 """5. TCP echo: 50 connections, 64 B and 4 KiB messages, closed loop, driven by echo_load.
 
 The C load generator (``benchmarks/echo_load.c``, carried in this repository) is compiled once
-with the system C compiler into the git-ignored ``build/benchmarks/``. Each server runs in its
-own process (see :mod:`benchmarks.echo_server`), started once per run and kept warm; the
-repetitions alternate between servers. Without gcc or the source, the echo cases are reported as skipped with the
+with the system C compiler into the git-ignored ``build/benchmarks/``, and so are the two C
+servers of the limit rows: ``echo_epoll.c`` (one thread, epoll, one recv and one send per
+message) and ``echo_uring.c`` (one thread, io_uring, one recv and one send SQE per message).
+They show what the kernel and the load generator allow on this machine, and their CPU per
+request is the floor a Python server's is set against. Each server runs in its own process
+(see :mod:`benchmarks.echo_server`), started once per run and kept warm; the repetitions
+alternate between servers. Without gcc or a source, the rows are reported as skipped with the
 reason.
 """
 
@@ -20,7 +24,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from .config import BUILD_DIR, ECHO_LOAD_SRC, REPO, Config
+from .config import BUILD_DIR, C_SERVERS, ECHO_LOAD_SRC, REPO, Config
 from .harness import Case, Ratio, Sample, Series
 from .peers import URINGIO, missing, uringio_env, uringio_python
 
@@ -29,7 +33,10 @@ WORKLOAD = "TCP echo"
 SIZES = (64, 4096)
 # "uvloop streams" is asyncio's streams API on uvloop's loop: the like-for-like peer of a
 # coroutine-per-connection API; "uvloop protocol" (callbacks) is the fastest a Python loop goes.
-PEERS = ("asyncio streams", "asyncio protocol", "uvloop streams", "uvloop protocol", URINGIO)
+# "C epoll" and "C io_uring" are the limit rows: no Python server can pass them, and the gap
+# in CPU per request is what a Python runtime adds to the kernel's share.
+C_EPOLL, C_URING = "C epoll", "C io_uring"
+PEERS = ("asyncio streams", "asyncio protocol", "uvloop streams", "uvloop protocol", URINGIO, C_EPOLL, C_URING)
 _KIND = {
     "tinycoro": "tinycoro",
     "asyncio streams": "asyncio-streams",
@@ -37,6 +44,8 @@ _KIND = {
     "uvloop streams": "uvloop-streams",
     "uvloop protocol": "uvloop-protocol",
     URINGIO: URINGIO,  # benchmarks/uringio_peer.py in its own virtual environment
+    C_EPOLL: "c-epoll",  # benchmarks/echo_epoll.c
+    C_URING: "c-uring",  # benchmarks/echo_uring.c
 }
 # targets: >= 1.0x uvloop protocol (0.85x is the floor), >= 1.5x uvloop streams, >= 2x uringio,
 # >= 2.5x asyncio streams
@@ -44,8 +53,50 @@ TARGETS = {"asyncio streams": 2.5, "uvloop streams": 1.5, "uvloop protocol": 1.0
 _OUT = re.compile(r"rps=(\S+) p50_us=(\S+) p99_us=(\S+) errors=(\d+)")
 
 
-class EchoLoadMissing(RuntimeError):
+class CProgramMissing(RuntimeError):
+    """A C program of the benchmarks cannot be built here; the message says why."""
+
+
+class EchoLoadMissing(CProgramMissing):
     pass
+
+
+def _liburing_include() -> str | None:
+    """The include directory of the installed liburing binding (it ships the kernel's
+    ``io_uring.h``), found without importing the binding; None without it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("liburing")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        inc = Path(root) / "include"
+        if (inc / "liburing" / "io_uring.h").is_file():
+            return str(inc)
+    return None
+
+
+def build_c(name: str, src: Path, flags: tuple[str, ...] = ()) -> Path:
+    """Compile the C program *src* into ``build/benchmarks/<name>`` unless it is up to date;
+    return its path. Raises CProgramMissing with the reason it cannot be had."""
+    if not src.is_file():
+        raise CProgramMissing(f"{name} source not found at {src}")
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        raise CProgramMissing(f"no C compiler (gcc) to build {name}")
+    for out_dir in (BUILD_DIR, Path(tempfile.gettempdir()) / "tinycoro-bench-build"):
+        exe = out_dir / name
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if exe.exists() and exe.stat().st_mtime >= src.stat().st_mtime:
+                return exe
+            tmp = out_dir / f".{name}.{os.getpid()}"  # a concurrent run never sees half a binary
+            subprocess.run([gcc, "-O2", "-o", str(tmp), str(src), *flags], check=True, capture_output=True, text=True)
+            os.replace(tmp, exe)
+            return exe
+        except PermissionError:
+            continue  # a read-only checkout: build in the temp dir instead
+        except subprocess.CalledProcessError as e:
+            raise CProgramMissing(f"building {name} failed: {e.stderr.strip()[:200]}") from None
+    raise CProgramMissing(f"no writable directory to build {name} in")
 
 
 def build_echo_load(src: Path | None = None) -> Path:
@@ -53,22 +104,19 @@ def build_echo_load(src: Path | None = None) -> Path:
     src = src or ECHO_LOAD_SRC
     if not src.is_file():
         raise EchoLoadMissing(f"load generator source not found at {src}")
-    gcc = shutil.which("gcc") or shutil.which("cc")
-    if gcc is None:
-        raise EchoLoadMissing("no C compiler (gcc) to build echo_load")
-    for out_dir in (BUILD_DIR, Path(tempfile.gettempdir()) / "tinycoro-bench-build"):
-        exe = out_dir / "echo_load"
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            if exe.exists() and exe.stat().st_mtime >= src.stat().st_mtime:
-                return exe
-            subprocess.run([gcc, "-O2", "-o", str(exe), str(src), "-lm"], check=True, capture_output=True, text=True)
-            return exe
-        except PermissionError:
-            continue  # a read-only checkout: build in the temp dir instead
-        except subprocess.CalledProcessError as e:
-            raise EchoLoadMissing(f"building echo_load failed: {e.stderr.strip()[:200]}") from None
-    raise EchoLoadMissing("no writable directory to build echo_load in")
+    try:
+        return build_c("echo_load", src, ("-lm",))
+    except CProgramMissing as e:
+        raise EchoLoadMissing(str(e)) from None
+
+
+def build_c_server(kind: str) -> Path:
+    """Compile the C echo server of *kind* (a key of ``config.C_SERVERS``) if needed; return its
+    path. echo_uring takes ``io_uring.h`` from the liburing binding when it is installed (it
+    is a dependency of tinycoro), else from the system's kernel headers."""
+    name = C_SERVERS[kind]
+    inc = _liburing_include() if kind == "c-uring" else None
+    return build_c(name, REPO / "benchmarks" / f"{name}.c", (f"-I{inc}",) if inc else ())
 
 
 class EchoServer:
@@ -86,7 +134,12 @@ class EchoServer:
         # *wrap* runs the server under a tool (valgrind, for instructions per request)
         cmd = list(wrap or []) + [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
         penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        if kind == URINGIO:
+        if kind in C_SERVERS:  # one thread whatever *contexts* says: the limit of one core
+            try:
+                cmd = list(wrap or []) + [str(build_c_server(kind))]
+            except CProgramMissing as e:
+                raise RuntimeError(str(e)) from None
+        elif kind == URINGIO:
             py, why = uringio_python()
             if py is None:
                 raise RuntimeError(why)
@@ -102,12 +155,15 @@ class EchoServer:
         r, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if r else ""
         if not line.startswith("READY "):
-            self.close()
+            # its message is read once it has ended (a live server could hold the pipe open),
+            # and before close() closes the pipe
+            self._stop()
             err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.close()
             raise RuntimeError(f"{self.kind} echo server did not start: {line!r} {err.strip()[-300:]}")
         return int(line.split()[1])
 
-    def close(self) -> None:
+    def _stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -115,6 +171,9 @@ class EchoServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def close(self) -> None:
+        self._stop()
         for f in (self.proc.stdout, self.proc.stderr):
             if f is not None:
                 f.close()
@@ -191,8 +250,11 @@ def series_for(
 
 
 # Servers whose instructions per 64 B request are counted (callgrind, once per run): tinycoro
-# on every run but --tiny, its two uvloop peers on full runs.
-COUNTED = {"full": ("tinycoro", "uvloop streams", "uvloop protocol"), "quick": ("tinycoro",)}
+# on every run but --tiny, its two uvloop peers and the C limit rows on full runs.
+COUNTED = {
+    "full": ("tinycoro", "uvloop streams", "uvloop protocol", C_EPOLL, C_URING),
+    "quick": ("tinycoro",),
+}
 
 
 def instructions(cfg: Config, labels: tuple[str, ...]) -> dict[str, float]:

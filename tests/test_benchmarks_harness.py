@@ -110,3 +110,25 @@ def test_cpu_and_instructions_per_request_stand_beside_the_rate() -> None:
     assert rows["tinycoro"]["instructions/req (callgrind)"] == "12.3 k"
     assert rows["peer"]["instructions/req (callgrind)"] == "-"
     assert all(len(r) == len(MEDIAN_HEADER) for r in medians_rows([res]))
+
+
+def test_syscall_trace_lines_are_classified_by_call_and_descriptor_kind() -> None:
+    from benchmarks.syscalls import classify
+
+    trace = "\n".join([
+        "10 io_uring_enter(3<anon_inode:[io_uring]>, 2, 0, 0, NULL, 8) = 2",
+        "10 io_uring_enter(3<anon_inode:[io_uring]>, 0, 1, IORING_ENTER_GETEVENTS, NULL, 8) = 0",
+        "10 read(7<anon_inode:[eventfd]>, \"\\1\\0\\0\\0\\0\\0\\0\\0\", 8) = 8",
+        "11 write(7<anon_inode:[eventfd]>, \"\\1\\0\\0\\0\\0\\0\\0\\0\", 8 <unfinished ...>",
+        "11 <... write resumed>) = 8",  # the same call: counted once
+        "10 write(1<pipe:[123]>, \"x\", 1) = 1",
+        "12 sendto(5<TCPv6:[1]>, \"a\", 1, MSG_DONTWAIT, NULL, 0) = 1",
+        "12 recvfrom(5<TCP:[1]>, \"a\", 1, 0, NULL, NULL) = 1",
+        "12 epoll_wait(4<anon_inode:[eventpoll]>, [], 1, 0) = 0",
+        "12 +++ exited with 0 +++",
+    ])
+    got = classify(trace)
+    assert got["io_uring_enter"] == 2 and got["io_uring_enter that waits"] == 1
+    assert got["eventfd read"] == 1 and got["eventfd write"] == 1
+    assert got["send"] == 1 and got["recv"] == 1 and got["epoll_wait"] == 1
+    assert got["other"] == 1 and got["other: write"] == 1 and got["all"] == 8

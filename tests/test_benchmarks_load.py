@@ -75,6 +75,8 @@ def echo_server(corrupt: bool = False) -> Iterator[int]:
 def test_the_load_generator_is_carried_in_the_repository() -> None:
     assert config.ECHO_LOAD_SRC.is_file()
     assert config.ECHO_LOAD_SRC.resolve().is_relative_to(config.REPO)
+    for program in config.C_SERVERS.values():  # the limit rows' servers, built the same way
+        assert (config.REPO / "benchmarks" / f"{program}.c").is_file()
 
 
 @needs_cc
@@ -100,9 +102,12 @@ def test_echo_load_reports_an_echo_that_differs() -> None:
 
 @needs_cc
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["tinycoro", "asyncio-streams", "uvloop-streams", "uvloop-protocol"])
+@pytest.mark.parametrize(
+    "kind", ["tinycoro", "asyncio-streams", "uvloop-streams", "uvloop-protocol", "c-epoll", "c-uring"]
+)
 def test_every_echo_server_echoes(kind: str) -> None:
-    # uvloop streams is the like-for-like peer of tinycoro's streams: both are coroutines over streams
+    # uvloop streams is the like-for-like peer of tinycoro's streams: both are coroutines over
+    # streams. The C servers are the limit rows; echo_load checks every byte they echo back.
     if kind.startswith("uvloop"):
         pytest.importorskip("uvloop")
     exe = w_echo.build_echo_load()
@@ -163,3 +168,44 @@ def test_direct_tinycoro_row_names_what_is_missing(monkeypatch, missing: str) ->
     monkeypatch.setattr(w_direct, "tc", types.SimpleNamespace(io=io))
     reason = w_direct.tc_missing()
     assert reason is not None and "tc.io.aligned_buffer" in reason and "readinto_at" in reason
+
+
+@pytest.mark.timeout(60)
+def test_a_server_that_does_not_start_is_reported_with_its_reason() -> None:
+    # A server process that exits before printing READY must give the runner a skip reason
+    # with the server's own message, not an error about reading its closed pipe.
+    with pytest.raises(RuntimeError, match="did not start.*usage: python -m benchmarks.echo_server"):
+        w_echo.EchoServer("no-such-kind", 1)
+
+
+@needs_cc
+@pytest.mark.timeout(120)
+def test_syscalls_per_request_are_counted_under_strace() -> None:
+    # The C servers' hot paths are known exactly: the epoll one makes at least one recv and
+    # one send per request (echo_load counts only completed round trips, all of them inside
+    # the traced window); the io_uring one makes neither, only io_uring_enter.
+    from benchmarks import syscalls
+
+    if shutil.which("strace") is None:
+        pytest.skip("strace not installed")
+    epoll = syscalls.count("c-epoll", seconds=0.3, conns=4)
+    uring = syscalls.count("c-uring", seconds=0.3, conns=4)
+    assert epoll.requests > 0 and uring.requests > 0
+    assert epoll.per_request("send") >= 1.0 and epoll.per_request("recv") >= 1.0
+    assert uring.calls["send"] == uring.calls["recv"] == 0 and uring.calls["io_uring_enter"] > 0
+    assert "| io_uring_enter |" in syscalls.table([epoll, uring])
+
+
+@needs_cc
+@pytest.mark.timeout(120)
+def test_syscalls_per_request_are_counted_by_perf_tracepoints() -> None:
+    from benchmarks import syscalls
+
+    if shutil.which("perf") is None:
+        pytest.skip("perf not installed")
+    try:
+        epoll = syscalls.count("c-epoll", seconds=0.3, conns=4, tool="perf")
+    except RuntimeError as e:  # no tracepoints here (permissions, a kernel without tracefs)
+        pytest.skip(str(e))
+    assert epoll.per_request("send") >= 1.0 and epoll.per_request("recv") >= 1.0
+    assert epoll.calls["io_uring_enter"] == 0 and epoll.calls["all"] >= epoll.calls["send"] + epoll.calls["recv"]

@@ -24,7 +24,7 @@ EXPECTED_SERIES = {
     "O_DIRECT 4 KiB random": {"tinycoro", "fio io_uring", "fio psync"},
     "TCP echo": {
         "tinycoro", "asyncio streams", "asyncio protocol", "uvloop streams", "uvloop protocol",
-        "uringio",
+        "uringio", "C epoll", "C io_uring",
     },
     "contexts scaling": {"tinycoro 1 ctx", "tinycoro 2 ctx", "tinycoro 4 ctx"},
     "cluster scaling": {
@@ -53,6 +53,8 @@ EXPECTED_RATIOS = {
     ("TCP echo", "tinycoro / uvloop streams"),
     ("TCP echo", "tinycoro / uvloop protocol"),
     ("TCP echo", "tinycoro / uringio"),
+    ("TCP echo", "tinycoro / C epoll"),
+    ("TCP echo", "tinycoro / C io_uring"),
     ("contexts scaling", "tinycoro 2 ctx / tinycoro 1 ctx"),
     ("cluster scaling", "tinycoro 2 engines / tinycoro 1 process"),
     ("cluster scaling", "plain Python 2 processes / plain Python 1 process"),
