@@ -110,12 +110,6 @@ class ClusterCommands:
         tcc = sys.modules.get("tinycoro.cluster")  # no import: no cluster without it
         return tcc.latest() if tcc is not None else None
 
-    @property
-    def refresher(self) -> Any:
-        """The refresher of the cluster's dashboards (None before the first)."""
-        cluster = self.cluster
-        return None if cluster is None else cluster.refresher
-
     def run(self, argv: list[str]) -> Any:
         try:
             args = PARSER.parse_args(argv)

@@ -122,7 +122,7 @@ class CpuMeter:
         if cpu_seconds is None:
             return None
         readings = self._readings.get(engine, ())
-        if readings and now - readings[-1][0] < 0.05:  # too close to the last: no new point
+        if readings and now - readings[-1][0] < timeshare.STEP:  # too close to the last: no new point
             return self.now(engine)
         readings = self._readings[engine] = timeshare.keep(readings, now, cpu_seconds)
         share = timeshare.growth(readings, now) if len(readings) > 1 else None

@@ -160,7 +160,8 @@ def _slow_engines(client: Any, owned: LocalProcesses, n: int, timeout: float) ->
 
     up = list(client.ids)
     try:
-        up_pids = set(client[up].apply_sync(os.getpid)) if up else set()
+        # bounded: this runs because something is already slow, and must not hang on it
+        up_pids = set(client[up].apply_async(os.getpid).get(timeout=5)) if up else set()
     except Exception:  # noqa: BLE001 - only for the message
         up_pids = set()
     lines = [f"{n - len(up)} of {n} engines did not come up within {timeout:g} s "

@@ -67,11 +67,6 @@ class StartProgress:
         if count >= self.n:
             self._all_up.set()
 
-    @property
-    def up(self) -> tuple[int, ...]:
-        with self._lock:
-            return tuple(self._up)
-
     def wait(self, timeout: float) -> bool:
         """True once every engine is up; False after *timeout* seconds."""
         return self._all_up.wait(timeout)

@@ -186,12 +186,6 @@ class RingOwner:
         self.inflight[ud] = op
         return None
 
-    def start_op(self, op: Any, waiter: Any) -> BaseException | None:
-        """Owner thread: start *op* on this ring with *waiter* as ``op.task`` (what
-        :meth:`_deliver` resumes), for a layer that drives an op itself instead of yielding
-        it from a task (a stream's receive that stays in flight); see :meth:`_enter`."""
-        return self._enter(op, waiter)
-
     def _queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> BaseException | None:
         """Queue one SQE on the ring; return what ``prep`` raised, if it did."""
         try:

@@ -26,9 +26,6 @@ class Listener(SocketBase):
 
     _stream = Stream
 
-    def _accept_raw(self) -> Awaitable[Stream]:
-        return AcceptOp(self)
-
     def _wrap(self, fd: int) -> socket.socket:
         return socket.socket(fileno=fd)
 
@@ -93,7 +90,7 @@ class TcpListener(Listener):
         from ..tls import handshake, handshake_failed
 
         while True:
-            raw = await self._accept_raw()
+            raw = await AcceptOp(self)
             peer = _peer(raw)  # for the log: a failed handshake closes raw
             # In the set before looking at `closed`; close() sets `closed` before it looks at
             # the set: so close() closes this connection, or this accept sees it closed.

@@ -36,7 +36,6 @@ AVAILABLE: bool = uring.COMPILED and compiled.is_compiled(sys.modules[__name__])
 #: past it, the data waits in the socket's own buffer and TCP's window holds the sender back,
 #: as with a single recv that nobody issues. The recv that empties the queue arms it again.
 QUEUE_LIMIT = 256 * 1024
-_RECV_BUFFER = 65536
 _ENOBUFS = -errno.ENOBUFS
 _ECANCELED = -errno.ECANCELED
 _EINVAL = -errno.EINVAL
@@ -83,7 +82,7 @@ class MultishotRecv(ResourceOp):
         self.engine: Any = None
         self.waiter: Any = None  # the task parked for the next chunk
         self.ticket = Park(self._abort, self)
-        self.want = _RECV_BUFFER
+        self.want = 0  # what the recv being awaited asks for: Stream.recv sets it each call
         self.token = stream._recv_token
         self.owner = weakref.ref(stream)
         self.waited = False
