@@ -22,9 +22,9 @@ from typing import Any, Sequence
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from tinycoro.core.stats import COLUMNS, format_stats, legend
+from tinycoro.core.stats import COLUMNS, format_stats, legend, wrap
 
-from .textout import format_tasks, wrap
+from .textout import format_tasks
 
 __all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
 

@@ -25,7 +25,7 @@ class Point:
 
     t: float  # time.monotonic()
     busy: float
-    ops_rate: float  # completions per second since the previous kept point
+    ops_rate: float  # completions per second over the last second
     queued: int
     inflight: int  # I/O in flight, sleeps left out
     parked: int
@@ -54,38 +54,41 @@ class History:
         self.step = step
         self._kept: list[collections.deque[Point]] = []
         self._last: list[Point | None] = []
-        self._ops: list[tuple[float, int] | None] = []  # (t, io_ops) at the newest kept point
+        # (t, io_ops) readings per context, as much as the last second's rate needs
+        self._ops: list[tuple[timeshare.Sample, ...]] = []
 
     def rebase(self) -> None:
         """The counters start again from zero (another scheduler): keep the points, forget
-        the counters' baselines so that no rate comes out negative."""
-        self._ops = [None] * len(self._ops)
+        the counters' readings so that no rate comes out negative."""
+        self._ops = [()] * len(self._ops)
 
     def add(self, now: float, stats: tc.SchedulerStats) -> None:
         n = len(stats.contexts)
         while len(self._kept) < n:  # first sample, or a restart with more contexts
             self._kept.append(collections.deque())
             self._last.append(None)
-            self._ops.append(None)
+            self._ops.append(())
         del self._kept[n:], self._last[n:], self._ops[n:]  # a restart with fewer
         for i, c in enumerate(stats.contexts):
-            base = self._ops[i]
-            if base is None or c.io_ops < base[1]:
-                base = self._ops[i] = (now, c.io_ops)
-            t0, ops0 = base
-            dt = now - t0
-            last, kept = self._last[i], self._kept[i]
-            if dt >= 0.2:
-                rate = (c.io_ops - ops0) / dt
-            else:  # too short a window for a rate: keep the one shown last
-                rate = last.ops_rate if last else kept[-1].ops_rate if kept else 0.0
-            point = Point(now, c.busy if stats.running else 0.0, max(0.0, rate), c.queued,
-                          c.in_io, c.parked, c.sleeps)
-            if keep(kept, point, self.step, self.span):
-                self._ops[i] = (now, c.io_ops)
-                self._last[i] = None
-            else:
-                self._last[i] = point
+            point = Point(now, c.busy if stats.running else 0.0, self._rate(i, now, c.io_ops),
+                          c.queued, c.in_io, c.parked, c.sleeps)
+            kept = self._kept[i]
+            self._last[i] = None if keep(kept, point, self.step, self.span) else point
+
+    def _rate(self, ctx: int, now: float, io_ops: int) -> float:
+        """Completions per second of context *ctx* over the last second (the window of its
+        busy share, :mod:`tinycoro.core.timeshare`), from its cumulative ``io_ops``; the rate
+        shown last while the readings are too close together to say."""
+        readings = self._ops[ctx]
+        if readings and io_ops < readings[-1][1]:  # counters restarted without a rebase
+            readings = ()
+        if not readings or now - readings[-1][0] >= timeshare.STEP:
+            readings = self._ops[ctx] = timeshare.keep(readings, now, float(io_ops))
+        rate = timeshare.growth(readings, now) if readings[-1][0] == now else None
+        if rate is None:
+            shown = self._last[ctx] or (self._kept[ctx][-1] if self._kept[ctx] else None)
+            return shown.ops_rate if shown else 0.0
+        return max(0.0, rate)
 
     def points(self, ctx: int) -> list[Point]:
         """The kept points of context *ctx*, oldest first, then the newest one."""

@@ -14,14 +14,15 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from tinycoro.core.checks import DISPATCH
+from tinycoro.core.stats import format_stats
 
 from .extension import Extension
-from .textout import emit, format_status, format_tasks
+from .textout import emit, format_tasks
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cluster_magics import ClusterCommands
 
-__all__ = ["TinycoroMagics", "format_status", "format_tasks"]
+__all__ = ["TinycoroMagics"]
 
 COMMANDS = ("status", "tasks", "dashboard", "restart", "stop", "cluster")
 _STOPPED = "(stopped: %tinycoro restart starts a new scheduler)"
@@ -108,7 +109,7 @@ class TinycoroMagics(Magics):
     def _status(self, args: argparse.Namespace) -> None:
         sched = self.ext.scheduler
         stats = sched.stats()
-        text = format_status(stats, sched.dispatch)
+        text = format_stats(stats, sched.dispatch)
         emit(text if stats.running else text + "\n" + _STOPPED)
 
     def _tasks(self, args: argparse.Namespace) -> None:

@@ -13,7 +13,8 @@ Two things a notebook does to text that a terminal does not, and that shape this
   background line ("... since the task was spawnedtick 0"). :func:`emit` writes a whole
   output, its newline included, in one call.
 
-Shared by ``%tinycoro`` (:mod:`tinycoro.kernel_ext.magics`) and ``%tinycoro cluster``
+The status table and the legend and wrapping helpers are :mod:`tinycoro.core.stats`'s, the
+same words ``python -m tinycoro`` prints. Shared by ``%tinycoro`` (:mod:`tinycoro.kernel_ext.magics`) and ``%tinycoro cluster``
 (:mod:`tinycoro.kernel_ext.cluster_magics`), so neither imports the other for it.
 """
 
@@ -24,11 +25,11 @@ import time
 from typing import Sequence
 
 import tinycoro as tc
-from tinycoro.core.stats import STATE_WORDS, STATES, TEXT_WIDTH, format_stats, legend, text_table, wrap
+from tinycoro.core.stats import STATE_WORDS, STATES, TEXT_WIDTH, legend, text_table, wrap
 from tinycoro.core.waits import age
 from tinycoro.core.waits import summary as wait_summary
 
-__all__ = ["WIDTH", "emit", "format_status", "format_tasks", "legend", "wrap"]
+__all__ = ["WIDTH", "emit", "format_tasks"]
 
 # Characters a line of text output may hold: below the ~120 that fit the notebook column of
 # JupyterLab at 1400 px with the file browser open, with room for a narrower window.
@@ -39,12 +40,6 @@ def emit(text: str) -> None:
     """Write one whole output to the cell (``sys.stdout``) in a single call, with its
     trailing newline."""
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
-
-
-def format_status(stats: tc.SchedulerStats, dispatch: str = "") -> str:
-    """A plain-text table of one stats snapshot, with its legend (what ``%tinycoro status``
-    prints); the words are those of ``python -m tinycoro`` and the dashboard."""
-    return format_stats(stats, dispatch)
 
 
 def format_tasks(tasks: Sequence[tc.TaskInfo], failures: Sequence[tc.FailureInfo]) -> str:

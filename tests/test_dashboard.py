@@ -31,7 +31,7 @@ def _ctx(i: int, ops: int, busy: float) -> ContextStats:
                         busy=busy, stop_flag=1, sleeping=False, ops=ops)
 
 
-def test_history_keeps_one_point_a_second_for_a_minute_and_rates_from_ops_deltas():
+def test_history_keeps_one_point_a_second_for_a_minute_and_rates_from_the_counters():
     h = History()
     t = 1000.0
     h.add(t, _stats([0, 0]))
@@ -46,6 +46,19 @@ def test_history_keeps_one_point_a_second_for_a_minute_and_rates_from_ops_deltas
     assert {p.ops_rate for p in h.points(1)} == {0.0}
     assert (points[-1].queued, points[-1].inflight, points[-1].parked) == (0, 0, 3)
     assert (h.points(1)[-1].queued, h.points(1)[-1].inflight) == (1, 2)
+
+
+def test_history_rate_is_over_the_last_second_as_the_legend_says():
+    """"I/O operations completed per second, over the last second": 400/s until t = 10, then
+    nothing; half a second later half of the last second had the load."""
+    h = History()
+    for k in range(0, 41):  # 10 s of refreshes, four a second, 100 completions each
+        h.add(k * 0.25, _stats([100 * k]))
+    h.add(10.25, _stats([4000]))
+    h.add(10.5, _stats([4000]))
+    assert round(h.points(0)[-1].ops_rate) == 200
+    h.add(11.0, _stats([4000]))  # a whole second without completions
+    assert h.points(0)[-1].ops_rate == 0.0
 
 
 def test_history_goes_on_across_a_restart_and_shows_a_stopped_scheduler_idle():

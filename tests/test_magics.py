@@ -543,7 +543,8 @@ def test_legends_fit_the_notebook_and_wrap_at_words(loaded, capsys, line):
 
 
 def test_the_legend_helper_wraps_one_item_a_line_at_words():
-    from tinycoro.kernel_ext.textout import WIDTH, legend, wrap
+    from tinycoro.core.stats import legend, wrap
+    from tinycoro.kernel_ext.textout import WIDTH
 
     items = [("short", "one"), ("long", "word " * 40 + "end"), ("x", "a" * (WIDTH + 5))]
     lines = legend(items)
