@@ -387,6 +387,17 @@ class PyRing(_Lifecycle):
         return _sq_ready(self._ring)
 
     # -- completion ---------------------------------------------------------------------------
+    def reap(self, out: list) -> int:
+        """Append ``(user_data, res)`` for each ready CQE to *out*; return how many. The
+        by-hand interface (notebooks/10_io_uring.ipynb); the engine uses :meth:`complete`."""
+        ring, cqe, peek, seen = self._ring, self._cqe, _peek_cqe, _cqe_seen
+        n = 0
+        while peek(ring, cqe) == 0:
+            out.append((cqe.user_data, cqe.res))
+            seen(ring, cqe)
+            n += 1
+        return n
+
     def complete(self, inflight: dict, done: list, shots: list) -> int:
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
         CQEs were reaped (the completion contract in the module doc). *shots* stays empty:
