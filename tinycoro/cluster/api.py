@@ -405,15 +405,12 @@ class Cluster:
         # Wait for every reply, the timeout, or stop(), whichever comes first: a probe in
         # flight when the cluster stops (a dashboard's) must say so, not wait out its timeout
         # and then report a running cluster without its engines.
+        # Each reply checks whether it was the last: the futures say so themselves, no count.
         wake = threading.Event()
-        left = [len(futures)]
-        counted = threading.Lock()
 
         def replied(_: Any) -> None:
-            with counted:
-                left[0] -= 1
-                if left[0] <= 0:
-                    wake.set()
+            if all(f.done() for f in futures.values()):
+                wake.set()
 
         if not futures:
             wake.set()
