@@ -67,6 +67,20 @@ def test_submit_and_result_from_plain_python(cluster):
     assert t.result(0) == 5  # a finished task answers at once, again
 
 
+def test_what_a_task_prints_arrives_before_its_outcome(cluster, capsys):
+    # The engine buffers stdout (ipykernel flushes it every 0.2 s); the outcome goes out after
+    # that buffer, so result() returns with the output already written here.
+    assert cluster.submit(h.print_then_return, "printed last thing").result(T) == "printed last thing"
+    assert "printed last thing" in capsys.readouterr().out
+
+
+def test_a_task_end_does_not_hold_its_context_up_behind_the_iopub_thread(cluster):
+    # The outcome of an ending task goes out through the engine's IOPub thread, which needs the
+    # GIL the busy context holds; the context must not wait for that thread to run its other
+    # tasks (a blocking flush per task end made 8 short tasks on one engine wait at each end).
+    assert cluster.submit(h.context_runs_on_while_iopub_is_held).result(T) is True
+
+
 def test_await_from_a_tinycoro_task(cluster):
     async def main():
         a = cluster.submit(h.add, 1, 2, engine=0)

@@ -11,7 +11,8 @@ identity. None of that is public API of either project, so it lives here and now
   used, run at ``start``/``connect`` and at engine set-up: an unsupported version fails there
   with an error naming the range, never with an ``AttributeError`` in the middle of a run;
 * :class:`ClientSeam`, the client-side operations built on them;
-* the engine-side ones (:func:`add_control_handler`, :func:`datapub_ident`), the local
+* the engine-side ones (:func:`add_control_handler`, :func:`on_iopub_thread`,
+  :func:`datapub_ident`), the local
   launchers' pids (:func:`launcher_pids`) and ``%px`` (:func:`register_px`,
   :func:`unregister_px`).
 
@@ -91,6 +92,8 @@ def check_kernel(kernel: Any) -> None:
     """On an engine: the installed ipykernel is supported and *kernel* has what is used here."""
     check_version("ipykernel", IPYKERNEL)
     _check_attributes(kernel, KERNEL_ATTRIBUTES, "this engine's kernel", "ipykernel", IPYKERNEL)
+    _check_attributes(kernel.iopub_socket, ("schedule",), "this engine's IOPub socket",
+                      "ipyparallel", IPYPARALLEL)
 
 
 # -- the client side ------------------------------------------------------------------------------
@@ -193,6 +196,14 @@ def launcher_pids(ipp_cluster: Any) -> set[int]:
 def add_control_handler(kernel: Any, msg_type: str, handler: Callable[[Any, Any, dict], None]) -> None:
     """Serve *msg_type* on the kernel's control channel (its own thread)."""
     kernel.control_handlers[msg_type] = handler
+
+
+def on_iopub_thread(kernel: Any, fn: Callable[[], None]) -> None:
+    """Call *fn* on the engine kernel's IOPub thread, after everything queued there before it
+    (its queue is first in, first out). An ipyparallel engine's ``iopub_socket`` is ipykernel's
+    ``IOPubThread`` itself; every send to IOPub goes through that queue, so a send *fn* makes
+    leaves after whatever was sent before it was called."""
+    kernel.iopub_socket.schedule(fn)
 
 
 def datapub_ident(kernel: Any) -> bytes:
