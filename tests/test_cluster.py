@@ -59,6 +59,14 @@ def test_two_engines_each_with_its_own_process(cluster):
         assert cluster.submit(h.pid, engine=e.id).result(T) == e.pid
 
 
+def test_the_controller_of_a_started_cluster_keeps_no_task_records(cluster):
+    # Outcomes come home on IOPub; a Hub storing every request, reply and output (ipyparallel's
+    # default) only costs the controller CPU per submit and memory for the cluster's life.
+    assert cluster.submit(h.add, 1, 2).result(T) == 3
+    with pytest.raises(Exception, match="NoData|NoDB|doesn't store"):
+        cluster.client.hub_history()
+
+
 def test_submit_and_result_from_plain_python(cluster):
     t = cluster.submit(h.add, 2, b=3)
     assert t.result(T) == 5
