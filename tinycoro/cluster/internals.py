@@ -79,6 +79,12 @@ def _check_attributes(obj: Any, names: tuple[str, ...], what: str, package: str,
 def check_client(client: Any) -> None:
     """The installed ipyparallel is supported and *client* has every private name used here."""
     check_version("ipyparallel", IPYPARALLEL)
+    check_client_names(client)
+
+
+def check_client_names(client: Any) -> None:
+    """*client* has every private name used here (the version is checked on its own: ``start``
+    checks it before any process starts, long before there is a client)."""
     _check_attributes(client, CLIENT_ATTRIBUTES + CLIENT_METHODS, "the ipyparallel.Client",
                       "ipyparallel", IPYPARALLEL)
     if not hasattr(type(client)._dispatch_iopub, "__wrapped__"):
@@ -100,12 +106,13 @@ def check_kernel(kernel: Any) -> None:
 class ClientSeam:
     """The private parts of one ``ipyparallel.Client`` that the cluster client uses, by name.
 
-    Checked at construction (:func:`check_client`). Sending is not thread-safe in
+    Its names are checked at construction (:func:`check_client_names`); the version is the
+    caller's to check first, once (:func:`check_version`). Sending is not thread-safe in
     jupyter_client's Session (its message counter is not locked): callers hold their own lock.
     """
 
     def __init__(self, client: Any) -> None:
-        check_client(client)
+        check_client_names(client)
         self.client = client
         # ipyparallel's IOPub handler, undecorated: the decorator would unpack frames we
         # already unpacked.

@@ -112,10 +112,12 @@ class LocalProcesses:
             shutil.rmtree(self.profile_dir, ignore_errors=True)
 
 
-def launch(n: int, contexts: int, timeout: float, progress: StartProgress) -> tuple[Any, LocalProcesses]:
+def launch(n: int, contexts: int, timeout: float,
+           progress: StartProgress) -> tuple[internals.ClientSeam, LocalProcesses]:
     """Start a controller and *n* engines (all at once) with the tinycoro extension preloaded;
-    return a connected ``ipyparallel.Client`` once every engine has registered. On any failure
-    (a timeout included) every process started is stopped before the error is raised."""
+    return the seam of a connected ``ipyparallel.Client`` (its names checked; the caller checked
+    the version before) once every engine has registered. On any failure (a timeout included)
+    every process started is stopped before the error is raised."""
     owned = LocalProcesses()
     client: Any = None
     try:
@@ -154,7 +156,7 @@ def launch(n: int, contexts: int, timeout: float, progress: StartProgress) -> tu
                 raise TimeoutError(_slow_engines(client, owned, n, timeout))
         finally:
             seam.remove_registration(registered)
-        return client, owned
+        return seam, owned
     except BaseException:
         owned.stop(client, [])
         raise
