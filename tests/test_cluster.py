@@ -86,7 +86,7 @@ def test_a_task_end_does_not_hold_its_context_up_behind_the_iopub_thread(cluster
     # The outcome of an ending task goes out through the engine's IOPub thread, which needs the
     # GIL the busy context holds; the context must not wait for that thread to run its other
     # tasks (a blocking flush per task end made 8 short tasks on one engine wait at each end).
-    assert cluster.submit(h.context_runs_on_while_iopub_is_held).result(T) is True
+    assert cluster.submit(h.context_runs_on_while_iopub_is_held).result(2 * T) is True
 
 
 def test_await_from_a_tinycoro_task(cluster):

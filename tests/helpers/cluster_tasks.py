@@ -175,6 +175,7 @@ async def context_runs_on_while_iopub_is_held():
     """On an engine: hold the kernel's IOPub thread, let a submitted task end on this context,
     and say whether this context ran on before IOPub was let go. A task's end must not make its
     context wait for the IOPub thread: the context has other tasks to run."""
+    import sys
     import threading
 
     from IPython import get_ipython
@@ -191,10 +192,15 @@ async def context_runs_on_while_iopub_is_held():
         release.wait(60)
 
     def observe():
-        # The bound only ends a broken build's wait: a context that runs on does so at once.
-        verdict.append(resumed.wait(5))
+        # The bound only ends a broken build's wait (a context that runs on does so at once);
+        # the streams' own flush timeout is raised above it for the test, so that a context
+        # that does wait is still waiting when the bound ends.
+        verdict.append(resumed.wait(20))
         release.set()
 
+    streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "flush_timeout")]
+    for stream in streams:
+        stream.flush_timeout = 60  # ipykernel's is 10 s, below the bound
     internals.on_iopub_thread(kernel, hold)
     while not held.is_set():
         await tc.sleep(0.001)
@@ -212,4 +218,6 @@ async def context_runs_on_while_iopub_is_held():
     resumed.set()
     while observer.is_alive():
         await tc.sleep(0.001)
+    for stream in streams:
+        del stream.flush_timeout  # back to the class's
     return verdict[0]
