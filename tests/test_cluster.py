@@ -59,12 +59,34 @@ def test_two_engines_each_with_its_own_process(cluster):
         assert cluster.submit(h.pid, engine=e.id).result(T) == e.pid
 
 
+def test_the_controller_of_a_started_cluster_keeps_no_task_records(cluster):
+    # Outcomes come home on IOPub; a Hub storing every request, reply and output (ipyparallel's
+    # default) only costs the controller CPU per submit and memory for the cluster's life.
+    assert cluster.submit(h.add, 1, 2).result(T) == 3
+    with pytest.raises(Exception, match="NoData|NoDB|doesn't store"):
+        cluster.client.hub_history()
+
+
 def test_submit_and_result_from_plain_python(cluster):
     t = cluster.submit(h.add, 2, b=3)
     assert t.result(T) == 5
     assert t.done()
     assert t.engine in {e.id for e in cluster.engines}
     assert t.result(0) == 5  # a finished task answers at once, again
+
+
+def test_what_a_task_prints_arrives_before_its_outcome(cluster, capsys):
+    # The engine buffers stdout (ipykernel flushes it every 0.2 s); the outcome goes out after
+    # that buffer, so result() returns with the output already written here.
+    assert cluster.submit(h.print_then_return, "printed last thing").result(T) == "printed last thing"
+    assert "printed last thing" in capsys.readouterr().out
+
+
+def test_a_task_end_does_not_hold_its_context_up_behind_the_iopub_thread(cluster):
+    # The outcome of an ending task goes out through the engine's IOPub thread, which needs the
+    # GIL the busy context holds; the context must not wait for that thread to run its other
+    # tasks (a blocking flush per task end made 8 short tasks on one engine wait at each end).
+    assert cluster.submit(h.context_runs_on_while_iopub_is_held).result(2 * T) is True
 
 
 def test_await_from_a_tinycoro_task(cluster):

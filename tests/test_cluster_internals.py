@@ -61,3 +61,24 @@ def test_a_client_without_a_name_used_is_refused_naming_it(monkeypatch):
         tc.cluster.connect(Unconnected())
     assert "ipyparallel>=9.2,<10.0" in str(info.value)
     assert issubclass(tc.cluster.UnsupportedVersion, RuntimeError)
+
+
+def test_start_checks_the_version_and_the_client_once(monkeypatch):
+    # The installed version and the client's names do not change during a start: one check of
+    # each, before any process starts for the version (the test above), is all it takes.
+    checked: list[str] = []
+    real_version, real_attributes = internals.check_version, internals._check_attributes
+
+    def version(package, bounds):
+        checked.append(package)
+        real_version(package, bounds)
+
+    def attributes(obj, names, what, package, bounds):
+        checked.append(what)
+        real_attributes(obj, names, what, package, bounds)
+
+    monkeypatch.setattr(internals, "check_version", version)
+    monkeypatch.setattr(internals, "_check_attributes", attributes)
+    cluster = tc.cluster.start(1, progress=False)
+    cluster.stop()
+    assert checked == ["ipyparallel", "the ipyparallel.Client"]

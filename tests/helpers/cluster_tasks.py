@@ -162,3 +162,62 @@ def engine_internals_ok():
 
     internals.check_kernel(get_ipython().kernel)
     return True
+
+
+async def print_then_return(text):
+    """Prints *text* (no newline: it stays in the engine's stdout buffer) and returns it."""
+    await tc.sleep(0)
+    print(text, end="")
+    return text
+
+
+async def context_runs_on_while_iopub_is_held():
+    """On an engine: hold the kernel's IOPub thread, let a submitted task end on this context,
+    and say whether this context ran on before IOPub was let go. A task's end must not make its
+    context wait for the IOPub thread: the context has other tasks to run."""
+    import sys
+    import threading
+
+    from IPython import get_ipython
+
+    from tinycoro.cluster import engine as engine_side
+    from tinycoro.cluster import internals
+
+    kernel = get_ipython().kernel
+    held, resumed, release = threading.Event(), threading.Event(), threading.Event()
+    verdict: list[bool] = []
+
+    def hold():  # on the IOPub thread
+        held.set()
+        release.wait(60)
+
+    def observe():
+        # The bound only ends a broken build's wait (a context that runs on does so at once);
+        # the streams' own flush timeout is raised above it for the test, so that a context
+        # that does wait is still waiting when the bound ends.
+        verdict.append(resumed.wait(20))
+        release.set()
+
+    streams = [s for s in (sys.stdout, sys.stderr) if hasattr(s, "flush_timeout")]
+    for stream in streams:
+        stream.flush_timeout = 60  # ipykernel's is 10 s, below the bound
+    internals.on_iopub_thread(kernel, hold)
+    while not held.is_set():
+        await tc.sleep(0.001)
+    observer = threading.Thread(target=observe)
+    observer.start()
+    ended: list[int] = []
+
+    async def quick():
+        ended.append(1)
+
+    # Started as start_task starts a submitted task (its outcome goes to no client task).
+    engine_side._agent.start("no client waits for this", quick, (), {})
+    while not ended:  # quick's step, its done callback included, is over when we see this
+        await tc.yield_now()
+    resumed.set()
+    while observer.is_alive():
+        await tc.sleep(0.001)
+    for stream in streams:
+        del stream.flush_timeout  # back to the class's
+    return verdict[0]

@@ -84,9 +84,15 @@ class Cluster:
     """tinycoro on the engines of an ipyparallel cluster (:func:`start` or :func:`connect`)."""
 
     def __init__(self, client: Any, *, owned: LocalProcesses | None = None,
-                 timeout: float = START_TIMEOUT) -> None:
+                 timeout: float = START_TIMEOUT, seam: ClientSeam | None = None) -> None:
+        """*seam*: the client's, made (and so checked) by whoever made the client, as
+        :func:`start` does after checking the version; without it, the version and the
+        client's names are checked here."""
         self.client = client  # the ipyparallel.Client
-        self._seam = ClientSeam(client)  # checks the ipyparallel version and names first
+        if seam is None:
+            internals.check_version("ipyparallel", internals.IPYPARALLEL)
+            seam = ClientSeam(client)
+        self._seam = seam
         self._owned = owned
         self._lock = threading.Lock()
         # Held around every request we send: jupyter_client's Session numbers its msg_ids with
@@ -405,15 +411,12 @@ class Cluster:
         # Wait for every reply, the timeout, or stop(), whichever comes first: a probe in
         # flight when the cluster stops (a dashboard's) must say so, not wait out its timeout
         # and then report a running cluster without its engines.
+        # Each reply checks whether it was the last: the futures say so themselves, no count.
         wake = threading.Event()
-        left = [len(futures)]
-        counted = threading.Lock()
 
         def replied(_: Any) -> None:
-            with counted:
-                left[0] -= 1
-                if left[0] <= 0:
-                    wake.set()
+            if all(f.done() for f in futures.values()):
+                wake.set()
 
         if not futures:
             wake.set()
@@ -543,9 +546,10 @@ def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIM
     contexts = check_int("contexts", contexts, min=1)
     internals.check_version("ipyparallel", internals.IPYPARALLEL)  # before any process starts
     shown = StartProgress(n, enabled=progress)
-    client, owned = launch(n, contexts, timeout, shown)
+    seam, owned = launch(n, contexts, timeout, shown)
+    client = seam.client
     try:
-        cluster = Cluster(client, owned=owned, timeout=timeout)
+        cluster = Cluster(client, owned=owned, timeout=timeout, seam=seam)
     except BaseException:
         owned.stop(client, [])
         raise

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextvars
 import importlib.util
+import logging
 import os
 import pickle
 import socket
@@ -50,6 +51,8 @@ from .messages import (
     stats_to_dict,
     tasks_to_list,
 )
+
+log = logging.getLogger("tinycoro")
 
 _agent: "Agent | None" = None
 _agent_lock = threading.Lock()
@@ -104,12 +107,15 @@ class Agent:
         ctx.run(self._publish, token, parent, task)
 
     def _publish(self, token: str, parent: dict, task: Task) -> None:
-        # What the task printed goes out first: the client completes the task on the outcome.
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed stream must not lose the outcome
-                pass
+        """Send *task*'s outcome home. Packed here; sent from the IOPub thread, after what the
+        task printed (the client completes the task on the outcome, so the output goes first).
+
+        The context never waits for the IOPub thread: that thread needs the GIL, which a busy
+        context holds for a switch interval at a time, and a flush from here (``stream.flush()``
+        on a thread other than IOPub's) blocks until IOPub has done it, twice per task (stdout,
+        stderr), while the context's other tasks wait. Queued on the IOPub thread instead, the
+        flushes and the send run there in order: a flush on that thread queues the output's
+        messages at once, and the outcome's message is queued after them."""
         exc = task.exception()
         outcome = outcome_of(exc, None if exc is not None else task.result())
         session = self.kernel.session
@@ -121,14 +127,27 @@ class Agent:
             )
         except Exception as e:  # noqa: BLE001 - e.g. an instance of a class a notebook defined
             buffers = serialize_object({RESULT_KEY: (token, self._packed(task, outcome, e))})
-        session.send(
-            self.kernel.iopub_socket,  # ipykernel's IOPub thread: safe from any thread
-            "data_message",
-            content={"keys": [RESULT_KEY]},
-            parent=parent,
-            buffers=buffers,
-            ident=internals.datapub_ident(self.kernel),
-        )
+        kernel = self.kernel
+
+        def send() -> None:  # on the IOPub thread
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except Exception:  # noqa: BLE001 - a closed stream must not lose the outcome
+                    pass
+            try:
+                session.send(
+                    kernel.iopub_socket,
+                    "data_message",
+                    content={"keys": [RESULT_KEY]},
+                    parent=parent,
+                    buffers=buffers,
+                    ident=internals.datapub_ident(kernel),
+                )
+            except Exception:  # noqa: BLE001 - never into the IOPub thread's loop
+                log.error("tinycoro.cluster: the outcome of %r was not sent", task, exc_info=True)
+
+        internals.on_iopub_thread(kernel, send)
 
     @staticmethod
     def _packed(task: Task, outcome: tuple, why: BaseException) -> tuple:

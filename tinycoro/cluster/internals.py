@@ -11,7 +11,8 @@ identity. None of that is public API of either project, so it lives here and now
   used, run at ``start``/``connect`` and at engine set-up: an unsupported version fails there
   with an error naming the range, never with an ``AttributeError`` in the middle of a run;
 * :class:`ClientSeam`, the client-side operations built on them;
-* the engine-side ones (:func:`add_control_handler`, :func:`datapub_ident`), the local
+* the engine-side ones (:func:`add_control_handler`, :func:`on_iopub_thread`,
+  :func:`datapub_ident`), the local
   launchers' pids (:func:`launcher_pids`) and ``%px`` (:func:`register_px`,
   :func:`unregister_px`).
 
@@ -78,6 +79,12 @@ def _check_attributes(obj: Any, names: tuple[str, ...], what: str, package: str,
 def check_client(client: Any) -> None:
     """The installed ipyparallel is supported and *client* has every private name used here."""
     check_version("ipyparallel", IPYPARALLEL)
+    check_client_names(client)
+
+
+def check_client_names(client: Any) -> None:
+    """*client* has every private name used here (the version is checked on its own: ``start``
+    checks it before any process starts, long before there is a client)."""
     _check_attributes(client, CLIENT_ATTRIBUTES + CLIENT_METHODS, "the ipyparallel.Client",
                       "ipyparallel", IPYPARALLEL)
     if not hasattr(type(client)._dispatch_iopub, "__wrapped__"):
@@ -91,18 +98,21 @@ def check_kernel(kernel: Any) -> None:
     """On an engine: the installed ipykernel is supported and *kernel* has what is used here."""
     check_version("ipykernel", IPYKERNEL)
     _check_attributes(kernel, KERNEL_ATTRIBUTES, "this engine's kernel", "ipykernel", IPYKERNEL)
+    _check_attributes(kernel.iopub_socket, ("schedule",), "this engine's IOPub socket",
+                      "ipyparallel", IPYPARALLEL)
 
 
 # -- the client side ------------------------------------------------------------------------------
 class ClientSeam:
     """The private parts of one ``ipyparallel.Client`` that the cluster client uses, by name.
 
-    Checked at construction (:func:`check_client`). Sending is not thread-safe in
+    Its names are checked at construction (:func:`check_client_names`); the version is the
+    caller's to check first, once (:func:`check_version`). Sending is not thread-safe in
     jupyter_client's Session (its message counter is not locked): callers hold their own lock.
     """
 
     def __init__(self, client: Any) -> None:
-        check_client(client)
+        check_client_names(client)
         self.client = client
         # ipyparallel's IOPub handler, undecorated: the decorator would unpack frames we
         # already unpacked.
@@ -193,6 +203,14 @@ def launcher_pids(ipp_cluster: Any) -> set[int]:
 def add_control_handler(kernel: Any, msg_type: str, handler: Callable[[Any, Any, dict], None]) -> None:
     """Serve *msg_type* on the kernel's control channel (its own thread)."""
     kernel.control_handlers[msg_type] = handler
+
+
+def on_iopub_thread(kernel: Any, fn: Callable[[], None]) -> None:
+    """Call *fn* on the engine kernel's IOPub thread, after everything queued there before it
+    (its queue is first in, first out). An ipyparallel engine's ``iopub_socket`` is ipykernel's
+    ``IOPubThread`` itself; every send to IOPub goes through that queue, so a send *fn* makes
+    leaves after whatever was sent before it was called."""
+    kernel.iopub_socket.schedule(fn)
 
 
 def datapub_ident(kernel: Any) -> bytes:
