@@ -71,6 +71,8 @@ SOURCE_MODULES: tuple[str, ...] = (
     "tinycoro.net.ops",
     "tinycoro.net.multishot",
     "tinycoro.net.stream",
+    "tinycoro.buffers",
+    "tinycoro.io.direct",
     "tinycoro.io.ops",
     "tinycoro.io.file",
     "tinycoro.sync._lot",

@@ -209,7 +209,8 @@ class AsyncFile:
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
         read itself to await (rule 14); others may read the page cache inline first."""
         view = writable_view(buf, "readinto_at")
-        offset = _check_offset(offset)
+        if not (type(offset) is int and 0 <= offset <= MAX_OFFSET):  # (read_at's fast path)
+            offset = _check_offset(offset)
         self._check_readable()
         if self._inline:
             return self._read_into(view, offset)
