@@ -461,11 +461,11 @@ def test_a_finished_read_hands_its_value_back_and_holds_no_reference():
     before = sys.getrefcount(value)
     finished = done(value)
 
-    async def twice():
-        return (await finished), (await done(value))
+    async def twice(first):
+        return (await first), (await done(value))
 
     for _ in range(1000):
-        coro = twice()
+        coro = twice(finished)
         with pytest.raises(StopIteration) as e:
             coro.send(None)
         assert e.value.value == (value, value)
