@@ -1,6 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Page-cache reads in one call: ``preadv2(RWF_NOWAIT)`` straight into a new ``bytes``; and
-the address of a buffer, which O_DIRECT reads check for alignment.
+"""Page-cache reads in one call: ``preadv2(RWF_NOWAIT)`` straight into a new ``bytes``; the
+address of a buffer, which O_DIRECT reads check for alignment; and :class:`Done`, the
+awaitable of a read that finished at its call.
 
 The Python spelling, ``os.preadv(fd, (bytearray(size),), offset, os.RWF_NOWAIT)`` and then
 ``bytes(buf)``, zero-fills a buffer, parses an iovec sequence and copies the result once more:
