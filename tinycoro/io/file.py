@@ -26,7 +26,7 @@ from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, yield_now
 from .direct import aligned_buffer, check_direct
 from .ops import CURRENT_POSITION, RingRead, RingWrite
-from .pagecache import RWF_NOWAIT, inline_reads, pread_nowait, preadv
+from .pagecache import RWF_NOWAIT, done, inline_reads, pread_nowait, preadv
 from .paths import AT_FDCWD, PathLike
 
 __all__ = ["AsyncFile", "open", "read_file", "write_file"]
@@ -151,11 +151,13 @@ class AsyncFile:
             want = _READ_CHUNK
         return b"".join(chunks)
 
-    async def read_at(self, size: int, offset: int) -> bytes:
-        """Up to *size* bytes at *offset*; short only at EOF."""
-        # The hot path of random reads, kept to one coroutine frame when the page cache has
-        # the bytes: exact-int arguments in range skip the checks' calls (anything else, bool
-        # and int subclasses included, takes them), and the inline read is done right here.
+    def read_at(self, size: int, offset: int) -> Awaitable[bytes]:
+        """Up to *size* bytes at *offset*; short only at EOF. The awaited result is the bytes
+        (the awaitable is the read itself: rule 14)."""
+        # The hot path of random reads. When the page cache has the bytes, the read is done
+        # right here, at the call, and the awaitable returned is the finished result
+        # (pagecache.done: no coroutine, no suspension). Exact-int arguments in range skip the
+        # checks' calls (anything else, bool and int subclasses included, takes them).
         if not (type(size) is int and type(offset) is int
                 and 0 <= size <= MAX_OFFSET and 0 <= offset <= MAX_OFFSET):
             size = check_int("size", size, min=0, max=MAX_OFFSET)
@@ -163,22 +165,35 @@ class AsyncFile:
         if self._inline and size:  # open, readable, a regular file, not O_DIRECT
             engine = _local.engine
             if engine is not None:  # (an asyncio task's reads go to its loop's hosted ring)
-                if not engine.inline_ok():
-                    await yield_now()  # budget spent, or an interrupt is due (see _cached)
-                    engine.inline_ok()  # a new step: this read counts in its budget
-                # See _cached for why an inline read keeps every guarantee of the ring's.
-                try:
-                    data = pread_nowait(self._fd, size, offset)
-                except OSError as e:
-                    self._refused(e)
-                    data = None
-                if self._ops.closed:
-                    raise ClosedResourceError("the file was closed while this read ran")
-                if data is not None and (len(data) == size or not data):
-                    return data  # all of it, or EOF
-                return await self._read_rest(size, offset, data)
+                if self._spend(engine):
+                    return self._read_cached(size, offset)
+                return self._read_cached_later(size, offset)
         self._check_readable()
-        return await self._pread(size, offset)
+        return self._pread(size, offset)
+
+    async def _read_cached_later(self, size: int, offset: int) -> bytes:
+        """read_at when the step's inline budget is spent, or an interrupt is due (see
+        _cached): suspend once, then read as read_at does."""
+        await yield_now()
+        engine = _local.engine
+        if engine is not None:
+            self._spend(engine)  # a new step: this read counts in its budget
+        return await self._read_cached(size, offset)
+
+    def _read_cached(self, size: int, offset: int) -> Awaitable[bytes]:
+        """read_at's page-cache read, done now: the finished result when the cache held all
+        of it (or EOF), else the awaitable that reads the rest through the ring. See _cached
+        for why an inline read keeps every guarantee of the ring's."""
+        try:
+            data = pread_nowait(self._fd, size, offset)
+        except OSError as e:
+            self._refused(e)
+            data = None
+        if self._ops.closed:
+            raise ClosedResourceError("the file was closed while this read ran")
+        if data is not None and (len(data) == size or not data):
+            return done(data)  # all of it, or EOF
+        return self._read_rest(size, offset, data)
 
     async def readinto(self, buf: Any) -> int:
         """Read into *buf* (any writable buffer) from the current position; 0 at EOF."""
@@ -194,7 +209,8 @@ class AsyncFile:
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
         read itself to await (rule 14); others may read the page cache inline first."""
         view = writable_view(buf, "readinto_at")
-        offset = _check_offset(offset)
+        if not (type(offset) is int and 0 <= offset <= MAX_OFFSET):  # (read_at's fast path)
+            offset = _check_offset(offset)
         self._check_readable()
         if self._inline:
             return self._read_into(view, offset)
@@ -236,9 +252,9 @@ class AsyncFile:
         if self._inline:
             engine = _local.engine
             if engine is not None:
-                if not engine.inline_ok():
+                if not self._spend(engine):
                     await yield_now()  # budget spent, or an interrupt is due (see _cached)
-                    engine.inline_ok()  # a new step: this read counts in its budget
+                    self._spend(engine)  # a new step: this read counts in its budget
                 got = self._cached(view, size, offset)
                 if got >= 0:
                     return got
@@ -289,6 +305,11 @@ class AsyncFile:
             got += n
             if n == 0 or got == size:
                 return got
+
+    def _spend(self, engine: Any) -> bool:
+        """``engine.inline_ok()``: one unit of the step's budget for a read done inline (rule
+        16). Compiled, a C call (file.pxd types *engine*), not a method lookup per read."""
+        return engine.inline_ok()
 
     def _refused(self, e: OSError) -> None:
         """An inline read failed with *e*: the ring will do it and report its errno. A file
