@@ -40,6 +40,7 @@ cdef class Engine(RingOwner):
     cdef public object _poller
     cdef public list watchers
     cdef public object thread_ident
+    cdef public tuple _peers
 
     cpdef bint inline_ok(self)
     cpdef _step(self, Task task)

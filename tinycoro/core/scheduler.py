@@ -201,6 +201,12 @@ class Scheduler:
             if self._token == 0 and self._mode == "loop":
                 self._finish_locked()
 
+    def peers(self, engine: Engine) -> tuple[Engine, ...]:
+        """The engine's seam to the other contexts: every engine of this scheduler but
+        *engine*, whose sleep point reads whether one of them is awake (a context about to
+        sleep while another runs yields the CPU first: ``Engine._yield_first``)."""
+        return tuple(e for e in self._engines if e is not engine)
+
     def _finish_locked(self) -> None:
         self._accepting = False
         for e in self._engines:
