@@ -3,6 +3,8 @@
 # its waiters, which every primitive's lock, unlock, wait and wake go through. Attributes are
 # public: the primitives (some of them interpreted) and the engine's abort hook use them.
 
+cimport cython
+
 cdef class Waiter:
     cdef public object lot
     cdef public object task
@@ -15,3 +17,16 @@ cdef class ParkingLot:
     cdef public Py_ssize_t _live
     cdef public Py_ssize_t _dead
     cdef public object what
+
+# Acquisitions that complete at once (rule 16, the module doc): the budget check is a C call of
+# the engine's inline_ok, and the shared DONE finishes an await with no allocation.
+from ..core.engine cimport Engine
+
+@cython.locals(engine=Engine)
+cpdef bint spend()
+
+cdef class Done:
+    pass
+
+cdef class Acquisition:
+    cdef public object _gen

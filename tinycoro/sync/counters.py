@@ -13,7 +13,8 @@ import threading
 from dataclasses import dataclass
 
 from ..core.checks import check_int
-from ._lot import ParkingLot, Waiter, wake_all
+from ..core.traps import yield_now
+from ._lot import ParkingLot, Waiter, spend, wake_all
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,11 @@ class _Counter:
         self._lot = ParkingLot(self._mu, self)
 
     async def wait(self) -> None:
-        """Wait until the count is zero (return at once if it already is)."""
+        """Wait until the count is zero. At zero already it returns at once, spending one
+        unit of the engine's budget, as ``Event.wait`` on a set event does (rule 16)."""
+        if not spend():  # rule 16: a wait that completes at once counts in the budget
+            await yield_now()  # spent, or an interrupt is due: it is raised here
+            spend()  # a new step: this wait counts in its budget
         with self._mu:
             if self._count == 0:
                 return

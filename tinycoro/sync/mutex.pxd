@@ -4,6 +4,8 @@
 # token's pop and append stay single C calls under the GIL, which the module doc relies on.
 # Attributes are public: Condition reads the owner, statistics and snapshots the rest.
 
+from ._lot cimport Acquisition, Done, spend
+
 cdef class _Foreign:
     pass
 
@@ -13,3 +15,8 @@ cdef class Mutex:
     cdef public bint _contended
     cdef public object _owner
     cdef public object _lot
+
+    cdef object _acquire(self)
+
+cdef class _Lock(Acquisition):
+    cdef Mutex mutex

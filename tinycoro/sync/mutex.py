@@ -43,12 +43,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Generator
 
 from ..core.local import thread_state
 from ..core.task import Task, describe
-from ..core.traps import foreign_waiter
-from ._lot import ParkingLot, Waiter
+from ..core.traps import foreign_waiter, yield_now
+from ._lot import DONE, Acquisition, ParkingLot, Waiter, spend
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,41 @@ class Mutex:
     def _locked(self) -> bool:
         return not self._free
 
-    async def lock(self) -> None:
-        """Acquire the mutex, waiting in FIFO order behind earlier waiters if it is held."""
+    def lock(self) -> "_Lock":
+        """``await m.lock()``: acquire the mutex, waiting in FIFO order behind earlier waiters
+        if it is held.
+
+        A free mutex is taken at once, without suspending, and that spends one unit of the
+        engine's cooperative budget (rule 16; :func:`~tinycoro.sync._lot.spend`): at zero,
+        or when a cancel or an expired timeout waits for the task's next await, the
+        acquisition yields to the engine once first. A cancel therefore lands there, before
+        the mutex is taken (it is not held when ``Cancelled`` propagates), or, for a task that
+        has to wait, while it waits; a cancel that arrives once the lock has been handed to a
+        waiter passes the lock on. The work is done when the result is awaited, not when
+        ``lock()`` is called, as with a coroutine."""
+        return _Lock(self)
+
+    def _acquire(self) -> Any:
+        """The acquisition, as ``lock()`` and ``async with`` await it: take a free mutex and
+        return ``DONE``, or return the coroutine that yields first (the budget) or waits."""
         me = thread_state.task
         if me is None:
             me = foreign_waiter() or _FOREIGN  # an asyncio task owns it through its stand-in
+        elif not spend():
+            return self._lock_later(me)
+        if not self._contended:
+            try:
+                self._free.pop()
+            except IndexError:
+                pass
+            else:
+                self._owner = me
+                return DONE
+        return self._lock_slow(me)
+
+    async def _lock_later(self, me: Any) -> None:
+        await yield_now()  # the budget is spent, or an interrupt is due: it is raised here
+        spend()  # a new step: this acquisition counts in its budget
         if not self._contended:
             try:
                 self._free.pop()
@@ -220,24 +250,16 @@ class Mutex:
         if first is not None:
             first.task.wake(None)
 
-    async def __aenter__(self) -> "Mutex":
-        # The uncontended path of lock(), inlined: one coroutine frame less per acquisition.
-        me = thread_state.task
-        if me is None:
-            me = foreign_waiter() or _FOREIGN
-        if not self._contended:
-            try:
-                self._free.pop()
-            except IndexError:
-                pass
-            else:
-                self._owner = me
-                return self
-        await self._lock_slow(me)
-        return self
+    def __aenter__(self) -> Awaitable[None]:
+        """``async with m:`` takes the mutex as ``await m.lock()`` does (same budget and
+        cancellation); ``as`` binds None, as with ``asyncio.Lock`` and ``trio.Lock``: the
+        uncontended entry is then a shared ready awaitable, with nothing allocated per entry."""
+        return self._acquire()
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    def __aexit__(self, exc_type: object, exc: object, tb: object) -> Awaitable[None]:
+        """Release the mutex (on exceptions and cancellation too); never suppresses."""
         self.unlock()
+        return DONE
 
     def _waits_on(self) -> str:
         """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
@@ -252,3 +274,17 @@ class Mutex:
         if self._free:
             return "<Mutex unlocked>"
         return f"<Mutex locked by {describe(self._owner)} waiters={len(self._lot)}>"
+
+
+class _Lock(Acquisition):
+    """``Mutex.lock()``'s awaitable: acquires when awaited (see :class:`Acquisition`)."""
+
+    __slots__ = ("mutex",)
+
+    def __init__(self, mutex: Mutex) -> None:
+        self._gen = None
+        self.mutex = mutex
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        aw = self.mutex._acquire()
+        return aw if aw is DONE else aw.__await__()
