@@ -19,14 +19,21 @@ cdef class ParkingLot:
     cdef public object what
 
 # Acquisitions that complete at once (rule 16, the module doc): the budget check is a C call of
-# the engine's inline_ok, and the shared DONE finishes an await with no allocation.
-from ..core.engine cimport Engine
+# the engine's spend_inline, and the shared DONE finishes an await with no allocation.
+from ..core.engine cimport spend_inline
 
-@cython.locals(engine=Engine)
 cpdef bint spend()
 
 cdef class Done:
     pass
 
+cdef class Acquirable:
+    cdef object _acquire(self)
+
+@cython.freelist(8)
 cdef class Acquisition:
+    cdef Acquirable prim
     cdef public object _gen
+
+@cython.locals(acq=Acquisition)
+cpdef Acquisition acquisition(Acquirable prim)

@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
+from ..core.engine import spend_inline
 from ..core.local import thread_state
 from ..core.task import Waker, describe
 from ..core.traps import Park, foreign_waiter, park
@@ -56,11 +57,10 @@ def spend() -> bool:
     in its engine's budget (rule 16, module doc). False: the budget of this step is spent, or
     an interrupt waits for the task's next await; the caller yields once
     (``await yield_now()``), where that interrupt is raised, and then calls again, which
-    counts the acquisition in the new step's budget. Code with no engine on its thread (an
-    asyncio task) has no budget: True. Compiled, ``Engine.inline_ok`` is a C call (the .pxd
-    types *engine*)."""
-    engine = thread_state.engine
-    return engine is None or engine.inline_ok()
+    counts the acquisition in the new step's budget. Code that is no tinycoro task (an
+    asyncio task) has no budget: True. Compiled, ``spend_inline`` is a C call (the .pxd)."""
+    task = thread_state.task
+    return task is None or spend_inline(task)
 
 
 class Done:
@@ -102,29 +102,53 @@ def _exception(typ: Any, val: Any, tb: Any) -> BaseException:
     return exc.with_traceback(tb) if tb is not None else exc
 
 
+class Acquirable:
+    """A primitive whose acquisition may complete at once (Mutex, Semaphore): its
+    ``_acquire()`` takes the thing and returns :data:`DONE`, or returns an awaitable (a
+    coroutine, a park) that yields first (the budget) or waits. Compiled, a C method that
+    :class:`Acquisition` calls through the type's table."""
+
+    __slots__ = ()
+
+    def _acquire(self) -> Any:
+        raise NotImplementedError
+
+
+def acquisition(prim: Acquirable) -> "Acquisition":
+    """A fresh :class:`Acquisition` of *prim*: compiled, a C call that takes one from the
+    type's free list and sets its fields, with no ``__init__`` call in between."""
+    acq = Acquisition.__new__(Acquisition)
+    acq._gen = None
+    acq.prim = prim
+    return acq
+
+
 class Acquisition:
-    """What ``Mutex.lock()``, ``Semaphore.acquire()`` return: an awaitable that does its
+    """What ``Mutex.lock()`` and ``Semaphore.acquire()`` return: an awaitable that does its
     work when awaited (not when made), and a coroutine (``send``/``throw``/``close``) so that
     ``tc.spawn(m.lock())`` and ``asyncio.create_task(m.lock())`` take it, as they take an
-    ``async def``'s coroutine. Subclasses define ``__await__``, which takes the thing at once
-    and returns :data:`DONE`, or returns the iterator of a coroutine that waits for it.
+    ``async def``'s coroutine. Awaited, it returns the iterator of what ``prim._acquire()``
+    gives: :data:`DONE` itself when the thing was taken at once.
 
     Thrown into before its first step (a task cancelled before it started), it raises
     without taking anything, as a coroutine that never ran would."""
 
-    __slots__ = ("_gen",)
+    __slots__ = ("prim", "_gen")
+    prim: Acquirable
+    _gen: Any  # None until driven by send(); then what __await__ returned
 
-    def __init__(self) -> None:
-        self._gen: Any = None
+    def __await__(self) -> Generator[Any, Any, None]:
+        aw = self.prim._acquire()
+        return aw if aw is DONE else aw.__await__()
 
     def send(self, value: Any) -> Any:
         gen = self._gen
         if gen is None:
-            gen = self._gen = self.__await__()  # type: ignore[attr-defined]
+            gen = self._gen = self.__await__()
         try:
             return gen.send(value)
         except BaseException:
-            self._gen = DONE  # finished: a later send raises StopIteration, as a coroutine's
+            self._gen = DONE  # finished: a later send raises StopIteration
             raise
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:

@@ -13,7 +13,9 @@ to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
 The uncontended path takes no ``threading.Lock``
 --------------------------------------------------
 Being free is a *token*: the one element of ``_free``, a ``deque(maxlen=1)``. Taking the mutex
-is ``_free.pop()`` (IndexError when it is taken), setting it free is ``_free.append(0)``. Each is
+is ``_free.pop()`` (IndexError when it is taken), setting it free is ``_free.append(0)``; the
+mutex keeps the two bound methods (``_take``, ``_give``), so that each is one call with no
+method lookup (~100 instructions less per lock+unlock, compiled). Each is
 a single call into C that runs no Python code (no ``__hash__``/``__eq__``, no finalizer: the
 element is the int 0), so under the GIL it is atomic: of two threads that pop at once exactly
 one gets the token (a compare-and-set), and appending it twice still leaves one token
@@ -43,12 +45,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Awaitable, Generator
+from typing import Any, Awaitable
 
 from ..core.local import thread_state
 from ..core.task import Task, describe
 from ..core.traps import foreign_waiter, yield_now
-from ._lot import DONE, Acquisition, ParkingLot, Waiter, spend
+from ..core.engine import spend_inline
+from ._lot import DONE, Acquirable, Acquisition, ParkingLot, Waiter, acquisition
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,20 @@ class _Foreign:
 _FOREIGN = _Foreign()
 
 
-class Mutex:
+class Mutex(Acquirable):
     """An async mutual-exclusion lock, fair (FIFO) and safe across contexts.
 
     ``await m.lock()`` / ``m.unlock()``, or ``async with m:`` (released on exceptions and on
     cancellation).
     """
 
-    __slots__ = ("_mu", "_free", "_contended", "_owner", "_lot")
+    __slots__ = ("_mu", "_free", "_take", "_give", "_contended", "_owner", "_lot")
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
         self._free = deque((0,), maxlen=1)  # the token: there while the mutex is free (module doc)
+        self._take = self._free.pop
+        self._give = self._free.append
         self._contended = False  # someone queued since the last settle found nobody; under _mu
         # The owning task, _FOREIGN, or None: free, or between taking the token and writing
         # this (two bytecodes of the new owner's).
@@ -92,7 +97,7 @@ class Mutex:
     def _locked(self) -> bool:
         return not self._free
 
-    def lock(self) -> "_Lock":
+    def lock(self) -> Acquisition:
         """``await m.lock()``: acquire the mutex, waiting in FIFO order behind earlier waiters
         if it is held.
 
@@ -104,7 +109,7 @@ class Mutex:
         has to wait, while it waits; a cancel that arrives once the lock has been handed to a
         waiter passes the lock on. The work is done when the result is awaited, not when
         ``lock()`` is called, as with a coroutine."""
-        return _Lock(self)
+        return acquisition(self)
 
     def _acquire(self) -> Any:
         """The acquisition, as ``lock()`` and ``async with`` await it: take a free mutex and
@@ -112,11 +117,11 @@ class Mutex:
         me = thread_state.task
         if me is None:
             me = foreign_waiter() or _FOREIGN  # an asyncio task owns it through its stand-in
-        elif not spend():
+        elif not spend_inline(me):
             return self._lock_later(me)
         if not self._contended:
             try:
-                self._free.pop()
+                self._take()
             except IndexError:
                 pass
             else:
@@ -126,10 +131,10 @@ class Mutex:
 
     async def _lock_later(self, me: Any) -> None:
         await yield_now()  # the budget is spent, or an interrupt is due: it is raised here
-        spend()  # a new step: this acquisition counts in its budget
+        spend_inline(me)  # a new step: this acquisition counts in its budget
         if not self._contended:
             try:
-                self._free.pop()
+                self._take()
             except IndexError:
                 pass
             else:
@@ -171,7 +176,7 @@ class Mutex:
         me = thread_state.task
         if me is not None and self._owner is me:
             self._owner = None
-            self._free.append(0)  # first the token, then the flag: see the module doc
+            self._give(0)  # first the token, then the flag: see the module doc
             if self._contended:
                 self._settle()
             return
@@ -189,7 +194,7 @@ class Mutex:
         held = not self._free
         if held and (me is None or owner is _FOREIGN or owner is me):
             self._owner = None
-            self._free.append(0)
+            self._give(0)
             first = self._settle_locked()
             mu.release()
             if first is not None:
@@ -216,7 +221,7 @@ class Mutex:
         if not self._free:  # the common case under contention: no exception raised and caught
             return False
         try:
-            self._free.pop()
+            self._take()
         except IndexError:
             return False
         return True
@@ -229,7 +234,7 @@ class Mutex:
         waiter = self._lot.pop()
         if waiter is None:
             self._contended = False  # before the token goes back: a newcomer then queues
-            self._free.append(0)
+            self._give(0)
             return None
         self._owner = waiter.task  # baton passing: never free while someone waits
         return waiter
@@ -245,7 +250,7 @@ class Mutex:
         # being cancelled instead of resuming, so pass the lock on.
         with self._mu:
             self._owner = None
-            self._free.append(0)
+            self._give(0)
             first = self._settle_locked()
         if first is not None:
             first.task.wake(None)
@@ -274,17 +279,3 @@ class Mutex:
         if self._free:
             return "<Mutex unlocked>"
         return f"<Mutex locked by {describe(self._owner)} waiters={len(self._lot)}>"
-
-
-class _Lock(Acquisition):
-    """``Mutex.lock()``'s awaitable: acquires when awaited (see :class:`Acquisition`)."""
-
-    __slots__ = ("mutex",)
-
-    def __init__(self, mutex: Mutex) -> None:
-        self._gen = None
-        self.mutex = mutex
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        aw = self.mutex._acquire()
-        return aw if aw is DONE else aw.__await__()

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Awaitable, Generator
+from typing import Any, Awaitable
 
 from ..core.checks import check_int
 from ..core.traps import yield_now
-from ._lot import DONE, Acquisition, ParkingLot, spend
+from ._lot import DONE, Acquirable, Acquisition, ParkingLot, acquisition, spend
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class SemaphoreStatistics:
     waiters: int
 
 
-class Semaphore:
+class Semaphore(Acquirable):
     """``await sem.acquire()`` / ``sem.release()``, or ``async with sem:``. FIFO."""
 
     __slots__ = ("_mu", "_value", "_lot")
@@ -35,7 +35,7 @@ class Semaphore:
         self._value = value
         self._lot = ParkingLot(self._mu, self)
 
-    def acquire(self) -> "_Acquire":
+    def acquire(self) -> Acquisition:
         """``await sem.acquire()``: take a permit, waiting (FIFO) while none is available.
 
         A permit that is there is taken at once, without suspending, and spends one unit of
@@ -43,7 +43,7 @@ class Semaphore:
         cancel waits for the task's next await, it yields once first, so that cancel lands
         before a permit is taken. A permit handed to a waiter that is being cancelled goes
         back (to the next waiter or the count). The work is done when awaited."""
-        return _Acquire(self)
+        return acquisition(self)
 
     def _acquire(self) -> Any:
         """Take a permit and return ``DONE``, or return what yields first or waits."""
@@ -111,17 +111,3 @@ class Semaphore:
 
     def __repr__(self) -> str:
         return f"<Semaphore value={self._value} waiters={len(self._lot)}>"
-
-
-class _Acquire(Acquisition):
-    """``Semaphore.acquire()``'s awaitable: acquires when awaited (see :class:`Acquisition`)."""
-
-    __slots__ = ("semaphore",)
-
-    def __init__(self, semaphore: Semaphore) -> None:
-        self._gen = None
-        self.semaphore = semaphore
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        aw = self.semaphore._acquire()
-        return aw if aw is DONE else aw.__await__()
