@@ -13,8 +13,7 @@ import threading
 from dataclasses import dataclass
 
 from ..core.checks import check_int
-from ..core.traps import yield_now
-from ._lot import ParkingLot, Waiter, spend, wake_all
+from ._lot import ParkingLot, Waiter, wake_all
 
 
 @dataclass(frozen=True)
@@ -32,11 +31,12 @@ class _Counter:
         self._lot = ParkingLot(self._mu, self)
 
     async def wait(self) -> None:
-        """Wait until the count is zero. At zero already it returns at once, spending one
-        unit of the engine's budget, as ``Event.wait`` on a set event does (rule 16)."""
-        if not spend():  # rule 16: a wait that completes at once counts in the budget
-            await yield_now()  # spent, or an interrupt is due: it is raised here
-            spend()  # a new step: this wait counts in its budget
+        """Wait until the count is zero (return at once if it already is).
+
+        Unlike ``Event.wait`` on a set event, a wait on an open latch or group spends none of
+        the engine's budget (rule 16) and takes no pending interrupt: code that counts down
+        and then waits (every party of a barrier) relies on getting past an open latch with
+        a cancel pending, and raising its own error instead."""
         with self._mu:
             if self._count == 0:
                 return
