@@ -20,3 +20,4 @@ cdef class Mutex(Acquirable):
     cdef public object _lot
 
     cdef object _acquire(self)
+    cdef bint _take_free(self, object me) except -1

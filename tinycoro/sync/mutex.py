@@ -102,7 +102,7 @@ class Mutex(Acquirable):
         if it is held.
 
         A free mutex is taken at once, without suspending, and that spends one unit of the
-        engine's cooperative budget (rule 16; :func:`~tinycoro.sync._lot.spend`): at zero,
+        engine's cooperative budget (rule 16, ``Engine.inline_ok``): at zero,
         or when a cancel or an expired timeout waits for the task's next await, the
         acquisition yields to the engine once first. A cancel therefore lands there, before
         the mutex is taken (it is not held when ``Cancelled`` propagates), or, for a task that
@@ -119,28 +119,27 @@ class Mutex(Acquirable):
             me = foreign_waiter() or _FOREIGN  # an asyncio task owns it through its stand-in
         elif not spend_inline(me):
             return self._lock_later(me)
-        if not self._contended:
-            try:
-                self._take()
-            except IndexError:
-                pass
-            else:
-                self._owner = me
-                return DONE
+        if self._take_free(me):
+            return DONE
         return self._lock_slow(me)
+
+    def _take_free(self, me: Any) -> bool:
+        """The uncontended path: take the token if nobody queued and it is there (module doc)
+        and make *me* the owner."""
+        if self._contended:
+            return False
+        try:
+            self._take()
+        except IndexError:
+            return False
+        self._owner = me
+        return True
 
     async def _lock_later(self, me: Any) -> None:
         await yield_now()  # the budget is spent, or an interrupt is due: it is raised here
         spend_inline(me)  # a new step: this acquisition counts in its budget
-        if not self._contended:
-            try:
-                self._take()
-            except IndexError:
-                pass
-            else:
-                self._owner = me
-                return
-        await self._lock_slow(me)
+        if not self._take_free(me):
+            await self._lock_slow(me)
 
     async def _lock_slow(self, me: Any) -> None:
         mu = self._mu
