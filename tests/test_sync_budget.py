@@ -181,3 +181,29 @@ def test_a_cancel_due_lands_at_the_acquisition_before_the_lock_is_taken(contexts
         return m.locked()
 
     assert run(main(), contexts) is False
+
+
+def test_lock_does_its_work_when_awaited_and_is_a_coroutine(contexts):
+    """``m.lock()`` takes nothing until awaited (as a coroutine would); spawned as a task of
+    its own it locks for that task; cancelled before it ever ran, it takes nothing."""
+
+    async def main():
+        m = tc.Mutex()
+        pending = m.lock()
+        assert not m.locked()  # made, not awaited
+        await pending
+        assert m.statistics().owner is tc.current_task()
+        m.unlock()
+
+        t = tc.spawn(m.lock())  # the spawned task itself takes it
+        await t
+        assert m.statistics().owner is t
+
+        other = tc.Mutex()
+        t = spawn_here(other.lock())  # on our context: it cannot start before we yield
+        t.cancel()  # before its first step
+        with pytest.raises(tc.Cancelled):
+            await t
+        return other.locked()
+
+    assert run(main(), contexts) is False
