@@ -48,3 +48,7 @@ cdef class Engine(RingOwner):
     cdef _park(self, Task task, Park ticket)
     @cython.locals(op=Op, task=Task)
     cpdef _deliver(self, list done)
+
+# The budget check of a caller that holds the running task (tinycoro.sync's acquisitions).
+@cython.locals(engine=Engine)
+cpdef bint spend_inline(Task task)

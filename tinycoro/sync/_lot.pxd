@@ -3,6 +3,8 @@
 # its waiters, which every primitive's lock, unlock, wait and wake go through. Attributes are
 # public: the primitives (some of them interpreted) and the engine's abort hook use them.
 
+cimport cython
+
 cdef class Waiter:
     cdef public object lot
     cdef public object task
@@ -15,3 +17,23 @@ cdef class ParkingLot:
     cdef public Py_ssize_t _live
     cdef public Py_ssize_t _dead
     cdef public object what
+
+# Acquisitions that complete at once (rule 16, the module doc): the budget check is a C call of
+# the engine's spend_inline, and the shared DONE finishes an await with no allocation.
+from ..core.engine cimport spend_inline
+
+cpdef bint spend()
+
+cdef class Done:
+    pass
+
+cdef class Acquirable:
+    cdef object _acquire(self)
+
+@cython.freelist(8)
+cdef class Acquisition:
+    cdef Acquirable prim
+    cdef public object _gen
+
+@cython.locals(acq=Acquisition)
+cpdef Acquisition acquisition(Acquirable prim)

@@ -21,19 +21,153 @@ the task's own context; under the lock, a waiter still queued is only *marked* d
 returns False: its wake (and what it hands over) is on the way, and the primitive's ``undo`` hook,
 if it has one, gives the handed-over thing back. Dead waiters are skipped when popped and the
 queue is compacted when they outnumber the live ones, so cancel storms cannot grow it unbounded.
+
+Acquisitions that complete at once
+----------------------------------
+A lock that is free, a permit that is there, an event that is set: the acquisition returns
+without suspending, and spends one unit of the engine's cooperative budget (rule 16 of
+docs/design.md: :func:`spend`), as a send the socket takes at once does. At zero it yields to the
+engine once first, so a task that takes and releases a free lock in a loop still lets the
+other tasks of its context run every ``INLINE_BUDGET`` acquisitions; and a cancel (or an expired
+timeout) waiting for the task's next await lands at that yield, before anything is taken.
+
+The awaitable of such an acquisition is :data:`DONE`: one shared object whose ``__await__`` is
+itself and whose first step finishes with None. Compiled, that step is a C ``tp_iternext``
+returning NULL with no exception set, which CPython reads as "returned None": awaiting it
+allocates nothing and raises nothing, where an ``async def`` costs a coroutine, its frame (a
+closure object, compiled) and an await wrapper per call.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Generator
 
+from ..core.engine import spend_inline
 from ..core.local import thread_state
 from ..core.task import Waker, describe
 from ..core.traps import Park, foreign_waiter, park
 
 _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
+
+
+def spend() -> bool:
+    """May the running task complete one more acquisition without suspending? True counts it
+    in its engine's budget (rule 16, module doc). False: the budget of this step is spent, or
+    an interrupt waits for the task's next await; the caller yields once
+    (``await yield_now()``), where that interrupt is raised, and then calls again, which
+    counts the acquisition in the new step's budget. Code that is no tinycoro task (an
+    asyncio task) has no budget: True. Compiled, ``spend_inline`` is a C call (the .pxd)."""
+    task = thread_state.task
+    return task is None or spend_inline(task)
+
+
+class Done:
+    """The awaitable of an acquisition that completed at once (module doc): awaiting it
+    returns None at its first step, without suspending. Stateless: :data:`DONE` is shared.
+
+    It also answers the coroutine protocol (``send``/``throw``/``close``) for code that drives
+    an awaitable's ``__await__()`` by hand, as :class:`Acquisition` does."""
+
+    __slots__ = ()
+
+    def __await__(self) -> "Done":
+        return self
+
+    def __iter__(self) -> "Done":
+        return self
+
+    def __next__(self) -> None:
+        raise StopIteration  # compiled: NULL without an exception, i.e. "returned None"
+
+    def send(self, _value: Any) -> None:
+        raise StopIteration
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> None:
+        raise _exception(typ, val, tb)
+
+    def close(self) -> None:
+        pass
+
+
+DONE = Done()
+
+
+def _exception(typ: Any, val: Any, tb: Any) -> BaseException:
+    """The exception that ``throw(typ, val, tb)`` raises (either calling convention)."""
+    exc = val if val is not None else typ
+    if isinstance(exc, type):
+        exc = exc()
+    return exc.with_traceback(tb) if tb is not None else exc
+
+
+class Acquirable:
+    """A primitive whose acquisition may complete at once (Mutex, Semaphore): its
+    ``_acquire()`` takes the thing and returns :data:`DONE`, or returns an awaitable (a
+    coroutine, a park) that yields first (the budget) or waits. Compiled, a C method that
+    :class:`Acquisition` calls through the type's table."""
+
+    __slots__ = ()
+
+    def _acquire(self) -> Any:
+        raise NotImplementedError
+
+
+def acquisition(prim: Acquirable) -> "Acquisition":
+    """A fresh :class:`Acquisition` of *prim*: compiled, a C call that takes one from the
+    type's free list and sets its fields, with no ``__init__`` call in between."""
+    acq = Acquisition.__new__(Acquisition)
+    acq._gen = None
+    acq.prim = prim
+    return acq
+
+
+class Acquisition:
+    """What ``Mutex.lock()`` and ``Semaphore.acquire()`` return: an awaitable that does its
+    work when awaited (not when made), and a coroutine (``send``/``throw``/``close``) so that
+    ``tc.spawn(m.lock())`` and ``asyncio.create_task(m.lock())`` take it, as they take an
+    ``async def``'s coroutine. Awaited, it returns the iterator of what ``prim._acquire()``
+    gives: :data:`DONE` itself when the thing was taken at once.
+
+    Thrown into before its first step (a task cancelled before it started), it raises
+    without taking anything, as a coroutine that never ran would."""
+
+    __slots__ = ("prim", "_gen")
+    prim: Acquirable
+    _gen: Any  # None until driven by send(); then what __await__ returned
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        aw = self.prim._acquire()
+        return aw if aw is DONE else aw.__await__()
+
+    def send(self, value: Any) -> Any:
+        gen = self._gen
+        if gen is None:
+            gen = self._gen = self.__await__()
+        try:
+            return gen.send(value)
+        except BaseException:
+            self._gen = DONE  # finished: a later send raises StopIteration
+            raise
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        gen = self._gen
+        if gen is None:
+            self._gen = DONE
+            raise _exception(typ, val, tb)
+        try:
+            if val is None and tb is None:
+                return gen.throw(typ)
+            return gen.throw(typ, val, tb)
+        except BaseException:
+            self._gen = DONE
+            raise
+
+    def close(self) -> None:
+        gen, self._gen = self._gen, DONE
+        if gen is not None:
+            gen.close()
 
 
 class Waiter:

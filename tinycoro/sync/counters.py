@@ -31,7 +31,12 @@ class _Counter:
         self._lot = ParkingLot(self._mu, self)
 
     async def wait(self) -> None:
-        """Wait until the count is zero (return at once if it already is)."""
+        """Wait until the count is zero (return at once if it already is).
+
+        Unlike ``Event.wait`` on a set event, a wait on an open latch or group spends none of
+        the engine's budget (rule 16) and takes no pending interrupt: code that counts down
+        and then waits (every party of a barrier) relies on getting past an open latch with
+        a cancel pending, and raising its own error instead."""
         with self._mu:
             if self._count == 0:
                 return

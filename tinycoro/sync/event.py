@@ -12,7 +12,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ._lot import ParkingLot, wake_all
+from ..core.traps import yield_now
+from ._lot import ParkingLot, spend, wake_all
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,17 @@ class Event:
         self._lot = ParkingLot(self._mu, self)
 
     async def wait(self) -> Any:
-        """Return the value the event was set with, waiting until it is set."""
+        """Return the value the event was set with, waiting until it is set.
+
+        On a set event it returns at once, without suspending, and that spends one unit of
+        the engine's cooperative budget (rule 16), as an uncontended lock does: a wait that
+        completes at once is an operation like any other, and a task that waits on a set event
+        in a loop (a "stop" flag checked each round, say) must not starve its context. At zero,
+        or when a cancel waits for the task's next await, it yields once first: that cancel
+        lands there."""
+        if not spend():  # rule 16: a wait that completes at once counts in the budget
+            await yield_now()  # spent, or an interrupt is due: it is raised here
+            spend()  # a new step: this wait counts in its budget
         with self._mu:
             if self._set:
                 return self._value

@@ -4,12 +4,20 @@
 # token's pop and append stay single C calls under the GIL, which the module doc relies on.
 # Attributes are public: Condition reads the owner, statistics and snapshots the rest.
 
+from ..core.engine cimport spend_inline
+from ._lot cimport Acquirable, Acquisition, acquisition
+
 cdef class _Foreign:
     pass
 
-cdef class Mutex:
+cdef class Mutex(Acquirable):
     cdef public object _mu
     cdef public object _free
+    cdef object _take
+    cdef object _give
     cdef public bint _contended
     cdef public object _owner
     cdef public object _lot
+
+    cdef object _acquire(self)
+    cdef bint _take_free(self, object me) except -1

@@ -2,7 +2,11 @@
 # semaphore.py with this file beside it). The .py is the source: this declares the Semaphore's
 # layout.
 
-cdef class Semaphore:
+from ._lot cimport Acquirable, Acquisition, acquisition, spend
+
+cdef class Semaphore(Acquirable):
     cdef public object _mu
     cdef public object _value  # any int check_int takes, so a Python int
     cdef public object _lot
+
+    cdef object _acquire(self)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable
 
 from ..core.checks import check_int
-from ._lot import ParkingLot
+from ..core.traps import yield_now
+from ._lot import DONE, Acquirable, Acquisition, ParkingLot, acquisition, spend
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class SemaphoreStatistics:
     waiters: int
 
 
-class Semaphore:
+class Semaphore(Acquirable):
     """``await sem.acquire()`` / ``sem.release()``, or ``async with sem:``. FIFO."""
 
     __slots__ = ("_mu", "_value", "_lot")
@@ -34,14 +35,36 @@ class Semaphore:
         self._value = value
         self._lot = ParkingLot(self._mu, self)
 
-    async def acquire(self) -> None:
-        """Take a permit, waiting (FIFO) while none is available."""
+    def acquire(self) -> Acquisition:
+        """``await sem.acquire()``: take a permit, waiting (FIFO) while none is available.
+
+        A permit that is there is taken at once, without suspending, and spends one unit of
+        the engine's cooperative budget (rule 16, as ``Mutex.lock()`` does): at zero, or when a
+        cancel waits for the task's next await, it yields once first, so that cancel lands
+        before a permit is taken. A permit handed to a waiter that is being cancelled goes
+        back (to the next waiter or the count). The work is done when awaited."""
+        return acquisition(self)
+
+    def _acquire(self) -> Any:
+        """Take a permit and return ``DONE``, or return what yields first or waits."""
+        if not spend():
+            return self._acquire_later()
         with self._mu:
             if self._value > 0:  # positive implies no waiters (baton passing)
                 self._value -= 1
-                return
+                return DONE
             waiter = self._lot.enqueue()
         # A permit handed over while we were being cancelled is given back by _undo.
+        return self._lot.park(waiter, self._undo)
+
+    async def _acquire_later(self) -> None:
+        await yield_now()  # the budget is spent, or an interrupt is due: it is raised here
+        spend()  # a new step: this acquisition counts in its budget
+        with self._mu:
+            if self._value > 0:
+                self._value -= 1
+                return
+            waiter = self._lot.enqueue()
         await self._lot.park(waiter, self._undo)
 
     def try_acquire(self) -> bool:
@@ -72,12 +95,15 @@ class Semaphore:
         with self._mu:
             return SemaphoreStatistics(self._value, len(self._lot))
 
-    async def __aenter__(self) -> "Semaphore":
-        await self.acquire()
-        return self
+    def __aenter__(self) -> Awaitable[None]:
+        """``async with sem:`` takes a permit as ``await sem.acquire()`` does; ``as`` binds
+        None, as with ``asyncio.Semaphore``."""
+        return self._acquire()
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    def __aexit__(self, exc_type: object, exc: object, tb: object) -> Awaitable[None]:
+        """Return the permit (on exceptions and cancellation too); never suppresses."""
         self.release()
+        return DONE
 
     def _waits_on(self) -> str:
         """What a task parked here waits on, in plain words (``TaskInfo.waits_on``)."""
