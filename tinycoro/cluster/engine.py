@@ -72,7 +72,7 @@ class Agent:
     @staticmethod
     def scheduler() -> Scheduler:
         sched = get_default_scheduler()
-        if sched is None or not sched.stats().running:
+        if sched is None or not sched.running:  # not stats(): a snapshot of every context
             raise RuntimeError(
                 "this engine's tinycoro scheduler is not running (was the extension unloaded "
                 "or stopped? %tinycoro restart starts it again)"
