@@ -245,11 +245,14 @@ class Cluster:
         The task is queued for its engine and leaves with the others queued there on the
         client's IO thread's next turn (:meth:`_flush`): submits made one after another (a
         loop, ``map``) cost the engine one request, not one each. Nothing waits for a window:
-        a lone submit leaves on that next turn, where ipyparallel would have sent it anyway."""
+        a lone submit leaves on that next turn (ipyparallel hands every send to that thread
+        anyway)."""
         args_packed = pack((args, kwargs))  # a TypeError here: nothing was queued
         context = contextvars.copy_context()
         with self._send_lock:  # also makes "least loaded" see the submit before this one
             eid = self._pick(engine)
+            if self._seam.closed:  # its IO thread is gone: a queued task would never leave
+                raise OSError("the ipyparallel client of this cluster was closed")
             task = RemoteTask(self, eid, uuid.uuid4().hex, name, context)
             task._observed = observed
             with self._lock:

@@ -10,10 +10,12 @@ Why the control thread: an engine's shell runs one request at a time on its main
 on a thread of its own (that is how an interrupt or a shutdown reaches a busy kernel), so a probe
 sent there is answered while the shell is busy; ``Scheduler.stats()`` needs no lock.
 
-Why the apply request's context: ``start_task`` runs inside the apply request, where ipykernel's
-ContextVar holds that request's parent header. The task gets a copy of that context (rule
-9), so what it prints, whenever it prints it, goes to IOPub under the request that submitted it,
-also after the request has replied; the client routes it home by that header.
+Why a parent header per task: ``start_tasks`` runs inside an apply request that may carry
+several tasks (the submits made to this engine in one go), where ipykernel's ContextVars hold
+that request's parent header. Each task gets a copy of that context (rule 9) in which the
+streams and display publishers are told a parent of the task's own (the request's header with
+the task's token as msg_id), so what it prints, whenever it prints it, goes to IOPub tagged
+with that task, also after the request has replied; the client routes it home by that id.
 """
 
 from __future__ import annotations
