@@ -263,6 +263,16 @@ def test_submits_made_together_travel_to_their_engine_as_one_request(cluster, mo
     assert len({t.msg_id for t in tasks + [failing, refused, cancelled]}) == 1
 
 
+def test_a_submit_through_a_closed_client_is_refused_at_the_call(cluster, monkeypatch):
+    # A submit is queued for the client's IO thread; with the client closed that thread is
+    # gone, and a task queued there would wait for ever.
+    monkeypatch.setattr(type(cluster._seam), "closed", property(lambda seam: True))
+    with pytest.raises(OSError, match="client of this cluster was closed"):
+        cluster.submit(h.add, 1, 2)
+    monkeypatch.undo()
+    assert cluster.submit(h.add, 1, 2).result(T) == 3
+
+
 # -- map -----------------------------------------------------------------------------------
 def test_map_returns_results_in_order_from_both_engines(cluster):
     async def main():
