@@ -197,6 +197,82 @@ def test_cancel_right_after_submit_cancels_once_the_engine_started_it(cluster):
     )
 
 
+# -- submits made together ------------------------------------------------------------------
+class _RoutedOut:
+    """A stdout that writes into the list the current context names: shows in which
+    submitter's context each remote task's output was written here."""
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def write(self, text):
+        target = self.sink.get(None)  # None: not a task's output
+        if target is not None:
+            target.append(text)
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def test_submits_made_together_travel_to_their_engine_as_one_request(cluster, monkeypatch):
+    # Each request costs the engine's shell and IOPub threads about a millisecond of GIL time
+    # (dispatch, busy/idle status, two stream flushes, the reply) while its contexts compute:
+    # submits queued for one engine before the client's IO thread next turns go as one
+    # request. Holding that thread makes "together" certain here. Each task still has its own
+    # outcome, output (in its own submitter's context), start failure and cancel.
+    import contextvars
+
+    sink = contextvars.ContextVar("sink")
+    monkeypatch.setattr("sys.stdout", _RoutedOut(sink))
+    held, release = threading.Event(), threading.Event()
+
+    def hold():  # on the client's IO thread
+        held.set()
+        release.wait(T)
+
+    cluster.client._io_loop.add_callback(hold)
+    assert held.wait(T)
+    outs, tasks = [], []
+    try:
+        for i in range(5):
+            ctx = contextvars.copy_context()
+            out: list = []
+            ctx.run(sink.set, out)
+            outs.append(out)
+            tasks.append(ctx.run(cluster.submit, h.request_and_print, f"<{i}>", engine=0))
+        failing = cluster.submit(h.boom, "fails alone", engine=0)
+        refused = cluster.submit(h.add, h.RefusedOnTheEngine(), 1, engine=0)
+        key = "batched-cancel"
+        cancelled = cluster.submit(h.guarded, key, engine=0)
+        cancelled.cancel()
+    finally:
+        release.set()
+    requests = {t.result(T) for t in tasks}
+    assert len(requests) == 1, f"5 submits made together reached the engine as {len(requests)} requests"
+    for i, out in enumerate(outs):
+        assert "".join(out) == f"<{i}>"
+    with pytest.raises(ValueError, match="fails alone"):
+        failing.result(T)
+    with pytest.raises(ValueError, match="does not unpack here") as info:
+        refused.result(T)
+    assert isinstance(info.value.__cause__, tc.cluster.RemoteTraceback)
+    with pytest.raises(tc.Cancelled):
+        cancelled.result(T)
+    assert cluster.submit(h.read_state, key, engine=0).result(T) in (None, "cancelled+finally")
+    assert len({t.msg_id for t in tasks + [failing, refused, cancelled]}) == 1
+
+
+def test_a_submit_through_a_closed_client_is_refused_at_the_call(cluster, monkeypatch):
+    # A submit is queued for the client's IO thread; with the client closed that thread is
+    # gone, and a task queued there would wait for ever.
+    monkeypatch.setattr(type(cluster._seam), "closed", property(lambda seam: True))
+    with pytest.raises(OSError, match="client of this cluster was closed"):
+        cluster.submit(h.add, 1, 2)
+    monkeypatch.undo()
+    assert cluster.submit(h.add, 1, 2).result(T) == 3
+
+
 # -- map -----------------------------------------------------------------------------------
 def test_map_returns_results_in_order_from_both_engines(cluster):
     async def main():

@@ -171,6 +171,10 @@ async def print_then_return(text):
     return text
 
 
+async def _quick():
+    STATE["quick"] = "ended"
+
+
 async def context_runs_on_while_iopub_is_held():
     """On an engine: hold the kernel's IOPub thread, let a submitted task end on this context,
     and say whether this context ran on before IOPub was let go. A task's end must not make its
@@ -206,14 +210,16 @@ async def context_runs_on_while_iopub_is_held():
         await tc.sleep(0.001)
     observer = threading.Thread(target=observe)
     observer.start()
-    ended: list[int] = []
+    STATE.pop("quick", None)
+    # Started as a request of submits starts its tasks (its outcome goes to no client task).
+    # _quick travels by reference (this module's): it marks this process's STATE.
+    from tinycoro.cluster.messages import pack
 
-    async def quick():
-        ended.append(1)
-
-    # Started as start_task starts a submitted task (its outcome goes to no client task).
-    engine_side._agent.start("no client waits for this", quick, (), {})
-    while not ended:  # quick's step, its done callback included, is over when we see this
+    started = engine_side._agent.start_many([pack(_quick)], [("no client waits", 0, pack(((), {})))])
+    if not isinstance(started[0], int):  # why it did not start, not a task id: let IOPub go
+        release.set()
+        raise AssertionError(f"the task did not start: {started}")
+    while "quick" not in STATE:  # its step, its done callback included, is over when we see this
         await tc.yield_now()
     resumed.set()
     while observer.is_alive():
@@ -221,3 +227,24 @@ async def context_runs_on_while_iopub_is_held():
     for stream in streams:
         del stream.flush_timeout  # back to the class's
     return verdict[0]
+
+
+async def request_and_print(text):
+    """Prints *text* and returns the msg_id of the engine's request that started this task (the
+    kernel's shell parent in the task's context): tasks submitted together share one."""
+    from IPython import get_ipython
+
+    print(text, end="")
+    await tc.sleep(0)
+    return get_ipython().kernel.get_parent("shell")["header"]["msg_id"]
+
+
+def _refuse_unpickling(why):
+    raise ValueError(why)
+
+
+class RefusedOnTheEngine:
+    """An argument that packs here and fails to unpack on the engine: a task that cannot start."""
+
+    def __reduce__(self):
+        return (_refuse_unpickling, ("this argument does not unpack here",))

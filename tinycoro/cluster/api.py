@@ -102,7 +102,10 @@ class Cluster:
         self._stopped = False
         self._known: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
         self._live: dict[int, EngineInfo] = {}
-        self._by_msg: dict[str, RemoteTask] = {}
+        self._by_token: dict[str, RemoteTask] = {}  # a task's output and outcome come under it
+        # Submits waiting for the IO thread's next turn, by engine (under _send_lock).
+        self._queued: dict[int, list[tuple[RemoteTask, bytes, bytes]]] = {}
+        self._flush_due = False
         self._by_engine: dict[int, set[RemoteTask]] = {}
         self._rr = itertools.count()
         self._refresher: Any = None  # the dashboards' refresher, made by dashboard()
@@ -237,40 +240,87 @@ class Cluster:
                 name: str, observed: bool = False) -> RemoteTask:
         """*fn_packed*: the function, packed once (map reuses it for every item). *observed*:
         the caller takes care of the outcome (map, serve), so a failure is not reported as
-        unawaited; set before the task can end."""
-        args_packed = pack((args, kwargs))  # a TypeError here: nothing was sent
+        unawaited; set before the task can end.
+
+        The task is queued for its engine and leaves with the others queued there on the
+        client's IO thread's next turn (:meth:`_flush`): submits made one after another (a
+        loop, ``map``) cost the engine one request, not one each. Nothing waits for a window:
+        a lone submit leaves on that next turn (ipyparallel hands every send to that thread
+        anyway)."""
+        args_packed = pack((args, kwargs))  # a TypeError here: nothing was queued
         context = contextvars.copy_context()
         with self._send_lock:  # also makes "least loaded" see the submit before this one
             eid = self._pick(engine)
+            if self._seam.closed:  # its IO thread is gone: a queued task would never leave
+                raise OSError("the ipyparallel client of this cluster was closed")
             task = RemoteTask(self, eid, uuid.uuid4().hex, name, context)
             task._observed = observed
-            self._send_apply(task, fn_packed, args_packed)
-        return task
-
-    def _send_apply(self, task: RemoteTask, fn_packed: bytes, args_packed: bytes) -> None:
-        eid = task.engine
-
-        def registered(future: Any) -> None:
-            # Called by ipyparallel before the request is sent: the task is known before any
-            # message about it can arrive on the IO thread.
-            task.msg_id = future.msg_id
             with self._lock:
                 live = eid in self._live
                 if live:  # else its engine was lost since _pick: no one would end it
-                    self._by_msg[future.msg_id] = task
+                    self._by_token[task._token] = task
                     self._by_engine[eid].add(task)
-            if not live:
-                task._finish(None, EngineLost(f"{self._known[eid]} was lost before {task.name!r} "
+            if live:
+                self._queued.setdefault(eid, []).append((task, fn_packed, args_packed))
+                flush = not self._flush_due
+                self._flush_due = True
+        if not live:
+            task._finish(None, EngineLost(f"{self._known[eid]} was lost before {task.name!r} "
                                           "could start"))
-                return
-            future.add_done_callback(lambda f: task._acked(f.result()))
+        elif flush:
+            self._seam.call_soon(self._flush)
+        return task
+
+    def _flush(self) -> None:
+        """On the client's IO thread: send what is queued, one request per engine."""
+        with self._send_lock:
+            queued, self._queued = self._queued, {}
+            self._flush_due = False
+        for eid, entries in queued.items():
+            entries = [e for e in entries if not e[0].done()]  # e.g. its engine was lost since
+            if not entries:
+                continue
+            try:
+                self._send_tasks(eid, entries)
+            except Exception as e:  # noqa: BLE001 - never into the IO loop; each task says why
+                for task, _, _ in entries:
+                    task._finish(None, e)
+
+    def _send_tasks(self, eid: int, entries: list[tuple[RemoteTask, bytes, bytes]]) -> None:
+        """One ``start_tasks`` request to engine *eid* for *entries*; each task's ack (started,
+        or why not) comes from the request's reply."""
+        tasks = [task for task, _, _ in entries]
+        if self._stopped:  # stop() ends these as cancelled: they never started
+            for task in tasks:
+                task._finish(None, Cancelled())
+            return
+        fns: dict[bytes, int] = {}  # each function once (map's items share one)
+        items = [(task._token, fns.setdefault(fn_packed, len(fns)), args_packed)
+                 for task, fn_packed, args_packed in entries]
+
+        def registered(future: Any) -> None:
+            # Called by ipyparallel before the request is sent.
+            for task in tasks:
+                task.msg_id = future.msg_id
+            future.add_done_callback(lambda f: self._started(tasks, f.result()))
 
         try:
-            self._seam.send_apply(engine_side.start_task, [task._token, fn_packed, args_packed],
-                                  {}, eid, registered)
+            with self._send_lock:
+                self._seam.send_apply(engine_side.start_tasks, [list(fns), items], {}, eid,
+                                      registered)
         except KeyError:  # ipyparallel saw it unregister before our watcher did
             self._engine_lost(eid, "it left the cluster")
-            raise EngineLost(f"{self._known[eid]} was lost") from None
+
+    @staticmethod
+    def _started(tasks: list[RemoteTask], reply: Any) -> None:
+        """The engine's reply to a request of submits: per task, started or why not; an
+        exception (the request failed as a whole, or the engine died under it) for all."""
+        if isinstance(reply, list) and len(reply) == len(tasks):
+            for task, one in zip(tasks, reply):
+                task._acked(one)
+        else:
+            for task in tasks:
+                task._acked(reply)
 
     async def map(self, fn: Callable[..., Coroutine[Any, Any, T]], iterable: Iterable[Any], *,
                   limit: int | None = None) -> list[T]:
@@ -365,8 +415,7 @@ class Cluster:
     def forget(self, task: RemoteTask) -> None:
         """*task* has ended: no message about it is routed any more."""
         with self._lock:
-            if task.msg_id is not None:
-                self._by_msg.pop(task.msg_id, None)
+            self._by_token.pop(task._token, None)
             self._by_engine.get(task.engine, set()).discard(task)
 
     def engine_name(self, eid: int) -> str:
@@ -447,8 +496,10 @@ class Cluster:
         except Exception:  # noqa: BLE001 - as ipyparallel does with a bad message
             log.error("tinycoro.cluster: invalid IOPub message", exc_info=True)
             return
+        # A task's output and outcome come under a parent of its own, named by its token
+        # (messages.task_parent); the requests' own messages (status) under the request's.
         msg_id = msg["parent_header"].get("msg_id")
-        task = self._by_msg.get(msg_id) if msg_id else None
+        task = self._by_token.get(msg_id) if msg_id else None
         kind = msg["header"]["msg_type"]
         if task is None or kind == "status":  # ipyparallel's own bookkeeping
             self._seam.pass_on(msg)

@@ -10,10 +10,12 @@ Why the control thread: an engine's shell runs one request at a time on its main
 on a thread of its own (that is how an interrupt or a shutdown reaches a busy kernel), so a probe
 sent there is answered while the shell is busy; ``Scheduler.stats()`` needs no lock.
 
-Why the apply request's context: ``start_task`` runs inside the apply request, where ipykernel's
-ContextVar holds that request's parent header. The task gets a copy of that context (rule
-9), so what it prints, whenever it prints it, goes to IOPub under the request that submitted it,
-also after the request has replied; the client routes it home by that header.
+Why a parent header per task: ``start_tasks`` runs inside an apply request that may carry
+several tasks (the submits made to this engine in one go), where ipykernel's ContextVars hold
+that request's parent header. Each task gets a copy of that context (rule 9) in which the
+streams and display publishers are told a parent of the task's own (the request's header with
+the task's token as msg_id), so what it prints, whenever it prints it, goes to IOPub tagged
+with that task, also after the request has replied; the client routes it home by that id.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from .messages import (
     error_outcome,
     outcome_of,
     pack,
+    task_parent,
     stats_to_dict,
     tasks_to_list,
 )
@@ -72,7 +75,7 @@ class Agent:
     @staticmethod
     def scheduler() -> Scheduler:
         sched = get_default_scheduler()
-        if sched is None or not sched.stats().running:
+        if sched is None or not sched.running:  # not stats(): a snapshot of every context
             raise RuntimeError(
                 "this engine's tinycoro scheduler is not running (was the extension unloaded "
                 "or stopped? %tinycoro restart starts it again)"
@@ -80,18 +83,53 @@ class Agent:
         return sched
 
     # -- tasks -------------------------------------------------------------------------------
-    def start(self, token: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> int:
-        """Start ``fn(*args, **kwargs)`` as a task of this engine's scheduler; its outcome is
-        published when it ends. Runs inside the apply request (the shell's main thread)."""
+    def start_many(self, fns: list[bytes], items: list[tuple[str, int, bytes]]) -> list[Any]:
+        """Start the tasks of one request (the shell's main thread, inside the apply request):
+        *items* are ``(token, index in fns, packed (args, kwargs))``; *fns* the packed functions
+        they call, each once however many tasks call it. Per task, in order: its task id, or
+        the error outcome (``messages.error_outcome``) of why it could not start, so one
+        task's bad argument fails that task alone. A scheduler that is not running fails the
+        request, i.e. every task of it."""
         sched = self.scheduler()
+        request = self.kernel.get_parent("shell")
+        unpacked: dict[int, Any] = {}  # fns index -> function, or the exception unpacking it raised
+        started: list[Any] = []
+        for token, index, args_packed in items:
+            try:
+                if index not in unpacked:
+                    try:
+                        unpacked[index] = pickle.loads(fns[index])
+                    except Exception as e:  # noqa: BLE001 - each task calling it fails with it
+                        unpacked[index] = e
+                fn = unpacked[index]
+                if isinstance(fn, Exception):
+                    raise fn
+                args, kwargs = pickle.loads(args_packed)
+                started.append(self._start(sched, token, request, fn, tuple(args), dict(kwargs)))
+            except Exception as e:  # noqa: BLE001 - this task's failure, sent back as its outcome
+                started.append(error_outcome(e))
+        return started
+
+    def _start(self, sched: Scheduler, token: str, request: dict, fn: Callable[..., Any],
+               args: tuple, kwargs: dict) -> int:
+        """Start ``fn(*args, **kwargs)`` as a task of this engine's scheduler; its outcome is
+        published when it ends. *request*: the apply request that carried it.
+
+        The task's output and outcome go to IOPub under a parent header of its own, the
+        request's with the task's token as its msg_id (``messages.task_parent``): several tasks
+        come in one request, and the client routes each one's output to where that task was
+        submitted by that id."""
         coro = fn(*args, **kwargs)
         if not isinstance(coro, Coroutine):
             raise TypeError(
                 f"{getattr(fn, '__qualname__', fn)!r} returned {type(coro).__name__}, not a "
                 "coroutine: submit takes an async function"
             )
-        parent = self.kernel.get_parent("shell")
-        ctx = contextvars.copy_context()  # holds the apply request's parent header
+        parent = task_parent(request, token)
+        # A copy of the request's context (the kernel's own parent stays the request's), with
+        # the streams and display publishers of this context told the task's parent.
+        ctx = contextvars.copy_context()
+        ctx.run(internals.set_output_parent, self.shell, parent)
         name = getattr(fn, "__qualname__", None) or repr(fn)
         with self._lock:  # _finished takes it too: the token is known before it can be removed
             task = sched.submit_watched(
@@ -221,15 +259,13 @@ def setup() -> dict:
     return {"id": shell.kernel.engine_id, "host": socket.gethostname(), "pid": os.getpid()}
 
 
-def start_task(token: str, fn_packed: bytes, args_packed: bytes) -> int:
-    """The function every submit applies: unpack the function and its arguments (packed by
-    cloudpickle on the client: ``messages.pack``), start ``fn(*args, **kwargs)``; return its
-    task id."""
+def start_tasks(fns: list[bytes], items: list[tuple[str, int, bytes]]) -> list[Any]:
+    """The function every request of submits applies: start each task of *items* (see
+    :meth:`Agent.start_many`; everything is packed by cloudpickle on the client:
+    ``messages.pack``); per task, its task id or why it did not start."""
     if _agent is None:
         raise RuntimeError("tinycoro.cluster is not set up on this engine (use tc.cluster.connect)")
-    fn = pickle.loads(fn_packed)
-    args, kwargs = pickle.loads(args_packed)
-    return _agent.start(token, fn, tuple(args), dict(kwargs))
+    return _agent.start_many(fns, items)
 
 
 async def serve_here(handler: Callable[[Any], Any], host: str, port: int,

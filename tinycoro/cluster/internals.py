@@ -12,7 +12,7 @@ identity. None of that is public API of either project, so it lives here and now
   with an error naming the range, never with an ``AttributeError`` in the middle of a run;
 * :class:`ClientSeam`, the client-side operations built on them;
 * the engine-side ones (:func:`add_control_handler`, :func:`on_iopub_thread`,
-  :func:`datapub_ident`), the local
+  :func:`set_output_parent`, :func:`datapub_ident`), the local
   launchers' pids (:func:`launcher_pids`) and ``%px`` (:func:`register_px`,
   :func:`unregister_px`).
 
@@ -36,7 +36,8 @@ CLIENT_ATTRIBUTES = ("_engines", "_mux_stream", "_control_stream", "_iopub_strea
                      "_registration_callbacks", "_closed", "session")
 CLIENT_METHODS = ("_send", "send_apply_request", "_dispatch_iopub")
 # Attributes of an ipyparallel engine's kernel (ipyparallel's IPythonKernel over ipykernel's).
-KERNEL_ATTRIBUTES = ("control_handlers", "session", "iopub_socket", "engine_id", "get_parent")
+KERNEL_ATTRIBUTES = ("control_handlers", "session", "iopub_socket", "engine_id", "get_parent",
+                     "shell")
 
 
 def _release(package: str) -> tuple[int, ...]:
@@ -100,6 +101,8 @@ def check_kernel(kernel: Any) -> None:
     _check_attributes(kernel, KERNEL_ATTRIBUTES, "this engine's kernel", "ipykernel", IPYKERNEL)
     _check_attributes(kernel.iopub_socket, ("schedule",), "this engine's IOPub socket",
                       "ipyparallel", IPYPARALLEL)
+    _check_attributes(kernel.shell, ("set_thread_parent",), "this engine's shell", "ipykernel",
+                      IPYKERNEL)
 
 
 # -- the client side ------------------------------------------------------------------------------
@@ -133,6 +136,11 @@ class ClientSeam:
         client = self.client
         client.send_apply_request(client._mux_stream, fn, args=args, kwargs=kwargs,
                                   ident=self.engine_ident(eid), message_future_hook=registered)
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Call *fn* on the client's IO thread, after what is queued there (first in, first
+        out), as ipyparallel hands it every send. Any thread."""
+        self.client._io_loop.add_callback(fn)
 
     def send_control(self, eid: int, msg_type: str, content: dict) -> Any:
         """A request on engine *eid*'s control channel; its reply's future."""
@@ -211,6 +219,13 @@ def on_iopub_thread(kernel: Any, fn: Callable[[], None]) -> None:
     ``IOPubThread`` itself; every send to IOPub goes through that queue, so a send *fn* makes
     leaves after whatever was sent before it was called."""
     kernel.iopub_socket.schedule(fn)
+
+
+def set_output_parent(shell: Any, parent: dict) -> None:
+    """In the current ``contextvars.Context`` only: what the engine's stdout, stderr, display
+    publisher and display hook send to IOPub goes under *parent* (ipykernel keeps each one's
+    parent header in a ContextVar; the kernel's own parent is left as it is)."""
+    shell.set_thread_parent(parent)
 
 
 def datapub_ident(kernel: Any) -> bytes:

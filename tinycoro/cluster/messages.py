@@ -1,11 +1,16 @@
 """The few message shapes the client and the engine side share, all carried by ipyparallel.
 
-* Tasks travel as ordinary ``apply_request`` messages of ``engine.start_task``; the task's
-  function and its arguments ride in them packed by cloudpickle (:func:`pack`), so a function
-  defined in a notebook travels with the globals it names. The engine replies at once, when the
-  task is started.
-* A task's outcome travels later as a ``data_message`` on IOPub (ipyparallel's own message for
-  data an engine publishes) with the apply request as its parent, under ``RESULT_KEY``.
+* Tasks travel in ordinary ``apply_request`` messages of ``engine.start_tasks``, several per
+  request: the submits made to one engine before the client's IO thread next turns go
+  together (each request costs the engine's shell and IOPub threads about a millisecond of GIL
+  time, whatever it carries). Each task's function and arguments ride in it packed by
+  cloudpickle (:func:`pack`), so a function defined in a notebook travels with the globals it
+  names; a function several tasks call travels once. The engine replies at once, when the
+  tasks are started, with each one's task id or why it did not start.
+* Each task's output and its outcome travel on IOPub under a parent header of the task's own
+  (:func:`task_parent`: the request's, with the task's token as msg_id), so the client routes
+  them per task although the tasks shared a request. The outcome is a ``data_message``
+  (ipyparallel's own message for data an engine publishes) under ``RESULT_KEY``.
 * Stats probes and cancels are ``CONTROL_REQUEST`` messages on the control channel, which an
   engine serves on its control thread: they never queue behind a busy shell.
 """
@@ -38,6 +43,14 @@ def pack(obj: Any) -> bytes:
     import cloudpickle
 
     return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def task_parent(request: dict, token: str) -> dict:
+    """The parent header a task's output and outcome go under: the apply request's that
+    carried it, with the task's *token* as msg_id (a shallow copy; the request is unchanged)."""
+    header = dict(request.get("header") or {})
+    header["msg_id"] = token
+    return dict(request, header=header)
 
 
 def error_outcome(exc: BaseException) -> tuple:

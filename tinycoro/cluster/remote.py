@@ -37,7 +37,7 @@ class RemoteTask:
         self._cluster = cluster
         self.engine: int = engine  # the engine's id, the key of Cluster.stats()
         self.name = name
-        self.msg_id: str | None = None  # of the apply request that started it
+        self.msg_id: str | None = None  # of the apply request that started it (and others)
         self._token = token
         self._ctx = context
         self._lock = threading.Lock()
@@ -111,7 +111,12 @@ class RemoteTask:
         fn(self)
 
     def _acked(self, reply: Any) -> None:
-        """The engine's reply to the apply request: started, or why not."""
+        """The engine's answer for this task in its request's reply: started (its task id),
+        the error outcome of why it did not start (this task alone), or an exception (the
+        request as a whole failed)."""
+        if isinstance(reply, tuple):  # messages.error_outcome: raised as its own type with
+            self._finish(None, self._exception_from(reply))  # the remote traceback, as a body's
+            return
         # The engine died under the request: ipyparallel says so with an EngineError, or, when
         # the controller still held the request, a RemoteError that names one.
         if isinstance(reply, EngineError) or (

@@ -451,11 +451,17 @@ class Scheduler:
         return task.result()
 
     # -- statistics ---------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """True while its context threads run (started and not yet stopped); any thread. What
+        ``stats().running`` says, without the snapshot of every context."""
+        return bool(self._threads) and not self._closed
+
     def stats(self) -> SchedulerStats:
         """A consistent-enough snapshot for widgets and tests; any thread, no locks, and no
         side effect (each engine keeps its own busy samples)."""
         now = time.perf_counter()
-        running = bool(self._threads) and not self._closed
+        running = self.running
         ctxs = tuple(
             ContextStats(
                 id=i,  # the context's index, which is its engine's id

@@ -1,0 +1,47 @@
+"""The engine side of tc.cluster (``tinycoro.cluster.engine``) where no cluster is needed: the
+check an engine makes before it starts submitted tasks."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("ipyparallel")
+
+import tinycoro as tc
+from tinycoro.core import get_default_scheduler, set_default_scheduler
+
+
+@pytest.fixture
+def default_scheduler():
+    before = get_default_scheduler()
+    sched = tc.Scheduler(1)
+    sched.start()
+    set_default_scheduler(sched)
+    try:
+        yield sched
+    finally:
+        set_default_scheduler(before)
+        sched.stop()
+
+
+def test_an_engine_checks_its_scheduler_runs_without_a_stats_snapshot(default_scheduler, monkeypatch):
+    # Every request that starts tasks asks whether the scheduler runs; a full stats snapshot
+    # (every context's counters and busy samples) cost about 5% of the engine's main thread.
+    from tinycoro.cluster.engine import Agent
+
+    def snapshot(self):
+        raise AssertionError("the running check took a full stats snapshot")
+
+    monkeypatch.setattr(tc.Scheduler, "stats", snapshot)
+    assert Agent.scheduler() is default_scheduler
+
+
+def test_an_engine_whose_scheduler_stopped_refuses_tasks_saying_so(default_scheduler):
+    from tinycoro.cluster.engine import Agent
+
+    default_scheduler.stop()
+    with pytest.raises(RuntimeError, match="scheduler is not running.*%tinycoro restart"):
+        Agent.scheduler()
+    set_default_scheduler(None)
+    with pytest.raises(RuntimeError, match="scheduler is not running"):
+        Agent.scheduler()
