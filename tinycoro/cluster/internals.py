@@ -29,7 +29,9 @@ from .errors import UnsupportedVersion
 
 # [low, high): the versions these names were read from and are tested with.
 IPYPARALLEL = ((9, 2), (10, 0))
-IPYKERNEL = ((6, 20), (8, 0))
+# ipykernel 7.4 is the first whose shell has set_thread_parent: an engine tags each task's
+# output and outcome with that task's own parent header, so submits can share a request.
+IPYKERNEL = ((7, 4), (8, 0))
 
 # Attributes of ipyparallel.Client instances (set in __init__) and of the class.
 CLIENT_ATTRIBUTES = ("_engines", "_mux_stream", "_control_stream", "_iopub_stream", "_io_loop",
