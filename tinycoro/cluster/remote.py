@@ -56,6 +56,12 @@ class RemoteTask:
     def done(self) -> bool:
         return self._state is _DONE
 
+    def running(self) -> bool:
+        """True once its engine has said it started the task, until it ends (as
+        ``concurrent.futures.Future.running``). An outcome can arrive before that word: a task
+        that ended so soon is done and was never seen running."""
+        return self._started and self._state is not _DONE
+
     def cancel(self) -> bool:
         """Ask for ``tc.Cancelled`` at the remote task's pending await (its ``finally`` blocks
         run there). False if it has already ended. Any thread; does not wait."""
