@@ -110,7 +110,7 @@ def test_on_a_connected_cluster_engine_loss_comes_from_the_controller(plain_clus
         t = cluster.submit(h.sleep_forever, engine=victim.id)
         assert cluster.submit(h.add, 1, 1, engine=victim.id).result(T) == 2  # it runs there
         # the engine's word that t started, which can come after add's outcome (another
-        # stream): a task the client never saw start dies "before it started" instead
+        # stream): a task the client never saw start is lost "before it said it started" instead
         wait_until(t.running, timeout=T, what="the engine's word that the task started")
         os.kill(victim.pid, signal.SIGKILL)
         with pytest.raises(tc.cluster.EngineLost, match="left the cluster"):

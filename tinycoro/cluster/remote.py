@@ -128,7 +128,8 @@ class RemoteTask:
         if isinstance(reply, EngineError) or (
             isinstance(reply, RemoteError) and reply.ename == "EngineError"
         ):
-            self._finish(None, EngineLost(f"{self._where()} died before it started {self.name!r}"))
+            self._finish(None, EngineLost(
+                f"{self._where()} was lost before it said it started {self.name!r}"))
             return
         if isinstance(reply, BaseException):  # e.g. the function could not be unpickled there
             self._finish(None, reply)

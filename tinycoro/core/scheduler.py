@@ -1,4 +1,6 @@
 """Scheduler: N contexts (one thread + one engine each), dispatch, and the stop protocol.
+Size: dispatch, the stop protocol and the lifecycle (start, loop, shutdown) read and write the
+same lock, flags and token; split, each part would need the others' state.
 
 The stop protocol (docs/design.md, stop protocol, from tinyCoro): each context has a stop flag, 1 while it has
 work and 0 once it reached its terminal state; the scheduler's stop token counts the contexts
