@@ -48,7 +48,10 @@ Seams (what other layers may call; everything else here is private):
   adds the tasks it creates itself to ``engine.live``, so that one popped mid-step is
   finished too. The scheduler's own shutdown and crash paths use it as well.
 * ``cancel_op(op)``: owner thread, cancel one operation in the kernel (closing a resource).
-* ``add_deadline(when, scope)`` / ``remove_deadline(entry)``: owner thread, ``tc.timeout``.
+* ``deadlines`` (a :class:`~tinycoro.core.deadlines.Deadlines`): owner thread. ``tc.timeout``
+  adds its scope's deadline there (``deadlines.add(when, scope)``) and removes it as the scope
+  exits (``deadlines.remove(entry)``); the deadlock watchdog asks ``deadlines.pending()``. The
+  engine fires what has passed at the end of every turn and bounds its sleep by the next one.
 * ``inline_ok()``: owner thread, inside a step: may the running task complete one more
   operation without suspending (page-cache file reads done inline: :mod:`tinycoro.io`)? A
   layer that completes work inline asks before each operation and suspends (``yield_now``)
@@ -318,20 +321,6 @@ class Engine(RingOwner):
         finally:
             ring.notify_on(False)
             self.sleeping = False
-
-    # -- deadlines (tc.timeout): the heap is core/deadlines.py's ----------------------------
-    def add_deadline(self, when: float, scope: Any) -> list:
-        """Call ``scope._fire()`` on this engine's thread once ``perf_counter()`` passes
-        *when*; owner thread only. Returns the entry for :meth:`remove_deadline`."""
-        return self.deadlines.add(when, scope)
-
-    def remove_deadline(self, entry: list) -> None:
-        """Forget a deadline (its scope exited); owner thread only."""
-        self.deadlines.remove(entry)
-
-    def has_deadlines(self) -> bool:
-        """True while a scope's deadline is pending here (the deadlock watchdog asks)."""
-        return self.deadlines.pending()
 
     def _block_until(self, when: float | None) -> None:
         """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
