@@ -3,7 +3,7 @@
 # stream's multishot recv, whose fields a recv and a completion on two contexts share; each
 # read or write of one is a single C step under the GIL (the module doc says why that matters).
 
-from ..closing cimport ResourceOp
+from ..closing cimport PendingOps, ResourceOp
 from ..core.engine cimport Engine
 
 cdef class MultishotRecv(ResourceOp):
@@ -21,4 +21,4 @@ cdef class MultishotRecv(ResourceOp):
     cdef public object owner
     cdef public bint waited
 
-    cdef bint _spend(self, Engine engine)
+    cdef object _take(self)

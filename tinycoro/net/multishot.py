@@ -17,10 +17,11 @@ import collections
 import errno
 import sys
 import weakref
-from typing import Any, Generator
+from typing import Any, Generator, Optional
 
 from .. import compiled, uring
-from ..closing import CLOSED_WHILE_WAITING, ResourceOp
+from ..closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp
+from ..core.engine import Engine
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Park, foreign_waiter, run_outside
@@ -72,7 +73,7 @@ class MultishotRecv(ResourceOp):
                  "ticket", "want", "token", "owner", "waited", "was_armed")
 
     def __init__(self, stream: Any) -> None:
-        ResourceOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd, self)
+        ResourceOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd)
         self.queue: collections.deque[Any] = collections.deque()
         self.queued = 0  # bytes in the queue, not yet read
         self.offset = 0  # bytes of the queue's first chunk already read
@@ -117,11 +118,17 @@ class MultishotRecv(ResourceOp):
                 self.engine.call_soon(_stop_multishot, self.engine, self)
         elif res == 0:
             self.queue.append(b"")  # EOF
+        elif res == _ENOBUFS:
+            # The ring's provided buffers ran out: the kernel ended the multishot (not an
+            # error; the next recv that empties the queue arms it again). Counted here, the
+            # one place that knows buffers, in the context's statistics (multishot_enobufs).
+            if not more:
+                self.engine.nobufs_endings += 1
         elif res == _EINVAL and not self.queue and not self.queued:
             # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
             # ring receives with single recvs from now on; the waiting recv takes that path.
             self.engine.multishot_refused()
-        elif res < 0 and res != _ENOBUFS and res != _ECANCELED:
+        elif res < 0 and res != _ECANCELED:
             self.queue.append(res)  # an error, raised when a recv reaches it
         if more:
             waiter = self.waiter
@@ -164,12 +171,17 @@ class MultishotRecv(ResourceOp):
         return item[start:start + want]
 
     def __await__(self) -> Generator[Any, Any, bytes]:
-        token = self.token
-        pending = self.pending
+        # The locals are typed (multishot.pxd cimports their classes): the token's pop and
+        # add, the pending set's fields and the engine's inline_ok are C steps, not lookups.
+        token: set = self.token
+        pending: PendingOps = self.pending
         try:
             token.pop()
         except KeyError:
             raise already_receiving(pending, self.owner) from None
+        # Looked up once: a task runs on one context for life (rule 1), and a recv awaited
+        # outside any (an asyncio task) stays there.
+        engine: Optional[Engine] = _local.engine
         self.waited = False
         try:
             while True:
@@ -177,7 +189,6 @@ class MultishotRecv(ResourceOp):
                     if self.waited:
                         raise ClosedResourceError(CLOSED_WHILE_WAITING)
                     raise pending._error()
-                engine = _local.engine
                 if self.queue:
                     # Bytes queued when the recv began: it completes without suspending,
                     # and spends one unit of the engine's budget (rule 16); at zero it
@@ -187,9 +198,9 @@ class MultishotRecv(ResourceOp):
                     # it looks again: the stream may have been closed meanwhile. A recv
                     # that parked and was woken with the bytes did suspend: no charge (the
                     # echo's every request, where the call cost ~300 instructions).
-                    if engine is not None and not self.waited and not self._spend(engine):
+                    if engine is not None and not self.waited and not engine.inline_ok():
                         yield YIELD
-                        self._spend(engine)  # a new step: this recv counts in its budget
+                        engine.inline_ok()  # a new step: this recv counts in its budget
                         self.waited = True  # once: the look below is not charged again
                         continue  # the stream may have been closed meanwhile
                     return self._take()
@@ -224,10 +235,6 @@ class MultishotRecv(ResourceOp):
                     self.waiter = None
         finally:
             token.add(0)
-
-    def _spend(self, engine: Any) -> bool:
-        """``engine.inline_ok()``: compiled, a C call (multishot.pxd types *engine*)."""
-        return engine.inline_ok()
 
     def _arm(self, engine: Any) -> None:
         """Start the multishot on *engine*'s ring (the seam's arm); in the stream's

@@ -2,7 +2,7 @@
 # file beside it). The .py is the source: this declares the layouts of a socket's operation
 # awaitables (recv, send and sendall, accept), whose __await__ runs once per I/O call.
 
-from ..closing cimport ResourceOp
+from ..closing cimport PendingOps, ResourceOp
 from ..core.engine cimport Engine
 
 cdef class RecvOp(ResourceOp):
@@ -17,7 +17,6 @@ cdef class SendallOp(ResourceOp):
     cdef public bint once
 
     cdef bint _alone(self, Engine engine)
-    cdef bint _spend(self, Engine engine)
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener

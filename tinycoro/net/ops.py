@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import socket
 import weakref
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Generator, Optional
 
 # bound once: no module attribute lookup per operation
 from ..uring import prep_accept, prep_recv, prep_send
 from ..buffers import MAX_RW
-from ..closing import CLOSED_WHILE_WAITING, ResourceOp
+from ..closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp
+from ..core.engine import Engine
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, run_outside
@@ -73,8 +74,9 @@ class RecvOp(ResourceOp):
         return f"recv from {peer_of(self.owner)}"
 
     def __await__(self) -> Generator[Any, Any, bytes]:
-        token = self.token
-        pending = self.pending
+        # Typed locals (ops.pxd cimports their classes): C steps on the token and the set.
+        token: set = self.token
+        pending: PendingOps = self.pending
         try:
             token.pop()
         except KeyError:
@@ -154,16 +156,17 @@ class SendallOp(ResourceOp):
         return f"send {size} to {peer}"
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        pending = self.pending
+        pending: PendingOps = self.pending  # typed (ops.pxd): its fields are C reads
         try:
             if not self.args:
                 raise RuntimeError("this sendall() was awaited already")
-            engine = _local.engine
+            # Typed (ops.pxd cimports Engine): _alone and inline_ok are C calls.
+            engine: Optional[Engine] = _local.engine
             inline = engine is not None and self._alone(engine)
-            if inline and not self._spend(engine):
+            if inline and not engine.inline_ok():
                 yield YIELD  # budget spent, or an interrupt is due: it is raised here
                 # a new step: inline only if it is still alone (and then it counts)
-                inline = self._alone(engine) and self._spend(engine)
+                inline = self._alone(engine) and engine.inline_ok()
             if inline:
                 # The inline attempt (class doc), written out in this one frame.
                 if pending.closed:
@@ -222,9 +225,6 @@ class SendallOp(ResourceOp):
         instructions per request on the echo."""
         return not engine.ready and not engine.unsubmitted
 
-    def _spend(self, engine: Any) -> bool:
-        """``engine.inline_ok()``: compiled, a C call (ops.pxd types *engine*)."""
-        return engine.inline_ok()
 
 
 class AcceptOp(ResourceOp):
