@@ -78,6 +78,7 @@ class Task:
 
     __slots__ = (
         "_coro",
+        "_send",
         "id",
         "name",
         "_engine",
@@ -108,6 +109,9 @@ class Task:
         caller's, rule 9). *on_done*: a done callback registered before the task can
         run, so its outcome is observed from the start (never reported as unobserved)."""
         self._coro = coro
+        # Its send, bound once: the engine resumes the task with it at every step, and
+        # binding it there cost a method object per step. None once the task is done.
+        self._send: Any = coro.send
         self.id = i = next(_ids)
         self._lock = _locks[i % _STRIPES]
         self._context = _copy_context() if context is None else context
@@ -311,6 +315,7 @@ class Task:
         self._result = result
         self._exception = exc
         self._coro = None
+        self._send = None
         self._waiting = None
         with self._lock:
             self._state = DONE
