@@ -3,10 +3,9 @@
 # stream's multishot recv, whose fields a recv and a completion on two contexts share; each
 # read or write of one is a single C step under the GIL (the module doc says why that matters).
 
-from ..closing cimport PendingOps, ResourceOp
-from ..core.engine cimport Engine
+from .ops cimport InlineOp
 
-cdef class MultishotRecv(ResourceOp):
+cdef class MultishotRecv(InlineOp):
     cdef public object queue
     cdef public Py_ssize_t queued
     cdef public Py_ssize_t offset

@@ -17,15 +17,14 @@ import collections
 import errno
 import sys
 import weakref
-from typing import Any, Generator, Optional
+from typing import Any, Generator
 
 from .. import compiled, uring
-from ..closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp
-from ..core.engine import Engine
+from ..closing import CLOSED_WHILE_WAITING
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Park, foreign_waiter, run_outside
-from .ops import already_receiving, peer_of
+from .ops import InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT"]
 
@@ -46,7 +45,7 @@ def _stop_multishot(engine: Any, op: "MultishotRecv") -> None:
     engine.cancel_op(op)  # on the engine's thread (call_soon): it owns the ring (rule 2)
 
 
-class MultishotRecv(ResourceOp):
+class MultishotRecv(InlineOp):
     """A stream's ``recv`` through one multishot recv.
 
     Armed by the first recv on a context whose ring has a provided-buffer ring, the kernel's
@@ -73,7 +72,7 @@ class MultishotRecv(ResourceOp):
                  "ticket", "want", "token", "owner", "waited", "was_armed")
 
     def __init__(self, stream: Any) -> None:
-        ResourceOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd)
+        InlineOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd)
         self.queue: collections.deque[Any] = collections.deque()
         self.queued = 0  # bytes in the queue, not yet read
         self.offset = 0  # bytes of the queue's first chunk already read
@@ -171,17 +170,15 @@ class MultishotRecv(ResourceOp):
         return item[start:start + want]
 
     def __await__(self) -> Generator[Any, Any, bytes]:
-        # The locals are typed (multishot.pxd cimports their classes): the token's pop and
-        # add, the pending set's fields and the engine's inline_ok are C steps, not lookups.
-        token: set = self.token
-        pending: PendingOps = self.pending
+        token = self.token
+        pending = self.pending
         try:
             token.pop()
         except KeyError:
             raise already_receiving(pending, self.owner) from None
         # Looked up once: a task runs on one context for life (rule 1), and a recv awaited
         # outside any (an asyncio task) stays there.
-        engine: Optional[Engine] = _local.engine
+        engine = _local.engine
         self.waited = False
         try:
             while True:
@@ -198,9 +195,9 @@ class MultishotRecv(ResourceOp):
                     # it looks again: the stream may have been closed meanwhile. A recv
                     # that parked and was woken with the bytes did suspend: no charge (the
                     # echo's every request, where the call cost ~300 instructions).
-                    if engine is not None and not self.waited and not engine.inline_ok():
+                    if engine is not None and not self.waited and not self._spend(engine):
                         yield YIELD
-                        engine.inline_ok()  # a new step: this recv counts in its budget
+                        self._spend(engine)  # a new step: this recv counts in its budget
                         self.waited = True  # once: the look below is not charged again
                         continue  # the stream may have been closed meanwhile
                     return self._take()

@@ -2,15 +2,18 @@
 # file beside it). The .py is the source: this declares the layouts of a socket's operation
 # awaitables (recv, send and sendall, accept), whose __await__ runs once per I/O call.
 
-from ..closing cimport PendingOps, ResourceOp
+from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
+
+cdef class InlineOp(ResourceOp):
+    cdef bint _spend(self, Engine engine)
 
 cdef class RecvOp(ResourceOp):
     cdef public object view
     cdef public object token
     cdef public object owner
 
-cdef class SendallOp(ResourceOp):
+cdef class SendallOp(InlineOp):
     cdef public object spare
     cdef public object owner
     cdef public object sock

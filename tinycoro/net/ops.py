@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import socket
 import weakref
-from typing import Any, Callable, Generator, Optional
+from typing import Any, Callable, Generator
 
 # bound once: no module attribute lookup per operation
 from ..uring import prep_accept, prep_recv, prep_send
 from ..buffers import MAX_RW
-from ..closing import CLOSED_WHILE_WAITING, PendingOps, ResourceOp
-from ..core.engine import Engine
+from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, run_outside
 
-__all__ = ["AcceptOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp", "already_receiving", "peer_of"]
+__all__ = [
+    "AcceptOp", "InlineOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp", "already_receiving", "peer_of",
+]
 
 # Plain ints: the socket module's are IntFlag members, and ``int | IntFlag`` runs the enum's
 # Python-level ``__ror__`` (~6,000 instructions under callgrind) on every send that combines them.
@@ -52,6 +53,20 @@ def already_receiving(pending: Any, owner: Any) -> Exception:
     return RuntimeError(f"another task is already receiving on this {kind}")
 
 
+class InlineOp(ResourceOp):
+    """A socket operation that may complete without suspending (a send the socket takes at
+    once, a recv that finds bytes queued). Each such completion spends one unit of the
+    engine's cooperative budget (rule 16) through :meth:`_spend`, the one typed call of
+    ``engine.inline_ok()`` for every such op."""
+
+    __slots__ = ()
+
+    def _spend(self, engine: Any) -> bool:
+        """``engine.inline_ok()``: compiled, a C call (ops.pxd types *engine*; an annotation
+        would not: the build compiles with annotation typing off)."""
+        return engine.inline_ok()
+
+
 class RecvOp(ResourceOp):
     """A stream's ``recv(max_bytes)``: awaiting it receives into the stream's buffer and
     returns a copy, ``b""`` at EOF.
@@ -74,9 +89,8 @@ class RecvOp(ResourceOp):
         return f"recv from {peer_of(self.owner)}"
 
     def __await__(self) -> Generator[Any, Any, bytes]:
-        # Typed locals (ops.pxd cimports their classes): C steps on the token and the set.
-        token: set = self.token
-        pending: PendingOps = self.pending
+        token = self.token
+        pending = self.pending
         try:
             token.pop()
         except KeyError:
@@ -100,7 +114,7 @@ class RecvOp(ResourceOp):
             token.add(0)
 
 
-class SendallOp(ResourceOp):
+class SendallOp(InlineOp):
     """A stream's ``sendall(data)`` (or, with ``once`` set, its ``send(data)``): the socket
     is offered the bytes at once, and the ring sends only what it did not take.
 
@@ -156,17 +170,16 @@ class SendallOp(ResourceOp):
         return f"send {size} to {peer}"
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        pending: PendingOps = self.pending  # typed (ops.pxd): its fields are C reads
+        pending = self.pending
         try:
             if not self.args:
                 raise RuntimeError("this sendall() was awaited already")
-            # Typed (ops.pxd cimports Engine): _alone and inline_ok are C calls.
-            engine: Optional[Engine] = _local.engine
+            engine = _local.engine
             inline = engine is not None and self._alone(engine)
-            if inline and not engine.inline_ok():
+            if inline and not self._spend(engine):
                 yield YIELD  # budget spent, or an interrupt is due: it is raised here
                 # a new step: inline only if it is still alone (and then it counts)
-                inline = self._alone(engine) and engine.inline_ok()
+                inline = self._alone(engine) and self._spend(engine)
             if inline:
                 # The inline attempt (class doc), written out in this one frame.
                 if pending.closed:
