@@ -398,9 +398,12 @@ class Engine(RingOwner):
             if exc is None:
                 value = task._resume_value
                 task._resume_value = None
-                # the coroutine's send, bound once per task (Task._send): binding it here
-                # allocated a method object per step (~250 instructions, callgrind)
-                y = task._context.run(task._send, value)
+                # the coroutine's send, bound once per task (Task._send): binding it at
+                # every step allocated a method object each time (~250 instructions)
+                send = task._send
+                if send is None:
+                    send = task._send = task._coro.send
+                y = task._context.run(send, value)
             else:
                 task._resume_exc = None
                 y = task._context.run(task._coro.throw, exc)
