@@ -398,11 +398,11 @@ class Engine(RingOwner):
             if exc is None:
                 value = task._resume_value
                 task._resume_value = None
-                # the coroutine's send, bound once per task (Task._send): binding it at
+                # the coroutine's send, bound once per task (Task._coro_send): binding it at
                 # every step allocated a method object each time (~250 instructions)
-                send = task._send
+                send = task._coro_send
                 if send is None:
-                    send = task._send = task._coro.send
+                    send = task._coro_send = task._coro.send
                 y = task._context.run(send, value)
             else:
                 task._resume_exc = None

@@ -78,7 +78,7 @@ class Task:
 
     __slots__ = (
         "_coro",
-        "_send",
+        "_coro_send",
         "id",
         "name",
         "_engine",
@@ -114,7 +114,7 @@ class Task:
         # object per step. Not bound here: a task that finishes in its first step (most
         # spawned helpers) gains nothing from it, and a bound method per task not yet
         # started is one more object for the garbage collector to walk. None once done.
-        self._send: Any = None
+        self._coro_send: Any = None
         self.id = i = next(_ids)
         self._lock = _locks[i % _STRIPES]
         self._context = _copy_context() if context is None else context
@@ -318,7 +318,7 @@ class Task:
         self._result = result
         self._exception = exc
         self._coro = None
-        self._send = None
+        self._coro_send = None
         self._waiting = None
         with self._lock:
             self._state = DONE

@@ -18,7 +18,7 @@ that says why, instead of confusing the foreign event loop.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, Generator, Iterator
+from typing import Any, Callable, ContextManager, Generator
 
 from .errors import oserror
 from .local import _local
@@ -189,7 +189,7 @@ class _Yield:
     def __repr__(self) -> str:
         return "YIELD"
 
-    def __await__(self) -> Iterator[Any]:
+    def __await__(self) -> Generator[Any, Any, None]:
         """Go to the back of the ready queue: an iterator over ``(YIELD,)``, which yields this
         trap once, not a generator. The engine resumes the task with None (the iterator then
         ends, and the await with it) or throws an interrupt, which an iterator without
@@ -198,7 +198,8 @@ class _Yield:
         (callgrind, 2-task yield ping-pong)."""
         if _local.engine is None:
             return run_outside(self)
-        return iter(_YIELD_ONCE)
+        # An iterator is all that ``await`` needs; typing's Awaitable asks for a Generator.
+        return iter(_YIELD_ONCE)  # type: ignore[return-value]
 
 
 YIELD = _Yield()
