@@ -570,6 +570,27 @@ def test_raising_final_completion_ends_the_multishot(path, caplog):
     assert sum("recv from" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_stream_holds_only_what_its_receive_path_uses(path):
+    """Where the ring takes a multishot, the stream receives into the ring's buffers and
+    holds no 64 KiB buffer (nor a single recv op) of its own; with TINYCORO_MULTISHOT=0 read
+    when the ring was made, the stream has no multishot at all and makes its buffer at the
+    first recv. Bytes arrive either way."""
+
+    async def main():
+        client, server = await _pair()
+        async with client, server:
+            assert server._rbuf is None and server._recv_op is None
+            assert (server._ms is not None) == (path == "multishot")
+            await client.sendall(b"ping")
+            assert await server.recv() == b"ping"
+            if path == "multishot":
+                assert server._rbuf is None and server._recv_op is None
+            else:
+                assert len(server._rbuf) == 65536
+
+    tc.run(main(), contexts=1)
+
+
 def test_tiny_buffer_pool_ends_and_rearms(path, contexts, monkeypatch):
     """Two provided buffers for four busy streams: multishots end with ENOBUFS and are armed
     again by the next recv; every byte arrives intact, and the statistics count both."""
