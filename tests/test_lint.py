@@ -143,7 +143,7 @@ def test_the_boundary_check_allows_public_imports(tmp_path, where, source):
 
 
 # -- reaching into core objects through attributes -------------------------------------------------
-# The import check above cannot see ``task._engine.add_deadline(...)``: a private attribute of a
+# The import check above cannot see ``task._engine.deadlines.add(...)``: a private attribute of a
 # core object read from outside the core. Without types, the AST walk below finds those reach-ins
 # in three ways:
 #   * a private attribute that only core classes define (no class outside the core has one of

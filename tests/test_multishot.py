@@ -332,7 +332,6 @@ def test_ring_buffer_ring_setup_and_checks(monkeypatch):
         assert ring.multishot_ready()
         assert ring.multishot
         assert ring.multishot_setup(8, 4096) == 0  # once: the first answer stands
-        assert ring.multishot_inflight() == 0
         assert ring.buffer_bytes == uring.multishot_buffers() * uring.MULTISHOT_BUFFER_SIZE
     finally:
         ring.close()
@@ -571,6 +570,27 @@ def test_raising_final_completion_ends_the_multishot(path, caplog):
     assert sum("recv from" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_stream_holds_only_what_its_receive_path_uses(path):
+    """Where the ring takes a multishot, the stream receives into the ring's buffers and
+    holds no 64 KiB buffer (nor a single recv op) of its own; with TINYCORO_MULTISHOT=0 read
+    when the ring was made, the stream has no multishot at all and makes its buffer at the
+    first recv. Bytes arrive either way."""
+
+    async def main():
+        client, server = await _pair()
+        async with client, server:
+            assert server._rbuf is None and server._recv_op is None
+            assert (server._ms is not None) == (path == "multishot")
+            await client.sendall(b"ping")
+            assert await server.recv() == b"ping"
+            if path == "multishot":
+                assert server._rbuf is None and server._recv_op is None
+            else:
+                assert len(server._rbuf) == 65536
+
+    tc.run(main(), contexts=1)
+
+
 def test_tiny_buffer_pool_ends_and_rearms(path, contexts, monkeypatch):
     """Two provided buffers for four busy streams: multishots end with ENOBUFS and are armed
     again by the next recv; every byte arrives intact, and the statistics count both."""
@@ -613,25 +633,47 @@ def test_buffer_pool_knob_is_checked(monkeypatch):
 
 def test_old_kernel_switches_to_single_recv(path, contexts):
     """A kernel with the buffer ring but without the multishot recv answers -EINVAL to the
-    first one (simulated through the ring's refuse_multishot seam): the waiting recv takes the
-    single path, the ring queues no more multishots, and every byte arrives."""
+    first one: the waiting recv takes the single path, the ring queues no more multishots,
+    and every byte arrives. Simulated without such a kernel and without a switch in the
+    ring: the stream's multishot is queued as a NOP (its op's prep and args, set on this one
+    stream), whose one CQE (no "more") the engine's completion_hook turns into that -EINVAL.
+    If the switch-over broke, the multishot would be armed again and again: the hook lets
+    the third one through as what it is (res 0, EOF), and the recv that returns it fails."""
     _needs_multishot(path)
     from tinycoro import lowlevel
 
+    refused = []
+
+    def refuse(op, res, data, more):
+        if op.prep is uring.prep_nop and not more and len(refused) < 2:
+            refused.append(res)
+            return -errno.EINVAL, None
+        return res, data
+
     async def main():
-        lowlevel.current_engine().ring.refuse_multishot()
+        engine = lowlevel.current_engine()
         client, server = await _pair()
         async with client, server:
-            sender = tc.spawn(client.sendall(b"abc" * 1000))
-            got = bytearray()
-            while len(got) < 3000:
-                got += await server.recv()
-            await sender
-            assert not server._ms.armed
-            assert not lowlevel.current_engine().ring.multishot_ready()
-            return bytes(got)
+            engine.completion_hook = refuse
+            try:
+                ms = server._ms
+                ms.prep, ms.args = uring.prep_nop, ()
+                sender = tc.spawn(client.sendall(b"abc" * 1000))
+                got = bytearray()
+                while len(got) < 3000:
+                    data = await server.recv()
+                    assert data, "the refused multishot was armed again"
+                    got += data
+                await sender
+            finally:
+                engine.completion_hook = None
+            assert not ms.armed
+            assert not engine.multishot_ready()
+            assert not engine.multishot_possible()
+        return bytes(got)
 
     assert tc.run(main(), contexts=1) == b"abc" * 1000
+    assert refused == [0]  # the NOP's result, refused once
 
 
 def test_multishot_only_where_its_code_runs_compiled():

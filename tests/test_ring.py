@@ -329,12 +329,39 @@ def test_complete_hands_back_op_and_result_and_never_looks_inside_the_op(ring):
     shots: list = []  # multishot completions: none queued here
     n = 0
     while n < 3:
-        n += ring.complete(inflight, done, shots)
+        n += ring.complete(inflight, {}, done, shots)
     assert n == 3  # the own SQE's CQE counts, and is not in done
     assert inflight == {99: other}
     assert sorted(done, key=lambda d: d[1]) == [(failed, -errno.EBADF), (plain, 0)]
-    assert ring.complete(inflight, done, shots) == 0 and len(done) == 2  # nothing more: done untouched
+    assert ring.complete(inflight, {}, done, shots) == 0 and len(done) == 2  # nothing more: done untouched
     assert shots == []
+
+
+@pytest.mark.skipif(not uring.COMPILED, reason="only the compiled ring queues multishots")
+def test_complete_tells_the_owners_standing_ops_apart():
+    # The owner's standing table (its multishots, also in inflight) is the one record of
+    # which ops complete many times: a CQE of one goes to shots, uncounted, and its last CQE
+    # (no IORING_CQE_F_MORE: here a NOP's) takes the op out of both tables. A plain op's CQE
+    # goes to done as ever.
+    multi, plain = _Opaque(), _Opaque()
+    ring = uring.CRing(8)
+    try:
+        inflight = {70: multi, 71: plain}
+        standing = {70: multi}
+        ring.queue(uring.prep_nop, (), 70)
+        ring.queue(uring.prep_nop, (), 71)
+        ring.submit()
+        done: list = []
+        shots: list = []
+        n = 0
+        while len(done) + len(shots) < 2:
+            n += ring.complete(inflight, standing, done, shots)
+        assert n == 1  # the multishot's CQE is not counted as one of the owner's own
+        assert shots == [(multi, 0, None, False)]
+        assert done == [(plain, 0)]
+        assert inflight == {} and standing == {}
+    finally:
+        ring.close()
 
 
 def test_compiled_and_pure_ring_satisfy_the_owners_protocol(ring):

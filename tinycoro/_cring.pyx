@@ -151,10 +151,11 @@ cdef object _TIMEOUT = _L.io_uring_prep_timeout
 cdef char _EMPTY[1]
 
 
-def prep_recv_multishot(sqe, fd, handler):
-    """A multishot recv into the ring's provided buffers, ``(sqe, fd, handler)``: queued by
-    :meth:`RingCore.queue`, which calls ``handler(res, data, more)`` for each of its CQEs
-    from ``complete`` (the compiled ring only: this Python form is never called)."""
+def prep_recv_multishot(sqe, fd):
+    """A multishot recv into the ring's provided buffers, ``(sqe, fd)``: queued by
+    :meth:`RingCore.queue`; ``complete`` hands back each of its CQEs apart, for the op that
+    the owner's *standing* table holds under its user_data (the compiled ring only: this
+    Python form is never called)."""
     raise RuntimeError("prep_recv_multishot is queued by the compiled ring only")
 
 
@@ -243,18 +244,9 @@ cdef class RingCore:
     cdef uint32_t _pb_size
     cdef uint16_t _pb_tail
     cdef uint16_t _pb_mask
-    # user_data -> op of each multishot in the kernel; the op stays in the owner's
-    # in-flight table until its last CQE (no IORING_CQE_F_MORE)
-    cdef dict _multi
-    # A test seam (refuse_multishot): multishots are queued as NOPs whose CQE reads -EINVAL,
-    # as from a kernel that has the buffer ring (5.19) but not the multishot recv (6.0).
-    cdef bint _refusing
-    cdef set _refused
 
     def __cinit__(self, *args, **kwargs):
         self._cqe = io_uring_cqe()
-        self._multi = {}
-        self._refused = set()
 
     # -- submission -------------------------------------------------------------------------
     cdef __io_uring_sqe* _take(self) except NULL:
@@ -306,14 +298,9 @@ cdef class RingCore:
             elif prep is _RECV_MS:
                 if self._pb_state != 1:
                     raise RuntimeError("multishot recv queued on a ring without buffers")
-                if self._refusing:
-                    __io_uring_prep_nop(sqe)
-                    self._refused.add(ud)
-                else:
-                    __io_uring_prep_recv_multishot(sqe, args[0], NULL, 0, 0)
-                    tc_sqe_or_flags(sqe, _IOSQE_BUFFER_SELECT)
-                    tc_sqe_set_buf_group(sqe, _BGID)
-                self._multi[ud] = args[1]
+                __io_uring_prep_recv_multishot(sqe, args[0], NULL, 0, 0)
+                tc_sqe_or_flags(sqe, _IOSQE_BUFFER_SELECT)
+                tc_sqe_set_buf_group(sqe, _BGID)
             else:
                 wrapper = io_uring_sqe(0)  # 0: a view of a ring SQE, not memory of its own
                 wrapper.ptr = sqe
@@ -353,7 +340,8 @@ cdef class RingCore:
 
     # -- completion -------------------------------------------------------------------------
     def reap(self, list out not None):
-        """Append ``(user_data, res)`` for each ready CQE to *out*; return how many.
+        """Append ``(user_data, res)`` for each ready CQE to *out*; return how many. The
+        by-hand interface (notebooks/10_io_uring.ipynb); the engine uses ``complete``.
 
         ``io_uring_peek_cqe`` flushes the kernel's CQ overflow list when it has to, so no
         completion beyond the CQ's 2 x entries is lost (same as the Python ring).
@@ -367,17 +355,21 @@ cdef class RingCore:
             n += 1
         return n
 
-    def complete(self, dict inflight not None, list done not None, list shots not None):
+    def complete(self, dict inflight not None, dict standing not None, list done not None,
+                 list shots not None):
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
         CQEs were reaped, multishots' left out (the completion contract in ``tinycoro/uring.py``).
 
         For each CQE whose user_data is a key of *inflight*, the entry is removed and
         ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
-        only counted. Nothing of the op is read or written here. A CQE of a multishot recv is
-        appended to *shots* as ``(op, res, data, more)`` instead, uncounted (its op is handed
-        to nobody, so the owner must not take it for one of its own SQEs): its data copied
-        out, its buffer given back and the CQE marked seen before the owner runs any handler,
-        so a handler that raises can neither replay it nor lose or double a buffer (rule 17).
+        only counted. Nothing of the op is read or written here. A CQE whose user_data is a
+        key of *standing* (the owner's multishots, also in *inflight*) is appended to *shots*
+        as ``(op, res, data, more)`` instead, uncounted (its op is handed to nobody, so the
+        owner must not take it for one of its own SQEs): its data copied out, its buffer given
+        back and the CQE marked seen before the owner runs any handler, so a handler that
+        raises can neither replay it nor lose or double a buffer (rule 17). Its last CQE (no
+        ``IORING_CQE_F_MORE``) takes the op out of both tables. The owner's table is the one
+        record of which ops complete many times: the ring keeps no copy of it.
         """
         cdef io_uring ring = self._ring
         cdef io_uring_cqe cqe = self._cqe
@@ -390,14 +382,13 @@ cdef class RingCore:
         cdef object data
         cdef uint16_t bid
         cdef bint more
-        cdef dict multi = self._multi
         while io_uring_peek_cqe(ring, cqe) == 0:
             ud = cqe.ptr.user_data
             res = cqe.ptr.res
             flags = cqe.ptr.flags
             key = ud
-            if multi:  # a multishot recv is in the kernel: is this one of its CQEs?
-                found = PyDict_GetItem(multi, key)
+            if standing:  # a multishot recv is in the kernel: is this one of its CQEs?
+                found = PyDict_GetItem(standing, key)
                 if found is not NULL:
                     data = None
                     if flags & _CQE_F_BUFFER:
@@ -407,14 +398,10 @@ cdef class RingCore:
                                 self._pb_mem + <size_t>bid * self._pb_size, res)
                         self._pb_give(bid)
                     io_uring_cqe_seen(ring, cqe)
-                    if self._refused and key in self._refused:
-                        self._refused.discard(key)
-                        res = -EINVAL  # the NOP in a refused multishot's place
-                        flags = 0
                     more = (flags & _CQE_F_MORE) != 0
                     shots.append((<object>found, res, data, more))
                     if not more:
-                        PyDict_DelItem(multi, key)
+                        PyDict_DelItem(standing, key)
                         if PyDict_GetItem(inflight, key) is not NULL:
                             PyDict_DelItem(inflight, key)
                     continue
@@ -507,12 +494,6 @@ cdef class RingCore:
         The buffer ring stays registered until the ring closes."""
         self._pb_state = -1
 
-    def refuse_multishot(self):
-        """Test seam: act from now on as a kernel that has the buffer ring but not the
-        multishot recv, which answers each one with -EINVAL (it is queued as a NOP whose CQE
-        reads so), to test the switch-over to single recvs without such a kernel."""
-        self._refusing = True
-
     @property
     def buffer_bytes(self):
         """Bytes of provided buffers mapped for this ring now (0 before the first multishot
@@ -524,10 +505,6 @@ cdef class RingCore:
         """True when multishot recvs can be queued here (the buffer ring is registered)."""
         return self._pb_state == 1
 
-    def multishot_inflight(self):
-        """How many multishot recvs are in the kernel on this ring."""
-        return len(self._multi)
-
     def multishot_free(self):
         """Unmap the buffer ring's memory. Only after the ring has closed (io_uring_queue_exit
         unregisters it and the kernel writes into none of it any more)."""
@@ -537,7 +514,6 @@ cdef class RingCore:
             self._pb_ring = NULL
             self._pb_mem = NULL
         self._pb_state = -1  # closed: no multishot any more
-        self._multi.clear()
 
     def cq_ready(self):
         return io_uring_cq_ready(self._ring)

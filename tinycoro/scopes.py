@@ -153,7 +153,7 @@ class timeout(Scope):
         if s <= 0:
             self._fire()  # delivered at the first await, every time
         else:
-            self._entry = task.engine.add_deadline(_perf() + s, self)
+            self._entry = task.engine.deadlines.add(_perf() + s, self)
         return self
 
     async def __aexit__(
@@ -167,7 +167,7 @@ class timeout(Scope):
         if entry is not None:
             self._entry = None
             assert self._task is not None  # a deadline entry exists only once entered
-            self._task.engine.remove_deadline(entry)
+            self._task.engine.deadlines.remove(entry)
         if ours:
             raise TimeoutError(f"timed out after {self._seconds} s") from exc
 

@@ -12,12 +12,13 @@ forces ``PyRing`` (:mod:`tinycoro.compiled` makes that choice for every compiled
 ``COMPILED`` says which is in use and ``WHY_PURE`` why, when it is the pure one. Both create
 and close the ring through the same Python code (``_Lifecycle``).
 
-The completion contract, the same for both rings: ``complete(inflight, done, shots)`` reaps
-every ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it removes
-that entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one of the
-owner's own SQEs (``SKIP_UD``) and is only counted. A CQE of a multishot recv (only the compiled
-ring queues them) goes to *shots* as ``(op, res, data, more)``, uncounted, already marked seen
-with its provided buffer given back; its last one (``more`` False) removes the op from
+The completion contract, the same for both rings: ``complete(inflight, standing, done, shots)``
+reaps every ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it
+removes that entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one
+of the owner's own SQEs (``SKIP_UD``) and is only counted. A CQE whose user_data is a key of
+*standing* (the owner's multishot recvs, a subset of *inflight*; only the compiled ring queues
+them) goes to *shots* as ``(op, res, data, more)``, uncounted, already marked seen with its
+provided buffer given back; its last one (``more`` False) removes the op from *standing* and
 *inflight*. It returns how many CQEs it reaped, multishots' left out. The op
 is opaque here: the ring reads and writes none of its attributes, so what a completion means
 (a task's result, an interrupt, a descriptor to close) is decided by the layer above, the ring's
@@ -398,10 +399,10 @@ class PyRing(_Lifecycle):
             n += 1
         return n
 
-    def complete(self, inflight: dict, done: list, shots: list) -> int:
+    def complete(self, inflight: dict, standing: dict, done: list, shots: list) -> int:
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
-        CQEs were reaped (the completion contract in the module doc). *shots* stays empty:
-        this ring queues no multishot.
+        CQEs were reaped (the completion contract in the module doc). *standing* is always
+        empty and *shots* stays so: this ring queues no multishot.
 
         For each CQE whose user_data is a key of *inflight*, the entry is removed and
         ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
@@ -432,6 +433,10 @@ class PyRing(_Lifecycle):
     def multishot_ready(self) -> bool:
         """Never: the binding's Python API cannot set a buffer group on an SQE nor read a
         CQE's buffer id cheaply, so the pure ring receives with one recv per call (docs/io.md)."""
+        return False
+
+    def multishot_possible(self) -> bool:
+        """Never (see :meth:`multishot_ready`)."""
         return False
 
     def multishot_off(self) -> None:
@@ -472,6 +477,12 @@ if _cring is not None:
                 self.multishot_setup(self._buffers, MULTISHOT_BUFFER_SIZE)
             return self._pb_state == 1
 
+        def multishot_possible(self) -> bool:
+            """Whether a multishot recv may still be armed here: not forced off (the
+            variable is read once, as the ring is created), not refused by the kernel, not
+            closed. Asked as a stream is made, without setting up the buffer ring."""
+            return self._pb_state != -1
+
         def _released(self) -> None:
             self.multishot_free()
 
@@ -480,7 +491,7 @@ if _cring is not None:
 else:  # the name stays, as None, where the compiled ring is not used
     CRing = None  # type: ignore[assignment,misc]
 
-    def prep_recv_multishot(sqe: Any, fd: int, handler: Any) -> None:
+    def prep_recv_multishot(sqe: Any, fd: int) -> None:
         """Only the compiled ring queues multishot recvs (PyRing.multishot_ready is False)."""
         raise RuntimeError("prep_recv_multishot is queued by the compiled ring only")
 

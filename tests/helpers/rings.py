@@ -12,6 +12,6 @@ def reap(ring: Any, out: list, uds: Iterable[int] = range(1, 1001)) -> int:
     other user_data included (they are counted, as an owner's own SQEs are)."""
     inflight = {ud: ud for ud in uds}
     done: list = []
-    n = ring.complete(inflight, done, [])  # no multishot is armed on a bare ring
+    n = ring.complete(inflight, {}, done, [])  # no multishot is armed on a bare ring
     out.extend(done)
     return n

@@ -52,7 +52,10 @@ Seams (what other layers may call; everything else here is private):
   adds the tasks it creates itself to ``engine.live``, so that one popped mid-step is
   finished too. The scheduler's own shutdown and crash paths use it as well.
 * ``cancel_op(op)``: owner thread, cancel one operation in the kernel (closing a resource).
-* ``add_deadline(when, scope)`` / ``remove_deadline(entry)``: owner thread, ``tc.timeout``.
+* ``deadlines`` (a :class:`~tinycoro.core.deadlines.Deadlines`): owner thread. ``tc.timeout``
+  adds its scope's deadline there (``deadlines.add(when, scope)``) and removes it as the scope
+  exits (``deadlines.remove(entry)``); the deadlock watchdog asks ``deadlines.pending()``. The
+  engine fires what has passed at the end of every turn and bounds its sleep by the next one.
 * ``inline_ok()``: owner thread, inside a step: may the running task complete one more
   operation without suspending (page-cache file reads done inline: :mod:`tinycoro.io`)? A
   layer that completes work inline asks before each operation and suspends (``yield_now``)
@@ -231,7 +234,6 @@ class Engine(RingOwner):
         self.thread_ident = threading.get_ident()
         ready = self.ready
         calls = self.calls
-        step = self._step
         deadlines = self.deadlines
         # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
         scheduler = None if self.guest else self.scheduler
@@ -245,7 +247,10 @@ class Engine(RingOwner):
                 if n:
                     self.steps += n
                     for _ in range(n):
-                        step(ready.popleft())
+                        # self._step, not a local bound to it: compiled, this is a C call
+                        # (engine.pxd), where a bound method was a Python call with its
+                        # arguments parsed (~140 instructions per step, callgrind)
+                        self._step(ready.popleft())
                     _local.task = None  # once per turn: no task code runs between two steps
                     if self.watchers:
                         self._check_watchers()
@@ -363,20 +368,6 @@ class Engine(RingOwner):
             return True
         return bool(self.ready or self.calls or self.stop_requested)
 
-    # -- deadlines (tc.timeout): the heap is core/deadlines.py's ----------------------------
-    def add_deadline(self, when: float, scope: Any) -> list:
-        """Call ``scope._fire()`` on this engine's thread once ``perf_counter()`` passes
-        *when*; owner thread only. Returns the entry for :meth:`remove_deadline`."""
-        return self.deadlines.add(when, scope)
-
-    def remove_deadline(self, entry: list) -> None:
-        """Forget a deadline (its scope exited); owner thread only."""
-        self.deadlines.remove(entry)
-
-    def has_deadlines(self) -> bool:
-        """True while a scope's deadline is pending here (the deadlock watchdog asks)."""
-        return self.deadlines.pending()
-
     def _block_until(self, when: float | None) -> None:
         """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
         (the next deadline). poll(2) releases the GIL like the read does."""
@@ -451,7 +442,12 @@ class Engine(RingOwner):
             if exc is None:
                 value = task._resume_value
                 task._resume_value = None
-                y = task._context.run(task._coro.send, value)
+                # the coroutine's send, bound once per task (Task._coro_send): binding it at
+                # every step allocated a method object each time (~250 instructions)
+                send = task._coro_send
+                if send is None:
+                    send = task._coro_send = task._coro.send
+                y = task._context.run(send, value)
             else:
                 task._resume_exc = None
                 y = task._context.run(task._coro.throw, exc)

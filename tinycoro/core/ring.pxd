@@ -6,7 +6,6 @@ cdef object _prep_cancel
 cdef object _prep_close
 cdef object _SKIP_UD
 cdef object _RingBusy
-cdef object _ENOBUFS
 
 cdef class RingOwner:
     cdef public object ring

@@ -20,10 +20,11 @@ table (user_data -> op) and does, once for both:
 * drain: cancel everything in flight and wait for every CQE (rule 8), through the owner's
   :meth:`RingOwner._wait_for_cqe`;
 * an operation that completes many times (a :class:`MultiOp`, such as a stream's multishot
-  recv): :meth:`RingOwner.arm` starts it with no task as its waiter; the ring hands back each
-  of its CQEs apart from the single ops', marked seen before anything runs (rule 17), and
-  the owner passes each to the op's ``completion`` and, after the last, calls its
-  ``finished``; one that raises is reported with the op and the next runs. It is cancelled
+  recv): :meth:`RingOwner.arm` starts it with no task as its waiter and enters it in
+  ``standing``, the one table of such ops, which the ring reads to tell their CQEs apart
+  from the single ops' and leaves by itself at the last; each CQE is marked seen before
+  anything runs (rule 17), and the owner passes each to the op's ``completion`` and, after
+  the last, calls its ``finished``; one that raises is reported with the op and the next runs. It is cancelled
   like any op (``cancel_op``), and it is work in flight only while someone waits on it
   (``awaited``): :meth:`RingOwner.waited_inflight` is what the stop protocol and the deadlock
   watchdog count, so an armed receive that nobody awaits never hides a deadlock nor keeps a
@@ -52,7 +53,6 @@ _prep_cancel = uring.prep_cancel
 _prep_close = uring.prep_close
 _SKIP_UD = uring.SKIP_UD
 _RingBusy = uring.RingBusy
-_ENOBUFS = -errno.ENOBUFS
 
 
 class MultiOp(Protocol):
@@ -102,17 +102,22 @@ class IoRing(Protocol):
     def cq_ready(self) -> int:
         """CQEs posted and not yet reaped."""
 
-    def complete(self, inflight: dict, done: list, shots: list) -> int:
+    def complete(self, inflight: dict, standing: dict, done: list, shots: list) -> int:
         """The completion contract (:mod:`tinycoro.uring`): reap every CQE, move each op of
-        *inflight* that completed to *done* as ``(op, res)``, and append each CQE of a
-        multishot to *shots* as ``(op, res, data, more)`` (its last one takes the op out of
-        *inflight*); return the CQEs reaped that are not multishots'."""
+        *inflight* that completed to *done* as ``(op, res)``, and append each CQE of an op of
+        *standing* (a multishot) to *shots* as ``(op, res, data, more)`` (its last one takes
+        the op out of *standing* and *inflight*); return the CQEs reaped that are not
+        multishots'."""
 
     def notify_on(self, enabled: bool) -> None:
         """Let completions write the eventfd, or not."""
 
     def multishot_ready(self) -> bool:
         """Whether a multishot receive can be armed on this ring now."""
+
+    def multishot_possible(self) -> bool:
+        """Whether one may still be, without setting anything up (not forced off, not
+        refused by the kernel)."""
 
     def multishot_refused(self) -> None:
         """The kernel refused a multishot receive: use single receives from now on."""
@@ -133,10 +138,12 @@ class RingOwner:
     ``unsubmitted``: SQEs queued since the last submit. ``own_inflight``: our own SQEs in the
     kernel (cancel requests, placeholder NOPs of failed preps), whose CQEs match no op.
     ``ops``: CQEs reaped, cumulative (for statistics). ``standing``: the :class:`MultiOp`
-    ops in flight (user_data -> op), a subset of ``inflight``. ``rearms``: MultiOps started
-    again after an earlier one of theirs ended; ``nobufs_endings``: MultiOps the kernel ended
-    because the ring's provided buffers ran out (both cumulative, for statistics).
-    ``completion_hook``: a test seam, None in use (see :meth:`_complete_multi`).
+    ops in flight (user_data -> op), a subset of ``inflight``: entered by :meth:`arm`, left
+    at the op's last CQE by the ring's ``complete``. ``rearms``: MultiOps started again after
+    an earlier one of theirs ended; ``nobufs_endings``: MultiOps the kernel ended because the
+    ring's provided buffers ran out, counted by the op that knows buffers (a stream's
+    multishot recv); both cumulative, for statistics. ``completion_hook``: a test seam, None
+    in use (see :meth:`_complete_multi`).
     """
 
     __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done",
@@ -237,6 +244,11 @@ class RingOwner:
         provided-buffer pool, on a kernel that has not refused one)."""
         return self.ring.multishot_ready()
 
+    def multishot_possible(self) -> bool:
+        """Whether a multishot receive may still be armed on this ring: a stream made here
+        asks, once, whether to receive through one at all (no setup happens)."""
+        return self.ring.multishot_possible()
+
     def multishot_refused(self) -> None:
         """The kernel refused a multishot receive (-EINVAL: an old kernel): from now on this
         ring receives with single recvs."""
@@ -260,7 +272,7 @@ class RingOwner:
         done = self._done
         shots = self._shots
         try:
-            n = self.ring.complete(self.inflight, done, shots)
+            n = self.ring.complete(self.inflight, self.standing, done, shots)
         except BaseException:
             done.clear()  # pragma: no cover - the ring raises only on memory exhaustion
             shots.clear()
@@ -280,12 +292,12 @@ class RingOwner:
                 done.clear()
 
     def _complete_multi(self, shots: list) -> None:
-        """Hand each CQE of a :class:`MultiOp` (already marked seen by the ring: rule 17) to
-        its op, and call ``finished`` after its last; one that raises is reported with its op
-        and the others go on. ``completion_hook`` (a test seam) sees each first, as
-        ``hook(op, res, data, more) -> (res, data)``, and may change or raise in its place."""
+        """Hand each CQE of a :class:`MultiOp` (already marked seen by the ring, and at the
+        last out of ``standing``: rule 17) to its op, and call ``finished`` after its last;
+        one that raises is reported with its op and the others go on. ``completion_hook`` (a
+        test seam) sees each first, as ``hook(op, res, data, more) -> (res, data)``, and may
+        change or raise in its place."""
         hook = self.completion_hook
-        standing = self.standing
         try:
             for op, res, data, more in shots:
                 try:
@@ -295,9 +307,6 @@ class RingOwner:
                 except Exception as e:  # noqa: BLE001 - reported; the ring carries on (rule 17)
                     self._completion_failed(op, e)
                 if not more:
-                    standing.pop(op.ud, None)
-                    if res == _ENOBUFS:
-                        self.nobufs_endings += 1
                     try:
                         op.finished()
                     except Exception as e:  # noqa: BLE001 - as above

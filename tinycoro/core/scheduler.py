@@ -327,7 +327,7 @@ class Scheduler:
             # waited_inflight: an armed receive nobody awaits is no I/O anybody waits for
             if not e.sleeping or e.ready or e.calls or e.unsubmitted or e.waited_inflight():
                 return None
-            if e.has_deadlines():  # a timeout scope will wake a parked task
+            if e.deadlines.pending():  # a timeout scope will wake a parked task
                 return None
             parked += len(e.parked)
         if not parked or any(busy() for busy in self.busy_elsewhere):

@@ -5,6 +5,7 @@
 
 cdef class Task:
     cdef public object _coro
+    cdef public object _coro_send
     cdef public object id
     cdef public object name
     cdef public object _engine

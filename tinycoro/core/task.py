@@ -78,6 +78,7 @@ class Task:
 
     __slots__ = (
         "_coro",
+        "_coro_send",
         "id",
         "name",
         "_engine",
@@ -108,6 +109,12 @@ class Task:
         caller's, rule 9). *on_done*: a done callback registered before the task can
         run, so its outcome is observed from the start (never reported as unobserved)."""
         self._coro = coro
+        # Its coroutine's send, bound by the engine at the first step and kept: the engine
+        # resumes the task with it at every step, and binding it each time cost a method
+        # object per step. Not bound here: a task that finishes in its first step (most
+        # spawned helpers) gains nothing from it, and a bound method per task not yet
+        # started is one more object for the garbage collector to walk. None once done.
+        self._coro_send: Any = None
         self.id = i = next(_ids)
         self._lock = _locks[i % _STRIPES]
         self._context = _copy_context() if context is None else context
@@ -311,6 +318,7 @@ class Task:
         self._result = result
         self._exception = exc
         self._coro = None
+        self._coro_send = None
         self._waiting = None
         with self._lock:
             self._state = DONE

@@ -3,10 +3,9 @@
 # stream's multishot recv, whose fields a recv and a completion on two contexts share; each
 # read or write of one is a single C step under the GIL (the module doc says why that matters).
 
-from ..closing cimport ResourceOp
-from ..core.engine cimport Engine
+from .ops cimport InlineOp
 
-cdef class MultishotRecv(ResourceOp):
+cdef class MultishotRecv(InlineOp):
     cdef public object queue
     cdef public Py_ssize_t queued
     cdef public Py_ssize_t offset
@@ -21,4 +20,4 @@ cdef class MultishotRecv(ResourceOp):
     cdef public object owner
     cdef public bint waited
 
-    cdef bint _spend(self, Engine engine)
+    cdef object _take(self)

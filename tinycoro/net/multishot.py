@@ -20,11 +20,11 @@ import weakref
 from typing import Any, Generator
 
 from .. import compiled, uring
-from ..closing import CLOSED_WHILE_WAITING, ResourceOp
+from ..closing import CLOSED_WHILE_WAITING
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Park, foreign_waiter, run_outside
-from .ops import already_receiving, peer_of
+from .ops import InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT"]
 
@@ -45,7 +45,7 @@ def _stop_multishot(engine: Any, op: "MultishotRecv") -> None:
     engine.cancel_op(op)  # on the engine's thread (call_soon): it owns the ring (rule 2)
 
 
-class MultishotRecv(ResourceOp):
+class MultishotRecv(InlineOp):
     """A stream's ``recv`` through one multishot recv.
 
     Armed by the first recv on a context whose ring has a provided-buffer ring, the kernel's
@@ -72,7 +72,7 @@ class MultishotRecv(ResourceOp):
                  "ticket", "want", "token", "owner", "waited", "was_armed")
 
     def __init__(self, stream: Any) -> None:
-        ResourceOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd, self)
+        InlineOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd)
         self.queue: collections.deque[Any] = collections.deque()
         self.queued = 0  # bytes in the queue, not yet read
         self.offset = 0  # bytes of the queue's first chunk already read
@@ -117,11 +117,17 @@ class MultishotRecv(ResourceOp):
                 self.engine.call_soon(_stop_multishot, self.engine, self)
         elif res == 0:
             self.queue.append(b"")  # EOF
+        elif res == _ENOBUFS:
+            # The ring's provided buffers ran out: the kernel ended the multishot (not an
+            # error; the next recv that empties the queue arms it again). Counted here, the
+            # one place that knows buffers, in the context's statistics (multishot_enobufs).
+            if not more:
+                self.engine.nobufs_endings += 1
         elif res == _EINVAL and not self.queue and not self.queued:
             # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
             # ring receives with single recvs from now on; the waiting recv takes that path.
             self.engine.multishot_refused()
-        elif res < 0 and res != _ENOBUFS and res != _ECANCELED:
+        elif res < 0 and res != _ECANCELED:
             self.queue.append(res)  # an error, raised when a recv reaches it
         if more:
             waiter = self.waiter
@@ -170,6 +176,9 @@ class MultishotRecv(ResourceOp):
             token.pop()
         except KeyError:
             raise already_receiving(pending, self.owner) from None
+        # Looked up once: a task runs on one context for life (rule 1), and a recv awaited
+        # outside any (an asyncio task) stays there.
+        engine = _local.engine
         self.waited = False
         try:
             while True:
@@ -177,7 +186,6 @@ class MultishotRecv(ResourceOp):
                     if self.waited:
                         raise ClosedResourceError(CLOSED_WHILE_WAITING)
                     raise pending._error()
-                engine = _local.engine
                 if self.queue:
                     # Bytes queued when the recv began: it completes without suspending,
                     # and spends one unit of the engine's budget (rule 16); at zero it
@@ -224,10 +232,6 @@ class MultishotRecv(ResourceOp):
                     self.waiter = None
         finally:
             token.add(0)
-
-    def _spend(self, engine: Any) -> bool:
-        """``engine.inline_ok()``: compiled, a C call (multishot.pxd types *engine*)."""
-        return engine.inline_ok()
 
     def _arm(self, engine: Any) -> None:
         """Start the multishot on *engine*'s ring (the seam's arm); in the stream's

@@ -5,19 +5,21 @@
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
 
+cdef class InlineOp(ResourceOp):
+    cdef bint _spend(self, Engine engine)
+
 cdef class RecvOp(ResourceOp):
     cdef public object view
     cdef public object token
     cdef public object owner
 
-cdef class SendallOp(ResourceOp):
+cdef class SendallOp(InlineOp):
     cdef public object spare
     cdef public object owner
     cdef public object sock
     cdef public bint once
 
     cdef bint _alone(self, Engine engine)
-    cdef bint _spend(self, Engine engine)
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener

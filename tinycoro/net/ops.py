@@ -20,7 +20,9 @@ from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, run_outside
 
-__all__ = ["AcceptOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp", "already_receiving", "peer_of"]
+__all__ = [
+    "AcceptOp", "InlineOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp", "already_receiving", "peer_of",
+]
 
 # Plain ints: the socket module's are IntFlag members, and ``int | IntFlag`` runs the enum's
 # Python-level ``__ror__`` (~6,000 instructions under callgrind) on every send that combines them.
@@ -49,6 +51,20 @@ def already_receiving(pending: Any, owner: Any) -> Exception:
     stream = owner()
     kind = type(stream).__name__ if stream is not None else "stream"
     return RuntimeError(f"another task is already receiving on this {kind}")
+
+
+class InlineOp(ResourceOp):
+    """A socket operation that may complete without suspending (a send the socket takes at
+    once, a recv that finds bytes queued). Each such completion spends one unit of the
+    engine's cooperative budget (rule 16) through :meth:`_spend`, the one typed call of
+    ``engine.inline_ok()`` for every such op."""
+
+    __slots__ = ()
+
+    def _spend(self, engine: Any) -> bool:
+        """``engine.inline_ok()``: compiled, a C call (ops.pxd types *engine*; an annotation
+        would not: the build compiles with annotation typing off)."""
+        return engine.inline_ok()
 
 
 class RecvOp(ResourceOp):
@@ -98,7 +114,7 @@ class RecvOp(ResourceOp):
             token.add(0)
 
 
-class SendallOp(ResourceOp):
+class SendallOp(InlineOp):
     """A stream's ``sendall(data)`` (or, with ``once`` set, its ``send(data)``): the socket
     is offered the bytes at once, and the ring sends only what it did not take.
 
@@ -222,9 +238,6 @@ class SendallOp(ResourceOp):
         instructions per request on the echo."""
         return not engine.ready and not engine.unsubmitted
 
-    def _spend(self, engine: Any) -> bool:
-        """``engine.inline_ok()``: compiled, a C call (ops.pxd types *engine*)."""
-        return engine.inline_ok()
 
 
 class AcceptOp(ResourceOp):

@@ -16,6 +16,7 @@ from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
 from ..closing import ResourceOp
 from ..core.checks import check_int
+from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready
 from ..uring import prep_connect, prep_shutdown, prep_splice
 from . import multishot
@@ -44,9 +45,12 @@ class Stream(SocketBase):
         # the one send(2), which MSG_DONTWAIT keeps from waiting. io_uring works either way.
         if sock.gettimeout() is not None:
             sock.settimeout(None)
-        # One receive buffer per stream, reused by every recv: allocating (and zero-filling)
-        # 64 KiB per call cut echo throughput by 3.6x in the measurements in docs/benchmarks.md.
-        self._rbuf = bytearray(_RECV_BUFFER)
+        # One receive buffer per stream, reused by every single recv: allocating (and
+        # zero-filling) 64 KiB per call cut echo throughput by 3.6x in the measurements in
+        # docs/benchmarks.md. Made by the first single recv: a stream that receives through
+        # the multishot (the ring's own buffers) never needs it, and zero-filling it cost
+        # ~66k instructions per connection, a tenth of a short connection's whole cost.
+        self._rbuf: bytearray | None = None
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
         # (a flag tested, then set, is not). The right to receive is a token, the one element
@@ -55,19 +59,27 @@ class Stream(SocketBase):
         # set, atomic under the GIL, so of two threads that pop at once exactly one gets it.
         # A threading.Lock did the same for ~200 ns more per recv (acquire + release).
         self._recv_token = {0}
-        # The recv op is made once and reused while max_bytes stays the same: building one
-        # cost ~0.5 us per recv here, about 5 % of an echo request's Python time. Reusing it
-        # is safe: the holder of the token owns it, and the previous recv's CQE has arrived,
-        # so nothing in the kernel or an engine uses it now; the engine gives it a new ud and
-        # task and clears a cancel's mark when it starts it, and lets go of the task when it
-        # completes. A cancel that close() queued for the previous recv finds a new ud on the
-        # op, not in flight: once closed, the op refuses before the ring.
-        self._recv_op = RecvOp(self, self._rbuf, _RECV_BUFFER)
+        # The recv op is made once (with the buffer, by the first single recv) and reused
+        # while max_bytes stays the same: building one cost ~0.5 us per recv here, about 5 %
+        # of an echo request's Python time. Reusing it is safe: the holder of the token owns
+        # it, and the previous recv's CQE has arrived, so nothing in the kernel or an engine
+        # uses it now; the engine gives it a new ud and task and clears a cancel's mark when
+        # it starts it, and lets go of the task when it completes. A cancel that close()
+        # queued for the previous recv finds a new ud on the op, not in flight: once closed,
+        # the op refuses before the ring.
+        self._recv_op: RecvOp | None = None
         # Where the multishot can run (tinycoro.net.multishot.AVAILABLE), recv goes through
         # one multishot recv when the ring has provided buffers (it falls back to _recv_op
-        # where not).
+        # where not). The ring of the context that makes the stream says whether it may take
+        # one at all (TINYCORO_MULTISHOT, read once as the ring was made; a kernel that
+        # refused one): where not, the stream receives with the single recv from the start.
+        # Made outside any context (an asyncio task), it keeps the multishot, which each recv
+        # still checks against the ring it runs on.
+        engine = _local.engine
         self._ms = (
-            MultishotRecv(self) if multishot.AVAILABLE and uring.multishot_wanted() else None
+            MultishotRecv(self)
+            if multishot.AVAILABLE and (engine is None or engine.multishot_possible())
+            else None
         )
         # Likewise a spare sendall op, reused by one sendall at a time: the call that fills
         # it takes it off this list, its await puts it back (SendallOp says why a sendall
@@ -104,11 +116,11 @@ class Stream(SocketBase):
         """The stream's reused single recv, made again for a new *max_bytes* (also the
         multishot's fallback)."""
         op = self._recv_op
-        if op.args[2] != max_bytes:
+        if op is None or op.args[2] != max_bytes:
             rbuf = self._rbuf
-            if max_bytes > len(rbuf):
+            if rbuf is None or max_bytes > len(rbuf):
                 # the ops made for the old buffer keep it alive while they are in flight
-                rbuf = self._rbuf = bytearray(max_bytes)
+                rbuf = self._rbuf = bytearray(max(max_bytes, _RECV_BUFFER))
             op = self._recv_op = RecvOp(self, rbuf, max_bytes)
         return op
 
