@@ -389,8 +389,7 @@ class PyRing(_Lifecycle):
 
     # -- completion ---------------------------------------------------------------------------
     def reap(self, out: list) -> int:
-        """Append ``(user_data, res)`` for each ready CQE to *out*; return how many. The
-        by-hand interface (notebooks/10_io_uring.ipynb); the engine uses :meth:`complete`."""
+        """Append ``(user_data, res)`` of each ready CQE to *out*; how many (used by hand)."""
         ring, cqe, peek, seen = self._ring, self._cqe, _peek_cqe, _cqe_seen
         n = 0
         while peek(ring, cqe) == 0:
