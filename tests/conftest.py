@@ -153,6 +153,22 @@ def _no_leaks(request):
         )
 
 
+@pytest.fixture(params=["multishot", "single"])
+def recv_path(request, monkeypatch) -> str:
+    """Which recv the streams of a test use (the variable is read as each ring is created);
+    the multishot one only where the compiled ring and multishot module run."""
+    from tinycoro import uring
+    from tinycoro.net import multishot
+
+    if request.param == "multishot":
+        if not multishot.AVAILABLE:
+            pytest.skip("the pure-Python ring always takes the single recv")
+        monkeypatch.delenv(uring.MULTISHOT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(uring.MULTISHOT_ENV, "0")
+    return request.param
+
+
 @pytest.fixture(scope="session")
 def tls_cert(tmp_path_factory) -> tuple:
     """(cert.pem, key.pem): a self-signed certificate for localhost and 127.0.0.1, made by the

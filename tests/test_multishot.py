@@ -24,16 +24,10 @@ from helpers.runtime import cancel_and_wait
 MULTISHOT = multishot.AVAILABLE  # the compiled ring and the compiled multishot module
 
 
-@pytest.fixture(params=["multishot", "single"])
-def path(request, monkeypatch) -> str:
-    """Which recv the streams of this test use; skips the multishot one on the pure ring."""
-    if request.param == "multishot":
-        if not MULTISHOT:
-            pytest.skip("the pure-Python ring always takes the single recv")
-        monkeypatch.delenv(uring.MULTISHOT_ENV, raising=False)
-    else:
-        monkeypatch.setenv(uring.MULTISHOT_ENV, "0")
-    return request.param
+@pytest.fixture
+def path(recv_path: str) -> str:
+    """Which recv the streams of this test use (conftest's ``recv_path``)."""
+    return recv_path
 
 
 def _armed(stream) -> bool:

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from tinycoro import lowlevel, uring
+from tinycoro import lowlevel
 from tinycoro.net import multishot
 
 from helpers.streams import tcp_pair
@@ -19,18 +19,6 @@ pytestmark = pytest.mark.timeout(60)
 
 MULTISHOT = multishot.AVAILABLE
 SPIN_LIMIT = 20_000_000  # iterations of a busy loop waiting for another thread: a bound, not a clock
-
-
-@pytest.fixture(params=["multishot", "single"])
-def recv_path(request, monkeypatch) -> str:
-    """Which recv the streams use; the multishot one only where the ring has it."""
-    if request.param == "multishot":
-        if not MULTISHOT:
-            pytest.skip("the pure-Python ring always takes the single recv")
-        monkeypatch.delenv(uring.MULTISHOT_ENV, raising=False)
-    else:
-        monkeypatch.setenv(uring.MULTISHOT_ENV, "0")
-    return request.param
 
 
 class YieldRecorder:
