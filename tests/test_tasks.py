@@ -92,14 +92,19 @@ def test_run_reraises_main_exception():
 
 
 def test_task_api_and_repr():
-    async def child():
+    # The child waits for the go-ahead: on 2 contexts it may run on the other one, which could
+    # otherwise finish it between the two checks below.
+    async def child(go):
+        await go.wait()
         return 5
 
     async def main():
-        t = tc.spawn(child(), name="kid")
+        go = tc.Event()
+        t = tc.spawn(child(go), name="kid")
         assert not t.done()
         with pytest.raises(RuntimeError, match="has not finished"):
             t.result()
+        go.set()
         assert await t == 5
         assert t.done() and t.result() == 5 and t.exception() is None
         assert t.context in (0, 1)
