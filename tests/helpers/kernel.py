@@ -4,8 +4,11 @@ that several kernel test modules share."""
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -194,11 +197,16 @@ class Kernel:
     def shutdown(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+        shutil.rmtree(os.path.dirname(self.km.ip), ignore_errors=True)
 
 
 def start_kernel(kernel_dirs: list[str], name: str) -> Kernel:
+    """A kernel on IPC sockets in a directory of its own: with TCP, the ports jupyter_client
+    picks are free only until the kernel binds them, and the suite's own connections on other
+    workers can take one meanwhile ("Address already in use", a kernel dead at start)."""
     ksm = KernelSpecManager(kernel_dirs=kernel_dirs, ensure_native_kernel=False)
-    km = KernelManager(kernel_name=name, kernel_spec_manager=ksm)
+    sockets = os.path.join(tempfile.mkdtemp(prefix="tc-kernel-"), "kernel")
+    km = KernelManager(kernel_name=name, kernel_spec_manager=ksm, transport="ipc", ip=sockets)
     km.start_kernel(env={**_env(), "TINYCORO_CONTEXTS": "2"})
     return Kernel(km)
 
