@@ -263,6 +263,32 @@ def test_submits_made_together_travel_to_their_engine_as_one_request(cluster, mo
     assert len({t.msg_id for t in tasks + [failing, refused, cancelled]}) == 1
 
 
+def test_tasks_of_a_function_that_does_not_unpack_each_fail_with_the_same_traceback(cluster):
+    # The tasks of one request share a function, unpacked once: one that does not unpack on
+    # the engine fails each task calling it with the same outcome, not with one exception
+    # re-raised per task, whose traceback grew by a frame at every raise.
+    held, release = threading.Event(), threading.Event()
+
+    def hold():  # on the client's IO thread: the three submits travel as one request
+        held.set()
+        release.wait(T)
+
+    cluster.client._io_loop.add_callback(hold)
+    assert held.wait(T)
+    try:
+        fn = h.FunctionRefusedOnTheEngine()
+        tasks = [cluster.submit(fn, engine=0) for _ in range(3)]
+    finally:
+        release.set()
+    texts = set()
+    for t in tasks:
+        with pytest.raises(ValueError, match="does not unpack here") as info:
+            t.result(T)
+        texts.add(str(info.value.__cause__))
+    assert len({t.msg_id for t in tasks}) == 1
+    assert len(texts) == 1, "the tasks' tracebacks differ:\n" + "\n---\n".join(sorted(texts))
+
+
 def test_a_submit_through_a_closed_client_is_refused_at_the_call(cluster, monkeypatch):
     # A submit is queued for the client's IO thread; with the client closed that thread is
     # gone, and a task queued there would wait for ever.

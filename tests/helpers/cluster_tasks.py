@@ -248,3 +248,14 @@ class RefusedOnTheEngine:
 
     def __reduce__(self):
         return (_refuse_unpickling, ("this argument does not unpack here",))
+
+
+class FunctionRefusedOnTheEngine:
+    """An async function that packs here and fails to unpack on the engine: every task
+    calling it cannot start."""
+
+    async def __call__(self) -> None:
+        return None
+
+    def __reduce__(self):
+        return (_refuse_unpickling, ("this function does not unpack here",))

@@ -92,18 +92,21 @@ class Agent:
         request, i.e. every task of it."""
         sched = self.scheduler()
         request = self.kernel.get_parent("shell")
-        unpacked: dict[int, Any] = {}  # fns index -> function, or the exception unpacking it raised
+        # Each function unpacked once; one that does not unpack fails every task calling it
+        # with the same outcome (formatted once, not re-raised per task).
+        loaded: list[tuple[Any, Any]] = []  # (function, None) or (None, its error outcome)
+        for packed in fns:
+            try:
+                loaded.append((pickle.loads(packed), None))
+            except Exception as e:  # noqa: BLE001 - the tasks calling it fail with it
+                loaded.append((None, error_outcome(e)))
         started: list[Any] = []
         for token, index, args_packed in items:
+            fn, failed = loaded[index]
+            if failed is not None:
+                started.append(failed)
+                continue
             try:
-                if index not in unpacked:
-                    try:
-                        unpacked[index] = pickle.loads(fns[index])
-                    except Exception as e:  # noqa: BLE001 - each task calling it fails with it
-                        unpacked[index] = e
-                fn = unpacked[index]
-                if isinstance(fn, Exception):
-                    raise fn
                 args, kwargs = pickle.loads(args_packed)
                 started.append(self._start(sched, token, request, fn, tuple(args), dict(kwargs)))
             except Exception as e:  # noqa: BLE001 - this task's failure, sent back as its outcome
