@@ -105,7 +105,6 @@ class Cluster:
         self._by_token: dict[str, RemoteTask] = {}  # a task's output and outcome come under it
         # Submits waiting for the IO thread's next turn, by engine (under _send_lock).
         self._queued: dict[int, list[tuple[RemoteTask, bytes, bytes]]] = {}
-        self._flush_due = False
         self._by_engine: dict[int, set[RemoteTask]] = {}
         self._rr = itertools.count()
         self._refresher: Any = None  # the dashboards' refresher, made by dashboard()
@@ -261,9 +260,8 @@ class Cluster:
                     self._by_token[task._token] = task
                     self._by_engine[eid].add(task)
             if live:
+                flush = not self._queued  # the first one queued since the last flush asks for it
                 self._queued.setdefault(eid, []).append((task, fn_packed, args_packed))
-                flush = not self._flush_due
-                self._flush_due = True
         if not live:
             task._finish(None, EngineLost(f"{self._known[eid]} was lost before {task.name!r} "
                                           "could start"))
@@ -275,7 +273,6 @@ class Cluster:
         """On the client's IO thread: send what is queued, one request per engine."""
         with self._send_lock:
             queued, self._queued = self._queued, {}
-            self._flush_due = False
         for eid, entries in queued.items():
             entries = [e for e in entries if not e[0].done()]  # e.g. its engine was lost since
             if not entries:
