@@ -167,7 +167,7 @@ class Extension:
             tc.set_default_scheduler(None)
         if self.engine.scheduler is sched:
             self.engine.scheduler = None
-        if not sched.stats().running:
+        if not sched.running:
             if refresher is not None:
                 refresher.stop()
             return None
@@ -206,7 +206,7 @@ class Extension:
 
         with self._lock:
             sched = self.scheduler
-            if not sched.stats().running:
+            if not sched.running:
                 raise RuntimeError(
                     "the tinycoro scheduler is stopped; %tinycoro restart starts a new one"
                 )
@@ -229,7 +229,7 @@ class Extension:
         self.stop_scheduler()
         if default is self.scheduler or default is None:
             previous = self._previous_default
-            if previous is not None and not previous.stats().running:
+            if previous is not None and not previous.running:
                 previous = None
             tc.set_default_scheduler(previous)
         self.runner.close()  # deferred to the end of the cell if called from an awaiting cell

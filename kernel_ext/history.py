@@ -82,9 +82,7 @@ class History:
         readings = self._ops[ctx]
         if readings and io_ops < readings[-1][1]:  # counters restarted without a rebase
             readings = ()
-        if not readings or now - readings[-1][0] >= timeshare.STEP:
-            readings = self._ops[ctx] = timeshare.keep(readings, now, float(io_ops))
-        rate = timeshare.growth(readings, now) if readings[-1][0] == now else None
+        self._ops[ctx], rate = timeshare.sample(readings, now, float(io_ops))
         if rate is None:
             shown = self._last[ctx] or (self._kept[ctx][-1] if self._kept[ctx] else None)
             return shown.ops_rate if shown else 0.0
@@ -124,13 +122,10 @@ class CpuMeter:
         while they span less; None: no reading yet, or too short a span to say)."""
         if cpu_seconds is None:
             return None
-        readings = self._readings.get(engine, ())
-        if readings and now - readings[-1][0] < timeshare.STEP:  # too close to the last: no new point
+        self._readings[engine], share = timeshare.sample(
+            self._readings.get(engine, ()), now, cpu_seconds)
+        if share is None:  # too close to the last reading, or the first one
             return self.now(engine)
-        readings = self._readings[engine] = timeshare.keep(readings, now, cpu_seconds)
-        share = timeshare.growth(readings, now) if len(readings) > 1 else None
-        if share is None:
-            return None
         point = CpuPoint(now, max(0.0, share))
         self._newest[engine] = point
         keep(self._kept.setdefault(engine, collections.deque()), point, self.step, self.span)

@@ -115,7 +115,7 @@ class TinycoroMagics(Magics):
     def _tasks(self, args: argparse.Namespace) -> None:
         sched = self.ext.scheduler
         text = format_tasks(sched.tasks(), sched.failures())
-        emit(text if sched.stats().running else text + "\n" + _STOPPED)
+        emit(text if sched.running else text + "\n" + _STOPPED)
 
     def _dashboard(self, args: argparse.Namespace) -> None:
         """Display the dashboard where the magic stands, as ``display()`` would: a magic's

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["STEP", "WINDOW", "Sample", "awake_share", "growth", "keep"]
+__all__ = ["STEP", "WINDOW", "Sample", "awake_share", "growth", "keep", "sample"]
 
 WINDOW = 1.0  # seconds: "the last second" of the legends
 STEP = 0.05  # seconds at least between two kept samples: bounds the interpolation's error
@@ -62,6 +62,18 @@ def growth(points: Sequence[Sample], now: float, window: float = WINDOW) -> floa
     if now - start <= 0:
         return None
     return (_at(points, now) - _at(points, start)) / (now - start)
+
+
+def sample(samples: tuple[Sample, ...], t: float,
+           total: float) -> tuple[tuple[Sample, ...], float | None]:
+    """A reading of a growing amount taken at *t*: the samples with it kept (unless it is
+    closer than :data:`STEP` to the newest one) and the amount's growth per second over the
+    last window up to *t*; None for the growth when the reading was not kept or the samples
+    span no time yet (a caller shows the growth it showed last)."""
+    if samples and t - samples[-1][0] < STEP:
+        return samples, None
+    samples = keep(samples, t, total)
+    return samples, growth(samples, t)
 
 
 def awake_share(samples: Sequence[Sample], sleep_total: float, sleep_since: float,
