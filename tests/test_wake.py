@@ -1,5 +1,5 @@
 """The sleep and wake protocol across contexts: a context about to sleep while another one is
-awake yields the CPU once and looks again first (``Engine._yield_first``), and no wake-up is
+awake yields the CPU once and looks again first (``Engine._sleep``, ``Engine._peer_awake``), and no wake-up is
 lost on the way, whether it comes as a push from another context or as a completion."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ Facts about waking a context, which the loop below is built around:
   parked tasks would show in the deadlock watchdog.
 * With other contexts in the scheduler, a context whose last look found nothing yields the
   CPU once before it sleeps if another context is awake, and looks again
-  (:meth:`Engine._yield_first` says why): under the GIL the contexts take turns, and a
+  (:meth:`Engine._peer_awake` says why): under the GIL the contexts take turns, and a
   sleep and its wake-up cost far more than a ``sched_yield``.
 * One turn runs exactly the tasks that were ready when the turn began (as asyncio's
   ``_run_once`` does): a task that yields goes behind them, so nobody starves.
@@ -177,7 +177,7 @@ class Engine(RingOwner):
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self.thread_ident: int | None = None
         # The other contexts of this engine's scheduler (Scheduler.peers), set as it starts
-        # running: whether one is awake decides if a sleep yields first (_yield_first).
+        # running: whether one is awake decides if a sleep yields first (_peer_awake).
         self._peers: tuple = ()
 
     def __repr__(self) -> str:
@@ -300,19 +300,12 @@ class Engine(RingOwner):
         fence.acquire()
         fence.release()
         try:
-            if ring.cq_ready():
-                # Awake again, and staying so: a task woken by what is reaped here (a
-                # completion of an operation that completes many times, through push) needs
-                # no eventfd write.
-                self.sleeping = False
-                self._reap()
+            if self._found_work(ring, draining):
                 return
-            if self.unsubmitted:
-                return
-            if not draining and (self.ready or self.calls or self.stop_requested):
-                return
-            if self._peers and not draining and self._yield_first(ring):
-                return
+            if self._peers and not draining and self._peer_awake():
+                os.sched_yield()  # _peer_awake says why; then the same look once more
+                if self._found_work(ring, draining):
+                    return
             self.sleep_since = t0 = _perf()
             try:
                 if self.deadlines.heap and not draining:
@@ -334,10 +327,10 @@ class Engine(RingOwner):
             ring.notify_on(False)
             self.sleeping = False
 
-    def _yield_first(self, ring: Any) -> bool:
-        """Before sleeping while another context of this scheduler is awake: give up the CPU
-        once (``sched_yield``, which releases the GIL) and look again. True if there is
-        work now, so the sleep is not needed.
+    def _peer_awake(self) -> bool:
+        """Whether another context of this scheduler is awake (not blocked in its sleep
+        point): then a context about to sleep gives up the CPU once (``sched_yield``, which
+        releases the GIL) and looks again before it sleeps.
 
         Why: under the GIL only one context runs Python at a time, so the contexts take
         turns, and each one's completion queue is often empty just when it finishes its turn
@@ -358,15 +351,22 @@ class Engine(RingOwner):
         """
         for e in self._peers:
             if e.sleep_since == 0.0:  # not blocked in its sleep point: running, or about to
-                break
-        else:
-            return False
-        os.sched_yield()
+                return True
+        return False
+
+    def _found_work(self, ring: Any, draining: bool) -> bool:
+        """The sleep point's look, with notifications on: True if there is something to do
+        (the sleep is not needed). Completions already in the CQ are reaped here, whatever
+        they are, and the context is then awake again and stays so: a task woken by what is
+        reaped (a completion of an operation that completes many times, through push) needs
+        no eventfd write."""
         if ring.cq_ready():
-            self.sleeping = False  # as in _sleep: awake again, reaping wakes nobody here
+            self.sleeping = False
             self._reap()
             return True
-        return bool(self.ready or self.calls or self.stop_requested)
+        if self.unsubmitted:
+            return True
+        return not draining and bool(self.ready or self.calls or self.stop_requested)
 
     def _block_until(self, when: float | None) -> None:
         """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
@@ -402,10 +402,7 @@ class Engine(RingOwner):
         INLINE_BUDGET of them, or because an interrupt (a cancel, a timeout that expired,
         ``tc.timeout(0)``) waits for the task's next await, where the ring path delivers it."""
         task = _local.task
-        if self.inline_left <= 0 or task is None or task._interrupts is not None:
-            return False
-        self.inline_left -= 1
-        return True
+        return task is not None and spend_inline(task)  # the running task's engine is this one
 
     def _step(self, task: Task) -> None:
         """Resume *task* once and act on the trap it yields next."""
