@@ -21,3 +21,4 @@ cdef class Mutex(Acquirable):
 
     cdef object _acquire(self)
     cdef bint _take_free(self, object me) except -1
+    cdef bint _grab(self) except -1

@@ -126,11 +126,7 @@ class Mutex(Acquirable):
     def _take_free(self, me: Any) -> bool:
         """The uncontended path: take the token if nobody queued and it is there (module doc)
         and make *me* the owner."""
-        if self._contended:
-            return False
-        try:
-            self._take()
-        except IndexError:
+        if self._contended or not self._grab():
             return False
         self._owner = me
         return True
@@ -217,8 +213,11 @@ class Mutex(Acquirable):
     # -- internals --------------------------------------------------------------------------
     def _take_locked(self) -> bool:
         """Take the token if it is there (a fast-path lock may take it first meanwhile)."""
-        if not self._free:  # the common case under contention: no exception raised and caught
-            return False
+        # not free: the common case under contention, no exception raised and caught
+        return bool(self._free) and self._grab()
+
+    def _grab(self) -> bool:
+        """Pop the token: False if another thread's pop won it (module doc)."""
         try:
             self._take()
         except IndexError:

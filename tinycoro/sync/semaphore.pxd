@@ -10,3 +10,4 @@ cdef class Semaphore(Acquirable):
     cdef public object _lot
 
     cdef object _acquire(self)
+    cdef object _take_or_park(self)

@@ -49,6 +49,10 @@ class Semaphore(Acquirable):
         """Take a permit and return ``DONE``, or return what yields first or waits."""
         if not spend():
             return self._acquire_later()
+        return self._take_or_park()
+
+    def _take_or_park(self) -> Any:
+        """Take a permit and return ``DONE``, or return the wait for one."""
         with self._mu:
             if self._value > 0:  # positive implies no waiters (baton passing)
                 self._value -= 1
@@ -60,12 +64,7 @@ class Semaphore(Acquirable):
     async def _acquire_later(self) -> None:
         await yield_now()  # the budget is spent, or an interrupt is due: it is raised here
         spend()  # a new step: this acquisition counts in its budget
-        with self._mu:
-            if self._value > 0:
-                self._value -= 1
-                return
-            waiter = self._lot.enqueue()
-        await self._lot.park(waiter, self._undo)
+        await self._take_or_park()
 
     def try_acquire(self) -> bool:
         """Take a permit if one is available now; never waits."""
