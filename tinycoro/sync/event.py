@@ -42,7 +42,9 @@ class Event:
         in a loop (a "stop" flag checked each round, say) must not starve its context. At zero,
         or when a cancel waits for the task's next await, it yields once first: that cancel
         lands there."""
-        if not spend():  # rule 16: a wait that completes at once counts in the budget
+        # rule 16: a wait that completes at once counts in the budget; one that parks does
+        # not (the park is the suspension, and an interrupt that is due lands there)
+        if self._set and not spend():
             await yield_now()  # spent, or an interrupt is due: it is raised here
             spend()  # a new step: this wait counts in its budget
         with self._mu:

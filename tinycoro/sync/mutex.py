@@ -117,7 +117,8 @@ class Mutex(Acquirable):
         me = thread_state.task
         if me is None:
             me = foreign_waiter() or _FOREIGN  # an asyncio task owns it through its stand-in
-        elif not spend_inline(me):
+        elif not self._contended and self._free and not spend_inline(me):
+            # only a lock taken at once counts in the budget; one that waits parks instead
             return self._lock_later(me)
         if self._take_free(me):
             return DONE

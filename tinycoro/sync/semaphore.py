@@ -47,7 +47,9 @@ class Semaphore(Acquirable):
 
     def _acquire(self) -> Any:
         """Take a permit and return ``DONE``, or return what yields first or waits."""
-        if not spend():
+        # Only a permit taken at once counts in the budget (a look without _mu: it decides
+        # the charge, _take_or_park decides the take); a wait for one parks, which suspends.
+        if self._value > 0 and not spend():
             return self._acquire_later()
         return self._take_or_park()
 
