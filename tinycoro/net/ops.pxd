@@ -20,6 +20,7 @@ cdef class SendallOp(InlineOp):
     cdef public bint once
 
     cdef bint _alone(self, Engine engine)
+    cdef bint _sent(self, Py_ssize_t res) except -1
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener

@@ -197,13 +197,8 @@ class SendallOp(InlineOp):
                     raise
                 if pending.closed:
                     raise ClosedResourceError(CLOSED_WHILE_WAITING)
-                if res > 0:
-                    if self.once:
-                        return res
-                    if res == len(data):
-                        return None
-                    data = memoryview(data)[res:]  # it took part: the ring sends the rest
-                    self.args = (fd, data, min(len(data), MAX_RW), flags)
+                if res > 0 and self._sent(res):  # else it took part: the ring sends the rest
+                    return res if self.once else None
             engine = self._enter()
             try:
                 while True:
@@ -215,13 +210,8 @@ class SendallOp(InlineOp):
                         res = yield from run_outside(self)
                     if res < 0:
                         raise self._failure(res)
-                    if self.once:
-                        return res
-                    fd, data, n, flags = self.args
-                    if res == len(data):
-                        return None
-                    data = memoryview(data)[res:]  # the kernel took part: send the rest
-                    self.args = (fd, data, min(len(data), MAX_RW), flags)
+                    if self._sent(res):  # else the kernel took part: send the rest
+                        return res if self.once else None
             finally:
                 del pending._ops[self]
         finally:
@@ -230,6 +220,18 @@ class SendallOp(InlineOp):
             if spare is not None and not spare:
                 spare.append(self)  # the stream's next sendall takes it
 
+
+    def _sent(self, res: int) -> bool:
+        """*res* bytes of the args' data went out: True when the send is over (a ``send()``
+        after one, a ``sendall()`` once all went); else the args now hold the rest."""
+        if self.once:
+            return True
+        fd, data, n, flags = self.args
+        if res == len(data):
+            return True
+        data = memoryview(data)[res:]
+        self.args = (fd, data, min(len(data), MAX_RW), flags)
+        return False
 
     def _alone(self, engine: Any) -> bool:
         """Whether the send is the only thing its context has to do now (class doc): no
