@@ -30,6 +30,17 @@ def open_fds() -> set[int]:
     return {int(fd) for fd in os.listdir("/proc/self/fd")}
 
 
+def opened_since(before: set[int]) -> set[int]:
+    """The descriptors open now that were not in *before* (an :func:`open_fds` taken earlier):
+    what the code under test left behind.
+
+    Not ``open_fds() == before``: that also fails when something else in the process closes a
+    descriptor meanwhile (a library's background thread, a collected file object), which is no
+    leak; and then listdir's own descriptor, which takes the lowest free number, moves too.
+    """
+    return open_fds() - before
+
+
 def tinycoro_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("tinycoro-")]
 
