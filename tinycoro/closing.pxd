@@ -13,3 +13,4 @@ cdef class ResourceOp(Op):
     cdef public object pending
 
     cpdef _enter(self)
+    cpdef _fill_for(self, PendingOps pending, object prep, tuple args, bint returns_fd=*)

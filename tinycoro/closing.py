@@ -96,7 +96,14 @@ class ResourceOp(Op):
     def __init__(
         self, pending: PendingOps, prep: Callable[..., None], *args: Any, returns_fd: bool = False
     ) -> None:
-        Op.__init__(self, prep, *args, returns_fd=returns_fd)
+        self._fill_for(pending, prep, args, returns_fd)
+
+    def _fill_for(
+        self, pending: PendingOps, prep: Callable[..., None], args: tuple, returns_fd: bool = False
+    ) -> None:
+        """What ``__init__`` does, with the prep's arguments as one tuple: for the constructors
+        of subclasses (see ``Op._fill``)."""
+        self._fill(prep, args, returns_fd)
         self.pending = pending
 
     def _enter(self) -> Any:

@@ -15,6 +15,8 @@ cdef class Op(_CoroutineProtocol):
     cdef public object what
     cdef public bint returns_fd
 
+    cpdef _fill(self, object prep, tuple args, bint returns_fd=*)
+
 cdef class _Raw(_CoroutineProtocol):
     cdef public object op
 

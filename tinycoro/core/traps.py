@@ -76,6 +76,12 @@ class Op(_CoroutineProtocol):
     __slots__ = ("prep", "args", "task", "ud", "cancelling", "what", "returns_fd", "_gen")
 
     def __init__(self, prep: Callable[..., None], *args: Any, returns_fd: bool = False) -> None:
+        self._fill(prep, args, returns_fd)
+
+    def _fill(self, prep: Callable[..., None], args: tuple, returns_fd: bool = False) -> None:
+        """What ``__init__`` does, with the prep's arguments as one tuple. The constructors of
+        subclasses call this (one C call when compiled): ``Op.__init__(self, prep, *args)``
+        would pack and parse the arguments again at each level, on every operation."""
         self.prep = prep
         self.args = args
         self.task: Any = None  # its waiter: a Task, or what a ring owner resumes (core.ring)

@@ -34,9 +34,7 @@ class RingRead(ResourceOp):
         offset: int, got: int = 0, out: Any = None,
     ) -> None:
         want = min(len(view) - got, MAX_RW)
-        ResourceOp.__init__(
-            self, pending, prep_read, fd, view[got:] if got else view, want, offset + got
-        )
+        self._fill_for(pending, prep_read, (fd, view[got:] if got else view, want, offset + got))
         self.view = view
         self.offset = offset
         self.got = got
@@ -90,7 +88,7 @@ class RingWrite(ResourceOp):
     __slots__ = ("view", "offset", "name")
 
     def __init__(self, pending: PendingOps, fd: int, name: str, view: memoryview, offset: int) -> None:
-        ResourceOp.__init__(self, pending, prep_write, fd, view, min(len(view), MAX_RW), offset)
+        self._fill_for(pending, prep_write, (fd, view, min(len(view), MAX_RW), offset))
         self.view = view
         self.offset = offset
         self.name = name

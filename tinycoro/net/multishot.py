@@ -72,7 +72,7 @@ class MultishotRecv(InlineOp):
                  "ticket", "want", "token", "owner", "waited", "was_armed")
 
     def __init__(self, stream: Any) -> None:
-        InlineOp.__init__(self, stream._ops, uring.prep_recv_multishot, stream._fd)
+        self._fill_for(stream._ops, uring.prep_recv_multishot, (stream._fd,))
         self.queue: collections.deque[Any] = collections.deque()
         self.queued = 0  # bytes in the queue, not yet read
         self.offset = 0  # bytes of the queue's first chunk already read

@@ -80,7 +80,7 @@ class RecvOp(ResourceOp):
     __slots__ = ("view", "token", "owner")
 
     def __init__(self, stream: Any, buf: bytearray, max_bytes: int) -> None:
-        ResourceOp.__init__(self, stream._ops, prep_recv, stream._fd, buf, max_bytes, 0)
+        self._fill_for(stream._ops, prep_recv, (stream._fd, buf, max_bytes, 0))
         self.view = memoryview(buf)
         self.token = stream._recv_token
         self.owner = weakref.ref(stream)  # weak: the stream holds this op (no cycle)
@@ -157,7 +157,7 @@ class SendallOp(InlineOp):
     ) -> None:
         n = min(len(data), MAX_RW) if data is not None else 0
         args = (stream._fd, data, n, flags) if data is not None else ()
-        ResourceOp.__init__(self, stream._ops, prep_send, *args)
+        self._fill_for(stream._ops, prep_send, args)
         self.spare = spare
         self.owner = owner
         self.sock = stream._sock
@@ -248,10 +248,7 @@ class AcceptOp(ResourceOp):
     __slots__ = ("listener",)
 
     def __init__(self, listener: Any) -> None:
-        ResourceOp.__init__(
-            self, listener._ops, prep_accept, listener._fd, None, socket.SOCK_CLOEXEC,
-            returns_fd=True,
-        )
+        self._fill_for(listener._ops, prep_accept, (listener._fd, None, socket.SOCK_CLOEXEC), True)
         self.listener = listener
 
     def describe(self) -> str:
