@@ -381,3 +381,14 @@ def test_a_failed_setup_reports_its_own_errno_not_a_stale_one(ring_cls):
         with pytest.raises(OSError) as info:
             ring_cls(65536)  # above the kernel's 32768 entries: EINVAL
         assert info.value.errno == errno.EINVAL
+
+
+def test_the_pure_ring_keeps_the_gil_while_it_resets_errno():
+    """The pure ring resets C errno before each binding call that may fail (every submit). A
+    ctypes call through CDLL releases the GIL and takes it back: each release woke a thread
+    waiting for the GIL and restarted its switch interval, and the busy context took the GIL
+    back first every time, so the main thread, unwinding a Ctrl-C, could wait seconds for it.
+    Through PyDLL the call keeps the GIL."""
+    import ctypes
+
+    assert uring._errno_location._flags_ & ctypes._FUNCFLAG_PYTHONAPI
