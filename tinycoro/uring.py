@@ -140,12 +140,7 @@ _cq_ready = _L.io_uring_cq_ready
 _peek_cqe = _L.io_uring_peek_cqe
 _cqe_seen = _L.io_uring_cqe_seen
 _eventfd_toggle = _L.io_uring_cq_eventfd_toggle
-# This thread's C errno. Through PyDLL, which keeps the GIL for the call: a CDLL function
-# releases and retakes it, and a context that did so before every submit starved the process's
-# other threads. Each release wakes a thread waiting for the GIL and restarts its switch
-# interval, and the busy context takes the GIL back first, so the waiter never asks for it (the
-# main thread, unwinding a Ctrl-C, waited seconds and once minutes for it).
-_errno_location = ctypes.PyDLL(None).__errno_location
+_errno_location = ctypes.PyDLL(None).__errno_location  # C errno; PyDLL: the call keeps the GIL
 _errno_location.restype = ctypes.POINTER(ctypes.c_int)
 
 
