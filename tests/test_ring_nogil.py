@@ -144,3 +144,45 @@ def test_a_long_turn_submits_before_it_ends():
 
     tc.run(main(), contexts=1)
     assert seen == [(n // early) * early]
+
+
+# -- whom the GIL is released for --------------------------------------------------------------
+# A release of the GIL for the system call wakes any thread waiting for it, which restarts its
+# switch interval and finds the GIL taken back before it runs: a context that submitted often,
+# releasing every time, held the process's other threads off for seconds (the main thread
+# unwinding a Ctrl-C). So a context releases it to submit only while another context is awake,
+# the one thread that can use it meanwhile; otherwise it keeps it, and a waiter gets it after
+# one switch interval, as from any busy Python thread.
+@pytest.mark.timeout(30)
+def test_a_lone_context_keeps_the_gil_to_submit():
+    async def main() -> bool:
+        await Op(uring.prep_nop)  # submitted at the end of this turn
+        return _local.engine.ring.release_gil
+
+    assert tc.run(main(), contexts=1) is False
+
+
+@pytest.mark.timeout(30)
+def test_a_context_releases_the_gil_to_submit_while_another_is_awake():
+    placed: list[int | None] = []
+    stop = False
+
+    async def busy() -> None:  # keeps its context awake: it always has a task ready
+        placed.append(tc.current_context())
+        while not stop:
+            await tc.yield_now()
+
+    async def main() -> bool:
+        nonlocal stop
+        peer = tc.spawn(busy())
+        while not placed:
+            await tc.yield_now()
+        assert placed[0] != tc.current_context(), "round-robin put both tasks on one context"
+        try:
+            await Op(uring.prep_nop)
+            return _local.engine.ring.release_gil
+        finally:
+            stop = True
+            await peer
+
+    assert tc.run(main(), contexts=2) is True

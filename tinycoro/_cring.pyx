@@ -233,6 +233,8 @@ cdef class RingCore:
 
     cdef public io_uring _ring
     cdef io_uring_cqe _cqe
+    # Whether submit() enters the kernel without the GIL (see submit); its owner decides.
+    cdef public bint release_gil
     # The provided-buffer ring (multishot recv): set up at the first multishot, kept until the
     # ring closes. _pb_state: 0 not tried, 1 ready, -1 unavailable (kernel, or forced off).
     cdef public int _pb_state
@@ -322,12 +324,22 @@ cdef class RingCore:
         return sqe
 
     def submit(self):
-        """Hand every prepared SQE to the kernel, without the GIL. Retries after EINTR (once
-        the signal handlers have run: one that raises ends the retry, PEP 475)."""
+        """Hand every prepared SQE to the kernel, without the GIL while ``release_gil`` is
+        set. Retries after EINTR (once the signal handlers have run: one that raises ends the
+        retry, PEP 475).
+
+        Why the GIL is not always released: a release wakes the thread waiting for the GIL,
+        which restarts its switch interval and finds the GIL taken back at once, so it never
+        asks for a switch. A context busy enough to submit more often than every switch
+        interval then starved the process's other threads (the main thread unwinding a
+        Ctrl-C waited up to seconds); only a peer context gains from the release."""
         cdef __io_uring* ring = &self._ring.ptr
         cdef int n
         while True:
-            with nogil:
+            if self.release_gil:
+                with nogil:
+                    n = _submit_nogil(ring)
+            else:
                 n = _submit_nogil(ring)
             if n >= 0:
                 return n

@@ -301,7 +301,7 @@ class _Lifecycle:
             raise
         self._ring = ring
         self.efd = efd
-        self._open = True
+        self._open = self.release_gil = True  # (release_gil: see CRing.submit)
         # Completions post to the eventfd only while the owner sleeps (see notify_on).
         _L.io_uring_cq_eventfd_toggle(ring, False)
 
@@ -336,7 +336,7 @@ class PyRing(_Lifecycle):
     The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE=1``.
     """
 
-    __slots__ = ("_ring", "_cqe", "efd", "_open")
+    __slots__ = ("_ring", "_cqe", "efd", "_open", "release_gil")
 
     def __init__(self, entries: int) -> None:
         self._setup(entries)

@@ -43,6 +43,8 @@ cdef class Engine(RingOwner):
     cdef public tuple _peers
 
     cpdef bint inline_ok(self)
+    cpdef _submit(self)
+    cdef bint _peer_awake(self)
     cpdef _step(self, Task task)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)

@@ -354,6 +354,16 @@ class Engine(RingOwner):
                 return True
         return False
 
+    def _submit(self) -> None:
+        """Hand the turn's SQEs to the kernel, releasing the GIL during the system call only
+        while another context is awake: that context can run Python meanwhile (for a socket
+        op, ``io_uring_enter`` does the work inline). With nobody to use it, a release per
+        submit only starved the process's other threads of the GIL: a busy context took it
+        back before a waiter woke, every time (``CRing.submit`` says why). Held, a waiter
+        gets it after one switch interval, as it would from any busy Python thread."""
+        self.ring.release_gil = self._peers != () and self._peer_awake()
+        RingOwner._submit(self)
+
     def _found_work(self, ring: Any, draining: bool) -> bool:
         """The sleep point's look, with notifications on: True if there is something to do
         (the sleep is not needed). Completions already in the CQ are reaped here, whatever
