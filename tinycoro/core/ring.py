@@ -84,6 +84,9 @@ class IoRing(Protocol):
     """What a ring's owner needs of a ring: ``uring.PyRing`` and ``uring.CRing`` both are one."""
 
     efd: int
+    # Whether submit() enters the kernel without the GIL (the compiled ring; the pure ring's
+    # binding keeps it whatever this says): the engine sets it per submit (Engine._submit).
+    release_gil: bool
 
     @property
     def closed(self) -> bool: ...
