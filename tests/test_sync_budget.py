@@ -20,9 +20,8 @@ import pytest
 
 import tinycoro as tc
 from tinycoro.core.engine import INLINE_BUDGET
-from tinycoro.core.local import thread_state
 
-from helpers.sync import run, spawn_here
+from helpers.sync import run, spawn_elsewhere, spawn_here
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,24 +56,6 @@ def _set_event() -> tc.Event:
     e = tc.Event()
     e.set("v")
     return e
-
-
-async def _noop() -> None:
-    return None
-
-
-def _spawn_elsewhere(coro: Any) -> tc.Task:
-    """Spawn *coro* on a context other than the caller's (round-robin dispatch only): spawn
-    no-op probes until the next slot is not ours."""
-    engine = thread_state.engine
-    n, here = engine.scheduler.contexts, engine.id
-    for _ in range(2 * n + 1):
-        probe = tc.spawn(_noop())
-        if (probe.context + 1) % n != here:
-            task = tc.spawn(coro)
-            assert task.context != here
-            return task
-    raise AssertionError("round-robin dispatch expected")
 
 
 # name -> (make the primitive, one acquisition that completes at once)
@@ -152,7 +133,7 @@ def test_a_cancel_reaches_a_task_looping_on_a_free_lock_and_leaves_it_free(conte
         if where == "same-context":
             t = spawn_here(looper())
         else:
-            t = _spawn_elsewhere(looper())
+            t = spawn_elsewhere(looper())
         await started.wait()
         t.cancel()
         with pytest.raises(tc.Cancelled):

@@ -8,7 +8,7 @@ import pytest
 
 import tinycoro as tc
 from helpers.runtime import cancel_and_wait
-from helpers.sync import Cancelled, is_blocked, run, spawn_here, until, wait_blocked
+from helpers.sync import Cancelled, is_blocked, run, spawn_elsewhere, spawn_here, until, wait_blocked
 
 
 @pytest.mark.timeout(60)
@@ -328,22 +328,6 @@ def test_fast_path_races_across_threads_keep_exclusion_and_lose_no_waiter(contex
     assert stats == tc.sync.MutexStatistics(locked=False, owner=None, waiters=0)
 
 
-async def _noop() -> None:
-    return None
-
-
-def _spawn_elsewhere(coro, contexts: int) -> tc.Task:
-    """Spawn *coro* on a context other than the caller's (round-robin dispatch)."""
-    me = tc.current_task().context
-    for _ in range(2 * contexts + 1):
-        probe = tc.spawn(_noop())
-        if (probe.context + 1) % contexts != me:
-            task = tc.spawn(coro)
-            assert task.context != me
-            return task
-    raise AssertionError("round-robin dispatch expected")
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("contexts", [2, 4])
 @pytest.mark.parametrize("pause", range(8))
@@ -406,7 +390,7 @@ def test_a_waiter_that_queues_at_any_point_of_a_fast_unlock_is_not_stranded(cont
             seen["newcomer got it"] = True
             m.unlock()
 
-        u = _spawn_elsewhere(unlocker(), contexts)
+        u = spawn_elsewhere(unlocker())
         await paused.wait()
         w = spawn_here(newcomer())
         await until(lambda: w.done() or is_blocked(w))

@@ -9,7 +9,7 @@ import tinycoro as tc
 from tinycoro.core.local import thread_state as _local
 from tinycoro.testing import is_blocked, wait_blocked
 
-__all__ = ["run", "spawn_here", "until", "wait_blocked", "is_blocked", "settle", "Cancelled"]
+__all__ = ["run", "spawn_here", "spawn_elsewhere", "until", "wait_blocked", "is_blocked", "settle", "Cancelled"]
 
 Cancelled = tc.Cancelled
 DEADLOCK = 20.0  # a test that deadlocks fails with DeadlockError instead of hanging
@@ -40,17 +40,28 @@ async def _noop() -> None:
 
 
 def spawn_here(coro: Any) -> tc.Task:
-    """Spawn *coro* on the calling task's own context (round-robin dispatch only): spawn
-    no-op probes until the next round-robin slot is ours. Makes cross-context races that a
-    test wants to pin down deterministic (both sides then run on one thread)."""
+    """Spawn *coro* on the calling task's own context (round-robin dispatch only). Makes
+    cross-context races that a test wants to pin down deterministic (both sides then run on
+    one thread)."""
+    return _spawn_placed(coro, here=True)
+
+
+def spawn_elsewhere(coro: Any) -> tc.Task:
+    """Spawn *coro* on a context other than the calling task's (round-robin dispatch only, two
+    contexts or more): the two sides of a race then run on two threads."""
+    return _spawn_placed(coro, here=False)
+
+
+def _spawn_placed(coro: Any, here: bool) -> tc.Task:
+    # Spawn no-op probes until the next round-robin slot is (or is not) the caller's context.
     engine = _local.engine
     n = engine.scheduler.contexts
     me = engine.id
     for _ in range(2 * n + 1):
         probe = tc.spawn(_noop())
-        if (probe.context + 1) % n == me:
+        if ((probe.context + 1) % n == me) == here:
             task = tc.spawn(coro)
-            assert task.context == me
+            assert (task.context == me) == here
             return task
     raise AssertionError("round-robin dispatch expected")
 
