@@ -23,6 +23,9 @@ cdef class _Raw(_CoroutineProtocol):
 cdef class Ready:
     cdef public object value
 
+cdef class Done:
+    pass
+
 cdef class Park:
     cdef public object abort
     cdef public object undo

@@ -151,9 +151,7 @@ class Ready:
         raise StopIteration(self.value)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
-        if val is None and tb is None:
-            raise typ
-        raise val.with_traceback(tb) if val is not None else typ
+        raise thrown(typ, val, tb)
 
     def close(self) -> None:
         pass
@@ -161,6 +159,47 @@ class Ready:
     def __await__(self) -> Generator[Any, Any, Any]:
         yield from ()  # a generator that never suspends
         return self.value
+
+
+class Done:
+    """The awaitable of something already finished, with None as its result: awaiting it
+    returns at its first step, without suspending, and makes no generator (``__await__``
+    returns the object itself). Stateless: :data:`DONE` is shared. An uncontended lock
+    returns it (tinycoro.sync), and so does :func:`checkpoint_if_cancelled` with nothing due.
+
+    It also answers the coroutine protocol (``send``/``throw``/``close``) for code that drives
+    an awaitable's ``__await__()`` by hand."""
+
+    __slots__ = ()
+
+    def __await__(self) -> "Done":
+        return self
+
+    def __iter__(self) -> "Done":
+        return self
+
+    def __next__(self) -> None:
+        raise StopIteration  # compiled: NULL without an exception, i.e. "returned None"
+
+    def send(self, _value: Any) -> None:
+        raise StopIteration
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> None:
+        raise thrown(typ, val, tb)
+
+    def close(self) -> None:
+        pass
+
+
+DONE = Done()
+
+
+def thrown(typ: Any, val: Any, tb: Any) -> BaseException:
+    """The exception that ``throw(typ, val, tb)`` raises (either calling convention)."""
+    exc = val if val is not None else typ
+    if isinstance(exc, type):
+        exc = exc()
+    return exc.with_traceback(tb) if tb is not None else exc
 
 
 class Park:
@@ -308,17 +347,14 @@ def yield_now() -> _Yield:
     return YIELD
 
 
-_NOTHING = Ready(None)
-
-
-def checkpoint_if_cancelled() -> "_Yield | Ready":
+def checkpoint_if_cancelled() -> "_Yield | Done":
     """Take a cancel or an expired timeout that is on its way to this task here, by yielding
     once; return at once when none is (trio has the same name). For code that must not start
     something it could not then finish, such as encrypting a TLS record."""
     task = _local.task
     if task is not None and task._interrupts is not None:
         return YIELD
-    return _NOTHING
+    return DONE
 
 
 def join_outside(task: Any):

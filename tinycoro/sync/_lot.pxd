@@ -19,13 +19,10 @@ cdef class ParkingLot:
     cdef public object what
 
 # Acquisitions that complete at once (rule 16, the module doc): the budget check is a C call of
-# the engine's spend_inline, and the shared DONE finishes an await with no allocation.
+# the engine's spend_inline, and the shared traps.DONE finishes an await with no allocation.
 from ..core.engine cimport spend_inline
 
 cpdef bint spend()
-
-cdef class Done:
-    pass
 
 cdef class Acquirable:
     cdef object _acquire(self)

@@ -47,7 +47,7 @@ from typing import Any, Callable, Generator
 from ..core.engine import spend_inline
 from ..core.local import thread_state
 from ..core.task import Waker, describe
-from ..core.traps import Park, foreign_waiter, park
+from ..core.traps import DONE, Park, foreign_waiter, park, thrown
 
 _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
 
@@ -61,45 +61,6 @@ def spend() -> bool:
     asyncio task) has no budget: True. Compiled, ``spend_inline`` is a C call (the .pxd)."""
     task = thread_state.task
     return task is None or spend_inline(task)
-
-
-class Done:
-    """The awaitable of an acquisition that completed at once (module doc): awaiting it
-    returns None at its first step, without suspending. Stateless: :data:`DONE` is shared.
-
-    It also answers the coroutine protocol (``send``/``throw``/``close``) for code that drives
-    an awaitable's ``__await__()`` by hand, as :class:`Acquisition` does."""
-
-    __slots__ = ()
-
-    def __await__(self) -> "Done":
-        return self
-
-    def __iter__(self) -> "Done":
-        return self
-
-    def __next__(self) -> None:
-        raise StopIteration  # compiled: NULL without an exception, i.e. "returned None"
-
-    def send(self, _value: Any) -> None:
-        raise StopIteration
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> None:
-        raise _exception(typ, val, tb)
-
-    def close(self) -> None:
-        pass
-
-
-DONE = Done()
-
-
-def _exception(typ: Any, val: Any, tb: Any) -> BaseException:
-    """The exception that ``throw(typ, val, tb)`` raises (either calling convention)."""
-    exc = val if val is not None else typ
-    if isinstance(exc, type):
-        exc = exc()
-    return exc.with_traceback(tb) if tb is not None else exc
 
 
 class Acquirable:
@@ -128,10 +89,12 @@ class Acquisition:
     work when awaited (not when made), and a coroutine (``send``/``throw``/``close``) so that
     ``tc.spawn(m.lock())`` and ``asyncio.create_task(m.lock())`` take it, as they take an
     ``async def``'s coroutine. Awaited, it returns the iterator of what ``prim._acquire()``
-    gives: :data:`DONE` itself when the thing was taken at once.
+    gives: ``traps.DONE`` itself when the thing was taken at once.
 
     Thrown into before its first step (a task cancelled before it started), it raises
-    without taking anything, as a coroutine that never ran would."""
+    without taking anything, as a coroutine that never ran would. That, and staying finished
+    (:data:`DONE`) once done, is why it is not a ``traps._CoroutineProtocol``, whose ops
+    step ``__await__`` on a first throw and may be awaited again."""
 
     __slots__ = ("prim", "_gen")
     prim: Acquirable
@@ -155,7 +118,7 @@ class Acquisition:
         gen = self._gen
         if gen is None:
             self._gen = DONE
-            raise _exception(typ, val, tb)
+            raise thrown(typ, val, tb)
         try:
             if val is None and tb is None:
                 return gen.throw(typ)

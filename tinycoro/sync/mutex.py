@@ -49,9 +49,9 @@ from typing import Any, Awaitable
 
 from ..core.local import thread_state
 from ..core.task import Task, describe
-from ..core.traps import foreign_waiter, yield_now
+from ..core.traps import DONE, foreign_waiter, yield_now
 from ..core.engine import spend_inline
-from ._lot import DONE, Acquirable, Acquisition, ParkingLot, Waiter, acquisition
+from ._lot import Acquirable, Acquisition, ParkingLot, Waiter, acquisition
 
 
 @dataclass(frozen=True)

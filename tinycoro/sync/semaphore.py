@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable
 
 from ..core.checks import check_int
-from ..core.traps import yield_now
-from ._lot import DONE, Acquirable, Acquisition, ParkingLot, acquisition, spend
+from ..core.traps import DONE, yield_now
+from ._lot import Acquirable, Acquisition, ParkingLot, acquisition, spend
 
 
 @dataclass(frozen=True)
