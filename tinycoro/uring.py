@@ -114,7 +114,6 @@ __all__ = [
     "prep_connect",
     "prep_recv",
     "prep_recv_multishot",
-    "multishot_wanted",
     "MULTISHOT_ENV",
     "ring_flags",
     "RING_FLAGS_ENV",
@@ -301,7 +300,7 @@ class _Lifecycle:
             raise
         self._ring = ring
         self.efd = efd
-        self._open = self.release_gil = True  # (release_gil: see CRing.submit)
+        self._open = self.release_gil = True  # (release_gil: read by CRing.submit only)
         # Completions post to the eventfd only while the owner sleeps (see notify_on).
         _L.io_uring_cq_eventfd_toggle(ring, False)
 

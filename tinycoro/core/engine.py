@@ -60,7 +60,9 @@ Seams (what other layers may call; everything else here is private):
   operation without suspending (page-cache file reads done inline: :mod:`tinycoro.io`)? A
   layer that completes work inline asks before each operation and suspends (``yield_now``)
   on False, so no task holds its context for more than ``INLINE_BUDGET`` operations, and an
-  interrupt still lands at the first await, as it would on the ring.
+  interrupt still lands at the first await, as it would on the ring. The module-level
+  ``spend_inline(task)`` is the same check for a caller that holds the running task already
+  (an uncontended lock of :mod:`tinycoro.sync`).
 * ``Scheduler.context_idle(engine)`` is the engine's one call into the scheduler (the stop
   protocol), and ``scheduler.failure_hook`` the one attribute it reads.
 """
@@ -361,7 +363,7 @@ class Engine(RingOwner):
         submit only starved the process's other threads of the GIL: a busy context took it
         back before a waiter woke, every time (``CRing.submit`` says why). Held, a waiter
         gets it after one switch interval, as it would from any busy Python thread."""
-        self.ring.release_gil = self._peers != () and self._peer_awake()
+        self.ring.release_gil = self._peer_awake()
         RingOwner._submit(self)
 
     def _found_work(self, ring: Any, draining: bool) -> bool:

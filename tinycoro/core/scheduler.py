@@ -205,8 +205,9 @@ class Scheduler:
 
     def peers(self, engine: Engine) -> tuple[Engine, ...]:
         """The engine's seam to the other contexts: every engine of this scheduler but
-        *engine*, whose sleep point reads whether one of them is awake (a context about to
-        sleep while another runs yields the CPU first: ``Engine._yield_first``)."""
+        *engine*. ``Engine._peer_awake`` reads whether one of them is awake: a context about to
+        sleep while another runs yields the CPU first, and a submit releases the GIL only
+        then."""
         return tuple(e for e in self._engines if e is not engine)
 
     def _finish_locked(self) -> None:
