@@ -45,3 +45,18 @@ def test_an_engine_whose_scheduler_stopped_refuses_tasks_saying_so(default_sched
     set_default_scheduler(None)
     with pytest.raises(RuntimeError, match="scheduler is not running"):
         Agent.scheduler()
+
+
+def test_a_tasks_parent_keeps_the_request_header_not_the_batchs_buffers():
+    # A task's parent (its output and outcome go under it) lives as long as the task; the
+    # request's buffers are the pickled functions and arguments of every task of its batch.
+    from tinycoro.cluster.messages import task_parent
+
+    request = {
+        "header": {"msg_id": "request", "msg_type": "apply_request", "session": "s"},
+        "parent_header": {}, "metadata": {}, "content": {}, "buffers": [b"x" * 1024] * 8,
+    }
+    parent = task_parent(request, "token")
+    assert parent["header"] == {"msg_id": "token", "msg_type": "apply_request", "session": "s"}
+    assert not parent["buffers"]
+    assert request["header"]["msg_id"] == "request" and len(request["buffers"]) == 8

@@ -182,7 +182,7 @@ class ClientSeam:
             finally:
                 done.set()
 
-        self.client._io_loop.add_callback(call)
+        self.call_soon(call)
         if not done.wait(timeout) and fail is not None:
             raise RuntimeError(fail)
 

@@ -47,10 +47,12 @@ def pack(obj: Any) -> bytes:
 
 def task_parent(request: dict, token: str) -> dict:
     """The parent header a task's output and outcome go under: the apply request's that
-    carried it, with the task's *token* as msg_id (a shallow copy; the request is unchanged)."""
+    carried it, with the task's *token* as msg_id (a shallow copy; the request is unchanged).
+    Without the request's buffers: the parent lives as long as the task, and the buffers are
+    the pickled functions and arguments of every task of the batch."""
     header = dict(request.get("header") or {})
     header["msg_id"] = token
-    return dict(request, header=header)
+    return dict(request, header=header, buffers=[])
 
 
 def error_outcome(exc: BaseException) -> tuple:
