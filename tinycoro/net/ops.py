@@ -184,7 +184,7 @@ class SendallOp(InlineOp):
                 # The inline attempt (class doc), written out in this one frame.
                 if pending.closed:
                     raise pending._error()
-                fd, data, n, flags = self.args
+                _, data, _, flags = self.args
                 try:
                     res = self.sock.send(data, flags | MSG_DONTWAIT)
                 except BlockingIOError:
