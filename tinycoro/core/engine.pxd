@@ -18,6 +18,7 @@ cdef class Engine(RingOwner):
     cdef public bint guest
     cdef public object ready
     cdef public object calls
+    cdef public list deferred
     cdef public dict parked
     cdef public set live
     cdef public bint abandoning

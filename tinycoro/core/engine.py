@@ -149,6 +149,9 @@ class Engine(RingOwner):
         RingOwner.__init__(self, uring.Ring(ring_entries))
         self.ready: deque[Task] = deque()
         self.calls: deque[tuple[Callable[..., Any], tuple]] = deque()
+        # What this thread's task steps asked to happen once their turn is over (defer), e.g.
+        # a task spawned on another context: owner thread only, so a plain list.
+        self.deferred: list[tuple[Callable[..., Any], tuple]] = []
         self.parked: dict[Task, Park] = {}
         self.live: set[Task] = set()  # assigned here, not finished; for stop() and stats
         # True while abandon() closes coroutines: the engine has stopped, so an await in a
@@ -184,6 +187,20 @@ class Engine(RingOwner):
 
     def __repr__(self) -> str:
         return f"<Engine {self.id} ready={len(self.ready)} io={len(self.inflight)} parked={len(self.parked)}>"
+
+    # -- owner thread (a task's step) -------------------------------------------------------------
+    def defer(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on this thread once the steps of the current turn are over (and
+        before a guest run returns, or an abandon ends). A task spawned on another context
+        starts that way (``Scheduler.submit_watched``): whatever the spawning step does next,
+        such as awaiting it, is done before the task can run, as on the spawner's own context."""
+        self.deferred.append((fn, args))
+
+    def _run_deferred(self) -> None:
+        while self.deferred:  # what a deferred call defers runs in this pass too
+            deferred, self.deferred = self.deferred, []
+            for fn, args in deferred:
+                fn(*args)
 
     # -- any thread ----------------------------------------------------------------------------
     def push(self, task: Task) -> None:
@@ -262,6 +279,8 @@ class Engine(RingOwner):
                     self._reap()
                 if deadlines.heap:
                     deadlines.fire()
+                if self.deferred:
+                    self._run_deferred()
                 if until is not None and until._state is DONE:
                     return
                 # A stop is obeyed before more ready work: the scheduler asks for it once every
@@ -283,8 +302,12 @@ class Engine(RingOwner):
                         continue
                 self._sleep()
         finally:
-            _local.engine = None
             _local.task = None
+            try:
+                if self.deferred:  # a guest's last step, or a turn that raised
+                    self._run_deferred()
+            finally:
+                _local.engine = None
         self.abandon(None)
 
     def _sleep(self, draining: bool = False) -> None:
@@ -678,8 +701,12 @@ class Engine(RingOwner):
                 self._finish(task, None, error if error is not None else Cancelled(), report=False)
         finally:
             self.abandoning = False
-            if outer is None:
-                _local.engine = None
+            try:
+                if self.deferred:  # a finally block that spawned elsewhere
+                    self._run_deferred()
+            finally:
+                if outer is None:
+                    _local.engine = None
             self.live.clear()
             self.ready.clear()  # a wake that was on its way for an abandoned task
             self.deadlines.clear()

@@ -36,7 +36,7 @@ from .engine import Engine
 from .errors import DeadlockError
 from .local import _local
 from .stats import ContextStats, FailureInfo, SchedulerStats, TaskInfo
-from .task import Task, describe
+from .task import DONE, Task, describe
 
 log = logging.getLogger("tinycoro")
 
@@ -172,6 +172,7 @@ class Scheduler:
             engine.live.add(task)  # own context: its flag is 1 while it runs (see module doc)
             engine.ready.append(task)
             return task
+        spawner = _local.engine
         with self._lock:
             if not self._accepting:
                 coro.close()
@@ -179,12 +180,30 @@ class Scheduler:
                     "this Scheduler no longer accepts work: its loop() has finished or it was "
                     "stopped; create a new Scheduler"
                 )
-            if not engine.stop_flag:
-                engine.stop_flag = 1
-                self._token += 1
-            engine.live.add(task)
-            engine.push(task)
+            engine.live.add(task)  # from here a stop() finishes it, wherever it is
+            if spawner is None or spawner.scheduler is not self:
+                self._start_locked(engine, task)
+                return task
+        # Spawned by a step of another context (or a notebook cell's guest engine): it starts
+        # once that step's turn is over, as it would on the spawner's own context. The step may
+        # still be on its way to awaiting it; a task pushed now could fail first on the other
+        # thread, and be reported as a failure nothing awaited. The spawner's own stop flag
+        # keeps the stop protocol from ending in between (a guest's scheduler runs "long").
+        spawner.defer(self._start, engine, task)
         return task
+
+    def _start(self, engine: Engine, task: Task) -> None:
+        """Make *task* (already in ``engine.live``) ready on *engine*: the end of a deferred
+        spawn. A task that a stop finished meanwhile stays finished."""
+        with self._lock:
+            if task._state is not DONE:
+                self._start_locked(engine, task)
+
+    def _start_locked(self, engine: Engine, task: Task) -> None:
+        if not engine.stop_flag:
+            engine.stop_flag = 1
+            self._token += 1
+        engine.push(task)
 
     def _pick(self) -> Engine:
         engines = self._engines

@@ -1,0 +1,106 @@
+"""When a spawned task starts: never before the turn of the step that spawned it is over,
+whichever context it is placed on.
+
+A task placed on the spawner's own context could never start earlier (the context is busy
+running the spawner). A task placed on another context used to be pushed there at once, so it
+could run, and fail, while the spawning step was still on its way to ``await`` it: the failure
+was then reported as one that nothing awaited. These tests widen that window on purpose (a
+tiny GIL switch interval and a count-bounded spin inside the spawning step), so the old
+behaviour shows up in nearly every round; the rule they check holds whatever the timing.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import pytest
+
+import tinycoro as tc
+import tinycoro.lowlevel as ll
+from helpers.sync import spawn_elsewhere
+
+pytestmark = pytest.mark.timeout(60)
+
+SPIN = 200_000  # iterations of plain Python inside one step: a few ms, many switch intervals
+
+
+@pytest.fixture
+def tiny_switch_interval():
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def _spin() -> None:
+    for _ in range(SPIN):
+        pass
+
+
+@pytest.mark.parametrize("contexts", [2, 4])
+def test_a_task_spawned_on_another_context_starts_after_the_spawning_step(contexts, tiny_switch_interval):
+    in_step = [False]
+
+    async def record() -> bool:
+        return in_step[0]  # True: it ran while the step that spawned it was still running
+
+    async def main() -> list[bool]:
+        seen = []
+        for _ in range(10):
+            in_step[0] = True
+            t = spawn_elsewhere(record())
+            _spin()
+            in_step[0] = False
+            seen.append(await t)
+        return seen
+
+    assert tc.run(main(), contexts=contexts) == [False] * 10
+
+
+@pytest.mark.parametrize("contexts", [1, 2, 4])
+def test_a_failure_awaited_in_the_step_that_spawned_it_is_never_reported(contexts, tiny_switch_interval):
+    async def fails() -> None:
+        raise ValueError("awaited all along")
+
+    async def main() -> int:
+        caught = 0
+        for _ in range(20):
+            t = tc.spawn(fails())
+            _spin()
+            try:
+                await t
+            except ValueError:
+                caught += 1
+        return caught
+
+    with tc.Scheduler(contexts) as s:
+        assert s.run_sync(main(), timeout=30) == 20
+        assert s.stats().failed == 0
+
+
+def test_a_spawn_in_a_guest_tasks_last_step_starts_when_the_run_returns():
+    # A notebook cell is a task on a guest engine, whose run returns as soon as the cell's task
+    # is done: a task spawned by the cell's last step must start anyway, not at the next cell.
+    started = threading.Event()
+
+    async def background() -> None:
+        started.set()
+
+    with tc.Scheduler(2) as s:
+        engine = ll.guest_engine(s, 16)
+        try:
+
+            async def cell() -> tc.Task:
+                return tc.spawn(background())  # the cell's one and last step
+
+            t = ll.Task(cell(), engine, name="cell")
+            ll.start_guest(engine, t)
+            ll.run_guest(engine, t)
+            spawned = t.result()
+            assert spawned.context in range(2)
+            assert started.wait(10), "the task spawned by the cell never started"
+        finally:
+            engine.close()
