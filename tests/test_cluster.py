@@ -163,6 +163,47 @@ def test_remote_exception_is_raised_here_with_its_remote_traceback(cluster):
     assert isinstance(tc.run(main()), tc.cluster.RemoteTraceback)
 
 
+def _spin_until_done(t, limit=5_000_000):
+    """Stay in the calling step (no await) until *t* is done, or for *limit* looks: the time a
+    submit's outcome needs to come back, were it sent before the step is over."""
+    for _ in range(limit):
+        if t.done():
+            return
+
+
+@pytest.fixture
+def tiny_switch_interval():
+    import sys
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the client's IO thread gets the GIL within the spin
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(old)
+
+
+def test_a_failure_awaited_by_the_step_that_submitted_it_is_not_reported(cluster, capsys, tiny_switch_interval):
+    # The step that submits and then awaits is one step: the request leaves once it is over,
+    # so the outcome cannot come back first and be reported as a failure nothing awaited.
+    async def in_tinycoro():
+        t = cluster.submit(h.boom, "awaited by its submitter", engine=0)
+        _spin_until_done(t)
+        with pytest.raises(ValueError, match="awaited by its submitter"):
+            await t
+
+    async def in_asyncio():
+        t = cluster.submit(h.boom, "awaited by its submitter", engine=1)
+        _spin_until_done(t)
+        with pytest.raises(ValueError, match="awaited by its submitter"):
+            await asyncio.wait_for(_awaited(t), T)
+
+    tc.run(in_tinycoro(), contexts=2)
+    assert "nothing awaited" not in capsys.readouterr().err, "reported from a tinycoro task"
+    asyncio.run(in_asyncio())
+    assert "nothing awaited" not in capsys.readouterr().err, "reported from an asyncio task"
+
+
 def test_an_exception_that_cannot_travel_arrives_as_a_remote_error(cluster):
     from ipyparallel.error import RemoteError
 

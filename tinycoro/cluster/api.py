@@ -24,6 +24,7 @@ client's one handler, so a second handle would take the first one's messages awa
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextvars
 import html
@@ -39,6 +40,7 @@ from typing import Any, Callable, Coroutine, Iterable, TypeVar
 import ipyparallel as ipp
 from ipyparallel.serialize import deserialize_object
 
+from .. import lowlevel
 from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
 from ..sync import Event, Semaphore
@@ -266,8 +268,39 @@ class Cluster:
             task._finish(None, EngineLost(f"{self._known[eid]} was lost before {task.name!r} "
                                           "could start"))
         elif flush:
-            self._seam.call_soon(self._flush)
+            self._flush_after_this_step()
         return task
+
+    def _flush_after_this_step(self) -> None:
+        """Have the queued submits sent once the submitting step is over: the submits of one
+        step then leave as one request per engine, and no outcome can come back before that
+        step has awaited its task (it would be reported as a failure nothing awaited). A
+        tinycoro task defers the hand-over to the end of its turn, an asyncio task to its
+        loop's next pass; plain Python hands it over now."""
+        if lowlevel.defer(self._hand_over_flush):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._hand_over_flush()
+            return
+        loop.call_soon(self._hand_over_flush)
+
+    def _hand_over_flush(self) -> None:
+        """Queue :meth:`_flush` on the client's IO thread. Never raises (it runs at the end of
+        a context's turn): if that thread's loop is gone, each task still queued says why."""
+        try:
+            self._seam.call_soon(self._flush)
+        except Exception as e:  # noqa: BLE001 - e.g. "Event loop is closed"
+            self._end_queued(OSError(f"the ipyparallel client of this cluster was closed ({e})"))
+
+    def _end_queued(self, exc: BaseException) -> None:
+        """End every task that is queued and not yet sent with *exc* (it never started)."""
+        with self._send_lock:
+            queued, self._queued = self._queued, {}
+        for entries in queued.values():
+            for task, _, _ in entries:
+                task._finish(None, exc)
 
     def _flush(self) -> None:
         """On the client's IO thread: send what is queued, one request per engine."""
@@ -548,6 +581,7 @@ class Cluster:
             probes = list(self._probes)
         for wake in probes:  # they raise: the cluster is stopped
             wake.set()
+        self._end_queued(Cancelled())  # never sent (e.g. submitted by this very step)
         for t in pending:
             t.cancel()
         deadline = time.monotonic() + timeout
