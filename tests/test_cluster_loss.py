@@ -47,11 +47,28 @@ def test_a_killed_engine_fails_its_tasks_with_engine_lost_and_the_other_carries_
                timeout=T, what="the task to run on the victim")
     elsewhere = cluster.submit(h.sleep_forever, engine=survivor.id)
 
-    os.kill(victim.pid, signal.SIGKILL)
-    with pytest.raises(tc.cluster.EngineLost, match=f"engine {victim.id} .* was lost") as info:
-        doomed.result(NOTICED)
+    # A task still queued here when its engine dies never reached it: it says so. The client's
+    # IO thread is held so that this submit cannot leave before the kill.
+    held, release = threading.Event(), threading.Event()
+
+    def hold():  # on the client's IO thread
+        held.set()
+        release.wait(T)
+
+    cluster.client._io_loop.add_callback(hold)
+    try:
+        assert held.wait(T)
+        unsent = cluster.submit(h.add, 1, 2, engine=victim.id)
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(tc.cluster.EngineLost, match=f"engine {victim.id} .* was lost") as info:
+            doomed.result(NOTICED)
+        with pytest.raises(tc.cluster.EngineLost, match="before 'add' could start"):
+            unsent.result(NOTICED)
+    finally:
+        release.set()
     assert isinstance(info.value, RuntimeError)
     assert doomed.done()
+    assert "while running 'guarded'" in str(info.value)
 
     # the survivor's task is untouched, and it takes new work
     assert not elsewhere.done()

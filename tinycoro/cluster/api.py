@@ -562,9 +562,8 @@ class Cluster:
             tasks = list(self._by_engine.get(eid, ()))
         if info is None and not tasks:
             return
-        what = self.engine_name(eid)
         for t in tasks:
-            t._finish(None, EngineLost(f"{what} was lost ({why}) while running {t.name!r}"))
+            t._finish(None, t._lost(why))
 
     # -- stopping ----------------------------------------------------------------------------
     def stop(self, timeout: float = STOP_GRACE) -> None:

@@ -181,6 +181,16 @@ class RemoteTask:
     def _where(self) -> str:
         return self._cluster.engine_name(self.engine)
 
+    def _lost(self, why: str) -> EngineLost:
+        """Its engine was lost (*why*): the error says how far the task got, as far as we know."""
+        if self._started:
+            when = f"while running {self.name!r}"
+        elif self.msg_id is None:  # still queued here: it never reached the engine
+            when = f"before {self.name!r} could start"
+        else:
+            when = f"before it said it started {self.name!r}"
+        return EngineLost(f"{self._where()} was lost ({why}) {when}")
+
     def _exception_from(self, outcome: tuple) -> BaseException:
         _, data, ename, evalue, text = outcome
         exc: Any = None
