@@ -89,6 +89,13 @@ def test_a_task_end_does_not_hold_its_context_up_behind_the_iopub_thread(cluster
     assert cluster.submit(h.context_runs_on_while_iopub_is_held).result(2 * T) is True
 
 
+def test_a_running_task_keeps_no_buffer_of_its_request(cluster):
+    # The task's context is a copy of the apply request's; ipykernel keeps that request (with
+    # every pickled function and argument of the batch) as its parent in a ContextVar, which
+    # would then live as long as the task.
+    assert cluster.submit(h.parent_buffers, b"x" * 100).result(T) == 0
+
+
 def test_await_from_a_tinycoro_task(cluster):
     async def main():
         a = cluster.submit(h.add, 1, 2, engine=0)

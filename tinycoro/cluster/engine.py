@@ -129,10 +129,11 @@ class Agent:
                 "coroutine: submit takes an async function"
             )
         parent = task_parent(request, token)
-        # A copy of the request's context (the kernel's own parent stays the request's), with
-        # the streams and display publishers of this context told the task's parent.
+        # A copy of the request's context (the kernel's own parent stays the request, without
+        # its buffers), with the streams and display publishers of this context told the
+        # task's parent.
         ctx = contextvars.copy_context()
-        ctx.run(internals.set_output_parent, self.shell, parent)
+        ctx.run(internals.set_task_parents, self.kernel, parent)
         name = getattr(fn, "__qualname__", None) or repr(fn)
         with self._lock:  # _finished takes it too: the token is known before it can be removed
             task = sched.submit_watched(

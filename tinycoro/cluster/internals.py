@@ -12,7 +12,7 @@ identity. None of that is public API of either project, so it lives here and now
   with an error naming the range, never with an ``AttributeError`` in the middle of a run;
 * :class:`ClientSeam`, the client-side operations built on them;
 * the engine-side ones (:func:`add_control_handler`, :func:`on_iopub_thread`,
-  :func:`set_output_parent`, :func:`datapub_ident`), the local
+  :func:`set_task_parents`, :func:`datapub_ident`), the local
   launchers' pids (:func:`launcher_pids`) and ``%px`` (:func:`register_px`,
   :func:`unregister_px`).
 
@@ -39,7 +39,7 @@ CLIENT_ATTRIBUTES = ("_engines", "_mux_stream", "_control_stream", "_iopub_strea
 CLIENT_METHODS = ("_send", "send_apply_request", "_dispatch_iopub")
 # Attributes of an ipyparallel engine's kernel (ipyparallel's IPythonKernel over ipykernel's).
 KERNEL_ATTRIBUTES = ("control_handlers", "session", "iopub_socket", "engine_id", "get_parent",
-                     "shell")
+                     "shell", "_shell_parent")
 
 
 def _release(package: str) -> tuple[int, ...]:
@@ -228,6 +228,19 @@ def set_output_parent(shell: Any, parent: dict) -> None:
     publisher and display hook send to IOPub goes under *parent* (ipykernel keeps each one's
     parent header in a ContextVar; the kernel's own parent is left as it is)."""
     shell.set_thread_parent(parent)
+
+
+def set_task_parents(kernel: Any, parent: dict) -> None:
+    """In the current ``contextvars.Context`` only (a task's, copied from the apply request's):
+    its output goes under *parent* (:func:`set_output_parent`), and the kernel's own parent,
+    the request, is kept without its buffers, the pickled functions and arguments of every
+    task of the batch, which would otherwise live as long as the task. Not
+    ``kernel.set_parent``: that also makes this context the one the kernel's other threads
+    fall back on."""
+    set_output_parent(kernel.shell, parent)
+    request = kernel._shell_parent.get(None)
+    if request and request.get("buffers"):
+        kernel._shell_parent.set(dict(request, buffers=[]))
 
 
 def datapub_ident(kernel: Any) -> bytes:
