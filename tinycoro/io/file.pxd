@@ -1,12 +1,13 @@
 # Augments file.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes file.py with
 # this file beside it). The .py is the source: this declares AsyncFile's layout, so that the
 # read path (read_at's page-cache read, readinto_at's ring read) reads the file's fields
-# directly, and makes the cooperative budget's check a C call into the engine (rule 16) and
-# the page-cache read a C call from read_at (a Python method call cost ~300 instructions).
+# directly, and makes the cooperative budget's check a C call into the engine (spend_inline,
+# rule 16) and the page-cache read a C call from read_at (a Python method call cost ~300
+# instructions).
 # Attributes are public: the tests switch a file to ring-only reads through _inline.
 
 from ..closing cimport PendingOps
-from ..core.engine cimport Engine
+from ..core.engine cimport spend_inline
 
 cdef class AsyncFile:
     cdef public int _fd
@@ -23,5 +24,5 @@ cdef class AsyncFile:
     cdef public object _lstart
     cdef object __weakref__
 
-    cdef bint _spend(self, Engine engine)
     cdef _read_cached(self, size, offset)
+    cdef _read_inline(self, size, offset)

@@ -21,6 +21,7 @@ from ..uring import prep_fsync, prep_openat
 from ..buffers import MAX_OFFSET, as_bytes_view, path_bytes, writable_view
 from ..closing import PendingOps, ResourceOp, close_fd
 from ..core.checks import check_int
+from ..core.engine import spend_inline
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, yield_now
@@ -163,27 +164,38 @@ class AsyncFile:
             size = check_int("size", size, min=0, max=MAX_OFFSET)
             offset = _check_offset(offset)
         if self._inline and size:  # open, readable, a regular file, not O_DIRECT
-            engine = _local.engine
-            if engine is not None:  # (an asyncio task's reads go to its loop's hosted ring)
-                if self._spend(engine):
+            task = _local.task
+            if task is not None:  # (an asyncio task's reads go to its loop's hosted ring)
+                if spend_inline(task):
                     return self._read_cached(size, offset)
-                return self._read_cached_later(size, offset)
+                return self._read_cached_later(task, size, offset)
         self._check_readable()
         return self._pread(size, offset)
 
-    async def _read_cached_later(self, size: int, offset: int) -> bytes:
+    async def _read_cached_later(self, task: Any, size: int, offset: int) -> bytes:
         """read_at when the step's inline budget is spent, or an interrupt is due (see
-        _cached): suspend once, then read as read_at does."""
+        _cached): suspend once, then read as read_at does. The bytes are returned, not a
+        finished awaitable awaited: a compiled coroutine awaits one through its iterator,
+        which raises StopIteration (~600 instructions more per read)."""
         await yield_now()
-        engine = _local.engine
-        if engine is not None:
-            self._spend(engine)  # a new step: this read counts in its budget
-        return await self._read_cached(size, offset)
+        spend_inline(task)  # a new step: this read counts in its budget
+        data = self._read_inline(size, offset)
+        if data is not None and (len(data) == size or not data):
+            return data  # all of it, or EOF
+        return await self._read_rest(size, offset, data)
 
     def _read_cached(self, size: int, offset: int) -> Awaitable[bytes]:
         """read_at's page-cache read, done now: the finished result when the cache held all
-        of it (or EOF), else the awaitable that reads the rest through the ring. See _cached
-        for why an inline read keeps every guarantee of the ring's."""
+        of it (or EOF), else the awaitable that reads the rest through the ring."""
+        data = self._read_inline(size, offset)
+        if data is not None and (len(data) == size or not data):
+            return done(data)  # all of it, or EOF
+        return self._read_rest(size, offset, data)
+
+    def _read_inline(self, size: int, offset: int) -> bytes | None:
+        """What the page cache holds of the range (see _cached for why an inline read keeps
+        every guarantee of the ring's): the bytes, short when a later page is not cached or at
+        EOF, or None when the first page is not (or the read failed: the ring reports it)."""
         try:
             data = pread_nowait(self._fd, size, offset)
         except OSError as e:
@@ -191,9 +203,7 @@ class AsyncFile:
             data = None
         if self._ops.closed:
             raise ClosedResourceError("the file was closed while this read ran")
-        if data is not None and (len(data) == size or not data):
-            return done(data)  # all of it, or EOF
-        return self._read_rest(size, offset, data)
+        return data
 
     async def readinto(self, buf: Any) -> int:
         """Read into *buf* (any writable buffer) from the current position; 0 at EOF."""
@@ -250,11 +260,11 @@ class AsyncFile:
         if size == 0:
             return 0
         if self._inline:
-            engine = _local.engine
-            if engine is not None:
-                if not self._spend(engine):
+            task = _local.task
+            if task is not None:
+                if not spend_inline(task):
                     await yield_now()  # budget spent, or an interrupt is due (see _cached)
-                    self._spend(engine)  # a new step: this read counts in its budget
+                    spend_inline(task)  # a new step: this read counts in its budget
                 got = self._cached(view, size, offset)
                 if got >= 0:
                     return got
@@ -284,7 +294,7 @@ class AsyncFile:
         ring read would start (RWF_NOWAIT does not imply IOCB_NOIO here). EOPNOTSUPP (a file
         system without RWF_NOWAIT) switches the file to ring-only reads for good.
 
-        Fairness and interrupts: the callers ask ``engine.inline_ok()`` before each read and
+        Fairness and interrupts: the callers ask ``spend_inline(task)`` before each read and
         suspend with ``yield_now()`` on False, so a task reading a cached file in a loop lets
         the other tasks of its context run every INLINE_BUDGET reads, and a cancel or an
         expired ``tc.timeout`` still lands at the read's await, as on the ring. A yield
@@ -305,11 +315,6 @@ class AsyncFile:
             got += n
             if n == 0 or got == size:
                 return got
-
-    def _spend(self, engine: Any) -> bool:
-        """``engine.inline_ok()``: one unit of the step's budget for a read done inline (rule
-        16). Compiled, a C call (file.pxd types *engine*), not a method lookup per read."""
-        return engine.inline_ok()
 
     def _refused(self, e: OSError) -> None:
         """An inline read failed with *e*: the ring will do it and report its errno. A file
