@@ -211,6 +211,29 @@ def test_a_failure_awaited_by_the_step_that_submitted_it_is_not_reported(cluster
     assert "nothing awaited" not in capsys.readouterr().err, "reported from an asyncio task"
 
 
+def test_result_in_the_step_that_submitted_sends_the_request_first(cluster):
+    # A submit's request leaves once the submitting step is over; result() blocks that step
+    # (a notebook cell's, on its guest engine, or an asyncio task's), so it sends it first.
+    import tinycoro.lowlevel as ll
+
+    async def in_asyncio():
+        return cluster.submit(h.add, 1, 2).result(T)
+
+    assert asyncio.run(in_asyncio()) == 3
+    engine = ll.guest_engine(None, 16)
+    try:
+
+        async def cell():
+            return cluster.submit(h.add, 3, 4).result(T)
+
+        t = ll.Task(cell(), engine, name="cell")
+        ll.start_guest(engine, t)
+        ll.run_guest(engine, t)
+        assert t.result() == 7
+    finally:
+        engine.close()
+
+
 def test_an_exception_that_cannot_travel_arrives_as_a_remote_error(cluster):
     from ipyparallel.error import RemoteError
 

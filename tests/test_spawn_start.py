@@ -104,3 +104,24 @@ def test_a_spawn_in_a_guest_tasks_last_step_starts_when_the_run_returns():
             assert started.wait(10), "the task spawned by the cell never started"
         finally:
             engine.close()
+
+
+def test_run_sync_from_a_guest_task_starts_its_task_at_once():
+    # run_sync blocks its caller until the task ends; from a notebook cell (a guest engine's
+    # task) its task must not wait for the end of the cell's turn, which the block prevents.
+    async def answer() -> int:
+        return 42
+
+    with tc.Scheduler(2) as s:
+        engine = ll.guest_engine(s, 16)
+        try:
+
+            async def cell() -> int:
+                return s.run_sync(answer(), timeout=20)
+
+            t = ll.Task(cell(), engine, name="cell")
+            ll.start_guest(engine, t)
+            ll.run_guest(engine, t)
+            assert t.result() == 42
+        finally:
+            engine.close()

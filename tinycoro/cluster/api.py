@@ -442,6 +442,13 @@ class Cluster:
         except Exception:  # noqa: BLE001 - the engine is gone: EngineLost ends the task
             log.debug("tinycoro.cluster: cancel of %r not sent", task, exc_info=True)
 
+    def send_queued(self) -> None:
+        """Hand the queued submits to the IO thread now, not when the submitting step is over:
+        a blocking wait (``RemoteTask.result``) calls it first, since it blocks that step
+        (a notebook cell's, or an asyncio task's) until the outcome comes back."""
+        if self._queued:
+            self._hand_over_flush()
+
     def forget(self, task: RemoteTask) -> None:
         """*task* has ended: no message about it is routed any more."""
         with self._lock:

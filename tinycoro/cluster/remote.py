@@ -80,6 +80,7 @@ class RemoteTask:
         *timeout* seconds (the task keeps running). Not from inside a tinycoro task: await."""
         if current_context() is not None:
             raise RuntimeError("RemoteTask.result() would block a tinycoro context; await it")
+        self._cluster.send_queued()  # it may have been queued by the step this blocks
         with self._lock:
             self._waiters += 1
         try:

@@ -160,6 +160,19 @@ class Scheduler:
         """:meth:`submit`, with *on_done* registered as a done callback before the task can
         run: whoever passes it takes care of the outcome, so a failure is never reported as
         unobserved (``run_sync``, ``tc.run``'s main task, task groups)."""
+        return self._submit(coro, on_done, name, context, defer=True)
+
+    def _submit(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        on_done: Callable[[Task], None] | None,
+        name: str | None,
+        context: contextvars.Context | None,
+        defer: bool,
+    ) -> Task:
+        """:meth:`submit_watched`; *defer*: a task spawned by a step of another context starts
+        at the end of the spawner's turn (rule 18), else at once (``run_sync``, which blocks
+        its caller, a notebook cell's step, until the task ends)."""
         if type(coro) is not _CoroutineType:  # exact-type test first: ~5x cheaper than inspect
             coro = _check_coro(coro, "submit")
         if context is not None and type(context) is not contextvars.Context:
@@ -181,7 +194,7 @@ class Scheduler:
                     "stopped; create a new Scheduler"
                 )
             engine.live.add(task)  # from here a stop() finishes it, wherever it is
-            if spawner is None or spawner.scheduler is not self:
+            if not defer or spawner is None or spawner.scheduler is not self:
                 self._start_locked(engine, task)
                 return task
         # Spawned by a step of another context (or a notebook cell's guest engine): it starts
@@ -465,7 +478,7 @@ class Scheduler:
             coro.close()
             raise RuntimeError("run_sync() needs a started Scheduler (start() or `with`)")
         done = threading.Event()
-        task = self.submit_watched(coro, lambda _t: done.set())
+        task = self._submit(coro, lambda _t: done.set(), None, None, defer=False)
         if not done.wait(timeout):
             task.cancel()
             done.wait(1.0)
