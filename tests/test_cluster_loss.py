@@ -45,6 +45,8 @@ def test_a_killed_engine_fails_its_tasks_with_engine_lost_and_the_other_carries_
     doomed = cluster.submit(h.guarded, key, engine=victim.id)
     wait_until(lambda: cluster.submit(h.read_state, key, engine=victim.id).result(T) == "waiting",
                timeout=T, what="the task to run on the victim")
+    # its start request's reply may come after that outcome (another channel): wait for it too
+    wait_until(doomed.running, timeout=T, what="the victim to say it started the task")
     elsewhere = cluster.submit(h.sleep_forever, engine=survivor.id)
 
     # A task still queued here when its engine dies never reached it: it says so. The client's

@@ -328,11 +328,16 @@ class Cluster:
         items = [(task._token, fns.setdefault(fn_packed, len(fns)), args_packed)
                  for task, fn_packed, args_packed in entries]
 
+        # The reply takes the tasks out of this holder: ipyparallel keeps the request's future,
+        # and the callbacks below with it, for the client's life; holding the tasks there kept
+        # every handle and its outcome alive as long.
+        holder = [tasks]
+
         def registered(future: Any) -> None:
             # Called by ipyparallel before the request is sent.
-            for task in tasks:
+            for task in holder[0]:
                 task.msg_id = future.msg_id
-            future.add_done_callback(lambda f: self._started(tasks, f.result()))
+            future.add_done_callback(lambda f: self._started(holder.pop(), f.result()))
 
         try:
             with self._send_lock:
