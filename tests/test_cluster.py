@@ -191,8 +191,9 @@ def tiny_switch_interval():
 
 
 def test_a_failure_awaited_by_the_step_that_submitted_it_is_not_reported(cluster, capsys, tiny_switch_interval):
-    # The step that submits and then awaits is one step: the request leaves once it is over,
-    # so the outcome cannot come back first and be reported as a failure nothing awaited.
+    # The outcome can come back while the step that submitted is still on its way to the
+    # await (here: held in a spin until it has): whether anything awaits is asked once that
+    # step is over, in the submitter's own order.
     async def in_tinycoro():
         t = cluster.submit(h.boom, "awaited by its submitter", engine=0)
         _spin_until_done(t)
@@ -211,9 +212,46 @@ def test_a_failure_awaited_by_the_step_that_submitted_it_is_not_reported(cluster
     assert "nothing awaited" not in capsys.readouterr().err, "reported from an asyncio task"
 
 
-def test_result_in_the_step_that_submitted_sends_the_request_first(cluster):
-    # A submit's request leaves once the submitting step is over; result() blocks that step
-    # (a notebook cell's, on its guest engine, or an asyncio task's), so it sends it first.
+def test_a_finished_task_is_not_kept_alive_by_the_cluster(cluster):
+    # ipyparallel keeps each request's future, with its done callbacks, for the client's life:
+    # a callback holding the request's tasks kept every handle, and its outcome, alive.
+    import gc
+    import weakref
+
+    t = cluster.submit(h.add, [0] * 1000, [1])
+    assert len(t.result(T)) == 1001
+    ref = weakref.ref(t)
+    del t
+    gc.collect()
+    wait_until(lambda: ref() is None, timeout=T, what="the finished task to be freed")
+
+
+def test_an_await_from_a_task_the_submitting_asyncio_step_made_is_in_time(cluster, capsys, tiny_switch_interval):
+    # asyncio.wait_for (and gather) await in a task of their own, which starts on the loop's
+    # next pass; an outcome back before then is not a failure nothing awaited. A task that
+    # nothing awaits is still reported.
+    async def main():
+        t = cluster.submit(h.boom, "awaited through wait_for", engine=0)
+        _spin_until_done(t)
+        with pytest.raises(ValueError):
+            await asyncio.wait_for(_awaited(t), T)
+        dropped = cluster.submit(h.boom, "awaited by nobody", engine=1)
+        for _ in range(30_000):  # until its outcome is back (bounded: about T seconds)
+            if dropped.done():
+                break
+            await asyncio.sleep(0.001)
+        for _ in range(3):  # the question is asked on the loop, two passes on
+            await asyncio.sleep(0)
+
+    asyncio.run(main())
+    err = capsys.readouterr().err
+    assert "awaited through wait_for" not in err
+    assert "awaited by nobody" in err and "nothing awaited it" in err
+
+
+def test_result_in_the_step_that_submitted_returns_the_outcome(cluster):
+    # result() blocks the step that submitted (a notebook cell's, on its guest engine, or an
+    # asyncio task's): the request must not wait for that step to end.
     import tinycoro.lowlevel as ll
 
     async def in_asyncio():

@@ -163,23 +163,6 @@ def test_current_engine_task_and_thread_state():
     assert tc.run(main(), contexts=2)
 
 
-def test_defer_runs_after_the_steps_of_the_turn_on_the_same_thread():
-    import threading
-
-    assert ll.defer(print, "never") is False  # outside a task: nothing is called
-
-    async def main():
-        order = []
-        assert ll.defer(lambda: order.append(("deferred", threading.get_ident()))) is True
-        order.append(("step", threading.get_ident()))
-        await tc.yield_now()
-        return order
-
-    order = tc.run(main(), contexts=2)
-    assert [what for what, _ in order] == ["step", "deferred"]
-    assert order[0][1] == order[1][1]
-
-
 def test_an_asyncio_stand_in_is_a_waker_too():
     from tinycoro.aio.host import AioWaiter
 

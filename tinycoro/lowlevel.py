@@ -15,7 +15,6 @@ integration) never reaches for an underscore name of the core.
   code that drives a task's coroutine by hand (an ``Op``, a ``Park`` or :data:`YIELD`).
 * Where am I: :func:`current_task`, :func:`current_engine`, :data:`thread_state` (the
   per-thread record itself, for hot paths), :func:`outside_engine`.
-* After this step: :func:`defer` (what handing work to another thread from a task needs).
 * Guest engines (a thread that runs an engine for a while, such as a notebook cell on the
   kernel's main thread): :func:`guest_engine`, :func:`start_guest`, :func:`run_guest`,
   :func:`abandon`.
@@ -25,7 +24,7 @@ integration) never reaches for an underscore name of the core.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from .core.engine import Engine as Engine
 from .core.ki import SigintDeferred as SigintDeferred
@@ -58,7 +57,6 @@ __all__ = [
     "checkpoint_if_cancelled",
     "current_engine",
     "current_task",
-    "defer",
     "defer_sigint",
     "guest_engine",
     "interrupt",
@@ -92,21 +90,6 @@ def current_engine() -> Engine | None:
     """The engine the calling thread drives right now (a context's, or a guest engine), or
     None outside tinycoro (or inside :func:`outside_engine`)."""
     return thread_state.engine
-
-
-def defer(fn: Callable[..., Any], *args: Any) -> bool:
-    """In a tinycoro task: call ``fn(*args)`` on this thread once the steps of the current turn
-    are over, and return True. Outside one: call nothing and return False (do it now).
-
-    Work handed to another thread from a step (a task spawned on another context, a request
-    sent to a cluster engine) cannot then finish before the step has done what comes next,
-    such as awaiting it; a failure is never reported as one nothing awaited for that reason.
-    """
-    engine = thread_state.engine
-    if engine is None:
-        return False
-    engine.defer(fn, *args)
-    return True
 
 
 class outside_engine:

@@ -24,7 +24,6 @@ client's one handler, so a second handle would take the first one's messages awa
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextvars
 import html
@@ -40,7 +39,6 @@ from typing import Any, Callable, Coroutine, Iterable, TypeVar
 import ipyparallel as ipp
 from ipyparallel.serialize import deserialize_object
 
-from .. import lowlevel
 from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
 from ..sync import Event, Semaphore
@@ -55,7 +53,7 @@ from . import registry
 from .output import display_output, write_output
 from .messages import CONTROL_REQUEST, RESULT_KEY, pack, stats_from_dict, tasks_from_list
 from .progress import StartProgress
-from .remote import RemoteTask
+from .remote import RemoteTask, after_submitting_step
 from .watch import PidWatcher
 
 log = logging.getLogger("tinycoro")
@@ -250,11 +248,12 @@ class Cluster:
         anyway)."""
         args_packed = pack((args, kwargs))  # a TypeError here: nothing was queued
         context = contextvars.copy_context()
+        after_step = after_submitting_step()
         with self._send_lock:  # also makes "least loaded" see the submit before this one
             eid = self._pick(engine)
             if self._seam.closed:  # its IO thread is gone: a queued task would never leave
                 raise OSError("the ipyparallel client of this cluster was closed")
-            task = RemoteTask(self, eid, uuid.uuid4().hex, name, context)
+            task = RemoteTask(self, eid, uuid.uuid4().hex, name, context, after_step)
             task._observed = observed
             with self._lock:
                 live = eid in self._live
@@ -268,31 +267,8 @@ class Cluster:
             task._finish(None, EngineLost(f"{self._known[eid]} was lost before {task.name!r} "
                                           "could start"))
         elif flush:
-            self._flush_after_this_step()
-        return task
-
-    def _flush_after_this_step(self) -> None:
-        """Have the queued submits sent once the submitting step is over: the submits of one
-        step then leave as one request per engine, and no outcome can come back before that
-        step has awaited its task (it would be reported as a failure nothing awaited). A
-        tinycoro task defers the hand-over to the end of its turn, an asyncio task to its
-        loop's next pass; plain Python hands it over now."""
-        if lowlevel.defer(self._hand_over_flush):
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._hand_over_flush()
-            return
-        loop.call_soon(self._hand_over_flush)
-
-    def _hand_over_flush(self) -> None:
-        """Queue :meth:`_flush` on the client's IO thread. Never raises (it runs at the end of
-        a context's turn): if that thread's loop is gone, each task still queued says why."""
-        try:
             self._seam.call_soon(self._flush)
-        except Exception as e:  # noqa: BLE001 - e.g. "Event loop is closed"
-            self._end_queued(OSError(f"the ipyparallel client of this cluster was closed ({e})"))
+        return task
 
     def _end_queued(self, exc: BaseException) -> None:
         """End every task that is queued and not yet sent with *exc* (it never started)."""
@@ -446,13 +422,6 @@ class Cluster:
             self._control(task.engine, {"op": "cancel", "token": task._token})
         except Exception:  # noqa: BLE001 - the engine is gone: EngineLost ends the task
             log.debug("tinycoro.cluster: cancel of %r not sent", task, exc_info=True)
-
-    def send_queued(self) -> None:
-        """Hand the queued submits to the IO thread now, not when the submitting step is over:
-        a blocking wait (``RemoteTask.result``) calls it first, since it blocks that step
-        (a notebook cell's, or an asyncio task's) until the outcome comes back."""
-        if self._queued:
-            self._hand_over_flush()
 
     def forget(self, task: RemoteTask) -> None:
         """*task* has ended: no message about it is routed any more."""

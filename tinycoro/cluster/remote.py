@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import pickle
 import sys
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Generator
 
 from ipyparallel.error import EngineError, RemoteError
 
+from .. import lowlevel
 from ..core import Cancelled, current_context
 from ..sync import Event
 from .errors import EngineLost, RemoteTraceback
@@ -29,11 +32,15 @@ class RemoteTask:
     A remote exception is re-raised here as itself, with the remote traceback as its
     ``__cause__`` (a :class:`RemoteTraceback`); ``EngineLost`` if the engine died first;
     ``tc.Cancelled`` after ``cancel()``. A failure nothing here awaits is reported on stderr in
-    the context that submitted it, i.e. in the submitting notebook cell (rule 9).
+    the context that submitted it, i.e. in the submitting notebook cell (rule 9). Whether
+    anything awaits it is asked where the submitter runs, once its current step is over
+    (:func:`after_submitting_step`): an outcome can come back while the step that submitted
+    the task is still on its way to awaiting it.
     """
 
     def __init__(self, cluster: "Cluster", engine: int, token: str, name: str,
-                 context: contextvars.Context) -> None:
+                 context: contextvars.Context,
+                 after_step: Callable[[Callable[[], None]], None] | None = None) -> None:
         self._cluster = cluster
         self.engine: int = engine  # the engine's id, the key of Cluster.stats()
         self.name = name
@@ -47,6 +54,9 @@ class RemoteTask:
         self._started = False  # the engine has started it (its apply request replied)
         self._cancel_requested = False
         self._observed = False  # a caller (map, serve) takes care of the outcome
+        self._after_step = after_step or _now
+        self._retrieved = False  # its outcome was returned or raised to a caller
+        self._asked = False  # whether anything awaits a failure was asked (once)
         self._waiters = 0  # awaits and result() calls in progress
         self._callbacks: list[Callable[["RemoteTask"], None]] = []
         self._event = Event()
@@ -80,7 +90,6 @@ class RemoteTask:
         *timeout* seconds (the task keeps running). Not from inside a tinycoro task: await."""
         if current_context() is not None:
             raise RuntimeError("RemoteTask.result() would block a tinycoro context; await it")
-        self._cluster.send_queued()  # it may have been queued by the step this blocks
         with self._lock:
             self._waiters += 1
         try:
@@ -106,6 +115,7 @@ class RemoteTask:
 
     # -- driven by the cluster (the client's IO thread, or the engine watcher) ----------------
     def _outcome(self) -> Any:
+        self._retrieved = True
         if self._exc is not None:
             raise self._exc
         return self._value
@@ -170,8 +180,17 @@ class RemoteTask:
         for fn in callbacks:
             fn(self)
         if exc is not None and unawaited and not isinstance(exc, Cancelled):
-            self._in_submitter(self._report, exc)
+            self._after_step(partial(self._report_unawaited, exc))
         return True
+
+    def _report_unawaited(self, exc: BaseException) -> None:
+        """Once the submitting step is over: report *exc* if nothing awaits the task or has
+        taken its outcome meanwhile. Once, from whichever thread gets here first."""
+        with self._lock:
+            if self._asked or self._waiters or self._retrieved:
+                return
+            self._asked = True
+        self._in_submitter(self._report, exc)
 
     def _in_submitter(self, fn: Callable[..., None], *args: Any) -> None:
         """Call ``fn(*args)`` in the context captured at submit (which holds, in a notebook,
@@ -218,3 +237,40 @@ class RemoteTask:
             sys.stderr.flush()
         except Exception:  # noqa: BLE001 - a closed stderr must not break the client's IO thread
             pass
+
+
+def _now(fn: Callable[[], None]) -> None:
+    fn()
+
+
+def after_submitting_step() -> Callable[[Callable[[], None]], None]:
+    """Where the caller (about to submit) runs, a way to call a function there once the
+    caller's current step is over. For the report of a failure nothing awaited: the outcome
+    can come back on the client's IO thread while the step that submitted the task is still
+    on its way to awaiting it, so the question is asked in the submitter's own order.
+
+    * A tinycoro task (a notebook cell's guest engine included): on its context, at the
+      start of the context's next turn; at once if the task has ended (a guest engine that
+      ran a finished cell may not turn again soon; it runs what is queued as it returns).
+    * asyncio code (and a notebook's plain cells, which run in the kernel's loop): on the
+      loop, two passes on, after the first step of any task the submitting step made
+      (``asyncio.wait_for`` and ``gather`` await in a task of their own). A closed loop: now.
+    * Plain Python: now.
+    """
+    engine = lowlevel.current_engine()
+    task = lowlevel.current_task()
+    if engine is not None and task is not None:
+        def on_context(fn: Callable[[], None]) -> None:
+            engine.call_soon(fn)
+            if task.done():  # ended before the call could be queued behind its last step
+                fn()
+        return on_context
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        def on_loop(fn: Callable[[], None]) -> None:
+            try:
+                loop.call_soon_threadsafe(loop.call_soon, fn)
+            except RuntimeError:  # the loop is closed
+                fn()
+        return on_loop
+    return _now

@@ -282,6 +282,12 @@ class Engine(RingOwner):
                 if self.deferred:
                     self._run_deferred()
                 if until is not None and until._state is DONE:
+                    # What other threads queued behind the task's last step runs now, not at
+                    # the next run (a notebook's next cell, maybe never): RemoteTask's
+                    # report of a failure nothing awaited is asked that way.
+                    while calls:
+                        fn, args = calls.popleft()
+                        fn(*args)
                     return
                 # A stop is obeyed before more ready work: the scheduler asks for it once every
                 # context is idle, or once the tasks it cancelled had their time to unwind
