@@ -250,6 +250,25 @@ def test_guest_engine_run_and_abandon():
         engine.close()
 
 
+def test_a_guest_run_runs_what_was_queued_behind_its_tasks_last_step():
+    # The run returns as the task ends; a call another thread queued meanwhile (here: the
+    # last step itself, the same position in the queue) runs before it returns, not at the
+    # next run, which for a notebook's last cell may never come.
+    engine = ll.guest_engine(None, 16)
+    ran = []
+    try:
+
+        async def last_step():
+            engine.call_soon(ran.append, "queued")
+
+        t = ll.Task(last_step(), engine)
+        ll.start_guest(engine, t)
+        ll.run_guest(engine, t)
+        assert ran == ["queued"]
+    finally:
+        engine.close()
+
+
 def test_run_guest_refuses_a_thread_that_runs_an_engine():
     engine = ll.guest_engine(None, 8)
     try:

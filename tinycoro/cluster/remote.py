@@ -174,13 +174,16 @@ class RemoteTask:
             self._state = _DONE
             unawaited = self._waiters == 0 and not self._observed
             callbacks, self._callbacks = self._callbacks, []
+            # used once, here: it holds the submitting task (or loop), which a handle kept
+            # in a variable must not keep
+            after_step, self._after_step = self._after_step, _now
         self._finished.set()
         self._event.set()
         self._cluster.forget(self)
         for fn in callbacks:
             fn(self)
         if exc is not None and unawaited and not isinstance(exc, Cancelled):
-            self._after_step(partial(self._report_unawaited, exc))
+            after_step(partial(self._report_unawaited, exc))
         return True
 
     def _report_unawaited(self, exc: BaseException) -> None:
