@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from helpers.runtime import CONTEXT_COUNTS, fd_targets, tinycoro_threads, wait_until
+from helpers.runtime import CONTEXT_COUNTS, fd_targets, switch_interval, tinycoro_threads, wait_until
 
 
 # -- how the suite was launched must not matter ---------------------------------------------
@@ -43,6 +43,14 @@ def pytest_xdist_auto_num_workers(config) -> int:
 def contexts(request) -> int:
     """Run the test once per context count: 1, 2 and 4 threads."""
     return request.param
+
+
+@pytest.fixture
+def tiny_switch_interval():
+    """The GIL handed over every 10 us during the test: the other threads (contexts, a
+    client's IO thread) get it inside a step that spins, where races show up."""
+    with switch_interval(1e-5):
+        yield
 
 
 # -- leak check, around every test ------------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("ipyparallel")
 
 import tinycoro as tc
-from helpers.runtime import wait_until
+from helpers.runtime import run_as_cell, wait_until
 import helpers.cluster_tasks as h
 import helpers.cluster as cs
 
@@ -178,18 +178,6 @@ def _spin_until_done(t, limit=5_000_000):
             return
 
 
-@pytest.fixture
-def tiny_switch_interval():
-    import sys
-
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # the client's IO thread gets the GIL within the spin
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
-
-
 def test_a_failure_awaited_by_the_step_that_submitted_it_is_not_reported(cluster, capsys, tiny_switch_interval):
     # The outcome can come back while the step that submitted is still on its way to the
     # await (here: held in a spin until it has): whether anything awaits is asked once that
@@ -252,24 +240,14 @@ def test_an_await_from_a_task_the_submitting_asyncio_step_made_is_in_time(cluste
 def test_result_in_the_step_that_submitted_returns_the_outcome(cluster):
     # result() blocks the step that submitted (a notebook cell's, on its guest engine, or an
     # asyncio task's): the request must not wait for that step to end.
-    import tinycoro.lowlevel as ll
-
     async def in_asyncio():
         return cluster.submit(h.add, 1, 2).result(T)
 
+    async def cell():
+        return cluster.submit(h.add, 3, 4).result(T)
+
     assert asyncio.run(in_asyncio()) == 3
-    engine = ll.guest_engine(None, 16)
-    try:
-
-        async def cell():
-            return cluster.submit(h.add, 3, 4).result(T)
-
-        t = ll.Task(cell(), engine, name="cell")
-        ll.start_guest(engine, t)
-        ll.run_guest(engine, t)
-        assert t.result() == 7
-    finally:
-        engine.close()
+    assert run_as_cell(cell()).result() == 7
 
 
 def test_an_exception_that_cannot_travel_arrives_as_a_remote_error(cluster):

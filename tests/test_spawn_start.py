@@ -11,28 +11,17 @@ behaviour shows up in nearly every round; the rule they check holds whatever the
 
 from __future__ import annotations
 
-import sys
 import threading
 
 import pytest
 
 import tinycoro as tc
-import tinycoro.lowlevel as ll
+from helpers.runtime import run_as_cell
 from helpers.sync import spawn_elsewhere
 
 pytestmark = pytest.mark.timeout(60)
 
 SPIN = 200_000  # iterations of plain Python inside one step: a few ms, many switch intervals
-
-
-@pytest.fixture
-def tiny_switch_interval():
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(old)
 
 
 def _spin() -> None:
@@ -89,21 +78,13 @@ def test_a_spawn_in_a_guest_tasks_last_step_starts_when_the_run_returns():
     async def background() -> None:
         started.set()
 
+    async def cell() -> tc.Task:
+        return tc.spawn(background())  # the cell's one and last step
+
     with tc.Scheduler(2) as s:
-        engine = ll.guest_engine(s, 16)
-        try:
-
-            async def cell() -> tc.Task:
-                return tc.spawn(background())  # the cell's one and last step
-
-            t = ll.Task(cell(), engine, name="cell")
-            ll.start_guest(engine, t)
-            ll.run_guest(engine, t)
-            spawned = t.result()
-            assert spawned.context in range(2)
-            assert started.wait(10), "the task spawned by the cell never started"
-        finally:
-            engine.close()
+        spawned = run_as_cell(cell(), s).result()
+        assert spawned.context in range(2)
+        assert started.wait(10), "the task spawned by the cell never started"
 
 
 def test_run_sync_from_a_guest_task_starts_its_task_at_once():
@@ -113,15 +94,8 @@ def test_run_sync_from_a_guest_task_starts_its_task_at_once():
         return 42
 
     with tc.Scheduler(2) as s:
-        engine = ll.guest_engine(s, 16)
-        try:
 
-            async def cell() -> int:
-                return s.run_sync(answer(), timeout=20)
+        async def cell() -> int:
+            return s.run_sync(answer(), timeout=20)
 
-            t = ll.Task(cell(), engine, name="cell")
-            ll.start_guest(engine, t)
-            ll.run_guest(engine, t)
-            assert t.result() == 42
-        finally:
-            engine.close()
+        assert run_as_cell(cell(), s).result() == 42

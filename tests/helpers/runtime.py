@@ -1,6 +1,6 @@
 """Runtime helpers every test may use: the context counts, descriptors and threads to compare
-before and after, waiting on a runtime state from a plain thread, the GIL switch interval, and
-the one way to assert that a task ended cancelled."""
+before and after, waiting on a runtime state from a plain thread, the GIL switch interval, a
+coroutine run as a notebook cell runs, and the one way to assert that a task ended cancelled."""
 
 from __future__ import annotations
 
@@ -24,6 +24,21 @@ def switch_interval(seconds: float):
         yield
     finally:
         sys.setswitchinterval(old)
+
+
+def run_as_cell(coro: Any, scheduler: Any = None) -> Any:
+    """Run *coro* as a notebook cell runs: a task on a guest engine of *scheduler* (the one
+    ``tc.spawn`` then uses), driven on this thread until it ends. The task, done."""
+    import tinycoro.lowlevel as ll
+
+    engine = ll.guest_engine(scheduler, 16)
+    try:
+        task = ll.Task(coro, engine, name="cell")
+        ll.start_guest(engine, task)
+        ll.run_guest(engine, task)
+        return task
+    finally:
+        engine.close()
 
 
 def open_fds() -> set[int]:
