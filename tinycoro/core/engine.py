@@ -42,9 +42,13 @@ Facts about waking a context, which the loop below is built around:
 Seams (what other layers may call; everything else here is private):
 
 * ``push(task)``, ``call_soon(fn, *args)``, ``wake()``: any thread.
+* ``defer(fn, *args)``: owner thread, inside a step: run ``fn(*args)`` once the turn's steps
+  are over (the scheduler starts a task spawned on another context that way: rule 18).
 * ``run(until=None)``: drive the engine on the calling thread. A *guest* engine
   (``Engine(None, scheduler, entries, guest=True)``, the notebook cell's) runs with
-  ``until=cell_task``, takes no part in the stop protocol and can be run again and again.
+  ``until=cell_task``, takes no part in the stop protocol and can be run again and again;
+  as its task ends it runs what is deferred and what other threads queued behind the last
+  step, before it returns.
 * ``abandon(error)``: owner thread, when ``run`` has stopped or failed: cancel and wait out
   every operation in the kernel, take every parked task off its waiter list, close every
   unfinished coroutine and finish its task with *error* (or ``tc.Cancelled``), unreported.
@@ -57,12 +61,13 @@ Seams (what other layers may call; everything else here is private):
   exits (``deadlines.remove(entry)``); the deadlock watchdog asks ``deadlines.pending()``. The
   engine fires what has passed at the end of every turn and bounds its sleep by the next one.
 * ``inline_ok()``: owner thread, inside a step: may the running task complete one more
-  operation without suspending (page-cache file reads done inline: :mod:`tinycoro.io`)? A
-  layer that completes work inline asks before each operation and suspends (``yield_now``)
-  on False, so no task holds its context for more than ``INLINE_BUDGET`` operations, and an
-  interrupt still lands at the first await, as it would on the ring. The module-level
+  operation without suspending (a socket operation that completes at once:
+  :mod:`tinycoro.net`)? A layer that completes work inline asks before each operation and
+  suspends (``yield_now``) on False, so no task holds its context for more than
+  ``INLINE_BUDGET`` operations, and an interrupt still lands at the first await, as it would
+  on the ring. The module-level
   ``spend_inline(task)`` is the same check for a caller that holds the running task already
-  (an uncontended lock of :mod:`tinycoro.sync`).
+  (an uncontended lock of :mod:`tinycoro.sync`, a page-cache read of :mod:`tinycoro.io`).
 * ``Scheduler.context_idle(engine)`` is the engine's one call into the scheduler (the stop
   protocol), and ``scheduler.failure_hook`` the one attribute it reads.
 """
