@@ -10,7 +10,7 @@ cdef class PendingOps:
     cdef public object _error
 
 cdef class ResourceOp(Op):
-    cdef public object pending
+    cdef public PendingOps pending
 
     cpdef _enter(self)
     cpdef _fill_for(self, PendingOps pending, object prep, tuple args, bint returns_fd=*)
