@@ -13,4 +13,5 @@ cdef class ResourceOp(Op):
     cdef public PendingOps pending
 
     cpdef _enter(self)
+    cpdef _enter_on(self, object engine)
     cpdef _fill_for(self, PendingOps pending, object prep, tuple args, bint returns_fd=*)

@@ -199,7 +199,7 @@ class SendallOp(InlineOp):
                     raise ClosedResourceError(CLOSED_WHILE_WAITING)
                 if res > 0 and self._sent(res):  # else it took part: the ring sends the rest
                     return res if self.once else None
-            engine = self._enter()
+            engine = self._enter_on(engine)
             try:
                 while True:
                     if pending.closed:
