@@ -69,7 +69,7 @@ def test_load_ext_and_await_in_the_same_cell(kernel):
         what="the loading cell to start sleeping",
     )
     kernel.km.interrupt_kernel()
-    kernel.idle(cell, timeout=5)  # a test timeout: the cell would sleep 30 s otherwise
+    kernel.idle(cell, timeout=20)  # a bound, not a timing: the cell would sleep 30 s otherwise
     assert [m["content"]["ename"] for m in kernel.of(cell, "error")] == ["KeyboardInterrupt"]
     assert "finally ran" in kernel.stream(cell)
     assert kernel.result_of(kernel.cell("await tc.sleep(0.01); 'after'")) == "'after'"
@@ -129,12 +129,12 @@ def test_tasks_output_failures_and_the_inspector(kernel):
         "    await tc.sleep(0.01)\n"
         "print('failed', sched.stats().failed)\n"
     )
-    # the traceback arrives on stderr, parented to E (the spawning cell), within 2 s
+    # the traceback arrives on stderr, parented to E (the spawning cell). How soon ("within a
+    # second") is a property of the runtime, not asserted here: a loaded machine may take longer
     tb = kernel.until(
         lambda m: m["msg_type"] == "stream"
         and m["content"]["name"] == "stderr"
         and "boom in the background" in m["content"]["text"],
-        timeout=2,
         what="the background failure's traceback",
     )
     assert tb["parent_header"]["msg_id"] == e
