@@ -45,6 +45,7 @@ cdef class Engine(RingOwner):
 
     cpdef bint inline_ok(self)
     cpdef _submit(self)
+    cdef _run_calls(self)
     cdef bint _peer_awake(self)
     cpdef _step(self, Task task)
     cdef _start(self, Task task, Op op)

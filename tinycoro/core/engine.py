@@ -201,6 +201,13 @@ class Engine(RingOwner):
         such as awaiting it, is done before the task can run, as on the spawner's own context."""
         self.deferred.append((fn, args))
 
+    def _run_calls(self) -> None:
+        """Run what other threads queued with :meth:`call_soon`, in order, until none is left."""
+        calls = self.calls
+        while calls:
+            fn, args = calls.popleft()
+            fn(*args)
+
     def _run_deferred(self) -> None:
         while self.deferred:  # what a deferred call defers runs in this pass too
             deferred, self.deferred = self.deferred, []
@@ -264,9 +271,8 @@ class Engine(RingOwner):
         self._peers = () if scheduler is None else scheduler.peers(self)
         try:
             while True:
-                while calls:
-                    fn, args = calls.popleft()
-                    fn(*args)
+                if calls:
+                    self._run_calls()
                 n = len(ready)
                 if n:
                     self.steps += n
@@ -290,9 +296,8 @@ class Engine(RingOwner):
                     # What other threads queued behind the task's last step runs now, not at
                     # the next run (a notebook's next cell, maybe never): RemoteTask's
                     # report of a failure nothing awaited is asked that way.
-                    while calls:
-                        fn, args = calls.popleft()
-                        fn(*args)
+                    if calls:
+                        self._run_calls()
                     return
                 # A stop is obeyed before more ready work: the scheduler asks for it once every
                 # context is idle, or once the tasks it cancelled had their time to unwind

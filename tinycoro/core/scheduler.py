@@ -195,24 +195,24 @@ class Scheduler:
                 )
             engine.live.add(task)  # from here a stop() finishes it, wherever it is
             if not defer or spawner is None or spawner.scheduler is not self:
-                self._start_locked(engine, task)
+                self._push_locked(engine, task)
                 return task
         # Spawned by a step of another context (or a notebook cell's guest engine): it starts
         # once that step's turn is over, as it would on the spawner's own context. The step may
         # still be on its way to awaiting it; a task pushed now could fail first on the other
         # thread, and be reported as a failure nothing awaited. The spawner's own stop flag
         # keeps the stop protocol from ending in between (a guest's scheduler runs "long").
-        spawner.defer(self._start, engine, task)
+        spawner.defer(self._push_deferred, engine, task)
         return task
 
-    def _start(self, engine: Engine, task: Task) -> None:
+    def _push_deferred(self, engine: Engine, task: Task) -> None:
         """Make *task* (already in ``engine.live``) ready on *engine*: the end of a deferred
         spawn. A task that a stop finished meanwhile stays finished."""
         with self._lock:
             if task._state is not DONE:
-                self._start_locked(engine, task)
+                self._push_locked(engine, task)
 
-    def _start_locked(self, engine: Engine, task: Task) -> None:
+    def _push_locked(self, engine: Engine, task: Task) -> None:
         if not engine.stop_flag:
             engine.stop_flag = 1
             self._token += 1
