@@ -9,6 +9,8 @@
 from ..closing cimport PendingOps
 from ..core.engine cimport spend_inline
 
+cpdef bint _whole(bytes data, Py_ssize_t size)
+
 cdef class AsyncFile:
     cdef public int _fd
     cdef public object name

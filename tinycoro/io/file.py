@@ -73,6 +73,10 @@ _ZERO = Ready(0)
 _EMPTY = Ready(b"")
 
 
+def _whole(data: bytes, size: int) -> bool:
+    """Whether what an inline read got is the whole answer: all *size* bytes, or EOF."""
+    return len(data) == size or not data
+
 
 class AsyncFile:
     """A file opened with :func:`open`. Reads and writes go through io_uring.
@@ -180,16 +184,16 @@ class AsyncFile:
         await yield_now()
         spend_inline(task)  # a new step: this read counts in its budget
         data = self._read_inline(size, offset)
-        if data is not None and (len(data) == size or not data):
-            return data  # all of it, or EOF
+        if data is not None and _whole(data, size):
+            return data
         return await self._read_rest(size, offset, data)
 
     def _read_cached(self, size: int, offset: int) -> Awaitable[bytes]:
         """read_at's page-cache read, done now: the finished result when the cache held all
         of it (or EOF), else the awaitable that reads the rest through the ring."""
         data = self._read_inline(size, offset)
-        if data is not None and (len(data) == size or not data):
-            return done(data)  # all of it, or EOF
+        if data is not None and _whole(data, size):
+            return done(data)
         return self._read_rest(size, offset, data)
 
     def _read_inline(self, size: int, offset: int) -> bytes | None:
