@@ -51,6 +51,7 @@ from .messages import (
     outcome_of,
     pack,
     task_parent,
+    without_buffers,
     stats_to_dict,
     tasks_to_list,
 )
@@ -91,7 +92,7 @@ class Agent:
         task's bad argument fails that task alone. A scheduler that is not running fails the
         request, i.e. every task of it."""
         sched = self.scheduler()
-        request = self.kernel.get_parent("shell")
+        request = without_buffers(self.kernel.get_parent("shell"))  # once for the batch
         # Each function unpacked once; one that does not unpack fails every task calling it
         # with the same outcome (formatted once, not re-raised per task).
         loaded: list[tuple[Any, Any]] = []  # (function, None) or (None, its error outcome)
@@ -116,7 +117,7 @@ class Agent:
     def _start(self, sched: Scheduler, token: str, request: dict, fn: Callable[..., Any],
                args: tuple, kwargs: dict) -> int:
         """Start ``fn(*args, **kwargs)`` as a task of this engine's scheduler; its outcome is
-        published when it ends. *request*: the apply request that carried it.
+        published when it ends. *request*: the apply request that carried it, without its buffers.
 
         The task's output and outcome go to IOPub under a parent header of its own, the
         request's with the task's token as its msg_id (``messages.task_parent``): several tasks
@@ -133,7 +134,7 @@ class Agent:
         # its buffers), with the streams and display publishers of this context told the
         # task's parent.
         ctx = contextvars.copy_context()
-        ctx.run(internals.set_task_parents, self.kernel, parent)
+        ctx.run(internals.set_task_parents, self.kernel, parent, request)
         name = getattr(fn, "__qualname__", None) or repr(fn)
         with self._lock:  # _finished takes it too: the token is known before it can be removed
             task = sched.submit_watched(

@@ -230,17 +230,15 @@ def set_output_parent(shell: Any, parent: dict) -> None:
     shell.set_thread_parent(parent)
 
 
-def set_task_parents(kernel: Any, parent: dict) -> None:
+def set_task_parents(kernel: Any, parent: dict, request: dict) -> None:
     """In the current ``contextvars.Context`` only (a task's, copied from the apply request's):
-    its output goes under *parent* (:func:`set_output_parent`), and the kernel's own parent,
-    the request, is kept without its buffers, the pickled functions and arguments of every
-    task of the batch, which would otherwise live as long as the task. Not
-    ``kernel.set_parent``: that also makes this context the one the kernel's other threads
-    fall back on."""
+    its output goes under *parent* (:func:`set_output_parent`), and the kernel's own parent
+    becomes *request*, the apply request without its buffers (the pickled functions and
+    arguments of every task of the batch, which would otherwise live as long as the task).
+    Not ``kernel.set_parent``: that also makes this context the one the kernel's other
+    threads fall back on."""
     set_output_parent(kernel.shell, parent)
-    request = kernel._shell_parent.get(None)
-    if request and request.get("buffers"):
-        kernel._shell_parent.set(dict(request, buffers=[]))
+    kernel._shell_parent.set(request)
 
 
 def datapub_ident(kernel: Any) -> bytes:

@@ -45,14 +45,19 @@ def pack(obj: Any) -> bytes:
     return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
 
 
+def without_buffers(request: dict) -> dict:
+    """A shallow copy of an apply *request* without its buffers (the pickled functions and
+    arguments of every task of its batch), for what lives as long as one of its tasks."""
+    return dict(request, buffers=[])
+
+
 def task_parent(request: dict, token: str) -> dict:
     """The parent header a task's output and outcome go under: the apply request's that
-    carried it, with the task's *token* as msg_id (a shallow copy; the request is unchanged).
-    Without the request's buffers: the parent lives as long as the task, and the buffers are
-    the pickled functions and arguments of every task of the batch."""
+    carried it, with the task's *token* as msg_id (a shallow copy; the request is unchanged),
+    :func:`without_buffers`: the parent lives as long as the task."""
     header = dict(request.get("header") or {})
     header["msg_id"] = token
-    return dict(request, header=header, buffers=[])
+    return dict(without_buffers(request), header=header)
 
 
 def error_outcome(exc: BaseException) -> tuple:
