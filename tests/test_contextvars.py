@@ -161,6 +161,9 @@ def test_failure_hook_is_called_once_in_the_spawners_context_on_the_tasks_thread
         with pytest.raises(ValueError, match="boom"):
             s.run_sync(join(), timeout=10)
         assert len(calls) == 1
+        # ... and it is no longer among the failures nobody awaited (still counted as failed)
+        assert s.failures() == ()
+        assert s.stats().failed == 1
 
 
 @pytest.mark.timeout(30)

@@ -210,10 +210,24 @@ def test_run_inside_a_task_is_refused():
 
     async def main():
         coro = inner()
-        with pytest.raises(RuntimeError, match="cannot be called from inside"):
+        with pytest.raises(RuntimeError, match="cannot be called from inside") as info:
             tc.run(coro)
+        # in a notebook cell (a task too) the fix is to await the coroutine itself
+        assert str(info.value).endswith("await inner() instead")
 
     tc.run(main(), contexts=1)
+
+
+def test_awaiting_a_cancelled_task_names_it(contexts):
+    async def main():
+        t = tc.spawn(tc.sleep(60), name="napper")
+        await tc.yield_now()
+        t.cancel()
+        with pytest.raises(tc.Cancelled) as info:
+            await t
+        return str(info.value)
+
+    assert tc.run(main(), contexts=contexts) == "task 'napper' was cancelled"
 
 
 def test_task_cannot_await_itself():

@@ -633,6 +633,17 @@ class Engine(RingOwner):
         except BaseException:  # noqa: BLE001 - a broken hook must not take the context down
             log.exception("tinycoro failure_hook raised while reporting %s", describe(task))
 
+    def failure_taken(self, task_id: int) -> None:
+        """The failure of task *task_id*, reported as unawaited, has been awaited after all:
+        it leaves the recent failures (``Scheduler.failures()``); ``failed`` still counts it.
+        Any thread (deque operations are atomic); rare: only a failed task's later join."""
+        for f in list(self.failures):
+            if f.id == task_id:
+                try:
+                    self.failures.remove(f)
+                except ValueError:  # taken meanwhile by another join
+                    pass
+
     def _deliver(self, done: list[tuple[Op, int]]) -> None:
         """What the task of each completed op sees (``RingOwner._reap`` calls this): the
         result, or, when the op failed while we were cancelling it, the interrupt."""

@@ -53,7 +53,12 @@ def run(
     coro = _check_coro(coro, "run")
     if _local.engine is not None:
         coro.close()
-        raise RuntimeError("tc.run() cannot be called from inside a tinycoro task; await instead")
+        name = getattr(coro, "__name__", None) or "the coroutine"
+        # A notebook user does not know that a cell is a task: say what to write instead.
+        raise RuntimeError(
+            f"tc.run() cannot be called from inside a tinycoro task (a notebook cell with the "
+            f"tinycoro extension runs as one): await {name}() instead"
+        )
     # Ctrl-C from here on is recorded and acted on by loop() (or raised on the way out): never
     # raised in the middle of building the scheduler or submitting the task.
     with ki.defer_sigint():

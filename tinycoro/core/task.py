@@ -152,9 +152,12 @@ class Task:
         """The return value; re-raises the task's exception; RuntimeError if not done yet."""
         if self._state is not DONE:
             raise RuntimeError(f"{self!r} has not finished yet")
-        self._retrieved = True
         if self._exception is not None:
+            if self._retrieved:  # perhaps reported as unawaited: it is awaited now after all
+                self._engine.failure_taken(self.id)
+            self._retrieved = True
             raise self._exception
+        self._retrieved = True
         return self._result
 
     def exception(self) -> BaseException | None:
@@ -172,7 +175,8 @@ class Task:
         Returns False if the task has already finished. The in-flight operation, if any, is
         cancelled in the kernel; its buffer stays alive until its completion arrives.
         """
-        return self.interrupt(Cancelled())
+        # Named: whoever awaits it later sees which task it was, not a bare "Cancelled: ".
+        return self.interrupt(Cancelled(f"task {self.name!r} was cancelled"))
 
     def __await__(self) -> Generator[Any, Any, Any]:
         if self._state is not DONE:
