@@ -26,7 +26,7 @@ from tinycoro.core.stats import COLUMNS, format_stats, legend, wrap
 
 from .textout import format_tasks
 
-__all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status"]
+__all__ = ["ACTIONS", "ClusterCommands", "format_cluster_status", "format_submitted"]
 
 ACTIONS = ("start", "connect", "status", "tasks", "dashboard", "stop")
 NAME = "cluster"  # the user-namespace name start and connect bind the cluster to
@@ -62,6 +62,10 @@ def _usage() -> str:
     return " ".join(PARSER.format_usage().removeprefix("::").split())
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _engine_head(engine: Any, cpu_seconds: float | None = None) -> str:
     """``engine 0 · host:pid · process CPU 1.2 s so far`` (as the engine itself reports)."""
     head = f"engine {engine.id} · {engine.host}:{engine.pid}"
@@ -74,7 +78,8 @@ def format_cluster_status(engines: Sequence[Any], loads: dict[int, Any], owned: 
     stats = {eid: load.stats for eid, load in loads.items()}
     contexts = sum(len(s.contexts) for s in stats.values())
     how = "started here" if owned else "connected"
-    lines = [f"tinycoro cluster: {len(engines)} engines, {contexts} contexts ({how})"]
+    lines = [f"tinycoro cluster: {_plural(len(engines), 'engine')}, "
+             f"{_plural(contexts, 'context')} ({how})"]
     for e in sorted(engines, key=lambda e: e.id):
         load = loads.get(e.id)
         lines.append(_engine_head(e, load.cpu_seconds if load is not None else None))
@@ -92,6 +97,20 @@ def format_cluster_status(engines: Sequence[Any], loads: dict[int, Any], owned: 
     return "\n".join(lines)
 
 
+def format_submitted(mine: dict[int, Sequence[Any]]) -> str:
+    """One line: how many tasks this kernel submitted that have not ended, by stage and engine
+    (from ``cluster.submitted()``)."""
+    everyone = [t for ts in mine.values() for t in ts]
+    if not everyone:
+        return "tinycoro cluster: nothing submitted from this kernel is running"
+    stages: dict[str, int] = {}
+    for t in everyone:
+        stages[t.stage] = stages.get(t.stage, 0) + 1
+    how = ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items()))
+    where = ", ".join(f"{len(ts)} on engine {eid}" for eid, ts in sorted(mine.items()))
+    return f"tinycoro cluster: {len(everyone)} submitted from this kernel, not ended ({how}; {where})"
+
+
 class ClusterCommands:
     """What ``%tinycoro cluster`` does, on the kernel's most recent cluster
     (``tc.cluster.latest()``): one made by these magics or by ``tc.cluster.start``/``connect`` in
@@ -103,6 +122,7 @@ class ClusterCommands:
         self._made_client: Any = None  # the Client `connect` made here (closed at stop)
         self._px: Any = None  # ipyparallel's ParallelMagics registered for %px
         self._px_cluster: Any = None  # the cluster %px addresses
+        self._px_lost: set[int] = set()  # its engines %px has said are lost
 
     @property
     def cluster(self) -> Any:
@@ -179,21 +199,41 @@ class ClusterCommands:
         engines = self.cluster.engines
         where = ", ".join(f"{e.id}: {e.host}:{e.pid}" for e in engines)
         return (
-            f"tinycoro cluster {what}: {len(engines)} engines ({where}); `{NAME}` is the "
-            "cluster, %px runs a cell on every engine"
+            f"tinycoro cluster {what}: {_plural(len(engines), 'engine')} ({where}); `{NAME}` is "
+            "the cluster, %px runs a cell on every engine"
         )
 
     def _activate_px(self, cluster: Any) -> None:
         """Register ipyparallel's ``%px`` family for all engines of the cluster's client. The
         engines have ``tc`` bound (the cluster's setup does it), so ``%px await tc.sleep(0.1)``
-        works at once, as a cell does here."""
+        works at once, as a cell does here. The view's targets are ``"all"``, as ipyparallel's
+        own ``activate()`` makes them (a view of the engines there are now would break on the
+        first engine lost), and each run goes to the engines that live then (:meth:`_px_targets`)."""
         from tinycoro.cluster import internals
 
         self._deactivate_px()
-        view = cluster.client[:]
+        view = cluster.client.direct_view("all")
         view.block = True
-        self._px = internals.register_px(self.shell, view)
+        self._px = internals.register_px(self.shell, view, lambda: self._px_targets(cluster))
         self._px_cluster = cluster
+        self._px_lost = set()
+
+    def _px_targets(self, cluster: Any) -> list[int]:
+        """The engines a ``%px`` runs on now: the cluster's live ones that the client still
+        lists; says once which engines are lost (UsageError when none is left)."""
+        live = {e.id for e in cluster.engines} & set(cluster.client.ids)
+        lost = sorted(set(cluster.known_engines) - live)
+        new = [eid for eid in lost if eid not in self._px_lost]
+        if new:
+            self._px_lost.update(new)
+            gone = ", ".join(cluster.engine_name(eid) for eid in new)
+            print(f"tinycoro: {gone} {'is' if len(new) == 1 else 'are'} lost; %px runs on "
+                  f"{_plural(len(live), 'engine')} ({', '.join(map(str, sorted(live)))})",
+                  file=sys.stderr)
+        if not live:
+            raise UsageError("%px: every engine of the cluster is lost "
+                             "(%tinycoro cluster stop, then start or connect a new one)")
+        return sorted(live)
 
     def follow(self) -> None:
         """Point ``%px`` at the kernel's most recent cluster, however it was made (called
@@ -277,13 +317,24 @@ class ClusterCommands:
 
     def _tasks(self, args: argparse.Namespace) -> None:
         cluster = self._need("tasks")
+        # What this kernel submitted first: known here at once, while an engine may not have
+        # started a task submitted a moment ago (its request is still on the way).
+        mine = cluster.submitted()
         try:  # answered on the engines' control thread, like stats: never behind a busy shell
             tasks = cluster.tasks()
         except (OSError, RuntimeError) as e:
             raise UsageError(f"%tinycoro cluster tasks: the cluster does not answer ({e})") from None
+        print(format_submitted(mine))
         for engine in cluster.engines:
             print(_engine_head(engine))
             infos = tasks.get(engine.id)
+            # Ours that its answer does not list: on the way, or started a moment before
+            # the probe and not yet on one of its contexts.
+            listed = {i.id for i in infos or ()}
+            unlisted = [t for t in mine.get(engine.id, ()) if t.remote_id not in listed]
+            if unlisted:
+                print(f"  {len(unlisted)} of ours not in its list yet: "
+                      + ", ".join(f"{t.name} ({t.stage})" for t in unlisted))
             if infos is None:
                 print("  (no answer: the engine did not reply in time)")
                 continue

@@ -143,17 +143,16 @@ def test_a_child_prints_home_after_its_parents_outcome(k):
         out = k.until(lambda m: m["msg_type"] == "stream" and "the child speaks late" in
                       m["content"]["text"], timeout=T, what="the child's print")
         assert out["parent_header"]["msg_id"] == submitting
-        held = k.result_of(k.cell(
-            "sum('the child speaks late' in (md.get('stdout') or '')\n"
-            "    for md in list(cluster.client.metadata.values()))"))
-        assert held == "0"
+        held = k.result_of(k.cell("'the child speaks late' in repr(cluster.client.metadata)"))
+        assert held == "False"
 
         # a connected handle, stopped while its task's child still runs: the child's output
         # still comes home, and nothing of it stays on that client
         k.cell(
-            "import ipyparallel as ipp, os\n"
-            "other = ipp.Client(os.path.join(cluster.profile_dir, 'security',\n"
-            "                                'ipcontroller-client.json'))\n"
+            "import glob, ipyparallel as ipp, os\n"
+            "[conn] = glob.glob(os.path.join(cluster.profile_dir, 'security',\n"
+            "                                'ipcontroller-*-client.json'))\n"
+            "other = ipp.Client(conn)\n"
             "connected = tc.cluster.connect(other)\n"
         )
         submitting = k.cell(f"await connected.submit(parent, {port})\nconnected.stop()")
@@ -164,11 +163,10 @@ def test_a_child_prints_home_after_its_parents_outcome(k):
                       m["content"]["text"] and m["parent_header"]["msg_id"] == submitting,
                       timeout=T, what="the child's print after stop()")
         held = k.result_of(k.cell(
-            "n = sum('the child speaks late' in (md.get('stdout') or '')\n"
-            "        for md in list(other.metadata.values()))\n"
+            "held = 'the child speaks late' in repr(other.metadata)\n"
             "other.close()\n"
-            "n"))
-        assert held == "0"
+            "held"))
+        assert held == "False"
     finally:
         lst.close()
 
@@ -196,7 +194,8 @@ def test_cluster_tasks_right_after_submits_shows_them(k):
     )
     text = k.stream(cell)
     assert "6 submitted from this kernel" in text, text
-    assert "0 live tasks" not in text or text.count("sleep_forever") >= 6, text
+    # each one is listed: by its engine, or as one of ours that its engine does not list yet
+    assert text.count("sleep_forever") >= 6, text
     k.cell("for t in six:\n    t.cancel()\nfor t in six:\n    try:\n        await t\n"
            "    except tc.Cancelled:\n        pass\n")
 
@@ -213,8 +212,18 @@ def test_words_in_a_cell(k):
     assert "napper" in tb.strip().splitlines()[-1], tb
 
 
+def px_outputs(k, msg_id: str) -> list[str]:
+    """What ``%px`` showed in cell *msg_id*: in a kernel ipyparallel shows each engine's output
+    as a display (``[stdout:0] ...``), updated in place; the last text of each."""
+    last: dict[str, str] = {}
+    for m in k.of(msg_id, "display_data", "update_display_data"):
+        last[m["content"]["transient"]["display_id"]] = m["content"]["data"]["text/plain"]
+    return list(last.values())
+
+
 def test_px_after_an_engine_is_lost(k):
-    assert k.stream(k.cell("%px import os\n%px print(os.getpid())")).count("[stdout:") == 2
+    shown = px_outputs(k, k.cell("%px import os\n%px print(os.getpid())"))
+    assert len([t for t in shown if t.startswith("[stdout:")]) == 2, shown
     cell = k.submit(
         "async def die():\n"
         "    import os\n"
@@ -226,12 +235,13 @@ def test_px_after_an_engine_is_lost(k):
     px = k.submit("%px print('still here', os.getpid())")
     k.idle(px, T)
     assert k.of(px, "error") == [], ANSI.sub("", "\n".join(k.of(px, "error")[0]["content"]["traceback"]))
-    out = k.stream(px)
-    assert out.count("still here") == 1, out
-    said = k.stream(px, "stderr") + out
-    assert re.search(r"engine 1 \(\S+:\d+\) is lost", said), said
+    out = px_outputs(k, px)
+    assert [t.split()[0] for t in out if "still here" in t] == ["[stdout:0]"], out
+    said = k.stream(px, "stderr")
+    assert re.search(r"engine 1 \(\S+:\d+\) is lost; %px runs on 1 engine \(0\)", said), said
     again = k.cell("%px print('and again')")
-    assert k.stream(again).count("and again") == 1
+    assert len([t for t in px_outputs(k, again) if "and again" in t]) == 1
+    assert "lost" not in k.stream(again, "stderr")  # said once
     # the words about one engine
     assert k.result_of(k.cell("repr(cluster)")) == "'<tinycoro.cluster.Cluster 1 engine>'"
     html = k.result_of(k.cell("cluster._repr_html_()"))

@@ -13,8 +13,9 @@ it, and ``%px`` cells on the engines can ``await`` as notebook cells do.
     print(await t)                           # or t.result(timeout) from plain Python
     cluster.stop()
 
-Modules: :mod:`.api` (``Cluster``, ``start``, ``connect``), :mod:`.registry` (``latest``),
-:mod:`.output` (a remote task's output at home), :mod:`.dashboard` (the seam to the
+Modules: :mod:`.api` (``Cluster``, ``start``, ``connect``, ``latest``), :mod:`.registry` (which
+clusters this process has), :mod:`.output` and :mod:`.homes` (a remote task's output at home,
+also its children's after it ended), :mod:`.shipped` (remote tracebacks read back to the cells), :mod:`.dashboard` (the seam to the
 notebook layer's dashboard), :mod:`.remote` (``RemoteTask``),
 :mod:`.engine` (what runs on each engine), :mod:`.local` (a local cluster's processes),
 :mod:`.internals` (every private name of ipyparallel and ipykernel used, checked),
@@ -33,8 +34,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
         "tinycoro.cluster needs ipyparallel, an optional extra: pip install 'tinycoro[cluster]'"
     ) from e
 
-from .api import Cluster, connect, start
-from .registry import latest
+from .api import Cluster, connect, latest, start
 from .errors import EngineLost, RemoteTraceback, UnsupportedVersion
 from .info import EngineInfo, EngineLoad
 from .remote import RemoteTask

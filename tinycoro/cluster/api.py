@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 import time
-import uuid
+from functools import partial
 from typing import Any, Callable, Coroutine, Iterable, TypeVar
 
 import ipyparallel as ipp
@@ -49,9 +49,10 @@ from .info import EngineInfo, EngineLoad
 from . import internals
 from .internals import ClientSeam
 from .local import LocalProcesses, launch
-from . import registry
+from . import homes, registry, shipped
 from .output import display_output, write_output
-from .messages import CONTROL_REQUEST, RESULT_KEY, pack, stats_from_dict, tasks_from_list
+from .messages import (CONTROL_REQUEST, RESULT_KEY, pack, pack_function, stats_from_dict,
+                       tasks_from_list)
 from .progress import StartProgress
 from .remote import RemoteTask, after_submitting_step
 from .watch import PidWatcher
@@ -143,6 +144,12 @@ class Cluster:
             return tuple(self._live[i] for i in sorted(self._live))
 
     @property
+    def known_engines(self) -> tuple[int, ...]:
+        """The ids of every engine this handle has known, the lost ones too."""
+        with self._lock:
+            return tuple(sorted(self._known))
+
+    @property
     def stopped(self) -> bool:
         """True once :meth:`stop` has run."""
         return self._stopped
@@ -165,25 +172,25 @@ class Cluster:
         return None if self._owned is None else self._owned.profile_dir
 
     def __repr__(self) -> str:
-        state = "stopped" if self._stopped else f"{len(self._live)} engines"
+        state = "stopped" if self._stopped else _plural(len(self._live), "engine")
         return f"<tinycoro.cluster.Cluster {state}>"
 
     def _repr_html_(self) -> str:
         """A summary for notebooks (as Dask's Client shows one): state and engines, read from
         what this handle knows (no round trip to the engines)."""
         how = "started here" if self.owned else "connected"
-        if self._stopped:
-            head = f"tinycoro cluster ({how}): <b>stopped</b>"
-            rows = ""
-        else:
-            engines = self.engines
-            head = f"tinycoro cluster ({how}): <b>{len(engines)} engines</b>"
-            rows = "".join(
-                f"<tr><td>engine {e.id}</td><td>{html.escape(e.host)}</td><td>{e.pid}</td>"
-                f"<td>{len(self._by_engine.get(e.id, ()))}</td></tr>" for e in engines
-            )
-            rows = ("<table><tr><th>engine</th><th>host</th><th>pid</th><th>our tasks</th></tr>"
-                    f"{rows}</table>")
+        if self._stopped:  # nothing to offer but a new one
+            return (f'<div class="tc-cluster"><p>tinycoro cluster ({how}): <b>stopped</b></p>'
+                    "<p><code>tc.cluster.start()</code> or <code>%tinycoro cluster start</code> "
+                    "makes a new one.</p></div>")
+        engines = self.engines
+        head = f"tinycoro cluster ({how}): <b>{_plural(len(engines), 'engine')}</b>"
+        rows = "".join(
+            f"<tr><td>engine {e.id}</td><td>{html.escape(e.host)}</td><td>{e.pid}</td>"
+            f"<td>{len(self._by_engine.get(e.id, ()))}</td></tr>" for e in engines
+        )
+        rows = ("<table><tr><th>engine</th><th>host</th><th>pid</th><th>our tasks</th></tr>"
+                f"{rows}</table>")
         return (f'<div class="tc-cluster"><p>{head}</p>{rows}<p><code>cluster.dashboard()'
                 "</code> shows its live load; <code>%px</code> runs a cell on every engine.</p></div>")
 
@@ -233,7 +240,7 @@ class Cluster:
         cloudpickle (a notebook's function with the globals it names); the coroutine is made
         over there."""
         _check_async_fn(fn, "submit")
-        return self._submit(pack(fn), args, kwargs, engine, _name_of(fn))
+        return self._submit(_ship(fn), args, kwargs, engine, _name_of(fn))
 
     def _submit(self, fn_packed: bytes, args: tuple, kwargs: dict, engine: int | None,
                 name: str, observed: bool = False) -> RemoteTask:
@@ -253,7 +260,7 @@ class Cluster:
             eid = self._pick(engine)
             if self._seam.closed:  # its IO thread is gone: a queued task would never leave
                 raise OSError("the ipyparallel client of this cluster was closed")
-            task = RemoteTask(self, eid, uuid.uuid4().hex, name, context, after_step)
+            task = RemoteTask(self, eid, homes.new_token(), name, context, after_step)
             task._observed = observed
             with self._lock:
                 live = eid in self._live
@@ -346,7 +353,7 @@ class Cluster:
             return []
         if not self.engines:
             self._pick(None)  # raises: stopped, or every engine lost
-        shipped = pack(fn)  # packed once, not once per item
+        packed = _ship(fn)  # packed once, not once per item
         name = _name_of(fn)
         slots = Semaphore(limit * len(self.engines)) if limit is not None else None
         ended = Event()
@@ -372,7 +379,7 @@ class Cluster:
                     await slots.acquire()  # a slot frees on some engine (pigeonhole)
                 if failed:
                     break
-                t = self._submit(shipped, (item,), {}, None, name, observed=True)
+                t = self._submit(packed, (item,), {}, None, name, observed=True)
                 t._add_done_callback(on_done)
                 tasks.append(t)
             await ended.wait()
@@ -422,6 +429,14 @@ class Cluster:
             self._control(task.engine, {"op": "cancel", "token": task._token})
         except Exception:  # noqa: BLE001 - the engine is gone: EngineLost ends the task
             log.debug("tinycoro.cluster: cancel of %r not sent", task, exc_info=True)
+
+    def submitted(self) -> dict[int, tuple[RemoteTask, ...]]:
+        """The tasks submitted through this handle that have not ended, by engine id, oldest
+        first: known here at once, also before their engine has started them (which
+        :meth:`tasks` cannot see yet). ``task.stage`` says how far each got."""
+        with self._lock:
+            return {eid: tuple(sorted(ts, key=lambda t: t._seq))
+                    for eid, ts in sorted(self._by_engine.items()) if ts}
 
     def forget(self, task: RemoteTask) -> None:
         """*task* has ended: no message about it is routed any more."""
@@ -512,6 +527,9 @@ class Cluster:
         msg_id = msg["parent_header"].get("msg_id")
         task = self._by_token.get(msg_id) if msg_id else None
         kind = msg["header"]["msg_type"]
+        if task is None and homes.is_token(msg_id):  # a task that ended: its children's output
+            homes.route(msg_id, kind, msg["content"])  # goes home; never to ipyparallel, which
+            return  # would keep it in Client.metadata for the client's life
         if task is None or kind == "status":  # ipyparallel's own bookkeeping
             self._seam.pass_on(msg)
             if task is None:
@@ -572,7 +590,10 @@ class Cluster:
         if self._watcher is not None:
             self._watcher.stop()
         self._seam.remove_registration(self._on_registration)
-        self._seam.unhook_iopub()
+        if self._owned is None:  # a connected client lives on: its tasks' children may print
+            self._seam.hook_iopub(partial(_route_after_stop, self._seam))
+        else:
+            self._seam.unhook_iopub()
         registry.unclaim(self.client, self)
         if self._owned is not None:
             atexit.unregister(self.stop)
@@ -596,7 +617,46 @@ def _name_of(fn: Any) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
+def _ship(fn: Any) -> bytes:
+    """*fn* packed for the engines (a TypeError naming what does not pickle), its code noted
+    so that its frames in a remote traceback name their cell and line (:mod:`.shipped`)."""
+    packed = pack_function(fn)
+    shipped.note(fn)
+    return packed
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _route_after_stop(seam: ClientSeam, frames: list) -> None:
+    """A stopped handle's IOPub hook on a client that lives on (a connected cluster): what its
+    tasks' children still print goes home (:mod:`.homes`), never into ipyparallel's metadata;
+    every other message goes on to ipyparallel's handler. Holds the seam, not the cluster."""
+    try:
+        msg = seam.decode(frames)
+    except Exception:  # noqa: BLE001 - as ipyparallel does with a bad message
+        log.error("tinycoro.cluster: invalid IOPub message", exc_info=True)
+        return
+    msg_id = msg["parent_header"].get("msg_id")
+    if homes.is_token(msg_id):
+        homes.route(msg_id, msg["header"]["msg_type"], msg["content"])
+    else:
+        seam.pass_on(msg)
+
+
 # -- starting and connecting --------------------------------------------------------------------
+def latest() -> Cluster | None:
+    """The cluster this process started or connected most recently that still runs; if none
+    runs, the one stopped last (so that a tool can say it is stopped); None before any.
+
+    The ``%tinycoro cluster`` magics act on it, whether it was made by a magic or by
+    :func:`start`/:func:`connect` in a cell."""
+    found = registry.latest()
+    assert found is None or isinstance(found, Cluster)  # only a Cluster records itself there
+    return found
+
+
 def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIMEOUT,
           progress: bool = True) -> Cluster:
     """A local ipyparallel cluster of *n* engines (default ``os.cpu_count()``), each an IPython
@@ -608,14 +668,19 @@ def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIM
     contexts = check_int("contexts", contexts, min=1)
     internals.check_version("ipyparallel", internals.IPYPARALLEL)  # before any process starts
     shown = StartProgress(n, enabled=progress)
-    seam, owned = launch(n, contexts, timeout, shown)
-    client = seam.client
     try:
-        cluster = Cluster(client, owned=owned, timeout=timeout, seam=seam)
-    except BaseException:
-        owned.stop(client, [])
+        seam, owned = launch(n, contexts, timeout, shown)
+        client = seam.client
+        shown.doing("setting up tinycoro on every engine")
+        try:
+            cluster = Cluster(client, owned=owned, timeout=timeout, seam=seam)
+        except BaseException:
+            owned.stop(client, [])
+            raise
+    except BaseException as e:
+        shown.finish(f"did not start ({type(e).__name__})")
         raise
-    shown.finish(f"{n} engines up")
+    shown.finish(f"{_plural(n, 'engine')} up")
     return cluster
 
 

@@ -15,15 +15,20 @@ class RemoteTraceback(Exception):
     """The traceback of an exception raised on an engine, as text.
 
     A remote exception is re-raised here as itself (unpickled), with this as its ``__cause__``,
-    so the local traceback shows where it happened over there.
+    so the local traceback shows where it happened over there. *text* is the remote traceback
+    (frames of functions shipped from here name their cell or file and show their source line);
+    *head* says what failed where (``remote_bad failed on engine 1 (host:pid)``), the first line
+    of ``str()``.
     """
 
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
+    def __init__(self, text: str, head: str = "") -> None:
+        super().__init__(text, head)
         self.text = text
+        self.head = head
 
     def __str__(self) -> str:
-        return "\n\n" + self.text.rstrip("\n")
+        body = self.text.rstrip("\n")
+        return f"{self.head}:\n{body}" if self.head else body
 
 
 class UnsupportedVersion(RuntimeError):

@@ -247,12 +247,25 @@ def datapub_ident(kernel: Any) -> bytes:
 
 
 # -- %px ------------------------------------------------------------------------------------------
-def register_px(shell: Any, view: Any) -> Any:
+def register_px(shell: Any, view: Any, targets: Callable[[], list[int]] | None = None) -> Any:
     """Register ipyparallel's ``%px`` family for *view* (what ``view.activate()`` does, keeping
-    the magics object so that :func:`unregister_px` can take it out again)."""
+    the magics object so that :func:`unregister_px` can take it out again). *targets*, when
+    given, is asked before each ``%px`` run on a view of ``"all"`` engines for the engines to
+    run on now: ipyparallel resolves ``"all"`` from the controller's registrations, which learn
+    of a dead engine only after the cluster has (a pidfd notices it at once)."""
     from ipyparallel.client.magics import ParallelMagics
 
-    magics = ParallelMagics(shell, view)
+    class LiveParallelMagics(ParallelMagics):
+        def parallel_execute(self, cell: str, *args: Any, **kwargs: Any) -> Any:
+            if targets is None or self.view.targets != "all":  # --targets given: as asked
+                return super().parallel_execute(cell, *args, **kwargs)
+            self.view.targets = targets()
+            try:
+                return super().parallel_execute(cell, *args, **kwargs)
+            finally:
+                self.view.targets = "all"
+
+    magics = LiveParallelMagics(shell, view)
     shell.magics_manager.register(magics)
     return magics
 

@@ -12,6 +12,7 @@ import signal
 import socket
 import tempfile
 import threading
+from functools import partial
 from typing import Any, Awaitable, Iterable, TypeVar
 
 import ipyparallel as ipp
@@ -134,7 +135,9 @@ def launch(n: int, contexts: int, timeout: float,
                                engine_timeout=int(timeout))
 
         owned.ipp_cluster = owned.loop.run(make())
+        progress.doing("starting the controller")
         owned.loop.run(owned.ipp_cluster.start_controller(), timeout)
+        progress.doing(f"starting {n} engine processes")
         owned.loop.run(owned.ipp_cluster.start_engines(
             n,
             engine_args=["--IPKernelApp.extensions=tinycoro"],
@@ -143,6 +146,8 @@ def launch(n: int, contexts: int, timeout: float,
         ), timeout)
         client = owned.loop.run(owned.ipp_cluster.connect_client(), timeout)
         seam = internals.ClientSeam(client)
+        progress.doing("engine processes importing IPython, ipyparallel and tinycoro",
+                       partial(_engine_activity, owned))
 
         def registered(event: dict) -> None:
             if event.get("event") == "register":
@@ -160,6 +165,23 @@ def launch(n: int, contexts: int, timeout: float,
     except BaseException:
         owned.stop(client, [])
         raise
+
+
+def _engine_activity(owned: LocalProcesses) -> str:
+    """How the engine processes are getting on, for the start progress: how many run and the
+    CPU time they have used (it grows while they import; it stalls if they are stuck)."""
+    import psutil
+
+    controller = owned.controller_pid
+    running, cpu = 0, 0.0
+    for pid in internals.launcher_pids(owned.ipp_cluster) - {controller}:
+        try:
+            p = psutil.Process(pid)
+            cpu += sum(p.cpu_times()[:2])
+            running += 1
+        except psutil.NoSuchProcess:
+            pass
+    return f"{running} running, {cpu:.1f} s CPU so far"
 
 
 def _slow_engines(client: Any, owned: LocalProcesses, n: int, timeout: float) -> str:

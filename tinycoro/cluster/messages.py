@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import traceback
+import types
+from functools import partial
 from typing import Any
 
 from ..core import Cancelled, ContextStats, SchedulerStats, TaskInfo
@@ -43,6 +45,79 @@ def pack(obj: Any) -> bytes:
     import cloudpickle
 
     return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def pack_function(fn: Any) -> bytes:
+    """*fn* packed (:func:`pack`); when that fails, a TypeError that names the function and
+    the global, closed-over variable or default of it that cannot be pickled (found by trying
+    each), chained from cloudpickle's error, which names only a type."""
+    try:
+        return pack(fn)
+    except Exception as e:
+        culprit = _unpicklable_part(fn)
+        if culprit is None:
+            raise
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        raise TypeError(
+            f"{name}() cannot be sent to the engines: {culprit}, which cannot be pickled "
+            f"({e}); create it inside the function, or pass what it needs as arguments"
+        ) from e
+
+
+def _kind(value: Any) -> str:
+    t = type(value)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def _unpicklable_part(fn: Any, depth: int = 0) -> str | None:
+    """Which part of *fn* does not pickle, in words; None if none is found (or not a function
+    shipped by value). Functions of the same module it names are searched too (a few deep)."""
+    while isinstance(fn, partial):
+        for i, arg in enumerate(fn.args):
+            if not _pickles(arg):
+                return f"argument {i} of its functools.partial (a {_kind(arg)})"
+        fn = fn.func
+    if not isinstance(fn, types.FunctionType):
+        fn = getattr(type(fn), "__call__", None)
+        if not isinstance(fn, types.FunctionType):
+            return None
+    codes = [fn.__code__]
+    names: list[str] = []
+    while codes:  # the function's code and the code nested in it (closures, lambdas)
+        code = codes.pop()
+        names += [n for n in code.co_names if n not in names]
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    for name in names:
+        if name not in fn.__globals__:
+            continue
+        value = fn.__globals__[name]
+        if _pickles(value):
+            continue
+        if (isinstance(value, types.FunctionType) and depth < 3
+                and value.__module__ == fn.__module__):
+            inner = _unpicklable_part(value, depth + 1)
+            if inner is not None:
+                return f"the global function {name!r} it calls uses {inner.removeprefix('it uses ')}"
+        return f"it uses the global {name!r} (a {_kind(value)})"
+    for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # not set yet
+            continue
+        if not _pickles(value):
+            return f"it closes over {var!r} (a {_kind(value)})"
+    for value in (fn.__defaults__ or ()) + tuple((fn.__kwdefaults__ or {}).values()):
+        if not _pickles(value):
+            return f"a default argument of it (a {_kind(value)})"
+    return None
+
+
+def _pickles(value: Any) -> bool:
+    try:
+        pack(value)
+    except Exception:  # noqa: BLE001 - any failure is what we look for
+        return False
+    return True
 
 
 def without_buffers(request: dict) -> dict:

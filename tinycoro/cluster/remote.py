@@ -4,24 +4,39 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import pickle
 import sys
 import threading
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Generator
+from typing import Any, Callable, Generator, Protocol
 
 from ipyparallel.error import EngineError, RemoteError
 
 from .. import lowlevel
 from ..core import Cancelled, current_context
 from ..sync import Event
+from . import homes
 from .errors import EngineLost, RemoteTraceback
 from .messages import CANCELLED, ERROR, OK, OK_PACKED
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .api import Cluster
+from .shipped import readable
 
 _PENDING, _DONE = "pending", "done"
+_submit_order = itertools.count()  # next() is atomic under the GIL and in free-threaded builds
+
+
+class TaskHost(Protocol):
+    """What a :class:`RemoteTask` asks of the cluster that submitted it (``api.Cluster`` is
+    one): the seam that keeps this module from importing the cluster's."""
+
+    def cancel_remote(self, task: "RemoteTask") -> None:
+        """Ask the task's engine to cancel it; never waits."""
+
+    def forget(self, task: "RemoteTask") -> None:
+        """The task has ended: route nothing more to it."""
+
+    def engine_name(self, eid: int) -> str:
+        """``engine 1 (host:pid)``, also for an engine lost since."""
 
 
 class RemoteTask:
@@ -38,14 +53,16 @@ class RemoteTask:
     the task is still on its way to awaiting it.
     """
 
-    def __init__(self, cluster: "Cluster", engine: int, token: str, name: str,
+    def __init__(self, cluster: TaskHost, engine: int, token: str, name: str,
                  context: contextvars.Context,
                  after_step: Callable[[Callable[[], None]], None] | None = None) -> None:
         self._cluster = cluster
         self.engine: int = engine  # the engine's id, the key of Cluster.stats()
         self.name = name
         self.msg_id: str | None = None  # of the apply request that started it (and others)
+        self.remote_id: int | None = None  # its task id on the engine, once it started
         self._token = token
+        self._seq = next(_submit_order)  # submit order, for listings
         self._ctx = context
         self._lock = threading.Lock()
         self._state = _PENDING
@@ -113,6 +130,16 @@ class RemoteTask:
     def __repr__(self) -> str:
         return f"<RemoteTask {self.name!r} engine={self.engine} {self._state}>"
 
+    @property
+    def stage(self) -> str:
+        """How far it got, in words: "waiting to be sent", "sent" (its engine has not said it
+        started it yet), "running" or "done"."""
+        if self._state is _DONE:
+            return "done"
+        if self._started:
+            return "running"
+        return "sent" if self.msg_id is not None else "waiting to be sent"
+
     # -- driven by the cluster (the client's IO thread, or the engine watcher) ----------------
     def _outcome(self) -> Any:
         self._retrieved = True
@@ -147,6 +174,7 @@ class RemoteTask:
             return
         with self._lock:
             self._started = True
+            self.remote_id = reply if isinstance(reply, int) else None
             send = self._cancel_requested and self._state is not _DONE
         if send:
             self._cluster.cancel_remote(self)
@@ -179,6 +207,9 @@ class RemoteTask:
             after_step, self._after_step = self._after_step, _now
         self._finished.set()
         self._event.set()
+        # What its children on the engine print from now on still comes home (homes.route):
+        # remembered before the cluster forgets the token, so no message falls between.
+        homes.remember(self._token, self._ctx, f"{self.name!r} on {self._where()}")
         self._cluster.forget(self)
         for fn in callbacks:
             fn(self)
@@ -224,7 +255,7 @@ class RemoteTask:
                 exc = None
         if not isinstance(exc, BaseException):
             exc = RemoteError(ename, evalue, text)
-        exc.__cause__ = RemoteTraceback(f"on {self._where()}:\n{text}")
+        exc.__cause__ = RemoteTraceback(readable(text), f"{self.name} failed on {self._where()}")
         return exc
 
     def _report(self, exc: BaseException) -> None:
