@@ -94,7 +94,8 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
     fail_style = ' style="color:#c0392b"' if failed else ""
     state = "running" if running else "stopped"
     return (
-        f"<b>tinycoro cluster</b> &middot; {len(engines)} engines &middot; {contexts} contexts "
+        f"<b>tinycoro cluster</b> &middot; {len(engines)} engine{'s' * (len(engines) != 1)} "
+        f"&middot; {contexts} context{'s' * (contexts != 1)} "
         f"&middot; {state} &middot; "
         f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
         f'nobody awaiting them, all engines, since the start">failed <b>{failed}</b></span> '
@@ -204,7 +205,8 @@ class ClusterDashboard(Board):
                          _dom_classes=("tinycoro-dashboard", "tinycoro-cluster-dashboard"))
 
     def __repr__(self) -> str:
-        return f"<tinycoro cluster dashboard: {len(self.engines)} engines>"
+        n = len(self.engines)
+        return f"<tinycoro cluster dashboard: {n} engine{'s' * (n != 1)}>"
 
     def shown(self, engine: int, ctx: int | str, field: str) -> str:
         """What the table shows now for context *ctx* (or ``"engine"``: the engine's own row)

@@ -137,7 +137,8 @@ class TinycoroMagics(Magics):
             raise UsageError(f"%tinycoro restart: {e}") from None
         cancelled = self.ext.cancelled_by_restart
         before = "" if cancelled is None else f"; cancelled {_tasks_word(cancelled)}"
-        emit(f"tinycoro: restarted with {sched.contexts} contexts ({sched.dispatch}){before}")
+        n = sched.contexts
+        emit(f"tinycoro: restarted with {n} context{'s' * (n != 1)} ({sched.dispatch}){before}")
 
     def _stop(self, args: argparse.Namespace) -> None:
         cancelled = self.ext.stop_scheduler()

@@ -80,7 +80,7 @@ class Dashboard(Board):
         self.scheduler = scheduler
 
     def __repr__(self) -> str:
-        return f"<tinycoro dashboard: {self.contexts} contexts>"
+        return f"<tinycoro dashboard: {self.contexts} context{'s' * (self.contexts != 1)}>"
 
     def shown(self, ctx: int, field: str) -> str:
         """What the table shows now for context *ctx* in column *field* (e.g. ``tasks_run``,

@@ -373,7 +373,7 @@ def test_restart_with_contexts_and_dispatch(loaded, capsys):
     old = ext.scheduler
     run_ok(loaded, "async def forever():\n    await tc.Event().wait()\nt = tc.spawn(forever())")
     loaded.run_line_magic("tinycoro", "restart -n 1 --dispatch least_loaded")
-    assert "restarted with 1 contexts (least_loaded)" in capsys.readouterr().out
+    assert "restarted with 1 context (least_loaded)" in capsys.readouterr().out
     assert not old.stats().running
     assert run_ok(loaded, "t.cancelled()") is True  # the old scheduler's tasks were cancelled
     new = ext.scheduler

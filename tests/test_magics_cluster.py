@@ -234,21 +234,24 @@ def test_the_magics_act_on_a_cluster_made_in_a_cell_and_see_it_stopped(shell, ca
     assert procs
     capsys.readouterr()
     shell.run_line_magic("tinycoro", "cluster status")
-    assert capsys.readouterr().out.startswith("tinycoro cluster: 1 engines, 1 contexts (started here)")
+    assert capsys.readouterr().out.startswith("tinycoro cluster: 1 engine, 1 context (started here)")
     board = _cluster_board(shell)
-    assert repr(board) == "<tinycoro cluster dashboard: 1 engines>"
+    assert repr(board) == "<tinycoro cluster dashboard: 1 engine>"
     mine = run_ok(shell, "cluster.dashboard()")
     assert repr(mine) == repr(board)
     refresher = cluster.refresher
     assert refresher.alive
     summary = cluster._repr_html_()
     [e] = cluster.engines
-    assert "1 engines" in summary and f"<td>{e.pid}</td>" in summary and "started here" in summary
+    assert "1 engine<" in summary and "1 engines" not in summary
+    assert f"<td>{e.pid}</td>" in summary and "started here" in summary
 
     run_ok(shell, "cluster.stop()")  # not through the magic
     assert gone(procs)
     assert not refresher.alive  # stop() ends the dashboards' refresher
     assert "stopped" in board._summary.value and "stopped" in cluster._repr_html_()
+    # a stopped cluster offers nothing of a running one
+    assert "dashboard()" not in cluster._repr_html_() and "%px" not in cluster._repr_html_()
     for action in ("status", "tasks", "dashboard"):
         with pytest.raises(UsageError, match="the cluster is stopped"):
             shell.run_line_magic("tinycoro", f"cluster {action}")

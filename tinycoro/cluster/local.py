@@ -137,7 +137,7 @@ def launch(n: int, contexts: int, timeout: float,
         owned.ipp_cluster = owned.loop.run(make())
         progress.doing("starting the controller")
         owned.loop.run(owned.ipp_cluster.start_controller(), timeout)
-        progress.doing(f"starting {n} engine processes")
+        progress.doing(f"starting {n} engine process{'es' * (n != 1)}")
         owned.loop.run(owned.ipp_cluster.start_engines(
             n,
             engine_args=["--IPKernelApp.extensions=tinycoro"],
@@ -176,9 +176,11 @@ def _engine_activity(owned: LocalProcesses) -> str:
     running, cpu = 0, 0.0
     for pid in internals.launcher_pids(owned.ipp_cluster) - {controller}:
         try:
-            p = psutil.Process(pid)
-            cpu += sum(p.cpu_times()[:2])
+            launched = psutil.Process(pid)
             running += 1
+            # the launched process is the engine's nanny; the engine itself is its child
+            for p in [launched, *launched.children(recursive=True)]:
+                cpu += sum(p.cpu_times()[:2])
         except psutil.NoSuchProcess:
             pass
     return f"{running} running, {cpu:.1f} s CPU so far"

@@ -111,5 +111,5 @@ def readable(text: str) -> str:
         out.append(f"{indent}{_cell_label(filename)}, line {lineno}, in {m['name']}")
         source = linecache.getline(filename, lineno).strip()
         if source:
-            out.append(f"{indent}    {source}")
+            out.append(f"{indent}  {source}")  # as Python indents a source line
     return "\n".join(out)
