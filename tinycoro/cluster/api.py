@@ -590,8 +590,12 @@ class Cluster:
         if self._watcher is not None:
             self._watcher.stop()
         self._seam.remove_registration(self._on_registration)
-        if self._owned is None:  # a connected client lives on: its tasks' children may print
-            self._seam.hook_iopub(partial(_route_after_stop, self._seam))
+        if self._owned is None and not self._seam.closed:
+            # A connected client lives on, and its tasks' children may go on printing.
+            try:
+                self._seam.hook_iopub(partial(_route_after_stop, self._seam), timeout=10.0)
+            except RuntimeError:  # its IO thread did not answer: stop() must still end
+                log.warning("tinycoro.cluster: the client's IO thread did not answer at stop")
         else:
             self._seam.unhook_iopub()
         registry.unclaim(self.client, self)

@@ -7,8 +7,8 @@ token; so does anything printed after ``stop()`` of a connected cluster. Handed 
 such a message would be kept in ``Client.metadata`` (a ``defaultdict`` keyed by msg_id): never
 shown, never freed. So a token's message never goes there: it is written home, in the context
 the task was submitted from (in a notebook, the submitting cell), for the :data:`KEPT` most
-recently ended tasks; beyond those, here with a line that says whose output it is. Nothing of
-the output itself is held.
+recently ended tasks; beyond those, where the client is, under a line that says it is such
+output. Nothing of the output itself is held.
 
 The table is one per process (not per cluster): a stopped handle's tokens stay routable by
 whatever reads the client's IOPub stream next.
@@ -28,10 +28,10 @@ from .output import display_output, write_output
 __all__ = ["KEPT", "TOKEN_PREFIX", "is_token", "new_token", "remember", "route"]
 
 TOKEN_PREFIX = "tinycoro-task-"
-KEPT = 4096  # ended tasks whose home is remembered (a context and a name each)
+KEPT = 4096  # ended tasks whose home (the context they were submitted from) is remembered
 
 _lock = threading.Lock()
-_homes: OrderedDict[str, tuple[contextvars.Context, str]] = OrderedDict()
+_homes: OrderedDict[str, contextvars.Context] = OrderedDict()
 
 
 def new_token() -> str:
@@ -44,11 +44,10 @@ def is_token(msg_id: Any) -> bool:
     return isinstance(msg_id, str) and msg_id.startswith(TOKEN_PREFIX)
 
 
-def remember(token: str, context: contextvars.Context, what: str) -> None:
-    """Task *token* ended: what still comes under it goes to *context* (*what*: the task and
-    its engine, for the words when it is no longer known)."""
+def remember(token: str, context: contextvars.Context) -> None:
+    """Task *token* ended: what still comes under it goes to *context*."""
     with _lock:
-        _homes[token] = (context, what)
+        _homes[token] = context
         _homes.move_to_end(token)
         while len(_homes) > KEPT:
             _homes.popitem(last=False)
@@ -65,9 +64,9 @@ def route(token: str, kind: str, content: dict) -> None:
         if home is None:  # ended too long ago: say whose it is, where we are
             _show_here(kind, content)
         elif kind == "stream":
-            home[0].copy().run(write_output, content["name"], content["text"])
+            home.copy().run(write_output, content["name"], content["text"])
         else:
-            home[0].copy().run(display_output, content, kind == "update_display_data")
+            home.copy().run(display_output, content, kind == "update_display_data")
     except Exception:  # noqa: BLE001 - a closed stream must not break the IO thread
         pass
 

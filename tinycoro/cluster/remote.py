@@ -209,7 +209,7 @@ class RemoteTask:
         self._event.set()
         # What its children on the engine print from now on still comes home (homes.route):
         # remembered before the cluster forgets the token, so no message falls between.
-        homes.remember(self._token, self._ctx, f"{self.name!r} on {self._where()}")
+        homes.remember(self._token, self._ctx)
         self._cluster.forget(self)
         for fn in callbacks:
             fn(self)

@@ -17,6 +17,7 @@ import re
 import sys
 import threading
 import types
+import weakref
 from collections import deque
 from functools import partial
 from typing import Any
@@ -29,6 +30,7 @@ DYNAMIC = "<dynamic-code>"  # cloudpickle's name for the code it ships by value
 _lock = threading.Lock()
 # (co_name, file name, first line, last line), most recent last
 _code: deque[tuple[str, str, int, int]] = deque(maxlen=KEPT)
+_noted: weakref.WeakSet[types.FunctionType] = weakref.WeakSet()  # whose code is in _code
 _FRAME = re.compile(r'^(?P<indent>\s*)File "' + re.escape(DYNAMIC) +
                     r'", line (?P<line>\d+), in (?P<name>.+)$')
 
@@ -41,15 +43,20 @@ def _codes(code: types.CodeType) -> list[types.CodeType]:
     return out
 
 
-def _functions(fn: Any, depth: int = 0, seen: set[int] | None = None) -> list[types.FunctionType]:
-    """*fn* and the functions of ``__main__`` it names (they travel by value with it)."""
-    seen = set() if seen is None else seen
+def _root(fn: Any) -> types.FunctionType | None:
+    """The Python function a submitted callable runs (a partial's, a callable object's)."""
     while isinstance(fn, partial):
         fn = fn.func
     if not isinstance(fn, types.FunctionType):
         fn = getattr(type(fn), "__call__", None)  # a callable object: its class's method
-        if not isinstance(fn, types.FunctionType):
-            return []
+    return fn if isinstance(fn, types.FunctionType) else None
+
+
+def _functions(fn: types.FunctionType, depth: int = 0,
+               seen: set[int] | None = None) -> list[types.FunctionType]:
+    """*fn* and the functions of its module it names (from ``__main__``, they travel by value
+    with it)."""
+    seen = set() if seen is None else seen
     if id(fn) in seen or depth > 3:
         return []
     seen.add(id(fn))
@@ -63,9 +70,17 @@ def _functions(fn: Any, depth: int = 0, seen: set[int] | None = None) -> list[ty
 
 
 def note(fn: Any) -> None:
-    """*fn* is being shipped: remember its code (and that of the functions it names)."""
+    """*fn* is being shipped: remember its code (and that of the functions it names), once
+    per function object (a loop of submits notes it once; a cell run again makes a new one)."""
+    root = _root(fn)
+    if root is None:
+        return
+    with _lock:
+        if root in _noted:
+            return
+        _noted.add(root)
     entries = []
-    for f in _functions(fn):
+    for f in _functions(root):
         for code in _codes(f.__code__):
             lines = [line for _, _, line in code.co_lines() if line is not None]
             if lines:
