@@ -40,6 +40,7 @@ import time
 from typing import Any, Mapping, Protocol, Sequence
 
 import tinycoro as tc
+from tinycoro.core.stats import counted
 
 from .history import CpuMeter, History
 from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
@@ -94,8 +95,8 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
     fail_style = ' style="color:#c0392b"' if failed else ""
     state = "running" if running else "stopped"
     return (
-        f"<b>tinycoro cluster</b> &middot; {len(engines)} engine{'s' * (len(engines) != 1)} "
-        f"&middot; {contexts} context{'s' * (contexts != 1)} "
+        f"<b>tinycoro cluster</b> &middot; {counted(len(engines), 'engine')} "
+        f"&middot; {counted(contexts, 'context')} "
         f"&middot; {state} &middot; "
         f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
         f'nobody awaiting them, all engines, since the start">failed <b>{failed}</b></span> '
@@ -205,8 +206,7 @@ class ClusterDashboard(Board):
                          _dom_classes=("tinycoro-dashboard", "tinycoro-cluster-dashboard"))
 
     def __repr__(self) -> str:
-        n = len(self.engines)
-        return f"<tinycoro cluster dashboard: {n} engine{'s' * (n != 1)}>"
+        return f"<tinycoro cluster dashboard: {counted(len(self.engines), 'engine')}>"
 
     def shown(self, engine: int, ctx: int | str, field: str) -> str:
         """What the table shows now for context *ctx* (or ``"engine"``: the engine's own row)

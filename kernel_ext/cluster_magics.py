@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument, magic_arguments
 
-from tinycoro.core.stats import COLUMNS, format_stats, legend, wrap
+from tinycoro.core.stats import COLUMNS, counted, format_stats, legend, wrap
 
 from .textout import format_tasks
 
@@ -62,10 +62,6 @@ def _usage() -> str:
     return " ".join(PARSER.format_usage().removeprefix("::").split())
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _engine_head(engine: Any, cpu_seconds: float | None = None) -> str:
     """``engine 0 · host:pid · process CPU 1.2 s so far`` (as the engine itself reports)."""
     head = f"engine {engine.id} · {engine.host}:{engine.pid}"
@@ -78,8 +74,8 @@ def format_cluster_status(engines: Sequence[Any], loads: dict[int, Any], owned: 
     stats = {eid: load.stats for eid, load in loads.items()}
     contexts = sum(len(s.contexts) for s in stats.values())
     how = "started here" if owned else "connected"
-    lines = [f"tinycoro cluster: {_plural(len(engines), 'engine')}, "
-             f"{_plural(contexts, 'context')} ({how})"]
+    lines = [f"tinycoro cluster: {counted(len(engines), 'engine')}, "
+             f"{counted(contexts, 'context')} ({how})"]
     for e in sorted(engines, key=lambda e: e.id):
         load = loads.get(e.id)
         lines.append(_engine_head(e, load.cpu_seconds if load is not None else None))
@@ -199,7 +195,7 @@ class ClusterCommands:
         engines = self.cluster.engines
         where = ", ".join(f"{e.id}: {e.host}:{e.pid}" for e in engines)
         return (
-            f"tinycoro cluster {what}: {_plural(len(engines), 'engine')} ({where}); `{NAME}` is "
+            f"tinycoro cluster {what}: {counted(len(engines), 'engine')} ({where}); `{NAME}` is "
             "the cluster, %px runs a cell on every engine"
         )
 
@@ -228,7 +224,7 @@ class ClusterCommands:
             self._px_lost.update(new)
             gone = ", ".join(cluster.engine_name(eid) for eid in new)
             print(f"tinycoro: {gone} {'is' if len(new) == 1 else 'are'} lost; %px runs on "
-                  f"{_plural(len(live), 'engine')} ({', '.join(map(str, sorted(live)))})",
+                  f"{counted(len(live), 'engine')} ({', '.join(map(str, sorted(live)))})",
                   file=sys.stderr)
         if not live:
             raise UsageError("%px: every engine of the cluster is lost "

@@ -14,7 +14,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from tinycoro.core.checks import DISPATCH
-from tinycoro.core.stats import format_stats
+from tinycoro.core.stats import counted, format_stats
 
 from .extension import Extension
 from .textout import emit, format_tasks
@@ -137,8 +137,8 @@ class TinycoroMagics(Magics):
             raise UsageError(f"%tinycoro restart: {e}") from None
         cancelled = self.ext.cancelled_by_restart
         before = "" if cancelled is None else f"; cancelled {_tasks_word(cancelled)}"
-        n = sched.contexts
-        emit(f"tinycoro: restarted with {n} context{'s' * (n != 1)} ({sched.dispatch}){before}")
+        emit(f"tinycoro: restarted with {counted(sched.contexts, 'context')} "
+             f"({sched.dispatch}){before}")
 
     def _stop(self, args: argparse.Namespace) -> None:
         cancelled = self.ext.stop_scheduler()
@@ -150,7 +150,7 @@ class TinycoroMagics(Magics):
 
 
 def _tasks_word(n: int) -> str:
-    return f"{n} task{'s' if n != 1 else ''}"
+    return counted(n, "task")
 
 
 # magic_arguments opens the docstring it builds (what %tinycoro? shows) with an RST literal-block

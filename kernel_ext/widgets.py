@@ -11,6 +11,7 @@ import time
 from typing import Any, Sequence
 
 import tinycoro as tc
+from tinycoro.core.stats import counted
 
 from .history import History
 from .render import cell_text, scheduler_summary, scheduler_table, task_table, task_title
@@ -80,7 +81,7 @@ class Dashboard(Board):
         self.scheduler = scheduler
 
     def __repr__(self) -> str:
-        return f"<tinycoro dashboard: {self.contexts} context{'s' * (self.contexts != 1)}>"
+        return f"<tinycoro dashboard: {counted(self.contexts, 'context')}>"
 
     def shown(self, ctx: int, field: str) -> str:
         """What the table shows now for context *ctx* in column *field* (e.g. ``tasks_run``,

@@ -41,6 +41,7 @@ from ipyparallel.serialize import deserialize_object
 
 from ..core import Cancelled, SchedulerStats, TaskInfo
 from ..core.checks import check_int
+from ..core.stats import counted
 from ..sync import Event, Semaphore
 from . import engine as engine_side
 from .dashboard import refresher_factory
@@ -172,7 +173,7 @@ class Cluster:
         return None if self._owned is None else self._owned.profile_dir
 
     def __repr__(self) -> str:
-        state = "stopped" if self._stopped else _plural(len(self._live), "engine")
+        state = "stopped" if self._stopped else counted(len(self._live), "engine")
         return f"<tinycoro.cluster.Cluster {state}>"
 
     def _repr_html_(self) -> str:
@@ -184,7 +185,7 @@ class Cluster:
                     "<p><code>tc.cluster.start()</code> or <code>%tinycoro cluster start</code> "
                     "makes a new one.</p></div>")
         engines = self.engines
-        head = f"tinycoro cluster ({how}): <b>{_plural(len(engines), 'engine')}</b>"
+        head = f"tinycoro cluster ({how}): <b>{counted(len(engines), 'engine')}</b>"
         rows = "".join(
             f"<tr><td>engine {e.id}</td><td>{html.escape(e.host)}</td><td>{e.pid}</td>"
             f"<td>{len(self._by_engine.get(e.id, ()))}</td></tr>" for e in engines
@@ -629,10 +630,6 @@ def _ship(fn: Any) -> bytes:
     return packed
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
 def _route_after_stop(seam: ClientSeam, frames: list) -> None:
     """A stopped handle's IOPub hook on a client that lives on (a connected cluster): what its
     tasks' children still print goes home (:mod:`.homes`), never into ipyparallel's metadata;
@@ -684,7 +681,7 @@ def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIM
     except BaseException as e:
         shown.finish(f"did not start ({type(e).__name__})")
         raise
-    shown.finish(f"{_plural(n, 'engine')} up")
+    shown.finish(f"{counted(n, 'engine')} up")
     return cluster
 
 

@@ -137,7 +137,7 @@ def launch(n: int, contexts: int, timeout: float,
         owned.ipp_cluster = owned.loop.run(make())
         progress.doing("starting the controller")
         owned.loop.run(owned.ipp_cluster.start_controller(), timeout)
-        progress.doing(f"starting {n} engine process{'es' * (n != 1)}")
+        progress.doing(f"starting {n} engine process{'es' * (n != 1)}")  # not a plain -s
         owned.loop.run(owned.ipp_cluster.start_engines(
             n,
             engine_args=["--IPKernelApp.extensions=tinycoro"],

@@ -117,6 +117,12 @@ TEXT_WIDTH = 96
 _LEGEND = "legend: "
 
 
+def counted(n: int, noun: str) -> str:
+    """``1 engine``, ``2 engines``: a count with its noun (a plural in -s), for every line that
+    says how many."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def wrap(text: str, width: int = TEXT_WIDTH, indent: str = "", first: str = "") -> list[str]:
     """*text* as lines of at most *width* characters, broken only between words (a word
     longer than a line stands alone on one); *first* starts the first line, *indent* the
@@ -155,7 +161,7 @@ def headline(stats: SchedulerStats, dispatch: str = "") -> str:
     how = f" ({dispatch})" if dispatch else ""
     n = len(stats.contexts)
     return (
-        f"tinycoro scheduler: {n} context{'s' if n != 1 else ''}{how}, {state}, {accepting}, "
+        f"tinycoro scheduler: {counted(n, 'context')}{how}, {state}, {accepting}, "
         f"{stats.stop_token} of {n} contexts with work, {stats.failed} failed with nobody awaiting"
     )
 
