@@ -146,6 +146,26 @@ def test_a_child_prints_home_after_its_parents_outcome(k):
         held = k.result_of(k.cell("'the child speaks late' in repr(cluster.client.metadata)"))
         assert held == "False"
 
+        # a child that fails after its parent ended: the engine's report comes home too, its
+        # frames read back to the cell that defined the child
+        defining = k.submit("async def kid():\n"
+                            "    await tc.sleep(0.2)\n"
+                            "    raise KeyError('the kid failed')\n"
+                            "async def par():\n"
+                            "    tc.spawn(kid())\n"
+                            "    return 1\n")
+        k.idle(defining, T)
+        n = execution_count(k, defining)
+        submitting = k.cell("await cluster.submit(par)")
+        report = k.until(lambda m: m["msg_type"] == "stream" and "the kid failed" in
+                         m["content"]["text"], timeout=T, what="the child's failure report")
+        assert report["parent_header"]["msg_id"] == submitting
+        text = ANSI.sub("", report["content"]["text"])
+        assert "failed and nothing awaited it" in text, text
+        assert f"Cell In[{n}], line 3, in kid()" in text, text
+        assert "raise KeyError('the kid failed')" in text, text
+        assert "<dynamic-code>" not in text, text
+
         # a connected handle, stopped while its task's child still runs: the child's output
         # still comes home, and nothing of it stays on that client
         k.cell(

@@ -120,3 +120,21 @@ def test_an_ended_tasks_output_goes_home_and_is_not_kept(monkeypatch):
     assert "output of a remote task that ended long ago" in here_err.getvalue()
     assert "very late" in here_err.getvalue()
     assert len(homes._homes) <= 2
+
+
+def test_ipython_style_frames_of_an_engines_report_are_read_back_too():
+    async def child_shipped():
+        raise KeyError("x")
+
+    shipped.note(child_shipped)
+    line = child_shipped.__code__.co_firstlineno + 1
+    text = ("tinycoro: task 'child_shipped' (id 2) on context 0 failed and nothing awaited it:\n"
+            "\x1b[36mFile \x1b[39m\x1b[32m<dynamic-code>:" + str(line) + "\x1b[39m, in "
+            "\x1b[36mchild_shipped\x1b[39m\x1b[34m()\x1b[39m\n"
+            "\x1b[32m      1\x1b[39m \x1b[33m'Could not get source, probably due dynamically "
+            "evaluated source code.'\x1b[39m\n"
+            "KeyError: 'x'\n")
+    got = shipped.readable(text).splitlines()
+    assert got[1] == f'File "{__file__}", line {line}, in child_shipped()'
+    assert got[2] == f'----> {line} raise KeyError("x")'
+    assert got[3] == "KeyError: 'x'"

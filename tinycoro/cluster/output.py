@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import sys
 
+from .shipped import readable
+
 __all__ = ["display_output", "write_output"]
 
 
 def write_output(name: str, text: str) -> None:
     """Write a remote task's output to this process's stream of the same name (in a
-    notebook: ipykernel's stream, which routes it by the current context's parent header)."""
-    stream = sys.stderr if name == "stderr" else sys.stdout
-    stream.write(text)
+    notebook: ipykernel's stream, which routes it by the current context's parent header).
+    On stderr, the engine's reports of failures (a child task's that nothing awaited) have
+    their frames of code shipped from here read back to their cells (:mod:`.shipped`)."""
+    if name == "stderr":
+        sys.stderr.write(readable(text))
+    else:
+        sys.stdout.write(text)
 
 
 def display_output(content: dict, update: bool) -> None:

@@ -22,7 +22,7 @@ from .messages import CANCELLED, ERROR, OK, OK_PACKED
 from .shipped import readable
 
 _PENDING, _DONE = "pending", "done"
-_submit_order = itertools.count()  # next() is atomic under the GIL and in free-threaded builds
+_submit_order = itertools.count()  # for listings only: a tie from a free-threaded race is harmless
 
 
 class TaskHost(Protocol):

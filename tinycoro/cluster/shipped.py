@@ -31,8 +31,14 @@ _lock = threading.Lock()
 # (co_name, file name, first line, last line), most recent last
 _code: deque[tuple[str, str, int, int]] = deque(maxlen=KEPT)
 _noted: weakref.WeakSet[types.FunctionType] = weakref.WeakSet()  # whose code is in _code
+# Python's frame line, and IPython's (an engine's report of a failure nobody awaited is
+# formatted by IPython, in colour: matched with its colour codes taken out)
 _FRAME = re.compile(r'^(?P<indent>\s*)File "' + re.escape(DYNAMIC) +
                     r'", line (?P<line>\d+), in (?P<name>.+)$')
+_IPYTHON_FRAME = re.compile(r"^(?P<indent>\s*)File " + re.escape(DYNAMIC) +
+                            r":(?P<line>\d+), in (?P<name>[^\s(]+)\(\)$")
+_NO_SOURCE = "Could not get source"  # what IPython says under such a frame
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _codes(code: types.CodeType) -> list[types.CodeType]:
@@ -111,20 +117,36 @@ def _where(name: str, line: int) -> str | None:
 
 
 def readable(text: str) -> str:
-    """*text* (a remote traceback) with each ``<dynamic-code>`` frame of a function shipped from
-    here named by its cell (or file) and followed by its source line."""
+    """*text* (a remote traceback, or an engine's report of a failure) with each
+    ``<dynamic-code>`` frame of a function shipped from here named by its cell (or file) and
+    followed by its source line. Frames of code this process did not ship stay as they are."""
     if DYNAMIC not in text:
         return text
     out: list[str] = []
-    for line in text.split("\n"):
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
         m = _FRAME.match(line)
+        ipython = m is None
+        if ipython:
+            m = _IPYTHON_FRAME.match(_ANSI.sub("", line))
         filename = m and _where(m["name"], int(m["line"]))
         if not m or not filename:
             out.append(line)
             continue
         indent, lineno = m["indent"], int(m["line"])
-        out.append(f"{indent}{_cell_label(filename)}, line {lineno}, in {m['name']}")
         source = linecache.getline(filename, lineno).strip()
+        if not ipython:
+            out.append(f"{indent}{_cell_label(filename)}, line {lineno}, in {m['name']}")
+            if source:
+                out.append(f"{indent}  {source}")  # as Python indents a source line
+            continue
+        # IPython's style: the frame's head, then its numbered source lines
+        out.append(f"{indent}{_cell_label(filename)}, line {lineno}, in {m['name']}()")
+        if i < len(lines) and _NO_SOURCE in lines[i]:
+            i += 1  # IPython's word that it had no source: we have it
         if source:
-            out.append(f"{indent}  {source}")  # as Python indents a source line
+            out.append(f"{indent}----> {lineno} {source}")
     return "\n".join(out)
