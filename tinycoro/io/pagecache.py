@@ -17,7 +17,10 @@ from typing import Any, Awaitable, Callable
 from .. import compiled
 from ..core.traps import Ready
 
-__all__ = ["FILE_READS_ENV", "RWF_NOWAIT", "done", "inline_reads", "pread_nowait", "preadv"]
+__all__ = [
+    "FILE_READS_ENV", "RWF_NOWAIT", "done", "filling", "inline_reads", "pread_nowait", "preadv",
+    "read_cached_file",
+]
 
 # preadv2(RWF_NOWAIT): Linux >= 4.14. Where os lacks it, every read goes through the ring.
 preadv: Callable[..., int] | None = getattr(os, "preadv", None)
@@ -25,10 +28,16 @@ RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 FILE_READS_ENV = "TINYCORO_FILE_READS"  # "ring": no inline page-cache reads (tests, A/B runs)
 
 
+def ring_only() -> bool:
+    """Whether every read must go through the ring: the platform lacks RWF_NOWAIT, or the
+    switch says so."""
+    return preadv is None or not RWF_NOWAIT or os.environ.get(FILE_READS_ENV) == "ring"
+
+
 def inline_reads(fd: int) -> bool:
     """Whether reads of *fd* may try the page cache inline: a regular file (a FIFO or a device
     would block or not support it), the platform has RWF_NOWAIT, and the switch allows it."""
-    if preadv is None or not RWF_NOWAIT or os.environ.get(FILE_READS_ENV) == "ring":
+    if ring_only():
         return False
     try:
         return _stat.S_ISREG(os.fstat(fd).st_mode)
@@ -48,6 +57,21 @@ def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
     return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
 
 
+def read_cached_file_py(path: bytes, limit: int) -> bytes | int | None:
+    """What ``tinycoro._cfile.read_cached_file`` does, as far as Python can: nothing. Python's
+    os has no openat2, and an open that may wait for a lookup must not run inline, so the
+    ring opens the file (None)."""
+    return None
+
+
+def filling_py(size: int) -> tuple[Any, memoryview]:
+    """What ``tinycoro._cfile.filling`` does, in Python: a bytearray of *size* and a view of it.
+    The result is then a copy of it (a bytes object cannot be filled in place from Python):
+    the pure runtime holds a whole file twice, for a moment."""
+    buf = bytearray(size)
+    return buf, memoryview(buf)
+
+
 # The compiled read saves a zero-filled buffer and a copy per read (~0.5 us of ~3).
 _cfile = compiled.load("_cfile")
 pread_nowait: Callable[[int, int, int], bytes | None] = (
@@ -58,3 +82,12 @@ pread_nowait: Callable[[int, int, int], bytes | None] = (
 # through a C slot, with no generator (~600 instructions less per cached read_at); traps'
 # Ready, the same contract, runs where _cfile is not built or TINYCORO_PURE is set.
 done: Callable[[Any], Awaitable[Any]] = _cfile.Done if _cfile is not None else Ready
+
+# A whole cached file in one call (openat2 with RESOLVE_CACHED, fstat, preadv2, close), and
+# the buffer a whole-file read fills, the very bytes object it returns; see _cfile.
+read_cached_file: Callable[[bytes, int], bytes | int | None] = (
+    _cfile.read_cached_file if _cfile is not None else read_cached_file_py
+)
+filling: Callable[[int], tuple[Any, memoryview]] = (
+    _cfile.filling if _cfile is not None else filling_py
+)
