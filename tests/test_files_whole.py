@@ -346,3 +346,17 @@ def test_cancel_a_whole_file_read_on_the_ring(contexts, tmp_path):
     got = tc.run(main(), contexts=contexts)
     assert got is None or got == data
     assert tc.run(tc.io.read_file(path), contexts=1) == data
+
+
+def test_read_file_takes_every_path_type_and_refuses_bad_ones(reads, tmp_path):
+    path = tmp_path / "typed"
+    cached_file(path, b"typed")
+
+    async def main():
+        got = [await tc.io.read_file(p) for p in (path, str(path), os.fsencode(path))]
+        for bad, kind in ((5, TypeError), (str(path) + "\0x", ValueError), (b"a\0", ValueError)):
+            with pytest.raises(kind, match="path"):
+                await tc.io.read_file(bad)
+        return got
+
+    assert tc.run(main(), contexts=1) == [b"typed"] * 3

@@ -29,7 +29,7 @@ from ..core.traps import Op, Ready, yield_now
 from .direct import aligned_buffer, check_direct
 from .ops import CURRENT_POSITION, RingRead, RingWrite
 from .pagecache import (
-    RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv, read_cached_file, ring_only,
+    RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv, read_cached_file,
 )
 from .paths import AT_FDCWD, PathLike
 
@@ -507,21 +507,21 @@ async def read_file(path: PathLike) -> bytes:
     _FILL_CHUNK) is read at the call, on the budget (rule 16), in four system calls and with
     no ring round trip (``read_cached_file``); any other opens and reads through the ring (or
     inline as far as the page cache has it), into one buffer of the file's size."""
-    raw = path_bytes(path)
     task = _local.task
-    if task is not None and not ring_only():  # (an asyncio task's reads go to its loop's ring)
+    if task is not None and read_cached_file is not None:  # (asyncio tasks: their loop's ring)
         if not spend_inline(task):
             await yield_now()  # budget spent, or an interrupt is due (see AsyncFile._cached)
             spend_inline(task)
-        got = read_cached_file(raw, _FILL_CHUNK)
+        got = read_cached_file(path, _FILL_CHUNK)
         if got is not None:
             if type(got) is bytes:
                 return got
             # Opened inline but not read: the rest is the general path's, on this descriptor.
-            f = AsyncFile(got, os.fsdecode(raw), "rb", True, False, False, False, inline_reads(got))
+            name = os.fsdecode(path_bytes(path))
+            f = AsyncFile(got, name, "rb", True, False, False, False, inline_reads(got))
             async with f:
                 return await f.read()
-    async with await open(raw, "rb") as f:
+    async with await open(path, "rb") as f:
         return await f.read()
 
 

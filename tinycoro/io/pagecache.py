@@ -28,16 +28,10 @@ RWF_NOWAIT = getattr(os, "RWF_NOWAIT", 0)
 FILE_READS_ENV = "TINYCORO_FILE_READS"  # "ring": no inline page-cache reads (tests, A/B runs)
 
 
-def ring_only() -> bool:
-    """Whether every read must go through the ring: the platform lacks RWF_NOWAIT, or the
-    switch says so."""
-    return preadv is None or not RWF_NOWAIT or os.environ.get(FILE_READS_ENV) == "ring"
-
-
 def inline_reads(fd: int) -> bool:
     """Whether reads of *fd* may try the page cache inline: a regular file (a FIFO or a device
     would block or not support it), the platform has RWF_NOWAIT, and the switch allows it."""
-    if ring_only():
+    if preadv is None or not RWF_NOWAIT or os.environ.get(FILE_READS_ENV) == "ring":
         return False
     try:
         return _stat.S_ISREG(os.fstat(fd).st_mode)
@@ -55,13 +49,6 @@ def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
     except BlockingIOError:
         return None
     return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
-
-
-def read_cached_file_py(path: bytes, limit: int) -> bytes | int | None:
-    """What ``tinycoro._cfile.read_cached_file`` does, as far as Python can: nothing. Python's
-    os has no openat2, and an open that may wait for a lookup must not run inline, so the
-    ring opens the file (None)."""
-    return None
 
 
 def filling_py(size: int) -> tuple[Any, memoryview]:
@@ -84,9 +71,11 @@ pread_nowait: Callable[[int, int, int], bytes | None] = (
 done: Callable[[Any], Awaitable[Any]] = _cfile.Done if _cfile is not None else Ready
 
 # A whole cached file in one call (openat2 with RESOLVE_CACHED, fstat, preadv2, close), and
-# the buffer a whole-file read fills, the very bytes object it returns; see _cfile.
-read_cached_file: Callable[[bytes, int], bytes | int | None] = (
-    _cfile.read_cached_file if _cfile is not None else read_cached_file_py
+# the buffer a whole-file read fills, the very bytes object it returns; see _cfile. Python's
+# os has no openat2, and an open that may wait for a lookup must not run inline: the pure
+# runtime (None here) opens every file through the ring.
+read_cached_file: Callable[[Any, int], bytes | int | None] | None = (
+    _cfile.read_cached_file if _cfile is not None else None
 )
 filling: Callable[[int], tuple[Any, memoryview]] = (
     _cfile.filling if _cfile is not None else filling_py
