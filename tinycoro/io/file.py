@@ -1,6 +1,5 @@
 """A file opened through the current context's io_uring ring: :class:`AsyncFile` (read, write,
-readinto, readline, fsync, close, positioned or at an offset) and :func:`open`,
-:func:`read_file`, :func:`write_file`.
+readinto, readline, fsync, close, positioned or at an offset) and :func:`open`.
 
 Every operation is one SQE on the ring of the context that runs the awaiting task. A cancelled
 read keeps its buffer alive inside its :class:`~tinycoro.core.traps.Op` until the kernel has
@@ -28,19 +27,17 @@ from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, yield_now
 from .direct import aligned_buffer, check_direct
 from .ops import CURRENT_POSITION, RingRead, RingWrite
-from .pagecache import (
-    RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv, read_cached_file,
-)
+from .pagecache import RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv
 from .paths import AT_FDCWD, PathLike
 
-__all__ = ["AsyncFile", "open", "read_file", "write_file"]
+__all__ = ["AsyncFile", "open"]
 
 _READ_CHUNK = 1 << 20
 _LINE_CHUNK = 1 << 16
 # A whole-file read copies at most this much from the page cache per inline read, each one
 # unit of the budget (rule 16): a 512 MiB file lets its context's other tasks run every
 # INLINE_BUDGET * 8 MiB (~50 ms), and releases the GIL 64 times, not 512.
-_FILL_CHUNK = 8 << 20
+FILL_CHUNK = 8 << 20
 
 
 def _flags_for(mode: str) -> tuple[int, bool, bool, bool]:
@@ -185,14 +182,14 @@ class AsyncFile:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _fill(self, view: memoryview, offset: int) -> int:
-        """Fill *view* from *offset*; short only at EOF. Inline reads go _FILL_CHUNK at a time,
+        """Fill *view* from *offset*; short only at EOF. Inline reads go FILL_CHUNK at a time,
         each on the budget (see _read_into); the ring reads the whole view at once."""
         if not self._inline:
             return await self._ring_read(view, offset, 0)
         size = len(view)
         got = 0
         while got < size:
-            end = min(got + _FILL_CHUNK, size)
+            end = min(got + FILL_CHUNK, size)
             got += await self._read_into(view[got:end], offset + got)
             if got < end:
                 break  # EOF
@@ -498,36 +495,3 @@ async def open(  # noqa: A001
     fd = await op
     inline = readable and not direct and inline_reads(fd)
     return AsyncFile(fd, name, mode, readable, writable, append, direct, inline)
-
-
-async def read_file(path: PathLike) -> bytes:
-    """The whole content of *path*, as ``open(path, "rb").read()`` gives it.
-
-    A cached small file (its name in the dentry cache, its pages in the page cache, at most
-    _FILL_CHUNK) is read at the call, on the budget (rule 16), in four system calls and with
-    no ring round trip (``read_cached_file``); any other opens and reads through the ring (or
-    inline as far as the page cache has it), into one buffer of the file's size."""
-    task = _local.task
-    if task is not None and read_cached_file is not None:  # (asyncio tasks: their loop's ring)
-        if not spend_inline(task):
-            await yield_now()  # budget spent, or an interrupt is due (see AsyncFile._cached)
-            spend_inline(task)
-        got = read_cached_file(path, _FILL_CHUNK)
-        if got is not None:
-            if type(got) is bytes:
-                return got
-            # Opened inline but not read: the rest is the general path's, on this descriptor.
-            name = os.fsdecode(path_bytes(path))
-            f = AsyncFile(got, name, "rb", True, False, False, False, inline_reads(got))
-            async with f:
-                return await f.read()
-    async with await open(path, "rb") as f:
-        return await f.read()
-
-
-async def write_file(path: PathLike, data: Any) -> int:
-    """Replace *path*'s content with *data*; returns the number of bytes written."""
-    view = as_bytes_view(data, "write_file")
-    async with await open(path, "wb") as f:
-        return await f.write(view)
-
