@@ -4,8 +4,10 @@ cache holds and never blocks, so a cached read needs no SQE, no CQE and no suspe
 
 ``TINYCORO_FILE_READS=ring`` in the environment (read at ``open``) sends every read through the
 ring. The read itself is ``tinycoro._cfile.pread_nowait`` when compiled, or its Python spelling
-here (:mod:`tinycoro.compiled` chooses; ``TINYCORO_PURE=1`` runs the Python one); so is
-:data:`done`, the awaitable of a read that finished at its call.
+here (:mod:`tinycoro.compiled` chooses; ``TINYCORO_PURE=1`` runs the Python one); so are
+:data:`done`, the awaitable of a read that finished at its call, :data:`filling`, the buffer a
+whole-file read fills (the bytes object it returns), and :data:`read_cached_file`, a whole
+cached file in one call (compiled only).
 """
 
 from __future__ import annotations
