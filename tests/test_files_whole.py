@@ -360,3 +360,19 @@ def test_read_file_takes_every_path_type_and_refuses_bad_ones(reads, tmp_path):
         return got
 
     assert tc.run(main(), contexts=1) == [b"typed"] * 3
+
+
+def test_a_due_timeout_is_delivered_before_a_cached_read_file(reads, tmp_path):
+    """tc.timeout(0) expires at the first await, every time: a read_file that would complete
+    at its call does not run first (the budget's check delivers the interrupt)."""
+    path = tmp_path / "cached"
+    cached_file(path, b"cached")
+
+    async def main():
+        for _ in range(3):
+            with pytest.raises(TimeoutError):
+                async with tc.timeout(0):
+                    await tc.io.read_file(path)
+        return await tc.io.read_file(path)
+
+    assert tc.run(main(), contexts=1) == b"cached"
