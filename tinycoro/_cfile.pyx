@@ -111,7 +111,8 @@ def read_cached_file(path, Py_ssize_t limit):
     a lookup, and O_NONBLOCK keeps the open of a FIFO or a device from waiting (it is cleared
     again before a descriptor is handed on, as io_uring clears it). Then fstat, one
     ``preadv2(RWF_NOWAIT)`` of the size and one byte more, into the bytes object returned
-    (the byte more finds growth: a read of exactly the size stopped at the end of the file),
+    (the byte more finds growth; a read of exactly the size stopped at the file's end, or at
+    a page appended since the fstat and not cached yet: then the file as the fstat saw it),
     and close(2): io_uring's close runs inline too, for a file whose close has no flush to
     wait for, as a local file system's read-only descriptor has. Four system calls to the
     builtin ``open().read()``'s six or more.
