@@ -20,7 +20,11 @@ EXPECTED_SERIES = {
     "task switch": {"tinycoro", "asyncio", "uvloop"},
     "spawn + join": {"tinycoro", "asyncio", "uvloop"},
     "mutex": {"tinycoro", "asyncio.Lock"},
-    "file 4 KiB random": {"tinycoro", "asyncio executor", "aiofiles", "sync os.pread", "sync os.pwrite", "uringio"},
+    "file 4 KiB random": {
+        "tinycoro", "asyncio executor", "aiofiles", "sync os.pread", "sync os.pwrite", "uringio",
+        "sync preadv NOWAIT",
+    },
+    "whole file": {"tinycoro", "tinycoro 64 at a time", "builtin open().read()", "aiofiles", "aiofiles 64 at a time"},
     "O_DIRECT 4 KiB random": {"tinycoro", "fio io_uring", "fio psync"},
     "TCP echo": {
         "tinycoro", "asyncio streams", "asyncio protocol", "uvloop streams", "uvloop protocol",
@@ -47,6 +51,9 @@ EXPECTED_RATIOS = {
     ("file 4 KiB random", "tinycoro / aiofiles"),
     ("file 4 KiB random", "tinycoro / sync os.pread"),
     ("file 4 KiB random", "tinycoro / uringio"),
+    ("file 4 KiB random", "tinycoro / sync preadv NOWAIT"),
+    ("whole file", "tinycoro / builtin open().read()"),
+    ("whole file", "tinycoro 64 at a time / builtin open().read()"),
     ("O_DIRECT 4 KiB random", "tinycoro / fio io_uring"),
     ("O_DIRECT 4 KiB random", "tinycoro / fio psync"),
     ("TCP echo", "tinycoro / asyncio streams"),

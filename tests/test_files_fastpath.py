@@ -4,10 +4,7 @@ file in a loop still lets the other tasks of its context run."""
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
-import subprocess
 
 import pytest
 from hypothesis import given, settings
@@ -18,73 +15,18 @@ from tinycoro.testing import wait_blocked
 from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.io import FILE_READS_ENV
 
+from helpers.pagecache import PAGE
+from helpers.pagecache import cached_file as _cached_file
+from helpers.pagecache import evict as _evict
+from helpers.pagecache import page_cache_fs as _page_cache_fs
 from helpers.runtime import cancel_and_wait
 
-PAGE = 4096
 pytestmark = pytest.mark.timeout(60)
 
 
 def _ops(s: tc.Scheduler) -> int:
     """io_uring completions reaped so far on the calling task's context (read on it)."""
     return s.stats().contexts[tc.current_context()].ops
-
-
-def _cached_file(path, data: bytes) -> None:
-    """Write *data* to *path* and read it back, so every page of it is in the page cache."""
-    path.write_bytes(data)
-    with open(path, "rb") as f:
-        assert f.read() == data
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
-
-
-def _resident(path) -> list[bool]:
-    """Which pages of *path* are in the page cache, by mincore(2) on a mapping of it. Unlike a
-    read, even an RWF_NOWAIT one (which starts read-ahead on a miss here), it does no I/O."""
-    size = os.path.getsize(path)
-    pages = -(-size // PAGE)
-    vec = (ctypes.c_ubyte * pages)()
-    # A private (copy-on-write) mapping, so ctypes may take its address; nothing touches it.
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY) as m:
-        start = ctypes.c_char.from_buffer(m)
-        try:
-            if _libc.mincore(ctypes.addressof(start), size, vec) != 0:
-                raise OSError(ctypes.get_errno(), "mincore")
-        finally:
-            del start  # the mapping cannot close while ctypes holds a pointer into it
-    return [b & 1 == 1 for b in vec]
-
-
-def _evict(path, keep_first_page: bool = False) -> None:
-    """Drop *path*'s pages from the page cache (all, or all but page 0), checked by mincore.
-
-    POSIX_FADV_DONTNEED skips a page still held in a per-CPU LRU batch, so it is repeated
-    until mincore agrees (a bounded number of times)."""
-    want = None
-    for _ in range(50):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            if keep_first_page:
-                # Page 0 alone: FADV_RANDOM turns read-ahead off for this read.
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-                os.pread(fd, PAGE, 0)
-        finally:
-            os.close(fd)
-        got = _resident(path)
-        want = [keep_first_page] + [False] * (len(got) - 1)
-        if got == want:
-            return
-    pytest.fail(f"could not evict {path} from the page cache: {got} is not {want}")
-
-
-def _page_cache_fs(path) -> bool:
-    """False on tmpfs and the like, where files live in the page cache and cannot be evicted."""
-    out = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True)
-    return out.stdout.strip() not in ("tmpfs", "ramfs")
 
 
 def test_cached_reads_complete_without_the_ring(contexts, tmp_path):

@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Page-cache reads in one call: ``preadv2(RWF_NOWAIT)`` straight into a new ``bytes``; the
+"""Page-cache reads in one call: ``preadv2(RWF_NOWAIT)`` straight into a new ``bytes``; a whole
+cached file (open, size, read, close) in one call; a new ``bytes`` to be filled in place; the
 address of a buffer, which O_DIRECT reads check for alignment; and :class:`Done`, the
 awaitable of a read that finished at its call.
 
@@ -12,10 +13,15 @@ not built, or when ``TINYCORO_PURE`` asks for the pure-Python paths (``tinycoro.
 """
 
 cimport cython
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_FillInfo, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF
-from libc.errno cimport EAGAIN, errno
+from libc.errno cimport EAGAIN, E2BIG, EINVAL, ENOSYS, EPERM, errno
+from posix.fcntl cimport F_SETFL, O_CLOEXEC, O_NONBLOCK, O_RDONLY, fcntl
+from posix.stat cimport S_ISREG, fstat, struct_stat
+from posix.unistd cimport close
+from libc.stdlib cimport getenv
+from libc.string cimport strcmp, strlen
 
 import os as _os
 
@@ -24,6 +30,26 @@ cdef extern from "sys/uio.h" nogil:
         void *iov_base
         size_t iov_len
     ssize_t preadv2(int fd, const iovec *iov, int iovcnt, long long offset, int flags)
+
+cdef extern from "linux/openat2.h":
+    struct open_how:
+        unsigned long long flags
+        unsigned long long mode
+        unsigned long long resolve
+    unsigned long long RESOLVE_CACHED
+
+cdef extern from "<sys/syscall.h>":
+    long SYS_openat2
+
+cdef extern from "<unistd.h>" nogil:
+    long syscall(long number, ...)
+
+cdef extern from "<fcntl.h>":
+    int AT_FDCWD
+
+cdef extern from "Python.h":
+    bytes PyUnicode_EncodeFSDefault(object unicode)
+    object PyOS_FSPath(object path)
 
 cdef extern from "linux/fs.h":
     int RWF_NOWAIT
@@ -61,6 +87,119 @@ def pread_nowait(int fd, Py_ssize_t size, long long offset):
     if n == size:
         return data
     return data[:n]
+
+
+# -- a whole file, in one call --------------------------------------------------------------
+
+cdef bint _openat2_works = True  # False once the kernel has no openat2 or no RESOLVE_CACHED
+
+
+def read_cached_file(path, Py_ssize_t limit):
+    """The whole of the file at *path* (str, bytes or os.PathLike) when the kernel can give it without waiting: its name
+    in the dentry cache, a regular file of at most *limit* bytes, every page in the page cache.
+
+    Returns the bytes (the descriptor closed again); or an open descriptor (an int, blocking,
+    close-on-exec) when the name was cached but the rest is not for here: not a regular file,
+    a size of 0 (/proc) or above *limit*, a page not cached, a file that grew meanwhile; or
+    None when the name is not cached (the ring opens it), when *path* is of another type or
+    holds a NUL (the caller's checks say what is wrong), or when ``TINYCORO_FILE_READS=ring``
+    asks for the ring (read here by getenv: ``os.environ`` costs ~1.5 us a look). OSError, with the errno and the
+    path, when the open fails: the answer the ring's open would give.
+
+    It is the attempt io_uring makes first for an openat, done here without the SQE, the CQE
+    and the suspension: ``openat2`` with RESOLVE_CACHED fails with EAGAIN rather than wait for
+    a lookup, and O_NONBLOCK keeps the open of a FIFO or a device from waiting (it is cleared
+    again before a descriptor is handed on, as io_uring clears it). Then fstat, one
+    ``preadv2(RWF_NOWAIT)`` of the size and one byte more, into the bytes object returned
+    (the byte more finds growth; a read of exactly the size stopped at the file's end, or at
+    a page appended since the fstat and not cached yet: then the file as the fstat saw it),
+    and close(2): io_uring's close runs inline too, for a file whose close has no flush to
+    wait for, as a local file system's read-only descriptor has. Four system calls to the
+    builtin ``open().read()``'s six or more.
+    """
+    global _openat2_works
+    if not _openat2_works:
+        return None
+    cdef const char *mode = getenv(b"TINYCORO_FILE_READS")
+    if mode != NULL and strcmp(mode, b"ring") == 0:
+        return None
+    cdef bytes raw
+    if type(path) is not str and type(path) is not bytes:
+        try:
+            path = PyOS_FSPath(path)  # a pathlib.Path, say
+        except TypeError:
+            return None
+    if type(path) is str:
+        raw = PyUnicode_EncodeFSDefault(path)
+    elif type(path) is bytes:
+        raw = <bytes>path
+    else:
+        return None
+    cdef const char *cpath = raw
+    if strlen(cpath) != <size_t>len(raw):
+        return None
+    cdef open_how how
+    how.flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK
+    how.mode = 0
+    how.resolve = RESOLVE_CACHED
+    cdef int fd = <int>syscall(SYS_openat2, AT_FDCWD, cpath, &how, sizeof(how))
+    cdef int err
+    if fd < 0:
+        err = errno
+        if err == EAGAIN or err == EPERM:  # (EPERM: maybe a seccomp filter; the ring will say)
+            return None
+        if err == ENOSYS or err == E2BIG or err == EINVAL:  # no openat2, or no RESOLVE_CACHED
+            _openat2_works = False
+            return None
+        raise OSError(err, _os.strerror(err), path if type(path) is str else _os.fsdecode(raw))
+    cdef struct_stat st
+    cdef bytes data
+    cdef iovec iov[2]
+    cdef char extra
+    cdef ssize_t n = -1
+    cdef Py_ssize_t size
+    if fstat(fd, &st) == 0 and S_ISREG(st.st_mode) and 0 < st.st_size <= limit:
+        size = <Py_ssize_t>st.st_size
+        data = PyBytes_FromStringAndSize(NULL, size)
+        iov[0].iov_base = PyBytes_AS_STRING(data)
+        iov[0].iov_len = <size_t>size
+        iov[1].iov_base = &extra
+        iov[1].iov_len = 1
+        if size <= HOLD_GIL_MAX:
+            n = preadv2(fd, iov, 2, 0, RWF_NOWAIT)
+        else:
+            with nogil:
+                n = preadv2(fd, iov, 2, 0, RWF_NOWAIT)
+        if n == size:
+            close(fd)
+            return data
+    # The rest is the ring's: a blocking descriptor, as io_uring's own open leaves it.
+    fcntl(fd, F_SETFL, O_RDONLY)
+    return fd
+
+
+@cython.final
+cdef class _Filling:
+    """Exports a new bytes object's storage as a writable buffer, for the reads that fill it
+    before anyone else sees it; a view of it keeps the bytes alive (rule 8)."""
+
+    cdef bytes data
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, PyBytes_AS_STRING(self.data), len(self.data), 0, flags)
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+
+def filling(Py_ssize_t size):
+    """A new ``bytes`` of *size* (its content undefined) and a writable memoryview of it, which
+    the reads of a whole file fill at offsets, as the builtin read fills its one buffer: the
+    bytes is the result, with no copy. It must not be shown to anyone until it is filled and
+    no read into the view is in flight: bytes are immutable to everyone else."""
+    cdef _Filling f = _Filling.__new__(_Filling)
+    f.data = PyBytes_FromStringAndSize(NULL, size)
+    return f.data, memoryview(f)
 
 
 def buffer_address(obj):

@@ -75,6 +75,7 @@ SOURCE_MODULES: tuple[str, ...] = (
     "tinycoro.io.direct",
     "tinycoro.io.ops",
     "tinycoro.io.file",
+    "tinycoro.io.whole",
     "tinycoro.sync._lot",
     "tinycoro.sync.mutex",
     "tinycoro.sync.semaphore",

@@ -1,6 +1,5 @@
 """A file opened through the current context's io_uring ring: :class:`AsyncFile` (read, write,
-readinto, readline, fsync, close, positioned or at an offset) and :func:`open`,
-:func:`read_file`, :func:`write_file`.
+readinto, readline, fsync, close, positioned or at an offset) and :func:`open`.
 
 Every operation is one SQE on the ring of the context that runs the awaiting task. A cancelled
 read keeps its buffer alive inside its :class:`~tinycoro.core.traps.Op` until the kernel has
@@ -14,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat as _stat
 from typing import Any, Awaitable
 
 # bound once: no module attribute lookup per operation
@@ -27,13 +27,17 @@ from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, yield_now
 from .direct import aligned_buffer, check_direct
 from .ops import CURRENT_POSITION, RingRead, RingWrite
-from .pagecache import RWF_NOWAIT, done, inline_reads, pread_nowait, preadv
+from .pagecache import RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv
 from .paths import AT_FDCWD, PathLike
 
-__all__ = ["AsyncFile", "open", "read_file", "write_file"]
+__all__ = ["AsyncFile", "open"]
 
 _READ_CHUNK = 1 << 20
 _LINE_CHUNK = 1 << 16
+# A whole-file read copies at most this much from the page cache per inline read, each one
+# unit of the budget (rule 16): a 512 MiB file lets its context's other tasks run every
+# INLINE_BUDGET * 8 MiB (~50 ms), and releases the GIL 64 times, not 512.
+FILL_CHUNK = 8 << 20
 
 
 def _flags_for(mode: str) -> tuple[int, bool, bool, bool]:
@@ -139,12 +143,33 @@ class AsyncFile:
             data = await self._pread(size, self._pos)
             self._pos += len(data)
             return data
+        if not self.direct:
+            st = os.fstat(self._fd)
+            want = st.st_size - self._pos
+            if want > 0 and _stat.S_ISREG(st.st_mode):
+                return await self._read_whole(want)
+            # No size to go by (a pipe, a /proc file, or at the end already): read on until EOF.
+        return await self._read_chunks(want=_READ_CHUNK if self.direct else 65536)
+
+    async def _read_whole(self, want: int) -> bytes:
+        """read() of a regular file of *want* bytes from the position: the builtin's one buffer,
+        the bytes object returned, filled at offsets (page cache inline, misses through the
+        ring), then one read more for what the file gained meanwhile. A file that shrank ends
+        early: the bytes before its new end."""
+        out, view = filling(want)
+        got = await self._fill(view, self._pos)
+        self._pos += got
+        del view  # (the pure runtime's bytearray cannot be resized while a view is exported)
+        if got < want:  # EOF came early: the file shrank
+            return bytes(memoryview(out)[:got])
+        more = await self._read_chunks(want=65536)
+        if type(out) is not bytes:
+            out = bytes(out)  # the pure runtime's bytearray: one copy
+        return out + more if more else out
+
+    async def _read_chunks(self, want: int) -> bytes:
+        """From the position to EOF in chunks, joined: for a file whose size says nothing."""
         chunks = []
-        if self.direct:
-            want = _READ_CHUNK
-        else:
-            hint = max(os.fstat(self._fd).st_size - self._pos, 0)
-            want = min(max(hint + 1, 4096), _READ_CHUNK) if hint else 65536
         while True:
             data = await self._pread(want, self._pos)
             if not data:
@@ -154,7 +179,21 @@ class AsyncFile:
             if self.direct and len(data) < want:
                 break  # short O_DIRECT read: EOF (the next offset would be unaligned)
             want = _READ_CHUNK
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _fill(self, view: memoryview, offset: int) -> int:
+        """Fill *view* from *offset*; short only at EOF. Inline reads go FILL_CHUNK at a time,
+        each on the budget (see _read_into); the ring reads the whole view at once."""
+        if not self._inline:
+            return await self._ring_read(view, offset, 0)
+        size = len(view)
+        got = 0
+        while got < size:
+            end = min(got + FILL_CHUNK, size)
+            got += await self._read_into(view[got:end], offset + got)
+            if got < end:
+                break  # EOF
+        return got
 
     def read_at(self, size: int, offset: int) -> Awaitable[bytes]:
         """Up to *size* bytes at *offset*; short only at EOF. The awaited result is the bytes
@@ -456,17 +495,3 @@ async def open(  # noqa: A001
     fd = await op
     inline = readable and not direct and inline_reads(fd)
     return AsyncFile(fd, name, mode, readable, writable, append, direct, inline)
-
-
-async def read_file(path: PathLike) -> bytes:
-    """The whole content of *path*."""
-    async with await open(path, "rb") as f:
-        return await f.read()
-
-
-async def write_file(path: PathLike, data: Any) -> int:
-    """Replace *path*'s content with *data*; returns the number of bytes written."""
-    view = as_bytes_view(data, "write_file")
-    async with await open(path, "wb") as f:
-        return await f.write(view)
-

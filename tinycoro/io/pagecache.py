@@ -4,8 +4,10 @@ cache holds and never blocks, so a cached read needs no SQE, no CQE and no suspe
 
 ``TINYCORO_FILE_READS=ring`` in the environment (read at ``open``) sends every read through the
 ring. The read itself is ``tinycoro._cfile.pread_nowait`` when compiled, or its Python spelling
-here (:mod:`tinycoro.compiled` chooses; ``TINYCORO_PURE=1`` runs the Python one); so is
-:data:`done`, the awaitable of a read that finished at its call.
+here (:mod:`tinycoro.compiled` chooses; ``TINYCORO_PURE=1`` runs the Python one); so are
+:data:`done`, the awaitable of a read that finished at its call, :data:`filling`, the buffer a
+whole-file read fills (the bytes object it returns), and :data:`read_cached_file`, a whole
+cached file in one call (compiled only).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from typing import Any, Awaitable, Callable
 from .. import compiled
 from ..core.traps import Ready
 
-__all__ = ["FILE_READS_ENV", "RWF_NOWAIT", "done", "inline_reads", "pread_nowait", "preadv"]
+__all__ = [
+    "FILE_READS_ENV", "RWF_NOWAIT", "done", "filling", "inline_reads", "pread_nowait", "preadv",
+    "read_cached_file",
+]
 
 # preadv2(RWF_NOWAIT): Linux >= 4.14. Where os lacks it, every read goes through the ring.
 preadv: Callable[..., int] | None = getattr(os, "preadv", None)
@@ -48,6 +53,14 @@ def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
     return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
 
 
+def filling_py(size: int) -> tuple[Any, memoryview]:
+    """What ``tinycoro._cfile.filling`` does, in Python: a bytearray of *size* and a view of it.
+    The result is then a copy of it (a bytes object cannot be filled in place from Python):
+    the pure runtime holds a whole file twice, for a moment."""
+    buf = bytearray(size)
+    return buf, memoryview(buf)
+
+
 # The compiled read saves a zero-filled buffer and a copy per read (~0.5 us of ~3).
 _cfile = compiled.load("_cfile")
 pread_nowait: Callable[[int, int, int], bytes | None] = (
@@ -58,3 +71,14 @@ pread_nowait: Callable[[int, int, int], bytes | None] = (
 # through a C slot, with no generator (~600 instructions less per cached read_at); traps'
 # Ready, the same contract, runs where _cfile is not built or TINYCORO_PURE is set.
 done: Callable[[Any], Awaitable[Any]] = _cfile.Done if _cfile is not None else Ready
+
+# A whole cached file in one call (openat2 with RESOLVE_CACHED, fstat, preadv2, close), and
+# the buffer a whole-file read fills, the very bytes object it returns; see _cfile. Python's
+# os has no openat2, and an open that may wait for a lookup must not run inline: the pure
+# runtime (None here) opens every file through the ring.
+read_cached_file: Callable[[Any, int], bytes | int | None] | None = (
+    _cfile.read_cached_file if _cfile is not None else None
+)
+filling: Callable[[int], tuple[Any, memoryview]] = (
+    _cfile.filling if _cfile is not None else filling_py
+)
