@@ -21,7 +21,7 @@ from ..core.traps import Op, Ready
 from ..uring import prep_connect, prep_shutdown, prep_splice
 from . import multishot
 from .base import SocketBase
-from .multishot import MultishotRecv
+from .multishot import MultishotRecv, RecvCall
 from .ops import MSG_DONTWAIT, MSG_NOSIGNAL, RecvOp, SendallOp
 from .resolve import resolve_all
 
@@ -108,8 +108,7 @@ class Stream(SocketBase):
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
         ms = self._ms
         if ms is not None:
-            ms.want = max_bytes
-            return ms
+            return RecvCall(ms, max_bytes)
         return self._single_recv(max_bytes)
 
     def _single_recv(self, max_bytes: int) -> RecvOp:
