@@ -54,9 +54,13 @@ from liburing.queue cimport (
     io_uring_peek_cqe,
     io_uring_cqe_seen,
     io_uring_cq_eventfd_toggle,
+    io_uring_params,
+    io_uring_queue_init_params,
 )
 from liburing.time cimport timespec
 from liburing.lib.io_uring cimport (
+    __io_uring_params,
+    __IORING_SETUP_CQSIZE,
     __IORING_SQ_CQ_OVERFLOW,
     __IORING_SQ_TASKRUN,
     __IORING_ENTER_GETEVENTS,
@@ -151,6 +155,26 @@ cdef object _TIMEOUT = _L.io_uring_prep_timeout
 
 
 cdef char _EMPTY[1]
+
+
+def queue_init(unsigned int entries, io_uring ring not None, unsigned int flags,
+               unsigned int cq_entries):
+    """``io_uring_queue_init`` with a completion queue of *cq_entries* (IORING_SETUP_CQSIZE;
+    the kernel rounds it up to a power of two), which the binding's Python API cannot ask
+    for. Why a CQ larger than twice the SQ: every armed multishot recv may post a CQE in one
+    turn, and a kernel that finds the CQ full ends the multishot (no IORING_CQE_F_MORE), so
+    with 1,000 connections on a 512-entry CQ every turn ended hundreds of them, each armed
+    again by its next recv. Raises OSError as the binding does."""
+    cdef __io_uring_params params
+    cdef io_uring_params p = io_uring_params()  # the binding's wrapper: a pointer, here ours
+    memset(&params, 0, sizeof(params))
+    params.flags = flags | __IORING_SETUP_CQSIZE
+    params.cq_entries = cq_entries
+    p.ptr = &params
+    try:
+        io_uring_queue_init_params(entries, ring, p)
+    finally:
+        p.ptr = NULL
 
 
 def prep_recv_multishot(sqe, fd):
