@@ -15,12 +15,14 @@ from . import (
     config, machine, report, w_aio_file, w_cluster, w_direct, w_echo, w_file, w_mutex, w_scaling,
     w_spawn, w_switch,
 )
+from . import w_bulk, w_conns
 from .harness import CaseResult, format_tables, run_case
 
 WORKLOADS: dict[str, ModuleType] = {
     m.NAME: m
     for m in (w_switch, w_spawn, w_mutex, w_file, w_direct, w_aio_file, w_echo, w_scaling, w_cluster)
 }
+WORKLOADS.update({m.NAME: m for m in (w_conns, w_bulk)})  # the receive path's axes
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 # A run writes its report to the build folder unless asked to publish it: an exploratory run
 # must not rewrite the tracked docs/benchmarks.md (and its plot) that the README quotes.

@@ -27,3 +27,4 @@ cdef class MultishotRecv(InlineOp):
 cdef class RecvCall(_CoroutineProtocol):
     cdef public MultishotRecv ms
     cdef public Py_ssize_t want
+    cdef public object spare

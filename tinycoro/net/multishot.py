@@ -216,8 +216,9 @@ class MultishotRecv(InlineOp):
         self.queued -= got
         return b"".join(parts)
 
-    def recv(self, want: int) -> Generator[Any, Any, bytes]:
-        """The receive of one ``recv(want)`` call (awaited through its :class:`RecvCall`)."""
+    def recv(self, want: int, call: Any) -> Generator[Any, Any, bytes]:
+        """The receive of one ``recv(want)`` call, awaited through *call* (its
+        :class:`RecvCall`), which goes back to the stream's spare at the end."""
         token = self.token
         pending = self.pending
         try:
@@ -280,6 +281,11 @@ class MultishotRecv(InlineOp):
                     self.waiter = None
         finally:
             token.add(0)
+            # Awaited, not driven by the coroutine protocol (that one is still running it):
+            # the stream's next recv() reuses it. Its limit was read at the start above.
+            spare = call.spare
+            if spare is not None and call._gen is None and not spare:
+                spare.append(call)
 
     def _arm(self, engine: Any) -> None:
         """Start the multishot on *engine*'s ring (the seam's arm); in the stream's
@@ -328,14 +334,21 @@ class RecvCall(_CoroutineProtocol):
     call's own limit. The stream's :class:`MultishotRecv` is shared by every call, so a limit
     kept there was overwritten by any later call (one refused with "another task is already
     receiving" too), and a parked ``recv(5)`` returned 100 bytes. A coroutine as every
-    operation is (``tc.spawn(stream.recv())``, ``asyncio.create_task``)."""
+    operation is (``tc.spawn(stream.recv())``, ``asyncio.create_task``).
 
-    __slots__ = ("ms", "want", "_gen")
+    The stream keeps one spare (*spare*, a list, as its sendall does), taken by ``recv()``
+    and given back when its await ends, so that the echo's every request allocates none: at
+    10,000 connections each object a request allocates and parks is work for the cyclic
+    garbage collector. A call is awaited once; one made and never awaited costs the stream
+    nothing but the next call's allocation."""
 
-    def __init__(self, ms: MultishotRecv, want: int) -> None:
+    __slots__ = ("ms", "want", "spare", "_gen")
+
+    def __init__(self, ms: MultishotRecv, want: int, spare: Any = None) -> None:
         self.ms = ms
         self.want = want
+        self.spare = spare
         self._gen = None
 
     def __await__(self) -> Generator[Any, Any, bytes]:
-        return self.ms.recv(self.want)
+        return self.ms.recv(self.want, self)
