@@ -1,9 +1,9 @@
 """5c. Bulk transfer over one loopback TCP connection, received with ``recv(1 MiB)``.
 
-A blocking sender thread writes the same bytes in every series, so what differs is only the
-receiver: tinycoro's default receive path (the multishot recv; a ``recv(n)`` returns up to
+A blocking sender (a child process: :class:`_Sender` says why) writes the same bytes in every
+series, so what differs is only the receiver: tinycoro's default receive path (the multishot recv; a ``recv(n)`` returns up to
 *n* of what is queued), tinycoro's single recv (``TINYCORO_MULTISHOT=0``), and a blocking
-socket read in a second thread, the limit row (``sock.recv(1 MiB)`` in a loop: one copy into
+socket read in a thread, the limit row (``sock.recv(1 MiB)`` in a loop: one copy into
 a new bytes object per call, as a tinycoro recv returns one). Sizes: 1 GiB in a full run,
 less in quick and tiny runs; the rate is MB/s of payload received.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
+import subprocess
+import sys
 import time
 from contextlib import ExitStack
 
@@ -26,38 +27,52 @@ WORKLOAD = "bulk transfer, one connection"
 MIB = 1 << 20
 TOTAL_MIB = {"full": 1024, "quick": 256, "tiny": 8}
 CHUNK = MIB  # each send, and each recv's max_bytes
-BLOCKING = "blocking sockets, 2 threads"
+BLOCKING = "blocking socket"
 SINGLE = "tinycoro single recv"
 TARGET = 0.9  # tinycoro >= 0.9x blocking sockets in threads
 
 
-def _sender(port: int, total: int, ready: threading.Event) -> threading.Thread:
-    """A thread that connects to *port* and sends *total* bytes in CHUNK sends, then closes."""
+_SEND = """
+import os, socket, sys
+port, total, chunk = map(int, sys.argv[1:4])
+block = os.urandom(chunk)
+with socket.create_connection(("127.0.0.1", port)) as s:
+    sys.stdin.read(1)  # the receiver has accepted: go
+    left = total
+    while left:
+        n = min(left, chunk)
+        s.sendall(block[:n] if n < chunk else block)
+        left -= n
+"""
 
-    def run() -> None:
-        block = os.urandom(CHUNK)
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            ready.wait(30)
-            left = total
-            while left:
-                n = min(left, CHUNK)
-                s.sendall(block[:n] if n < CHUNK else block)
-                left -= n
 
-    t = threading.Thread(target=run, name="bulk-sender", daemon=True)
-    t.start()
-    return t
+class _Sender:
+    """A process that connects to *port* and sends *total* bytes in CHUNK sends once told to
+    go, then closes. A process, not a thread of this one: a sender thread would compete with
+    the receiver for this process's GIL, which a blocking ``recv`` releases in every call and
+    an engine busy copying does not, so the rows would measure the GIL's switch interval."""
+
+    def __init__(self, port: int, total: int) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _SEND, str(port), str(total), str(CHUNK)],
+                                     stdin=subprocess.PIPE)
+
+    def go(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"g")
+        self.proc.stdin.close()
+
+    def join(self) -> None:
+        self.proc.wait(60)
 
 
 async def _tc_receive(total: int) -> float:
     lst = await tc.net.listen("127.0.0.1", 0)
-    ready = threading.Event()
-    sender = _sender(lst.port, total, ready)
+    sender = _Sender(lst.port, total)
     conn = await lst.accept()
     await lst.close()
     got = 0
     t0 = time.perf_counter()
-    ready.set()
+    sender.go()
     async with conn:
         recv = conn.recv
         while True:
@@ -66,7 +81,7 @@ async def _tc_receive(total: int) -> float:
                 break
             got += len(data)
     elapsed = time.perf_counter() - t0
-    sender.join(30)
+    sender.join()
     assert got == total, (got, total)
     return elapsed
 
@@ -88,12 +103,11 @@ def _tc(total: int, contexts: int, multishot: bool) -> Sample:
 
 def _blocking(total: int) -> Sample:
     with socket.create_server(("127.0.0.1", 0)) as lst:
-        ready = threading.Event()
-        sender = _sender(lst.getsockname()[1], total, ready)
+        sender = _Sender(lst.getsockname()[1], total)
         conn, _ = lst.accept()
     got = 0
     t0 = time.perf_counter()
-    ready.set()
+    sender.go()
     with conn:
         while True:
             data = conn.recv(CHUNK)
@@ -101,7 +115,7 @@ def _blocking(total: int) -> Sample:
                 break
             got += len(data)
     elapsed = time.perf_counter() - t0
-    sender.join(30)
+    sender.join()
     assert got == total, (got, total)
     return Sample(total / elapsed / 1e6)
 
