@@ -1,5 +1,6 @@
 """The io_uring binding: the pure-Python ring over ``liburing`` (the compiled ring, ``_cring``,
 cimports the same binding) and the choice of the ring the engine uses.
+Size: the two rings' one interface, lifecycle and setup flags, in one place to stay in step.
 
 Everything above this module speaks in terms of :class:`Ring` (one io_uring instance plus the
 eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
@@ -237,8 +238,7 @@ def _flags_wanted() -> list[tuple[str, int]]:
 def _new_ring(entries: int, cq_entries: int = 0) -> Any:
     """``io_uring_queue_init`` with every wanted setup flag the kernel takes: one it refuses
     (EINVAL, e.g. COOP_TASKRUN before Linux 5.19) is dropped, remembered, and the ring set
-    up without it. *cq_entries*: a completion queue of that size (the compiled ring's
-    ``queue_init``; 0: the kernel's default, twice *entries*)."""
+    up without it. *cq_entries*: a CQ of that size (compiled ring; 0: twice *entries*)."""
     wanted = _flags_wanted()
     while True:
         ring = _L.io_uring()
@@ -447,7 +447,6 @@ class PyRing(_Lifecycle):
 
     def multishot_refused(self) -> None:
         pass
-
 
 
 _cring = compiled.load("_cring")

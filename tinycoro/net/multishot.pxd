@@ -3,7 +3,7 @@
 # stream's multishot recv, whose fields a recv and a completion on two contexts share; each
 # read or write of one is a single C step under the GIL (the module doc says why that matters).
 
-from ..core.traps cimport _CoroutineProtocol
+from ..core.traps cimport Op
 from .ops cimport InlineOp
 
 cdef class MultishotRecv(InlineOp):
@@ -24,7 +24,7 @@ cdef class MultishotRecv(InlineOp):
     cdef object _take(self, Py_ssize_t want)
 
 
-cdef class RecvCall(_CoroutineProtocol):
+cdef class RecvCall(Op):
     cdef public MultishotRecv ms
     cdef public Py_ssize_t want
     cdef public object spare

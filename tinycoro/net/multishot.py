@@ -23,7 +23,7 @@ from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core.traps import YIELD, Park, _CoroutineProtocol, foreign_waiter, run_outside
+from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside
 from .ops import InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
@@ -320,6 +320,11 @@ class MultishotRecv(InlineOp):
         return bytes(op.view[:res])
 
 
+def _never_queued(sqe: Any) -> None:
+    """The prep of a :class:`RecvCall`, which the ring never runs (its await does the work)."""
+    raise RuntimeError("a stream's recv call is awaited, never queued on a ring")
+
+
 def _broken(exc: BaseException) -> OSError:
     """What a recv on a failed stream raises (a new one each time: one raised twice would
     grow its traceback), *exc* as its cause."""
@@ -329,12 +334,13 @@ def _broken(exc: BaseException) -> OSError:
     return error
 
 
-class RecvCall(_CoroutineProtocol):
+class RecvCall(Op):
     """One ``Stream.recv(max_bytes)`` call on the multishot path: the awaitable, holding this
     call's own limit. The stream's :class:`MultishotRecv` is shared by every call, so a limit
     kept there was overwritten by any later call (one refused with "another task is already
-    receiving" too), and a parked ``recv(5)`` returned 100 bytes. A coroutine as every
-    operation is (``tc.spawn(stream.recv())``, ``asyncio.create_task``).
+    receiving" too), and a parked ``recv(5)`` returned 100 bytes. An :class:`Op` for what
+    takes operations (``tc.spawn(stream.recv())``, ``asyncio.create_task``), though never one
+    the ring runs: its await runs the stream's multishot.
 
     The stream keeps one spare (*spare*, a list, as its sendall does), taken by ``recv()``
     and given back when its await ends, so that the echo's every request allocates none: at
@@ -342,13 +348,13 @@ class RecvCall(_CoroutineProtocol):
     garbage collector. A call is awaited once; one made and never awaited costs the stream
     nothing but the next call's allocation."""
 
-    __slots__ = ("ms", "want", "spare", "_gen")
+    __slots__ = ("ms", "want", "spare")
 
     def __init__(self, ms: MultishotRecv, want: int, spare: Any = None) -> None:
+        self._fill(_never_queued, ())  # no SQE of its own
         self.ms = ms
         self.want = want
         self.spare = spare
-        self._gen = None
 
     def __await__(self) -> Generator[Any, Any, bytes]:
         return self.ms.recv(self.want, self)
