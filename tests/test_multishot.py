@@ -800,3 +800,38 @@ def test_recv_returns_up_to_n_of_what_is_queued(path, contexts):
     whole, parts = tc.run(main(), contexts=contexts)
     assert whole == b"".join(msgs)
     assert parts == [b"".join(msgs)[:250], b"".join(msgs)[250:]]
+
+
+def test_large_and_small_recvs_interleaved_keep_order(path, contexts):
+    """recv(1 MiB) and recv(300,000) take the single recv while no multishot is armed, small
+    ones arm it: 8 MiB read back with the two mixed arrive whole and in order, no recv over
+    its limit."""
+    blob = bytes(range(251)) * (8 * 1024 * 1024 // 251)
+
+    async def main():
+        client, server = await _pair()
+
+        async def send():
+            view = memoryview(blob)
+            for i in range(0, len(view), 99991):
+                await client.sendall(view[i:i + 99991])
+            await client.shutdown_write()
+
+        sender = tc.spawn(send())
+        got = bytearray()
+        sizes = (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096)
+        k = 0
+        while True:
+            want = sizes[k % len(sizes)]
+            k += 1
+            chunk = await server.recv(want)
+            assert len(chunk) <= want
+            if not chunk:
+                break
+            got += chunk
+        await sender
+        await client.close()
+        await server.close()
+        return bytes(got)
+
+    assert tc.run(main(), contexts=contexts) == blob

@@ -257,7 +257,11 @@ class MultishotRecv(InlineOp):
                         # far come first), then armed on this one
                         self.stopping = True
                         stop = self.engine
-                elif engine is None or not engine.multishot_ready():
+                elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
+                    # A recv that asks for at least what the queue may hold (bulk reads:
+                    # recv(1 MiB)) takes the single recv while nothing is armed: the kernel
+                    # copies all the socket holds in one operation, where the multishot
+                    # would bring it in buffer-sized CQEs to be joined (half the rate).
                     return (yield from self._single(engine, want))
                 else:
                     self._arm(engine)
