@@ -62,9 +62,11 @@ EXPECTED_RATIOS = {
 }
 # the receive path's axes: connection counts and one connection's bulk transfer
 EXPECTED_SERIES["TCP echo by connections"] = {"tinycoro", "tinycoro single recv", "uvloop protocol"}
+EXPECTED_SERIES["HTTP-style request/response"] = EXPECTED_SERIES["TCP echo by connections"]
 EXPECTED_SERIES["bulk transfer, one connection"] = {"tinycoro", "tinycoro single recv", "blocking socket"}
 EXPECTED_RATIOS |= {
     ("TCP echo by connections", "tinycoro / uvloop protocol"),
+    ("HTTP-style request/response", "tinycoro / uvloop protocol"),
     ("bulk transfer, one connection", "tinycoro / blocking socket"),
 }
 TARGET = re.compile(r"^>= (\d+(\.\d+)?)x$")
