@@ -1,6 +1,10 @@
 /* echo_load: the benchmarks' closed-loop TCP echo client (one thread, epoll, non-blocking).
  *
- *   echo_load HOST PORT CONNS BYTES SECONDS
+ *   echo_load HOST PORT CONNS BYTES SECONDS [RESPONSE_BYTES]
+ *
+ * With RESPONSE_BYTES (request/response mode: an HTTP-style server answers each request of
+ * BYTES with a response of RESPONSE_BYTES), the client reads that many bytes back instead of
+ * checking an echo.
  *
  * Opens CONNS connections to HOST:PORT, then on every connection: write BYTES, read until
  * BYTES came back (and check that they are the bytes sent), repeat, for SECONDS. Prints one
@@ -89,15 +93,17 @@ static int dial(const struct sockaddr_in *sa) {
  * recv when it waits for the echo, then (the message complete) one send of the next message.
  * Returns the number of round trips completed (0 or 1), or -1 on an error (a reset, an early
  * close, or echoed bytes that differ from those sent). */
+static size_t resp_n; /* bytes of each answer: n for an echo */
+
 static int advance(struct conn *c, const char *msg, char *buf, size_t n, double *t) {
     int rounds = 0;
     if (c->reading) {
-        ssize_t r = recv(c->fd, buf + c->off, n - c->off, 0);
+        ssize_t r = recv(c->fd, buf + c->off, resp_n - c->off, 0);
         if (r < 0) return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
         if (r == 0) return -1; /* the server closed the connection mid-run */
         c->off += (size_t)r;
-        if (c->off < n) return 0;
-        if (memcmp(buf, msg, n) != 0) return -1; /* an echo must return the bytes sent */
+        if (c->off < resp_n) return 0;
+        if (resp_n == n && memcmp(buf, msg, n) != 0) return -1; /* an echo returns the bytes sent */
         *t = now();
         record(*t - c->started);
         rounds = 1;
@@ -125,8 +131,8 @@ static void watch(int ep, struct conn *c, uint32_t id) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s HOST PORT CONNS BYTES SECONDS\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s HOST PORT CONNS BYTES SECONDS [RESPONSE_BYTES]\n", argv[0]);
         return 2;
     }
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[2]))};
@@ -142,7 +148,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     size_t n = (size_t)nbytes;
-    char *msg = malloc(n), *buf = malloc(n);
+    resp_n = argc == 7 ? (size_t)atol(argv[6]) : n;
+    if (resp_n < 1) {
+        fprintf(stderr, "echo_load: RESPONSE_BYTES must be >= 1\n");
+        return 2;
+    }
+    char *msg = malloc(n), *buf = malloc(resp_n > n ? resp_n : n);
     struct conn *conns = calloc((size_t)nconn, sizeof *conns);
     struct epoll_event *events = calloc((size_t)nconn, sizeof *events);
     int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -151,6 +162,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (size_t i = 0; i < n; i++) msg[i] = (char)('a' + i % 26);
+    if (argc == 7 && n >= 4) memcpy(msg + n - 4, "\r\n\r\n", 4); /* a request's end */
 
     for (int i = 0; i < nconn; i++) {
         conns[i].fd = dial(&sa);

@@ -12,15 +12,15 @@ from pathlib import Path
 from types import ModuleType
 
 from . import (
-    config, machine, report, w_aio_file, w_cluster, w_direct, w_echo, w_file, w_mutex, w_scaling,
-    w_spawn, w_switch, w_wholefile,
+    config, machine, report, w_aio_file, w_bulk, w_cluster, w_conns, w_direct, w_echo, w_file,
+    w_mutex, w_scaling, w_spawn, w_switch, w_wholefile,
 )
 from .harness import CaseResult, format_tables, run_case
 
 WORKLOADS: dict[str, ModuleType] = {
     m.NAME: m
     for m in (w_switch, w_spawn, w_mutex, w_file, w_wholefile, w_direct, w_aio_file, w_echo,
-              w_scaling, w_cluster)
+              w_conns, w_bulk, w_scaling, w_cluster)
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 # A run writes its report to the build folder unless asked to publish it: an exploratory run

@@ -193,12 +193,17 @@ def _cpu_seconds(pid: int) -> tuple[float, float]:
     return user / tick, system / tick
 
 
-def run_load(exe: Path, port: int, conns: int, size: int, seconds: float, server_pid: int | None = None) -> Sample:
+def run_load(
+    exe: Path, port: int, conns: int, size: int, seconds: float, server_pid: int | None = None,
+    response: int | None = None,
+) -> Sample:
     """One closed-loop run of echo_load; raises if it reports errors or no requests. With
-    *server_pid*, also the server's user and system CPU time per request."""
+    *server_pid*, also the server's user and system CPU time per request. With *response*,
+    request/response mode: each request of *size* bytes is answered by *response* bytes."""
     before = _cpu_seconds(server_pid) if server_pid else None
     out = subprocess.run(
-        [str(exe), "127.0.0.1", str(port), str(conns), str(size), f"{seconds:g}"],
+        [str(exe), "127.0.0.1", str(port), str(conns), str(size), f"{seconds:g}"]
+        + ([str(response)] if response else []),
         capture_output=True,
         text=True,
         timeout=seconds + 30,

@@ -67,6 +67,15 @@ EXPECTED_RATIOS = {
     ("cluster scaling", "plain Python 2 processes / plain Python 1 process"),
     ("cluster scaling", "tinycoro submit / ipyparallel apply"),
 }
+# the receive path's axes: connection counts and one connection's bulk transfer
+EXPECTED_SERIES["TCP echo by connections"] = {"tinycoro", "tinycoro single recv", "uvloop protocol"}
+EXPECTED_SERIES["HTTP-style request/response"] = EXPECTED_SERIES["TCP echo by connections"]
+EXPECTED_SERIES["bulk transfer, one connection"] = {"tinycoro", "tinycoro single recv", "blocking socket"}
+EXPECTED_RATIOS |= {
+    ("TCP echo by connections", "tinycoro / uvloop protocol"),
+    ("HTTP-style request/response", "tinycoro / uvloop protocol"),
+    ("bulk transfer, one connection", "tinycoro / blocking socket"),
+}
 TARGET = re.compile(r"^>= (\d+(\.\d+)?)x$")
 NUMBER = re.compile(r"^\d+(\.\d+)? ?[kM]?$")
 RATIO = re.compile(r"^\d+(\.\d+)?x$")

@@ -485,11 +485,13 @@ def _needs_multishot(path):
         pytest.skip("a multishot recv's completions only")
 
 
-def test_raising_completion_is_reported_and_the_ring_stays_whole(path, caplog):
+def test_raising_completion_fails_the_stream(path, caplog):
     """A completion handler that raises (injected through the ring owner's completion_hook
-    seam) is reported with its stream; its CQE is not handled twice (no buffer given back
-    twice, no KeyError from a final CQE seen again), the ring's own count does not drift, the
-    stream keeps receiving, and shutdown finds nothing left in flight."""
+    seam) took bytes with it: the stream is failed, not left to go on with a hole in its
+    data. The raise is reported with its stream (rule 17), the recv that was waiting and every
+    later one raise an OSError naming why (the original error as its cause), bytes that
+    arrive later are never returned, the CQE is not handled twice (no buffer given back twice,
+    the ring's own count does not drift) and close leaves nothing in flight."""
     _needs_multishot(path)
     from tinycoro import lowlevel
 
@@ -509,28 +511,41 @@ def test_raising_completion_is_reported_and_the_ring_stays_whole(path, caplog):
             assert await server.recv() == b"x"
             engine.completion_hook = hook
             try:
+                waiting = tc.spawn(server.recv())
+                await wait_blocked(waiting)
                 await client.sendall(b"lost")
-                while not raised:
-                    await tc.yield_now()
-                await client.sendall(b"kept")
-                assert await server.recv() == b"kept"
-                await client.shutdown_write()  # the final CQE (EOF) goes through the hook too
-                assert await server.recv() == b""
+                errors = []
+                try:
+                    await waiting
+                except OSError as e:
+                    errors.append(e)
+                await client.sendall(b"after")
+                for _ in range(2):
+                    try:
+                        await server.recv()
+                    except OSError as e:
+                        errors.append(e)
             finally:
                 engine.completion_hook = None
         assert engine.own_inflight == 0
         assert not engine.inflight
+        return errors
 
     with caplog.at_level("ERROR", logger="tinycoro"):
-        tc.run(main(), contexts=1)
+        errors = tc.run(main(), contexts=1)
+    assert raised == [b"lost"]
+    assert len(errors) == 3
+    for e in errors:
+        assert e.errno == errno.EIO and "handler failed" in str(e), e
+        assert isinstance(e.__cause__, ValueError)
     reports = [r for r in caplog.records if "recv from 127.0.0.1" in r.getMessage()]
     assert len(reports) == 1 and isinstance(reports[0].exc_info[1], ValueError)
 
 
-def test_raising_final_completion_ends_the_multishot(path, caplog):
+def test_raising_final_completion_fails_the_stream(path, caplog):
     """The last CQE of a multishot (here EOF) whose handler raises: the multishot still ends
     (out of the in-flight table, the stream's waiter woken), the raise is reported, and the
-    next recv arms again and sees EOF from the socket."""
+    waiting recv raises naming why instead of arming again as if nothing was lost."""
     _needs_multishot(path)
     from tinycoro import lowlevel
 
@@ -553,7 +568,8 @@ def test_raising_final_completion_ends_the_multishot(path, caplog):
                 waiting = tc.spawn(server.recv())
                 await wait_blocked(waiting)
                 await client.shutdown_write()
-                assert await waiting == b""  # re-armed once, after the lost final CQE
+                with pytest.raises(OSError, match="final handler failed"):
+                    await waiting
             finally:
                 engine.completion_hook = None
         assert engine.own_inflight == 0 and not engine.inflight
@@ -709,3 +725,113 @@ def test_multishot_only_where_its_code_runs_compiled():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
+
+
+# -- each recv's own limit, and what one recv returns ------------------------------------------
+def _unread(stream) -> int:
+    """Bytes received for *stream* and not read yet: its multishot's queue, else the socket's
+    own buffer (FIONREAD)."""
+    import fcntl
+    import struct
+    import termios
+
+    ms = stream._ms
+    if ms is not None and ms.armed:
+        return ms.queued
+    raw = fcntl.ioctl(stream.fileno(), termios.FIONREAD, b"\0\0\0\0")
+    return struct.unpack("i", raw)[0]
+
+
+async def _until_unread(stream, n: int) -> None:
+    for _ in range(100_000):
+        if _unread(stream) >= n:
+            return
+        await tc.yield_now()
+    raise AssertionError(f"{_unread(stream)} bytes unread, waited for {n}")
+
+
+def test_parked_recv_keeps_its_own_limit(path, contexts):
+    """A recv(5) parked for data keeps its limit of 5 when another task's recv(100) is
+    refused meanwhile ("another task is already receiving"), and a recv(5) made first and
+    awaited after a recv(100) was made keeps its 5 too: each call's limit is its own."""
+
+    async def main():
+        client, server = await _pair()
+        async with client, server:
+            if path == "multishot":
+                await client.sendall(b"x")
+                assert await server.recv() == b"x"  # armed: the next recv parks on it
+            parked = tc.spawn(server.recv(5))
+            await wait_blocked(parked)
+            with pytest.raises(RuntimeError, match="already receiving"):
+                await server.recv(100)
+            await client.sendall(b"y" * 100)
+            first = await parked
+            made_first = server.recv(5)
+            server.recv(100)  # made, never awaited
+            await _until_unread(server, 100 - len(first))
+            second = await made_first
+            return first, second
+
+    first, second = tc.run(main(), contexts=contexts)
+    assert first == b"y" * 5 and second == b"y" * 5
+
+
+def test_recv_returns_up_to_n_of_what_is_queued(path, contexts):
+    """Three messages queued before a recv(n): one recv returns all of them when n allows
+    (not one chunk per recv), and at most n of them when it does not."""
+    msgs = [bytes([65 + i]) * 100 for i in range(3)]
+
+    async def main():
+        client, server = await _pair()
+        async with client, server:
+            await client.sendall(b"x")
+            assert await server.recv() == b"x"
+            for m in msgs:
+                await client.sendall(m)
+                await _until_unread(server, 100 * (msgs.index(m) + 1))
+            whole = await server.recv(1000)
+            for m in msgs:
+                await client.sendall(m)
+                await _until_unread(server, 100 * (msgs.index(m) + 1))
+            parts = [await server.recv(250), await server.recv(250)]
+            return whole, parts
+
+    whole, parts = tc.run(main(), contexts=contexts)
+    assert whole == b"".join(msgs)
+    assert parts == [b"".join(msgs)[:250], b"".join(msgs)[250:]]
+
+
+def test_large_and_small_recvs_interleaved_keep_order(path, contexts):
+    """recv(1 MiB) and recv(300,000) take the single recv while no multishot is armed, small
+    ones arm it: 8 MiB read back with the two mixed arrive whole and in order, no recv over
+    its limit."""
+    blob = bytes(range(251)) * (8 * 1024 * 1024 // 251)
+
+    async def main():
+        client, server = await _pair()
+
+        async def send():
+            view = memoryview(blob)
+            for i in range(0, len(view), 99991):
+                await client.sendall(view[i:i + 99991])
+            await client.shutdown_write()
+
+        sender = tc.spawn(send())
+        got = bytearray()
+        sizes = (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096)
+        k = 0
+        while True:
+            want = sizes[k % len(sizes)]
+            k += 1
+            chunk = await server.recv(want)
+            assert len(chunk) <= want
+            if not chunk:
+                break
+            got += chunk
+        await sender
+        await client.close()
+        await server.close()
+        return bytes(got)
+
+    assert tc.run(main(), contexts=contexts) == blob

@@ -54,9 +54,13 @@ from liburing.queue cimport (
     io_uring_peek_cqe,
     io_uring_cqe_seen,
     io_uring_cq_eventfd_toggle,
+    io_uring_params,
+    io_uring_queue_init_params,
 )
 from liburing.time cimport timespec
 from liburing.lib.io_uring cimport (
+    __io_uring_params,
+    __IORING_SETUP_CQSIZE,
     __IORING_SQ_CQ_OVERFLOW,
     __IORING_SQ_TASKRUN,
     __IORING_ENTER_GETEVENTS,
@@ -128,6 +132,8 @@ cdef enum:
     _IOSQE_BUFFER_SELECT = 32  # 1 << IOSQE_BUFFER_SELECT_BIT (5)
     _CQE_F_BUFFER = 1
     _CQE_F_MORE = 2
+    _CQE_F_BUF_MORE = 16  # IORING_CQE_F_BUF_MORE: an incremental buffer the kernel still fills
+    _PBUF_RING_INC = 2  # IOU_PBUF_RING_INC (6.12): buffers consumed a received length at a time
     _CQE_BUFFER_SHIFT = 16
     _BGID = 0  # the one buffer group of a ring
 
@@ -149,6 +155,26 @@ cdef object _TIMEOUT = _L.io_uring_prep_timeout
 
 
 cdef char _EMPTY[1]
+
+
+def queue_init(unsigned int entries, io_uring ring not None, unsigned int flags,
+               unsigned int cq_entries):
+    """``io_uring_queue_init`` with a completion queue of *cq_entries* (IORING_SETUP_CQSIZE;
+    the kernel rounds it up to a power of two), which the binding's Python API cannot ask
+    for. Why a CQ larger than twice the SQ: every armed multishot recv may post a CQE in one
+    turn, and a kernel that finds the CQ full ends the multishot (no IORING_CQE_F_MORE), so
+    with 1,000 connections on a 512-entry CQ every turn ended hundreds of them, each armed
+    again by its next recv. Raises OSError as the binding does."""
+    cdef __io_uring_params params
+    cdef io_uring_params p = io_uring_params()  # the binding's wrapper: a pointer, here ours
+    memset(&params, 0, sizeof(params))
+    params.flags = flags | __IORING_SETUP_CQSIZE
+    params.cq_entries = cq_entries
+    p.ptr = &params
+    try:
+        io_uring_queue_init_params(entries, ring, p)
+    finally:
+        p.ptr = NULL
 
 
 def prep_recv_multishot(sqe, fd):
@@ -246,6 +272,13 @@ cdef class RingCore:
     cdef uint32_t _pb_size
     cdef uint16_t _pb_tail
     cdef uint16_t _pb_mask
+    # Incremental consumption (IOU_PBUF_RING_INC): the kernel takes from the head buffer only
+    # what each receive wrote, so 64 bytes use 64 bytes of a buffer, not all of it, and many
+    # streams' small messages share one. _pb_used[bid]: bytes of buffer bid the kernel has
+    # written so far (where its next CQE's data starts); it comes back to us when a CQE
+    # lacks IORING_CQE_F_BUF_MORE. 0 on a kernel without it: one CQE, one whole buffer.
+    cdef public bint incremental
+    cdef uint32_t* _pb_used
 
     def __cinit__(self, *args, **kwargs):
         self._cqe = io_uring_cqe()
@@ -405,10 +438,22 @@ cdef class RingCore:
                     data = None
                     if flags & _CQE_F_BUFFER:
                         bid = <uint16_t>(flags >> _CQE_BUFFER_SHIFT)
-                        if res > 0:
+                        if not self.incremental:
+                            if res > 0:
+                                data = PyBytes_FromStringAndSize(
+                                    self._pb_mem + <size_t>bid * self._pb_size, res)
+                            self._pb_give(bid)
+                        elif res > 0:
+                            # A CQE of no bytes (EOF) or an error consumed nothing: the
+                            # kernel keeps that buffer at its head, so it is not given back.
                             data = PyBytes_FromStringAndSize(
-                                self._pb_mem + <size_t>bid * self._pb_size, res)
-                        self._pb_give(bid)
+                                self._pb_mem + <size_t>bid * self._pb_size + self._pb_used[bid],
+                                res)
+                            if flags & _CQE_F_BUF_MORE:
+                                self._pb_used[bid] += res
+                            else:
+                                self._pb_used[bid] = 0
+                                self._pb_give(bid)
                     io_uring_cqe_seen(ring, cqe)
                     more = (flags & _CQE_F_MORE) != 0
                     shots.append((<object>found, res, data, more))
@@ -437,11 +482,13 @@ cdef class RingCore:
         self._pb_tail += 1
         tc_store_release_u16(&self._pb_ring[0].resv, self._pb_tail)
 
-    def multishot_setup(self, unsigned int count, unsigned int size):
+    def multishot_setup(self, unsigned int count, unsigned int size, bint incremental=True):
         """Register this ring's provided-buffer ring (group 0): *count* buffers (a power of
-        two, at most 32768) of *size* bytes each, in memory tinycoro maps and owns. Returns 0,
-        or the negative errno of a kernel without it (the ring then stays without: every
-        recv is a single one). Once; later calls return the first answer.
+        two, at most 32768) of *size* bytes each, in memory tinycoro maps and owns, consumed
+        incrementally where the kernel can (*incremental*, and 6.12 or later; else each CQE
+        takes a whole buffer). Returns 0, or the negative errno of a kernel without it (the
+        ring then stays without: every recv is a single one). Once; later calls return the
+        first answer.
 
         Why not the binding's io_uring_setup_buf_ring: DESIGN section 6. The ring's entries
         and the buffers are two anonymous private mappings: page-aligned as the kernel wants,
@@ -473,13 +520,33 @@ cdef class RingCore:
             munmap(ring_mem, self._pb_ring_bytes)
             self._pb_state = -1
             return ret
+        self._pb_used = <uint32_t*>mmap(NULL, count * sizeof(uint32_t), PROT_READ | PROT_WRITE,
+                                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+        if <void*>self._pb_used == MAP_FAILED:
+            ret = -errno
+            self._pb_used = NULL
+            munmap(mem, self._pb_mem_bytes)
+            munmap(ring_mem, self._pb_ring_bytes)
+            self._pb_state = -1
+            return ret
         memset(&reg, 0, sizeof(reg))
         reg.ring_addr = <uint64_t>ring_mem
         reg.ring_entries = count
         reg.bgid = _BGID
-        ret = syscall(SYS_io_uring_register, self._ring.ptr.ring_fd, _REGISTER_PBUF_RING, &reg, 1)
+        ret = -EINVAL
+        if incremental:
+            reg.flags = _PBUF_RING_INC
+            ret = syscall(SYS_io_uring_register, self._ring.ptr.ring_fd, _REGISTER_PBUF_RING,
+                          &reg, 1)
+        self.incremental = ret >= 0
+        if ret < 0:  # not asked for, or a kernel older than 6.12: whole buffers
+            reg.flags = 0
+            ret = syscall(SYS_io_uring_register, self._ring.ptr.ring_fd, _REGISTER_PBUF_RING,
+                          &reg, 1)
         if ret < 0:
             ret = -errno
+            munmap(self._pb_used, count * sizeof(uint32_t))
+            self._pb_used = NULL
             munmap(mem, self._pb_mem_bytes)
             munmap(ring_mem, self._pb_ring_bytes)
             self._pb_state = -1
@@ -523,6 +590,8 @@ cdef class RingCore:
         if self._pb_ring != NULL:
             munmap(self._pb_ring, self._pb_ring_bytes)
             munmap(self._pb_mem, self._pb_mem_bytes)
+            munmap(self._pb_used, self._pb_count * sizeof(uint32_t))
+            self._pb_used = NULL
             self._pb_ring = NULL
             self._pb_mem = NULL
         self._pb_state = -1  # closed: no multishot any more

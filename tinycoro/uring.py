@@ -1,5 +1,6 @@
 """The io_uring binding: the pure-Python ring over ``liburing`` (the compiled ring, ``_cring``,
 cimports the same binding) and the choice of the ring the engine uses.
+Size: the two rings' one interface, lifecycle and setup flags, in one place to stay in step.
 
 Everything above this module speaks in terms of :class:`Ring` (one io_uring instance plus the
 eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
@@ -77,6 +78,7 @@ import liburing as _L
 
 from . import compiled
 from ._ringdefs import (
+    CQ_ENTRIES,
     MULTISHOT_BUFFER_SIZE,
     MULTISHOT_BUFFERS,
     MULTISHOT_BUFFERS_ENV,
@@ -233,10 +235,10 @@ def _flags_wanted() -> list[tuple[str, int]]:
     return [(n, bits) for n, bits in _WANTED_FLAGS if n not in _refused_flags]
 
 
-def _new_ring(entries: int) -> Any:
+def _new_ring(entries: int, cq_entries: int = 0) -> Any:
     """``io_uring_queue_init`` with every wanted setup flag the kernel takes: one it refuses
     (EINVAL, e.g. COOP_TASKRUN before Linux 5.19) is dropped, remembered, and the ring set
-    up without it."""
+    up without it. *cq_entries*: a CQ of that size (compiled ring; 0: twice *entries*)."""
     wanted = _flags_wanted()
     while True:
         ring = _L.io_uring()
@@ -245,7 +247,10 @@ def _new_ring(entries: int) -> Any:
             flags |= bits
         try:
             _clear_errno()
-            _L.io_uring_queue_init(entries, ring, flags)
+            if cq_entries and _cring is not None:
+                _cring.queue_init(entries, ring, flags, max(cq_entries, 2 * entries))
+            else:
+                _L.io_uring_queue_init(entries, ring, flags)
             return ring
         except OSError as exc:
             if exc.errno == errno.EINVAL and wanted:
@@ -281,11 +286,11 @@ class _Lifecycle:
     else:
         __slots__ = ()
 
-    def _setup(self, entries: int) -> None:
+    def _setup(self, entries: int, cq_entries: int = 0) -> None:
         # (not tinycoro.core.checks: this bottom layer imports nothing of tinycoro's)
         if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
             raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
-        ring = _new_ring(entries)
+        ring = _new_ring(entries, cq_entries)
         try:
             efd = os.eventfd(0, os.EFD_CLOEXEC)
         except BaseException:
@@ -444,7 +449,6 @@ class PyRing(_Lifecycle):
         pass
 
 
-
 _cring = compiled.load("_cring")
 #: Why the ring is the pure-Python one (None when it is the compiled one).
 WHY_PURE: str | None = compiled.fallbacks.get("_cring")
@@ -463,7 +467,7 @@ if _cring is not None:
 
         def __init__(self, entries: int) -> None:
             self._buffers = multishot_buffers()  # a bad value fails here, not at a recv
-            self._setup(entries)
+            self._setup(entries, CQ_ENTRIES)
             if not multishot_wanted():
                 self.multishot_off()
 

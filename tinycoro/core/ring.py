@@ -24,7 +24,8 @@ table (user_data -> op) and does, once for both:
   ``standing``, the one table of such ops, which the ring reads to tell their CQEs apart
   from the single ops' and leaves by itself at the last; each CQE is marked seen before
   anything runs (rule 17), and the owner passes each to the op's ``completion`` and, after
-  the last, calls its ``finished``; one that raises is reported with the op and the next runs. It is cancelled
+  the last, calls its ``finished``; one that raises is reported with the op, the op is told
+  (``failed``: a stream's receive fails, since its bytes have a hole) and the next runs. It is cancelled
   like any op (``cancel_op``), and it is work in flight only while someone waits on it
   (``awaited``): :meth:`RingOwner.waited_inflight` is what the stop protocol and the deadlock
   watchdog count, so an armed receive that nobody awaits never hides a deadlock nor keeps a
@@ -67,7 +68,13 @@ class MultiOp(Protocol):
     def completion(self, res: int, data: Any, more: bool) -> None:
         """One CQE: *res* and, for a CQE that used one of the ring's provided buffers, a
         bytes copy of it (the buffer is back with the kernel already); *more* is False on
-        the last. Should not raise; if it does, the owner reports it and carries on."""
+        the last. Should not raise; if it does, the owner reports it, tells the op
+        (:meth:`failed`) and carries on."""
+
+    def failed(self, exc: BaseException) -> None:
+        """Its :meth:`completion` (or :meth:`finished`) raised *exc*, already reported: what
+        that CQE carried is lost, and the op decides what that means (a byte stream fails,
+        since going on would hand out its data with a hole in it)."""
 
     def finished(self) -> None:
         """After the last completion (also when that one raised): the op is out of flight."""
@@ -297,7 +304,8 @@ class RingOwner:
     def _complete_multi(self, shots: list) -> None:
         """Hand each CQE of a :class:`MultiOp` (already marked seen by the ring, and at the
         last out of ``standing``: rule 17) to its op, and call ``finished`` after its last;
-        one that raises is reported with its op and the others go on. ``completion_hook`` (a
+        one that raises is reported with its op, which is told (``failed``), and the others
+        go on. ``completion_hook`` (a
         test seam) sees each first, as ``hook(op, res, data, more) -> (res, data)``, and may
         change or raise in its place."""
         hook = self.completion_hook
@@ -322,8 +330,12 @@ class RingOwner:
             what = op.describe()
         except Exception:  # noqa: BLE001 - the report must not fail too
             what = repr(op)
-        log.error("tinycoro: a completion of %s raised; that completion is lost",
+        log.error("tinycoro: a completion of %s raised; the operation is failed",
                   what, exc_info=(type(exc), exc, exc.__traceback__))
+        try:
+            op.failed(exc)
+        except Exception:  # noqa: BLE001 - reported; the ring carries on (rule 17)
+            log.exception("tinycoro: failing %s raised too", what)
 
     def _orphaned(self, op: Any, res: int) -> None:
         """*op* completed after its waiter was abandoned (shutdown): nobody will take what it

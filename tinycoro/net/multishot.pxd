@@ -3,6 +3,7 @@
 # stream's multishot recv, whose fields a recv and a completion on two contexts share; each
 # read or write of one is a single C step under the GIL (the module doc says why that matters).
 
+from ..core.traps cimport Op
 from .ops cimport InlineOp
 
 cdef class MultishotRecv(InlineOp):
@@ -15,9 +16,15 @@ cdef class MultishotRecv(InlineOp):
     cdef public object engine
     cdef public object waiter
     cdef public object ticket
-    cdef public Py_ssize_t want
     cdef public object token
     cdef public object owner
     cdef public bint waited
+    cdef public object broken
 
-    cdef object _take(self)
+    cdef object _take(self, Py_ssize_t want)
+
+
+cdef class RecvCall(Op):
+    cdef public MultishotRecv ms
+    cdef public Py_ssize_t want
+    cdef public object spare

@@ -23,10 +23,10 @@ from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core.traps import YIELD, Park, foreign_waiter, run_outside
+from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside
 from .ops import InlineOp, already_receiving, peer_of
 
-__all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT"]
+__all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
 
 #: Whether streams receive through a multishot: the ring can, and this module's code runs
 #: compiled (the module doc says why both).
@@ -39,6 +39,7 @@ QUEUE_LIMIT = 256 * 1024
 _ENOBUFS = -errno.ENOBUFS
 _ECANCELED = -errno.ECANCELED
 _EINVAL = -errno.EINVAL
+_EIO = errno.EIO
 
 
 def _stop_multishot(engine: Any, op: "MultishotRecv") -> None:
@@ -69,7 +70,7 @@ class MultishotRecv(InlineOp):
     """
 
     __slots__ = ("queue", "queued", "offset", "armed", "stopping", "engine", "waiter",
-                 "ticket", "want", "token", "owner", "waited", "was_armed")
+                 "ticket", "token", "owner", "waited", "was_armed", "broken")
 
     def __init__(self, stream: Any) -> None:
         self._fill_for(stream._ops, uring.prep_recv_multishot, (stream._fd,))
@@ -82,7 +83,9 @@ class MultishotRecv(InlineOp):
         self.engine: Any = None
         self.waiter: Any = None  # the task parked for the next chunk
         self.ticket = Park(self._abort, self)
-        self.want = 0  # what the recv being awaited asks for: Stream.recv sets it each call
+        # Set when a completion raised (failed): the exception, queued behind the bytes that
+        # came before it; from then on every recv raises instead of returning bytes after a hole.
+        self.broken: Any = None
         self.token = stream._recv_token
         self.owner = weakref.ref(stream)
         self.waited = False
@@ -109,6 +112,8 @@ class MultishotRecv(InlineOp):
     def completion(self, res: int, data: Any, more: bool) -> None:
         """One CQE of the multishot: *data* (a bytes copy of its buffer) or *res* (0 at EOF,
         or a negative errno); *more* False on the last one, after which :meth:`finished`."""
+        if self.broken is not None:
+            return  # the stream has a hole: nothing after it is ever returned
         if data is not None:
             self.queue.append(data)
             self.queued += len(data)
@@ -135,6 +140,23 @@ class MultishotRecv(InlineOp):
                 self.waiter = None
                 waiter.wake(None)
 
+    def failed(self, exc: BaseException) -> None:
+        """A completion of this multishot raised (the owner has reported it): the bytes it
+        carried are lost, so the stream is failed rather than left to go on with a hole in
+        its data. What was queued before still reads; then every recv raises an OSError
+        (EIO) naming *exc*; later completions are dropped, and the multishot is stopped."""
+        if self.broken is not None:
+            return
+        self.broken = exc
+        self.queue.append(exc)  # after the good bytes; _take never pops it
+        if self.armed and not self.stopping and self.engine is not None:
+            self.stopping = True
+            self.engine.call_soon(_stop_multishot, self.engine, self)
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            waiter.wake(None)
+
     def finished(self) -> None:
         """The multishot's last CQE has been handled (also when its completion raised): it
         is out of the kernel, so out of the stream's pending set, and a waiting recv looks
@@ -149,27 +171,54 @@ class MultishotRecv(InlineOp):
             waiter.wake(None)
 
     # -- the recv --------------------------------------------------------------------------------
-    def _take(self) -> bytes:
-        """The next chunk (at most ``want`` bytes of it), or the error queued in its place.
-        A chunk read in parts is sliced from ``offset``: each byte is copied once."""
+    def _take(self, want: int) -> bytes:
+        """Up to *want* bytes of what is queued, or the error queued in their place.
+
+        A chunk read in parts is sliced from ``offset``, so each byte is copied once; queued
+        chunks that fit are joined (one recv returns what is there, as a single recv returns
+        what the socket holds), stopping at an error or EOF, which the next recv reaches."""
         queue = self.queue
         item = queue[0]
-        if type(item) is int:
-            queue.popleft()
-            raise self._failure(item)
+        if type(item) is not bytes:
+            if type(item) is int:
+                queue.popleft()
+                raise self._failure(item)
+            if isinstance(item, BaseException):
+                raise _broken(item)  # stays queued: every later recv raises too
         start = self.offset
         left = len(item) - start
-        want = self.want
-        if left <= want:
-            queue.popleft()
-            self.offset = 0
+        if left > want:
+            self.offset = start + want
+            self.queued -= want
+            return item[start:start + want]
+        queue.popleft()
+        self.offset = 0
+        first = item[start:] if start else item
+        if left == want or not left or not queue:
             self.queued -= left
-            return item[start:] if start else item
-        self.offset = start + want
-        self.queued -= want
-        return item[start:start + want]
+            return first
+        parts = [first]
+        got = left
+        while queue and got < want:
+            item = queue[0]
+            if type(item) is not bytes or not item:
+                break  # an error or EOF: the next recv reaches it
+            n = len(item)
+            if got + n > want:
+                n = want - got
+                self.offset = n
+                parts.append(item[:n])
+                got = want
+                break
+            queue.popleft()
+            parts.append(item)
+            got += n
+        self.queued -= got
+        return b"".join(parts)
 
-    def __await__(self) -> Generator[Any, Any, bytes]:
+    def recv(self, want: int, call: Any) -> Generator[Any, Any, bytes]:
+        """The receive of one ``recv(want)`` call, awaited through *call* (its
+        :class:`RecvCall`), which goes back to the stream's spare at the end."""
         token = self.token
         pending = self.pending
         try:
@@ -200,7 +249,7 @@ class MultishotRecv(InlineOp):
                         self._spend(engine)  # a new step: this recv counts in its budget
                         self.waited = True  # once: the look below is not charged again
                         continue  # the stream may have been closed meanwhile
-                    return self._take()
+                    return self._take(want)
                 stop = None
                 if self.armed:
                     if engine is not self.engine and not self.stopping:
@@ -208,8 +257,12 @@ class MultishotRecv(InlineOp):
                         # far come first), then armed on this one
                         self.stopping = True
                         stop = self.engine
-                elif engine is None or not engine.multishot_ready():
-                    return (yield from self._single(engine))
+                elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
+                    # A recv that asks for at least what the queue may hold (bulk reads:
+                    # recv(1 MiB)) takes the single recv while nothing is armed: the kernel
+                    # copies all the socket holds in one operation, where the multishot
+                    # would bring it in buffer-sized CQEs to be joined (half the rate).
+                    return (yield from self._single(engine, want))
                 else:
                     self._arm(engine)
                 self.waited = True
@@ -232,6 +285,11 @@ class MultishotRecv(InlineOp):
                     self.waiter = None
         finally:
             token.add(0)
+            # Awaited, not driven by the coroutine protocol (that one is still running it):
+            # the stream's next recv() reuses it. Its limit was read at the start above.
+            spare = call.spare
+            if spare is not None and call._gen is None and not spare:
+                spare.append(call)
 
     def _arm(self, engine: Any) -> None:
         """Start the multishot on *engine*'s ring (the seam's arm); in the stream's
@@ -245,13 +303,13 @@ class MultishotRecv(InlineOp):
         self.armed = True
         self.was_armed = True
 
-    def _single(self, engine: Any) -> Generator[Any, Any, bytes]:
+    def _single(self, engine: Any, want: int) -> Generator[Any, Any, bytes]:
         """One recv into the stream's buffer, as :class:`~tinycoro.net.ops.RecvOp` does (the
         fallback where the ring takes no multishot)."""
         stream = self.owner()
         if stream is None:  # pragma: no cover - the awaiting task holds the stream
             raise ClosedResourceError(CLOSED_WHILE_WAITING)
-        op = stream._single_recv(self.want)
+        op = stream._single_recv(want)
         pending = self.pending
         op._enter()
         try:
@@ -264,3 +322,43 @@ class MultishotRecv(InlineOp):
         if res < 0:
             raise op._failure(res)
         return bytes(op.view[:res])
+
+
+def _never_queued(sqe: Any) -> None:
+    """The prep of a :class:`RecvCall`, which the ring never runs (its await does the work)."""
+    raise RuntimeError("a stream's recv call is awaited, never queued on a ring")
+
+
+def _broken(exc: BaseException) -> OSError:
+    """What a recv on a failed stream raises (a new one each time: one raised twice would
+    grow its traceback), *exc* as its cause."""
+    error = OSError(_EIO, f"the stream's receive failed: a completion raised "
+                          f"{type(exc).__name__}: {exc}, and the bytes it carried were lost")
+    error.__cause__ = exc
+    return error
+
+
+class RecvCall(Op):
+    """One ``Stream.recv(max_bytes)`` call on the multishot path: the awaitable, holding this
+    call's own limit. The stream's :class:`MultishotRecv` is shared by every call, so a limit
+    kept there was overwritten by any later call (one refused with "another task is already
+    receiving" too), and a parked ``recv(5)`` returned 100 bytes. An :class:`Op` for what
+    takes operations (``tc.spawn(stream.recv())``, ``asyncio.create_task``), though never one
+    the ring runs: its await runs the stream's multishot.
+
+    The stream keeps one spare (*spare*, a list, as its sendall does), taken by ``recv()``
+    and given back when its await ends, so that the echo's every request allocates none: at
+    10,000 connections each object a request allocates and parks is work for the cyclic
+    garbage collector. A call is awaited once; one made and never awaited costs the stream
+    nothing but the next call's allocation."""
+
+    __slots__ = ("ms", "want", "spare")
+
+    def __init__(self, ms: MultishotRecv, want: int, spare: Any = None) -> None:
+        self._fill(_never_queued, ())  # no SQE of its own
+        self.ms = ms
+        self.want = want
+        self.spare = spare
+
+    def __await__(self) -> Generator[Any, Any, bytes]:
+        return self.ms.recv(self.want, self)

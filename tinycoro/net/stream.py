@@ -21,7 +21,7 @@ from ..core.traps import Op, Ready
 from ..uring import prep_connect, prep_shutdown, prep_splice
 from . import multishot
 from .base import SocketBase
-from .multishot import MultishotRecv
+from .multishot import MultishotRecv, RecvCall
 from .ops import MSG_DONTWAIT, MSG_NOSIGNAL, RecvOp, SendallOp
 from .resolve import resolve_all
 
@@ -81,6 +81,11 @@ class Stream(SocketBase):
             if multishot.AVAILABLE and (engine is None or engine.multishot_possible())
             else None
         )
+        # Each recv() call on the multishot path is an awaitable of its own, holding that
+        # call's max_bytes (the multishot is shared); one spare is reused (RecvCall says why).
+        self._recv_spare: list = [RecvCall(self._ms, 0, None)] if self._ms is not None else []
+        if self._recv_spare:
+            self._recv_spare[0].spare = self._recv_spare
         # Likewise a spare sendall op, reused by one sendall at a time: the call that fills
         # it takes it off this list, its await puts it back (SendallOp says why a sendall
         # never awaited costs the stream nothing).
@@ -108,8 +113,13 @@ class Stream(SocketBase):
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
         ms = self._ms
         if ms is not None:
-            ms.want = max_bytes
-            return ms
+            spare = self._recv_spare
+            try:
+                call = spare.pop()  # one C call: atomic under the GIL, as the token is
+            except IndexError:  # awaited elsewhere now, or made and never awaited
+                return RecvCall(ms, max_bytes, spare)
+            call.want = max_bytes
+            return call
         return self._single_recv(max_bytes)
 
     def _single_recv(self, max_bytes: int) -> RecvOp:

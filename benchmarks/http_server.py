@@ -1,0 +1,100 @@
+"""A minimal HTTP/1.1 keep-alive responder for the request/response rows of
+:mod:`benchmarks.w_conns`: ``python -m benchmarks.http_server KIND [CONTEXTS]`` prints
+``READY <port>`` and answers every request (whatever ends in a blank line) with one fixed
+200 response, on tinycoro (a task per connection, ``recv`` and ``sendall``) or on uvloop's
+protocol path (``data_received`` and ``write``). Pipelined requests in one read get one
+response each. No parsing beyond the blank line: what is measured is the receive and send
+path at a request/response pattern, not an HTTP parser.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from .echo_server import BACKLOG, HOST, _ready
+
+KINDS = ("tinycoro", "uvloop-protocol")
+BODY = b"Hello, World!"
+RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(BODY) + BODY
+)
+REQUEST_END = b"\r\n\r\n"
+
+
+def _answers(pending: bytes, data: bytes) -> tuple[bytes, bytes]:
+    """(what to send, what stays pending) once *data* has arrived after *pending*."""
+    buf = pending + data if pending else data
+    n = buf.count(REQUEST_END)
+    if not n:
+        return b"", buf
+    return RESPONSE * n, buf[buf.rfind(REQUEST_END) + 4:]
+
+
+async def tinycoro_http(conn: Any) -> None:
+    recv, sendall = conn.recv, conn.sendall
+    pending = b""
+    try:
+        while True:
+            data = await recv(65536)
+            if not data:
+                break
+            out, pending = _answers(pending, data)
+            if out:
+                await sendall(out)
+    except OSError:
+        pass  # the load generator resets its connections when a run ends
+    finally:
+        await conn.close()
+
+
+def serve_tinycoro(contexts: int) -> None:
+    import tinycoro as tc
+
+    async def main() -> None:
+        listener = await tc.net.listen(HOST, 0, backlog=BACKLOG)
+        _ready(listener.port)
+        while True:
+            conn = await listener.accept()
+            tc.spawn(tinycoro_http(conn))
+
+    tc.run(main(), contexts=contexts)
+
+
+class HttpProtocol(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.pending = b""
+
+    def data_received(self, data: bytes) -> None:
+        out, self.pending = _answers(self.pending, data)
+        if out:
+            self.transport.write(out)  # type: ignore[attr-defined]
+
+
+async def _protocol_main() -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(HttpProtocol, HOST, 0, backlog=BACKLOG)
+    _ready(server.sockets[0].getsockname()[1])
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in KINDS:
+        raise SystemExit(f"usage: python -m benchmarks.http_server {{{','.join(KINDS)}}} [CONTEXTS]")
+    if argv[0] == "tinycoro":
+        serve_tinycoro(int(argv[1]) if len(argv) > 1 else 1)
+    else:
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        asyncio.run(_protocol_main())
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except KeyboardInterrupt:
+        pass
