@@ -116,6 +116,7 @@ SUBMIT_EARLY = 16
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
 REFUSALS_KEPT = 100
+_LONGEST_POLL_MS = 2**31 - 1  # poll(2)'s timeout is a C int of milliseconds
 
 
 def _block(efd: int) -> None:
@@ -181,8 +182,9 @@ class Engine(RingOwner):
         # BUSY_STEP apart and covering the last second, replaced as one tuple so that a
         # reader on another thread sees them whole: busy() is a pure function of them.
         self._samples: tuple[tuple[float, float], ...] = ((_perf(), 0.0),)
-        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine.
-        self.deadlines = Deadlines()
+        # Deadlines of the scopes (tc.timeout) entered and the sleeps (tc.sleep) made by tasks
+        # on this engine; a sleep that ends puts its task back on this ready queue.
+        self.deadlines = Deadlines(self.ready)
         self._poller: select.poll | None = None
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self.thread_ident: int | None = None
@@ -351,7 +353,8 @@ class Engine(RingOwner):
             try:
                 if self.deadlines.heap and not draining:
                     when = self.deadlines.fire()
-                    if not self.calls:  # a deadline that just fired queued its delivery
+                    # a deadline that just fired queued its delivery, or made a sleeper ready
+                    if not self.calls and not self.ready:
                         self._block_until(when)
                 else:
                     _block(ring.efd)
@@ -432,8 +435,11 @@ class Engine(RingOwner):
         if poller is None:
             poller = self._poller = select.poll()
             poller.register(self.ring.efd, select.POLLIN)
-        # poll(2) takes whole milliseconds (a C int): round up, and cap at ~24 days.
-        if poller.poll(min(int(delay * 1000) + 1, 2**31 - 1)):
+        # poll(2) takes whole milliseconds (a C int): round up, so that the wait never ends
+        # before the deadline, and cap at ~24 days (a sleep(math.inf) waits again after that).
+        ms = delay * 1000
+        ms = _LONGEST_POLL_MS if ms >= _LONGEST_POLL_MS else int(ms) + (int(ms) < ms)
+        if poller.poll(ms):
             _block(self.ring.efd)  # readable: consume the count (only this thread reads it)
 
     # -- tinycoro.testing.wait_blocked --------------------------------------------------------
