@@ -4,6 +4,7 @@ and SQ/CQ pressure from io_uring timeouts."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 import threading
 import time
@@ -11,6 +12,8 @@ import time
 import pytest
 
 import tinycoro as tc
+import tinycoro.lowlevel as ll
+from tinycoro import uring
 from tinycoro.testing import wait_blocked
 from helpers.runtime import cancel_and_wait, run_as_cell, wait_until
 
@@ -86,6 +89,51 @@ def test_cancel_a_sleep(contexts):
     tc.run(main(), contexts=contexts)
 
 
+def test_a_sleeper_counts_as_sleeping_not_as_io_or_parked(contexts):
+    # Sleeps are not I/O (docs/design.md, API contract): a task in tc.sleep counts in
+    # ContextStats.sleeps (and as a timer started), not in in_io, io_ops or parked; the
+    # snapshot of tasks says "sleeping" and how long is left.
+    with tc.Scheduler(contexts) as sched:
+        started = threading.Event()
+
+        async def sleeper():
+            started.set()
+            await tc.sleep(30)
+
+        task = sched.submit(sleeper(), name="napper")
+        assert started.wait(5)
+        wait_until(lambda: sum(c.sleeps for c in sched.stats().contexts) == 1, what="a sleeper")
+        stats = sched.stats().contexts
+        assert sum(c.in_io for c in stats) == 0 and sum(c.parked for c in stats) == 0
+        assert sum(c.timers for c in stats) == 1 and sum(c.io_ops for c in stats) == 0
+        (info,) = [i for i in sched.tasks() if i.name == "napper"]
+        assert info.state == "sleeping" and info.waits_on.startswith("sleep 30 s (")
+        task.cancel()
+        wait_until(task.done, what="the cancelled sleeper")
+        assert sum(c.sleeps for c in sched.stats().contexts) == 0
+
+
+def test_a_sleeper_is_no_deadlock(contexts):
+    # The watchdog sees a pending sleep as something that will wake a task: the parked
+    # waiter below is woken by the sleeper, long after deadlock_timeout.
+    async def main():
+        ev = tc.Event()
+
+        async def waker():
+            await tc.sleep(0.3)
+            ev.set()
+
+        async def waiter():
+            await ev.wait()
+            return "woken"
+
+        w = tc.spawn(waiter())
+        tc.spawn(waker())
+        return await w
+
+    assert tc.run(main(), contexts=contexts, deadlock_timeout=0.05) == "woken"
+
+
 def test_cancel_from_a_foreign_thread():
     with tc.Scheduler(2) as sched:
         started = threading.Event()
@@ -118,15 +166,17 @@ def test_cancel_before_first_step():
     tc.run(main(), contexts=1)
 
 
-def test_tiny_ring_serves_10000_concurrent_timers(contexts):
-    # 8 SQ entries and 16 CQ entries for 10,000 timeouts in flight at once: the engine submits
-    # when the SQ fills and reaps through the kernel's CQ overflow list, never failing an op.
+def test_tiny_ring_serves_10000_concurrent_timeouts(contexts):
+    # 8 SQ entries and 16 CQ entries for 10,000 io_uring timeouts in flight at once: the
+    # engine submits when the SQ fills and reaps through the kernel's CQ overflow list, never
+    # failing an op. (tc.sleep keeps no kernel timeout: these are raw ones.)
     n = 10_000
     sched = tc.Scheduler(contexts, ring_entries=8)
     fired = []
 
     async def timer(i):
-        await tc.sleep(0.05 + (i % 7) * 0.001)
+        res = await ll.perform_raw(ll.Op(uring.prep_timeout, uring.timespec(0.05 + (i % 7) * 0.001), 0, 0))
+        assert res == -errno.ETIME
         fired.append(i)
 
     for i in range(n):
