@@ -12,9 +12,8 @@ into asyncio futures of the running loop:
   through ``loop.call_soon_threadsafe``;
 * ``YIELD`` is a bare ``yield`` (asyncio's ``sleep(0)``), and ``await task`` of a tinycoro Task
   waits for its done callback;
-* a :class:`~tinycoro.core.deadlines.Sleep` (``tc.sleep``) waits on the loop's own timers
-  (``call_later``), as ``asyncio.sleep`` does: the loop's heap keeps the deadlines, each taken
-  at the call, in order, and a cancelled sleep leaves nothing behind in the kernel.
+* a :class:`~tinycoro.core.deadlines.Sleep` (``tc.sleep``) waits on the loop's own timers, as
+  ``asyncio.sleep`` does, for the deadline taken at the call; nothing of it is in the kernel.
 
 Cancellation keeps the tinycoro rules. Cancelling the asyncio task while an operation is in the
 kernel submits an io_uring cancel and waits for the operation's completion before
@@ -54,9 +53,7 @@ _get_running_loop = asyncio._get_running_loop  # the C accessor asyncio itself u
 _current_task = asyncio.current_task
 _CancelledError = asyncio.CancelledError
 _perf = time.perf_counter
-# The longest single wait a sleep asks of the loop (a day): a longer one, sleep(math.inf)
-# included, waits again; no loop has to turn an unbounded delay into its own time unit.
-_LONGEST_WAIT = 86400.0
+_LONGEST_WAIT = 86400.0  # a longer sleep (math.inf) waits again: no loop sees an endless delay
 
 
 class _Pending:
@@ -453,19 +450,15 @@ def _resolve(fut: asyncio.Future) -> None:
 
 
 def _sleep(trap: Sleep, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, None]:
-    """``tc.sleep`` in an asyncio task: until ``trap.when`` (taken at the call, on
-    ``perf_counter``), on the loop's timers. It waits again if the loop woke it early (uvloop
-    counts whole milliseconds), so it never ends before its deadline."""
-    while True:
-        delay = trap.when - _perf()
-        if delay <= 0:
-            return
+    """``tc.sleep`` in an asyncio task: until ``trap.when`` (``perf_counter`` at the call), on
+    the loop's timers; again if the loop woke it early (uvloop counts whole milliseconds)."""
+    while (delay := trap.when - _perf()) > 0:
         fut = loop.create_future()
         handle = loop.call_later(delay if delay < _LONGEST_WAIT else _LONGEST_WAIT, _resolve, fut)
         try:
             yield from fut
-        finally:
-            handle.cancel()  # after a cancel: nothing of it stays in the loop
+        finally:  # after a cancel: nothing of it stays in the loop
+            handle.cancel()
 
 
 def _yield() -> Generator[None, None, None]:

@@ -126,11 +126,12 @@ async def sleep(seconds: float) -> None:
         return
     when = _perf() + seconds
     engine = _local.engine
-    if engine is None:  # an asyncio task, or nothing that can sleep (the driver says which)
-        await Sleep(seconds, when)
+    task = _local.task
+    if engine is None or task is None:  # an asyncio task, or nothing that can sleep (the
+        await Sleep(seconds, when)  # driver says which)
         return
     engine.timers += 1  # so that rates of I/O leave sleeps out (SchedulerStats)
-    await park(engine.deadlines.sleep(_local.task, seconds, when))
+    await park(engine.deadlines.sleep(task, seconds, when))
 
 
 def current_context() -> int | None:
