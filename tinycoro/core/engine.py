@@ -5,8 +5,8 @@ the same fields, compiled as one class; split, each part would need the others' 
 Facts about waking a context, which the loop below is built around:
 
 * A context blocks only on its ring's eventfd (rule 3): ``os.eventfd_read`` in
-  :func:`_block`, or ``poll(2)`` on the same eventfd when a deadline bounds the wait
-  (:meth:`Engine._block_until`). Both release the GIL; waiting inside the binding would not. A signal makes
+  :func:`_block`, or ``select(2)`` on the same eventfd when a deadline (a ``tc.timeout``
+  scope's, a ``tc.sleep``'s) bounds the wait (:meth:`Engine._block_until`). Both release the GIL; waiting inside the binding would not. A signal makes
   it fail with EINTR, which counts as a wake-up.
 * Three things write that eventfd: the kernel when a CQE is posted (only while notifications
   are switched on, i.e. while the context sleeps), a thread that pushes a task or a call onto
@@ -58,8 +58,10 @@ Seams (what other layers may call; everything else here is private):
 * ``cancel_op(op)``: owner thread, cancel one operation in the kernel (closing a resource).
 * ``deadlines`` (a :class:`~tinycoro.core.deadlines.Deadlines`): owner thread. ``tc.timeout``
   adds its scope's deadline there (``deadlines.add(when, scope)``) and removes it as the scope
-  exits (``deadlines.remove(entry)``); the deadlock watchdog asks ``deadlines.pending()``. The
-  engine fires what has passed at the end of every turn and bounds its sleep by the next one.
+  exits (``deadlines.remove(entry)``); ``tc.sleep`` parks its task on one
+  (``deadlines.sleep(task, seconds, when)``, rule 19); the deadlock watchdog asks
+  ``deadlines.pending()``. The engine fires what has passed at the end of every turn, earliest
+  first (a sleeper goes back on the ready queue), and bounds its sleep by the next one.
 * ``inline_ok()``: owner thread, inside a step: may the running task complete one more
   operation without suspending (a socket operation that completes at once:
   :mod:`tinycoro.net`)? A layer that completes work inline asks before each operation and
