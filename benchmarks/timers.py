@@ -28,7 +28,7 @@ def _delays(count: int, longest: float) -> list[float]:
     return [rng.uniform(0, longest) for _ in range(count)]
 
 
-def _tinycoro(delays: list[float]) -> tuple[float, float]:
+def _tinycoro(delays: list[float], contexts: int) -> tuple[float, float]:
     import tinycoro as tc
 
     async def main() -> tuple[float, float]:
@@ -38,7 +38,7 @@ def _tinycoro(delays: list[float]) -> tuple[float, float]:
             await t
         return time.perf_counter() - t0, time.process_time() - c0
 
-    return tc.run(main(), contexts=1)
+    return tc.run(main(), contexts=contexts)
 
 
 def _asyncio(delays: list[float], uvloop: bool) -> tuple[float, float]:
@@ -56,10 +56,10 @@ def _asyncio(delays: list[float], uvloop: bool) -> tuple[float, float]:
     return asyncio.run(main())
 
 
-def _one(runtime: str, count: int, longest: float) -> None:
+def _one(runtime: str, count: int, longest: float, contexts: int) -> None:
     delays = _delays(count, longest)
     if runtime.startswith("tinycoro"):
-        wall, cpu = _tinycoro(delays)
+        wall, cpu = _tinycoro(delays, contexts)
     else:
         wall, cpu = _asyncio(delays, uvloop=runtime == "uvloop")
     print(json.dumps({"wall": wall, "cpu": cpu}))
@@ -70,15 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--longest", type=float, default=0.2)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--contexts", type=int, default=1, help="tinycoro's contexts (default: 1)")
+    p.add_argument("--no-peers", action="store_true", help="tinycoro trees only: no asyncio, uvloop")
     p.add_argument("--other", action="append", default=[], metavar="PATH",
                    help="source tree of another tinycoro to compare (built in place); repeatable")
     p.add_argument("--one", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
-        _one(args.one, args.count, args.longest)
+        _one(args.one, args.count, args.longest, args.contexts)
         return 0
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    runtimes = [("tinycoro", here), ("asyncio", here), ("uvloop", here)]
+    runtimes = [("tinycoro", here)] + ([] if args.no_peers else [("asyncio", here), ("uvloop", here)])
     for i, other in enumerate(args.other, 1):
         runtimes.insert(i, (f"tinycoro ({os.path.basename(os.path.abspath(other))})", os.path.abspath(other)))
     results: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in runtimes}
@@ -87,13 +89,14 @@ def main(argv: list[str] | None = None) -> int:
             env = dict(os.environ, PYTHONPATH=tree)
             out = subprocess.run(
                 [sys.executable, "-m", "benchmarks.timers", "--one", name.split()[0],
-                 "--count", str(args.count), "--longest", str(args.longest)],
+                 "--count", str(args.count), "--longest", str(args.longest),
+                 "--contexts", str(args.contexts)],
                 cwd=here, env=env, capture_output=True, text=True, check=True,
             ).stdout
             r = json.loads(out.strip().splitlines()[-1])
             results[name].append((r["wall"], r["cpu"]))
     print(f"{args.count} concurrent sleeps of 0-{args.longest * 1000:.0f} ms, {args.rounds} rounds "
-          f"(alternating, a fresh process each)")
+          f"(alternating, a fresh process each), tinycoro on {args.contexts} context(s)")
     for name, rs in results.items():
         walls, cpus = [w for w, _ in rs], [c for _, c in rs]
         print(f"  {name:18} wall {min(walls):.2f}-{max(walls):.2f} s (median {statistics.median(walls):.2f})"
