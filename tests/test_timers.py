@@ -347,9 +347,16 @@ def test_sleep_in_a_guest_engine_counts_from_the_call():
     assert resumed >= deadline
 
 
-def test_tc_sleep_in_asyncio_counts_from_the_call():
+def _run_uvloop(coro):
+    uvloop = pytest.importorskip("uvloop")
+    return uvloop.run(coro)
+
+
+@pytest.mark.parametrize("run", [asyncio.run, _run_uvloop], ids=["asyncio", "uvloop"])
+def test_tc_sleep_in_asyncio_counts_from_the_call(run):
     # tinycoro awaitables inside asyncio (tinycoro.aio): the same scenario as on a context,
-    # with the asyncio loop blocked by B's computation.
+    # with the loop blocked by B's computation. uvloop counts whole milliseconds and may wake
+    # a timer early: the sleep waits again then.
     async def main():
         woken = []
 
@@ -364,6 +371,28 @@ def test_tc_sleep_in_asyncio_counts_from_the_call():
         await asyncio.gather(sleeper("A", 0.05), computer(), sleeper("C", 0.01))
         return woken
 
-    woken = asyncio.run(main())
+    woken = run(main())
     assert [role for role, _, _ in woken] == ["A", "C"]
     assert all(resumed >= deadline for _, deadline, resumed in woken)
+
+
+def test_sleep_0_is_a_plain_yield():
+    # sleep(0) (or less) goes to the back of the ready queue, like yield_now, and starts no
+    # timer: two tasks alternate.
+    async def main():
+        order = []
+
+        async def ping(name):
+            for i in range(3):
+                order.append((name, i))
+                await tc.sleep(0 if name == "a" else -1)
+
+        a, b = tc.spawn(ping("a")), tc.spawn(ping("b"))
+        await a
+        await b
+        return order
+
+    with tc.Scheduler(1) as sched:
+        order = sched.run_sync(main(), timeout=10)
+        assert sum(c.timers for c in sched.stats().contexts) == 0
+    assert order == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2), ("b", 2)]
