@@ -15,6 +15,8 @@ import threading
 import pytest
 
 import tinycoro as tc
+import tinycoro.lowlevel as ll
+from tinycoro import uring
 from tinycoro.aio import host as aio_host
 
 from helpers.runtime import cancel_and_wait, open_fds, opened_since
@@ -52,6 +54,12 @@ def arun(request):
 
 def _host() -> aio_host.LoopHost:
     return aio_host.host_for(asyncio.get_running_loop())
+
+
+def _ring_timer(seconds: float):
+    """An io_uring timeout on the hosted ring (its result, -ETIME, as is): an operation in
+    the kernel for *seconds*. tc.sleep waits on the loop's own timers, not on the ring."""
+    return ll.perform_raw(ll.Op(uring.prep_timeout, uring.timespec(seconds), 0, 0))
 
 
 # -- files and timers -------------------------------------------------------------------------
@@ -109,7 +117,7 @@ def test_tc_sleep_does_not_block_other_asyncio_tasks(arun):
             counted.set()
 
         async def sleeper():
-            await tc.sleep(3600)  # longer than the test timeout: only a kernel cancel ends it
+            await tc.sleep(3600)  # longer than the test timeout: only the cancel ends it
             order.append("slept")
 
         s = asyncio.create_task(sleeper())
@@ -149,7 +157,7 @@ def test_cancel_waits_for_the_kernel_to_release_the_operation(arun):
 
         async def sleeper():
             try:
-                await tc.sleep(3600)
+                await _ring_timer(3600)
             except asyncio.CancelledError:
                 # By the time the cancellation arrives, the timeout's CQE is in: the ring
                 # holds nothing for this op any more (rule 8).
@@ -478,7 +486,7 @@ def test_ring_is_created_on_first_use_and_closed_with_the_loop(arun):
         loop = asyncio.get_running_loop()
         loops.append(loop)
         assert not aio_host.hosted_ring_open(loop)
-        await tc.sleep(0.001)
+        await _ring_timer(0.001)
         assert aio_host.hosted_ring_open(loop)
         return aio_host.host_for(loop)
 
@@ -500,7 +508,7 @@ def test_ring_of_a_loop_closed_without_shutdown_asyncgens_is_freed_by_the_backst
 
 
 async def _use_ring():
-    await tc.sleep(0.001)
+    await _ring_timer(0.001)
     return _host()
 
 
@@ -511,7 +519,7 @@ def test_one_ring_per_loop_across_threads():
 
     def worker(i):
         async def main():
-            await tc.sleep(0.001)
+            await _ring_timer(0.001)
             both.wait(10)  # both rings are open at once here
             return _host().ring.efd
 
@@ -556,7 +564,7 @@ def test_no_ring_reopens_after_the_loop_shut_down_its_async_generators():
         loop.run_until_complete(loop.shutdown_asyncgens())
         assert not opened_since(fds)
         with pytest.raises(RuntimeError, match="closed"):
-            loop.run_until_complete(tc.sleep(0.001))
+            loop.run_until_complete(_ring_timer(0.001))
         assert not opened_since(fds)
     finally:
         loop.close()

@@ -157,7 +157,7 @@ def test_unload_closes_the_cell_loop_and_its_ring_and_leaves_no_descriptor(monke
         res = shell.run_cell(
             "import asyncio, tinycoro as tc\n"
             "left = asyncio.ensure_future(asyncio.sleep(3600))  # never awaited: cancelled at unload\n"
-            "await asyncio.gather(tc.sleep(0.001), asyncio.sleep(0.001))\n"
+            "await asyncio.gather(tc.io.stat('/'), asyncio.sleep(0.001))  # an op: the ring\n"
         )
         assert res.error_in_exec is None and host.hosted_ring_open(loop)
     finally:

@@ -19,8 +19,9 @@ from tinycoro.core.task import Task
 
 
 def test_engine_sleep_survives_a_signal_on_its_thread():
-    # The main thread drives a (guest) engine; SIGINT arrives while it is blocked in read(2)
-    # of the eventfd; the handler returns; the sleep goes on and the timer completes.
+    # The main thread drives a (guest) engine; SIGINT arrives while it is blocked on the
+    # eventfd (the wait bounded by the sleep's deadline); the handler returns; the sleep goes
+    # on and ends.
     engine = Engine(None, None, 8, guest=True)
     previous = signal.signal(signal.SIGINT, lambda *_: None)
     try:

@@ -89,12 +89,19 @@ def fd_targets() -> dict[int, str]:
 _SYS_READ = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "s390x": 3, "ppc64le": 3}.get(
     platform.machine()
 )
+# The bounded sleep (a deadline pending: Engine._block_until) waits in select(2) or pselect6(2),
+# whose first argument is the eventfd + 1, or in poll(2) / ppoll(2) on the eventfd alone.
+_SYS_SELECT, _SYS_POLL = {
+    "x86_64": ((23, 270), (7, 271)),
+    "aarch64": ((72,), (73,)),
+    "riscv64": ((72,), (73,)),
+}.get(platform.machine(), ((), ()))
 
 
 def in_eventfd_read(engine, thread: threading.Thread | None = None) -> bool:
-    """*thread* (default: the main thread) is blocked in the read(2) of *engine*'s eventfd
-    right now, so a signal interrupts that system call (EINTR) instead of landing just before
-    it, where it would not interrupt anything."""
+    """*thread* (default: the main thread) is blocked on *engine*'s eventfd right now (its
+    read(2), or the wait bounded by a deadline), so a signal interrupts that system call
+    (EINTR) instead of landing just before it, where it would not interrupt anything."""
     if not engine.sleeping:
         return False
     if _SYS_READ is None:  # unknown syscall numbering: the sleeping flag is the best we have
@@ -105,9 +112,13 @@ def in_eventfd_read(engine, thread: threading.Thread | None = None) -> bool:
             fields = f.read().split()
     except OSError:
         return True
-    return len(fields) > 1 and fields[0] == str(_SYS_READ) and int(fields[1], 16) == engine.ring.efd
-
-
+    if len(fields) < 2 or not fields[0].isdigit():  # "running", or no system call
+        return False
+    nr, first = int(fields[0]), int(fields[1], 16)
+    efd = engine.ring.efd
+    return (nr == _SYS_READ and first == efd) or (nr in _SYS_SELECT and first == efd + 1) or (
+        nr in _SYS_POLL
+    )
 
 
 async def cancel_and_wait(task: Any) -> BaseException:

@@ -11,7 +11,9 @@ into asyncio futures of the running loop:
   :class:`AioWaiter`, whose ``wake`` (called by a primitive on any thread) reaches the loop
   through ``loop.call_soon_threadsafe``;
 * ``YIELD`` is a bare ``yield`` (asyncio's ``sleep(0)``), and ``await task`` of a tinycoro Task
-  waits for its done callback.
+  waits for its done callback;
+* a :class:`~tinycoro.core.deadlines.Sleep` (``tc.sleep``) waits on the loop's own timers, as
+  ``asyncio.sleep`` does, for the deadline taken at the call; nothing of it is in the kernel.
 
 Cancellation keeps the tinycoro rules. Cancelling the asyncio task while an operation is in the
 kernel submits an io_uring cancel and waits for the operation's completion before
@@ -35,10 +37,12 @@ import itertools
 import os
 import sys
 import threading
+import time
 import weakref
 from typing import Any, Generator
 
 from .. import uring
+from ..core.deadlines import Sleep
 from ..core.ring import RingOwner
 from ..core.task import Task
 from ..core.traps import YIELD, Op, Park, install_driver
@@ -48,6 +52,8 @@ HOST_RING_ENTRIES = 256
 _get_running_loop = asyncio._get_running_loop  # the C accessor asyncio itself uses; no raise
 _current_task = asyncio.current_task
 _CancelledError = asyncio.CancelledError
+_perf = time.perf_counter
+_LONGEST_WAIT = 86400.0  # a longer sleep (math.inf) waits again: no loop sees an endless delay
 
 
 class _Pending:
@@ -443,6 +449,18 @@ def _resolve(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
+def _sleep(trap: Sleep, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, None]:
+    """``tc.sleep`` in an asyncio task: until ``trap.when`` (``perf_counter`` at the call), on
+    the loop's timers; again if the loop woke it early (uvloop counts whole milliseconds)."""
+    while (delay := trap.when - _perf()) > 0:
+        fut = loop.create_future()
+        handle = loop.call_later(delay if delay < _LONGEST_WAIT else _LONGEST_WAIT, _resolve, fut)
+        try:
+            yield from fut
+        finally:  # after a cancel: nothing of it stays in the loop
+            handle.cancel()
+
+
 def _yield() -> Generator[None, None, None]:
     yield  # a bare yield is asyncio's sleep(0): back of the loop's ready queue
 
@@ -463,6 +481,8 @@ def run_trap(trap: Any) -> Generator[Any, Any, Any] | None:
         return w.park(trap)
     if trap is YIELD:
         return _yield()
+    if kind is Sleep:
+        return _sleep(trap, loop)
     if kind is Task:
         return _join(trap, loop)
     return None

@@ -5,8 +5,8 @@ the same fields, compiled as one class; split, each part would need the others' 
 Facts about waking a context, which the loop below is built around:
 
 * A context blocks only on its ring's eventfd (rule 3): ``os.eventfd_read`` in
-  :func:`_block`, or ``poll(2)`` on the same eventfd when a deadline bounds the wait
-  (:meth:`Engine._block_until`). Both release the GIL; waiting inside the binding would not. A signal makes
+  :func:`_block`, or ``select(2)`` on the same eventfd when a deadline (a ``tc.timeout``
+  scope's, a ``tc.sleep``'s) bounds the wait (:meth:`Engine._block_until`). Both release the GIL; waiting inside the binding would not. A signal makes
   it fail with EINTR, which counts as a wake-up.
 * Three things write that eventfd: the kernel when a CQE is posted (only while notifications
   are switched on, i.e. while the context sleeps), a thread that pushes a task or a call onto
@@ -58,8 +58,10 @@ Seams (what other layers may call; everything else here is private):
 * ``cancel_op(op)``: owner thread, cancel one operation in the kernel (closing a resource).
 * ``deadlines`` (a :class:`~tinycoro.core.deadlines.Deadlines`): owner thread. ``tc.timeout``
   adds its scope's deadline there (``deadlines.add(when, scope)``) and removes it as the scope
-  exits (``deadlines.remove(entry)``); the deadlock watchdog asks ``deadlines.pending()``. The
-  engine fires what has passed at the end of every turn and bounds its sleep by the next one.
+  exits (``deadlines.remove(entry)``); ``tc.sleep`` parks its task on one
+  (``deadlines.sleep(task, seconds, when)``, rule 19); the deadlock watchdog asks
+  ``deadlines.pending()``. The engine fires what has passed at the end of every turn, earliest
+  first (a sleeper goes back on the ready queue), and bounds its sleep by the next one.
 * ``inline_ok()``: owner thread, inside a step: may the running task complete one more
   operation without suspending (a socket operation that completes at once:
   :mod:`tinycoro.net`)? A layer that completes work inline asks before each operation and
@@ -116,6 +118,9 @@ SUBMIT_EARLY = 16
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
 REFUSALS_KEPT = 100
+_LONGEST_POLL_MS = 2**31 - 1  # poll(2)'s timeout is a C int of milliseconds
+_SELECT_FDS = 1024  # FD_SETSIZE: select(2) watches descriptors below it only
+_LONGEST_SELECT = 86400.0  # a longer bound waits in poll(2), in milliseconds
 
 
 def _block(efd: int) -> None:
@@ -181,8 +186,9 @@ class Engine(RingOwner):
         # BUSY_STEP apart and covering the last second, replaced as one tuple so that a
         # reader on another thread sees them whole: busy() is a pure function of them.
         self._samples: tuple[tuple[float, float], ...] = ((_perf(), 0.0),)
-        # Deadlines of the scopes (tc.timeout) entered by tasks on this engine.
-        self.deadlines = Deadlines()
+        # Deadlines of the scopes (tc.timeout) entered and the sleeps (tc.sleep) made by tasks
+        # on this engine; a sleep that ends puts its task back on this ready queue.
+        self.deadlines = Deadlines(self.ready)
         self._poller: select.poll | None = None
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self.thread_ident: int | None = None
@@ -351,7 +357,8 @@ class Engine(RingOwner):
             try:
                 if self.deadlines.heap and not draining:
                     when = self.deadlines.fire()
-                    if not self.calls:  # a deadline that just fired queued its delivery
+                    # a deadline that just fired queued its delivery, or made a sleeper ready
+                    if not self.calls and not self.ready:
                         self._block_until(when)
                 else:
                     _block(ring.efd)
@@ -421,20 +428,35 @@ class Engine(RingOwner):
 
     def _block_until(self, when: float | None) -> None:
         """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
-        (the next deadline). poll(2) releases the GIL like the read does."""
+        (the next deadline: a ``tc.timeout`` scope's or a ``tc.sleep``'s). Both waits release
+        the GIL like the read does, and neither ends before *when*.
+
+        select(2) takes the bound in microseconds: the wait ends within the kernel's timer
+        slack (~50 us) of the deadline, as the kernel timeout per sleep once did. poll(2) takes
+        whole milliseconds, rounded up (asyncio's and trio's waits do the same): up to 1 ms
+        late, a median 0.7 ms on 2-5 ms sleeps. So select, for the eventfd numbers it can
+        watch (below FD_SETSIZE) and bounds it can express; poll otherwise."""
         if when is None:
             _block(self.ring.efd)
             return
         delay = when - _perf()
         if delay <= 0:
             return
+        efd = self.ring.efd
+        if efd < _SELECT_FDS and delay < _LONGEST_SELECT:
+            if select.select((efd,), (), (), delay)[0]:
+                _block(efd)  # readable: consume the count (only this thread reads it)
+            return
         poller = self._poller
         if poller is None:
             poller = self._poller = select.poll()
-            poller.register(self.ring.efd, select.POLLIN)
-        # poll(2) takes whole milliseconds (a C int): round up, and cap at ~24 days.
-        if poller.poll(min(int(delay * 1000) + 1, 2**31 - 1)):
-            _block(self.ring.efd)  # readable: consume the count (only this thread reads it)
+            poller.register(efd, select.POLLIN)
+        # poll(2) takes whole milliseconds (a C int): round up, so that the wait never ends
+        # before the deadline, and cap at ~24 days (a sleep(math.inf) waits again after that).
+        ms = delay * 1000
+        ms = _LONGEST_POLL_MS if ms >= _LONGEST_POLL_MS else int(ms) + (int(ms) < ms)
+        if poller.poll(ms):
+            _block(efd)  # readable: consume the count (only this thread reads it)
 
     # -- tinycoro.testing.wait_blocked --------------------------------------------------------
     def watch_blocked(self, watch: Any) -> None:

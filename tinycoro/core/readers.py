@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .deadlines import Sleep
 from .stats import TaskInfo
 from .timeshare import awake_share
 from .traps import Op, Park
-from .waits import SLEEP, park_words
+from .waits import SLEEP, park_words, sleep_words
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -34,7 +35,9 @@ def task_infos(engine: "Engine", now: float) -> list[TaskInfo]:
                 sleep = getattr(waiting.prep, "__name__", "") == SLEEP
                 state, what = ("sleeping" if sleep else "io"), waiting.describe()
             elif type(waiting) is Park:
-                if isinstance(waiting.what, Op):  # the next CQE of an op in flight for
+                if type(waiting.what) is Sleep:  # tc.sleep: a deadline in the engine's heap
+                    state, what = "sleeping", sleep_words(waiting.what.seconds, waiting.what.when)
+                elif isinstance(waiting.what, Op):  # the next CQE of an op in flight for
                     # several awaits (one that completes many times, RingOwner.arm): I/O
                     state, what = "io", waiting.what.describe()
                 else:
@@ -48,11 +51,9 @@ def task_infos(engine: "Engine", now: float) -> list[TaskInfo]:
 
 
 def sleeps(engine: "Engine") -> int:
-    """Tasks in a ``tc.sleep`` now (timers in flight): counted when asked, any thread."""
-    return sum(
-        1 for op in list(engine.inflight.values())
-        if getattr(op.prep, "__name__", "") == SLEEP
-    )
+    """Tasks in a ``tc.sleep`` now (parked on a deadline of the engine's heap): counted when
+    asked, any thread."""
+    return sum(1 for ticket in list(engine.parked.values()) if type(ticket.what) is Sleep)
 
 
 def busy(engine: "Engine", now: float) -> float:

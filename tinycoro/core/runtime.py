@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import contextvars
-import errno
 import time
 import types
 from typing import Any, Callable, Coroutine
 
-from .. import uring
 from . import ki
 from .checks import check_seconds
-from .errors import DeadlockError, oserror
+from .errors import DeadlockError
 from .local import _local
 from .scheduler import Scheduler, _check_coro
 from .task import Task
-from .traps import Op, perform_raw, yield_now
+from .deadlines import Sleep
+from .traps import park, yield_now
 
 _perf = time.perf_counter
 
@@ -30,10 +29,6 @@ __all__ = [
     "get_default_scheduler",
 ]
 
-_ETIME = -errno.ETIME
-# The longest single kernel timeout we ask for (~31 years): the binding's timespec overflows
-# (EINVAL) somewhere past 1e12 s; longer sleeps are made of several.
-LONGEST_TIMEOUT = 1e9
 _CoroutineType = types.CoroutineType
 _default: Scheduler | None = None
 
@@ -120,29 +115,28 @@ def spawn_watched(
 
 
 async def sleep(seconds: float) -> None:
-    """Suspend for *seconds* on an io_uring timeout; other tasks on the context keep running.
+    """Suspend for *seconds*; other tasks on the context keep running.
 
-    ``sleep(0)`` (or less) is a plain :func:`yield_now`. Any length is accepted: beyond what
-    one kernel timeout can express, it sleeps in steps of ~31 years, so ``sleep(math.inf)``
-    sleeps until cancelled.
+    The deadline is the time of the call plus *seconds* on the monotonic clock
+    (``time.perf_counter``); the task resumes at the end of the first turn that finds it
+    passed, never before it, and sleepers due in one turn resume in deadline order. Deadlines
+    are kept in the engine's heap (:mod:`tinycoro.core.deadlines`), not as kernel timeouts.
+    ``sleep(0)`` (or less) is a plain :func:`yield_now`. Any length is accepted:
+    ``sleep(math.inf)`` sleeps until cancelled. In an asyncio task (tinycoro.aio), the
+    loop's own timers keep the same deadline.
     """
     seconds = check_seconds("seconds", seconds)
     if seconds <= 0:
         await yield_now()
         return
-    while True:
-        step = seconds if seconds < LONGEST_TIMEOUT else LONGEST_TIMEOUT
-        op = Op(uring.prep_timeout, uring.timespec(step), 0, 0)
-        op.what = _perf() + step  # the deadline: "sleep 2 ms (1.3 ms left)" (core/waits.py)
-        engine = _local.engine
-        if engine is not None:
-            engine.timers += 1  # so that rates of I/O leave sleeps out (SchedulerStats)
-        res = await perform_raw(op)
-        if res < 0 and res != _ETIME:
-            raise oserror(res)
-        seconds -= step
-        if seconds <= 0:
-            return
+    when = _perf() + seconds
+    engine = _local.engine
+    task = _local.task
+    if engine is None or task is None:  # an asyncio task, or nothing that can sleep (the
+        await Sleep(seconds, when)  # driver says which)
+        return
+    engine.timers += 1  # so that rates of I/O leave sleeps out (SchedulerStats)
+    await park(engine.deadlines.sleep(task, seconds, when))
 
 
 def current_context() -> int | None:

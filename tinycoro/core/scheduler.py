@@ -497,31 +497,36 @@ class Scheduler:
         side effect (each engine keeps its own busy samples)."""
         now = time.perf_counter()
         running = self.running
-        ctxs = tuple(
-            ContextStats(
-                id=i,  # the context's index, which is its engine's id
-                queued=len(e.ready),
-                io_pending=e.unsubmitted,
-                io_inflight=len(e.inflight),
-                parked=len(e.parked),
-                tasks_run=e.tasks_run,
-                busy=readers.busy(e, now) if running else 0.0,
-                stop_flag=e.stop_flag,
-                sleeping=e.sleeping,
-                ops=e.ops,
-                sleeps=readers.sleeps(e),
-                timers=e.timers,
-                multishot_enobufs=e.nobufs_endings,
-                multishot_rearms=e.rearms,
-            )
-            for i, e in enumerate(self._engines)
-        )
+        ctxs = tuple(self._context_stats(i, e, now, running) for i, e in enumerate(self._engines))
         return SchedulerStats(
             stop_token=self._token,
             accepting=self._accepting,
             running=running,
             contexts=ctxs,
             failed=sum(e.failed for e in self._engines),
+        )
+
+    @staticmethod
+    def _context_stats(i: int, e: Engine, now: float, running: bool) -> ContextStats:
+        # A tc.sleep is a deadline in the engine's heap, its task parked on it: counted as a
+        # timer in flight (and one started, among ops) as when sleeps were kernel timeouts, so
+        # that in_io and io_ops, which leave sleeps out, read the same; not as parked.
+        sleeps = readers.sleeps(e)
+        return ContextStats(
+            id=i,  # the context's index, which is its engine's id
+            queued=len(e.ready),
+            io_pending=e.unsubmitted,
+            io_inflight=len(e.inflight) + sleeps,
+            parked=max(0, len(e.parked) - sleeps),
+            tasks_run=e.tasks_run,
+            busy=readers.busy(e, now) if running else 0.0,
+            stop_flag=e.stop_flag,
+            sleeping=e.sleeping,
+            ops=e.ops + e.timers,
+            sleeps=sleeps,
+            timers=e.timers,
+            multishot_enobufs=e.nobufs_endings,
+            multishot_rearms=e.rearms,
         )
 
     def tasks(self) -> tuple[TaskInfo, ...]:

@@ -12,16 +12,16 @@ class ContextStats:
     id: int
     queued: int  # tasks in the ready queue
     io_pending: int  # SQEs prepared but not yet handed to the kernel
-    io_inflight: int  # operations the kernel holds, sleeps' timers included (see ``sleeps``)
+    io_inflight: int  # operations the kernel holds, and sleeps' timers (the engine's heap: ``sleeps``)
     parked: int  # tasks waiting on a primitive or a join (the wait count)
     tasks_run: int  # tasks finished on this context
     busy: float  # fraction of wall time spent awake over the last interval, in [0, 1]
     stop_flag: int  # 1 = has work, 0 = reached its terminal state
     sleeping: bool
-    ops: int = 0  # io_uring operations completed on this context, cumulative (for rates)
+    ops: int = 0  # io_uring operations completed, and sleeps' timers started, cumulative (rates)
     # Sleeps are not I/O (docs/design.md, API contract): tasks in a tc.sleep now (their timers are among
-    # io_inflight), and timers started, cumulative (among ops once they complete). Counted
-    # when the snapshot is taken / by tc.sleep itself, never by the engine's loop.
+    # io_inflight, their tasks not among parked), and timers started, cumulative (among ops).
+    # Counted when the snapshot is taken / by tc.sleep itself, never by the engine's loop.
     sleeps: int = 0
     timers: int = 0
     # A stream's multishot recv (docs/io.md) takes its data in the ring's provided buffers,

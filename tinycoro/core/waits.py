@@ -16,9 +16,11 @@ import socket
 import time
 from typing import Any, Callable
 
-__all__ = ["SLEEP", "age", "duration", "kind", "op_words", "park_words", "size", "summary"]
+__all__ = [
+    "SLEEP", "age", "duration", "kind", "op_words", "park_words", "size", "sleep_words", "summary",
+]
 
-SLEEP = "io_uring_prep_timeout"  # the prep name of a tc.sleep: a wait on a timer, not I/O
+SLEEP = "io_uring_prep_timeout"  # the prep name of a kernel timeout: a wait on a timer, not I/O
 
 
 def _num(v: float) -> str:
@@ -95,14 +97,22 @@ def _from(prefix: str, where: str) -> str:
     return f" {prefix} {where}" if where else ""
 
 
-def _sleep(args: tuple, what: Any) -> str:
-    ts = args[0] if args else None
-    total = (getattr(ts, "tv_sec", 0) or 0) + (getattr(ts, "tv_nsec", 0) or 0) / 1e9
-    words = f"sleep {duration(total)}"
-    if type(what) is float:  # tc.sleep keeps its deadline (perf_counter) here: time left
-        left = what - time.perf_counter()
+def sleep_words(seconds: float, when: float | None = None) -> str:
+    """"sleep 2 ms (1.3 ms left)": a sleep of *seconds*, and the time left until *when* (its
+    deadline, a perf_counter() reading) if known."""
+    words = f"sleep {duration(seconds)}"
+    if when is not None:
+        left = when - time.perf_counter()
         words += f" ({duration(left)} left)" if left > 0 else " (ending now)"
     return words
+
+
+def _sleep(args: tuple, what: Any) -> str:
+    """An io_uring timeout op (``tinycoro.lowlevel``): its length, and the time left if the
+    op keeps its deadline (a perf_counter() reading) in ``what``."""
+    ts = args[0] if args else None
+    total = (getattr(ts, "tv_sec", 0) or 0) + (getattr(ts, "tv_nsec", 0) or 0) / 1e9
+    return sleep_words(total, what if type(what) is float else None)
 
 
 def _rw(verb: str, prep: str) -> Callable[[tuple, Any], str]:
