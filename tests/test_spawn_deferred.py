@@ -173,3 +173,37 @@ def test_least_loaded_spreads_a_burst_of_spawns_from_one_step(contexts, spawner)
             where = s.run_sync(burst(), timeout=20)
     assert where == {i: 100 // contexts for i in range(contexts)}, where
 
+
+
+class _Cluster:
+    """What a RemoteTask asks of its cluster when it ends (nothing else is used here)."""
+
+    def forget(self, task: object) -> None:
+        pass
+
+    def engine_name(self, engine: int) -> str:
+        return f"engine {engine}"
+
+
+@pytest.mark.parametrize("contexts", CONTEXT_COUNTS)
+def test_remote_result_in_a_cell_step_first_starts_what_the_step_spawned(contexts):
+    # A cell spawns a local task the remote one depends on (a server it connects to, here
+    # the task that delivers its outcome), then blocks in result(): the local task must start.
+    pytest.importorskip("ipyparallel")
+    import contextvars
+
+    from tinycoro.cluster.messages import OK
+    from tinycoro.cluster.remote import RemoteTask
+
+    remote = RemoteTask(_Cluster(), 0, "token", "remote", contextvars.copy_context())
+
+    async def local() -> None:
+        remote._resolve((OK, "answered"))
+
+    with tc.Scheduler(contexts) as s:
+
+        async def cell() -> object:
+            tc.spawn(local())
+            return remote.result(timeout=20)
+
+        assert run_as_cell(cell(), s).result() == "answered"
