@@ -101,9 +101,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 STATES: tuple[tuple[str, str], ...] = (
-    ("starting", "spawned; starts once the step that spawned it is over"),
     ("running", "running now"),
     ("ready", "waiting for its turn"),
+    ("starting", "spawned; starts once the step that spawned it is over"),
     ("sleeping", "in tc.sleep"),
     ("I/O", "waiting for a file or socket operation"),
     ("parked", "waiting on a primitive, a task group or another task"),
