@@ -129,9 +129,9 @@ class Scheduler:
         self._closed = False
         self._rr = itertools.count()
         self._engines: list[Engine] = []
-        # Per context (by engine id): the tasks admitted toward it and not pushed yet (rule 18,
-        # "starting"). Changed under _lock; read without it by dispatch and tasks().
-        self._starting: tuple[set[Task], ...] = tuple(set() for _ in range(contexts))
+        # Per context: the tasks admitted toward it and not pushed yet (rule 18, "starting").
+        # Changed under _lock; read without it by dispatch and tasks().
+        self._starting: dict[Engine, set[Task]] = {}
         # Called once each, in order, when the scheduler shuts down, after its context threads
         # have been joined (tc.aio stops the scheduler's companion asyncio loop this way).
         self.at_shutdown: list[Callable[[], None]] = []
@@ -141,6 +141,7 @@ class Scheduler:
         try:
             for i in range(contexts):
                 self._engines.append(Engine(i, self, ring_entries))
+                self._starting[self._engines[-1]] = set()
         except BaseException:
             for e in self._engines:
                 e.close()
@@ -226,7 +227,7 @@ class Scheduler:
             # then it is starting toward *engine*: it counts in its load, tasks() says so, and
             # the context keeps its stop flag (module doc). Starting before live: tasks()
             # reads live first, so a task it finds there is in one of the two.
-            self._starting[engine.id].add(task)
+            self._starting[engine].add(task)
             engine.live.add(task)
             self._flag_locked(engine)
         spawner.defer(self._push_deferred, engine, task)
@@ -239,7 +240,7 @@ class Scheduler:
         with self._lock:
             if task._state is not DONE:
                 self._push_locked(engine, task)
-            self._starting[engine.id].discard(task)
+            self._starting[engine].discard(task)
 
     def _flag_locked(self, engine: Engine) -> None:
         if not engine.stop_flag:
@@ -257,13 +258,13 @@ class Scheduler:
         starting = self._starting
         # What is starting toward a context is its load too: a burst of spawns in one step
         # is all starting until the step's turn ends, and would otherwise all go to one.
-        return min(engines, key=lambda e: e.load() + len(starting[e.id]))
+        return min(engines, key=lambda e: e.load() + len(starting[e]))
 
     def context_idle(self, engine: Engine) -> None:
         """The engine's seam into the stop protocol: *engine* (one of ours, on its own thread)
         has nothing ready, in flight or parked. Clears its stop flag once (module doc)."""
         with self._lock:
-            if engine.ready or engine.calls or self._starting[engine.id] or not engine.stop_flag:
+            if engine.ready or engine.calls or self._starting[engine] or not engine.stop_flag:
                 return
             engine.stop_flag = 0
             self._token -= 1
@@ -397,7 +398,7 @@ class Scheduler:
                 return None
             if e.deadlines.pending():  # a timeout scope will wake a parked task
                 return None
-            if self._starting[e.id]:  # a spawning step is still on its turn: work to come
+            if self._starting[e]:  # a spawning step is still on its turn: work to come
                 return None
             parked += len(e.parked)
         if not parked or any(busy() for busy in self.busy_elsewhere):
@@ -541,7 +542,7 @@ class Scheduler:
         if spawner.scheduler is not self:  # its spawns go elsewhere: no order to keep here
             before_blocking()
             return
-        engine = self._engines[task.context]
+        engine = task.engine
         engine.call_soon(engine.defer, _call_each, spawner.take_deferred())
 
     # -- statistics ---------------------------------------------------------------------------
@@ -588,7 +589,7 @@ class Scheduler:
         oldest first; any thread."""
         now = time.perf_counter()
         infos = [
-            i for e in self._engines for i in readers.task_infos(e, now, self._starting[e.id])
+            i for e in self._engines for i in readers.task_infos(e, now, self._starting[e])
         ]
         infos.sort(key=lambda i: i.id)
         return tuple(infos)
