@@ -229,7 +229,9 @@ class Scheduler:
             # reads live first, so a task it finds there is in one of the two.
             self._starting[engine].add(task)
             engine.live.add(task)
-            self._flag_locked(engine)
+            if not engine.stop_flag:
+                engine.stop_flag = 1
+                self._token += 1
         spawner.defer(self._push_deferred, engine, task)
         return task
 
@@ -242,13 +244,10 @@ class Scheduler:
                 self._push_locked(engine, task)
             self._starting[engine].discard(task)
 
-    def _flag_locked(self, engine: Engine) -> None:
+    def _push_locked(self, engine: Engine, task: Task) -> None:
         if not engine.stop_flag:
             engine.stop_flag = 1
             self._token += 1
-
-    def _push_locked(self, engine: Engine, task: Task) -> None:
-        self._flag_locked(engine)
         engine.push(task)
 
     def _pick(self) -> Engine:
