@@ -151,9 +151,11 @@ class Extension:
     def engine(self) -> Engine:
         return self.runner.engine
 
-    def stop_scheduler(self, timeout: float = STOP_TIMEOUT) -> int | None:
+    def stop_scheduler(self, timeout: float | None = None) -> int | None:
         """Stop the default scheduler: cancel its tasks, join its threads. Returns how many
-        live tasks it cancelled (they were counted just before), None if none ran.
+        live tasks it cancelled (they were counted just before), None if none ran. The tasks
+        get *timeout* seconds (default :data:`STOP_TIMEOUT`) to unwind; one the calling cell's
+        step has just spawned is pushed first (``Scheduler.stop`` does), so it unwinds too.
 
         Afterwards no scheduler is the default and the cell engine dispatches nowhere, so
         ``tc.spawn`` in any cell fails with tinycoro's "no default scheduler is running"
@@ -173,7 +175,7 @@ class Extension:
             return None
         cancelled = len(sched.tasks())  # a task ending meanwhile was not cancelled: near enough
         try:
-            sched.stop(timeout=timeout)
+            sched.stop(timeout=STOP_TIMEOUT if timeout is None else timeout)
         finally:
             if refresher is not None:
                 refresher.stop()  # renders the final "stopped" state, then its thread ends

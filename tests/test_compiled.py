@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib.machinery
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -171,6 +174,36 @@ def test_a_source_tree_build_is_judged_by_the_hash_of_its_source_not_file_times(
     package.joinpath(compiled.BUILD_RECORD).unlink()  # a build from before records existed
     why = compiled._judge_build(str(package))
     assert why is not None and f"{name} has no build record" in why
+
+
+def _editable_install_of(site: Path, root: Path) -> None:
+    """A dist-info under *site* saying tinycoro is installed editable from *root*, with the
+    URL written as pip writes it (``pip._internal.utils.urls.path_to_url``): percent-encoded."""
+    info = site / "tinycoro-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    info.joinpath("METADATA").write_text("Metadata-Version: 2.1\nName: tinycoro\nVersion: 0.1.0\n")
+    url = urllib.parse.urljoin("file:", urllib.request.pathname2url(str(root)))
+    assert "%20" in url and "%C3%A9" in url  # what the comparison used to miss
+    info.joinpath("direct_url.json").write_text(
+        json.dumps({"url": url, "dir_info": {"editable": True}})
+    )
+
+
+def test_the_rebuild_command_of_a_checkout_under_a_path_with_a_space_and_an_accent(
+    tmp_path, monkeypatch
+):
+    # pip percent-encodes direct_url.json's URL; the command must be quoted for the shell.
+    root = tmp_path / "my checkout é"
+    root.mkdir()
+    command = compiled._rebuild_command(str(root))  # not installed from there: build in place
+    assert shlex.split(command) == [
+        "cd", str(root), "&&", "python", "setup.py", "build_ext", "--inplace"
+    ], command
+    site = tmp_path / "site"
+    _editable_install_of(site, root)
+    monkeypatch.syspath_prepend(str(site))
+    command = compiled._rebuild_command(str(root))
+    assert shlex.split(command) == ["pip", "install", "-e", str(root)], command
 
 
 def test_an_installed_build_trusts_itself(tmp_path):

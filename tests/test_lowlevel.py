@@ -269,6 +269,36 @@ def test_a_guest_run_runs_what_was_queued_behind_its_tasks_last_step():
         engine.close()
 
 
+@pytest.mark.parametrize("contexts", [1, 2, 4])
+def test_before_blocking_starts_what_the_guest_step_spawned(contexts):
+    # A guest's step that blocks its thread on something a task it spawned will do: the
+    # spawn waits for the end of the step's turn (rule 18) unless the step says it blocks.
+    started = threading.Event()
+
+    async def spawned():
+        started.set()
+
+    with tc.Scheduler(contexts) as s:
+        engine = ll.guest_engine(s, 8)
+        try:
+
+            async def step():
+                ll.before_blocking()  # nothing deferred yet: nothing to do
+                t = tc.spawn(spawned())
+                ll.before_blocking()
+                return started.wait(20), t
+
+            t = ll.Task(step(), engine)
+            ll.start_guest(engine, t)
+            ll.run_guest(engine, t)
+            ran, spawned_task = t.result()
+            assert ran, "the spawned task did not start while its step blocked"
+            assert spawned_task.context in range(contexts)
+        finally:
+            engine.close()
+    ll.before_blocking()  # outside any step: nothing to do
+
+
 def test_run_guest_refuses_a_thread_that_runs_an_engine():
     engine = ll.guest_engine(None, 8)
     try:

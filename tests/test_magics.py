@@ -368,6 +368,25 @@ def test_restart_and_stop_say_how_many_tasks_they_cancelled(loaded, capsys):
     )
 
 
+@pytest.mark.parametrize("contexts", [1, 2, 4])
+@pytest.mark.parametrize("magic", ["%tinycoro restart", "%tinycoro stop", "%unload_ext tinycoro"])
+def test_a_magic_that_stops_the_scheduler_right_after_a_spawn_in_the_same_step(
+    shell, monkeypatch, contexts, magic
+):
+    # In an awaiting cell, a spawn waits for the end of the cell's turn (rule 18); the magic
+    # stops the scheduler in that same step, waiting for every task to unwind. It used to
+    # wait its whole timeout for the spawned task, which could not start (an hour here: the
+    # test's own timeout fails first).
+    from tinycoro.kernel_ext import extension
+
+    monkeypatch.setenv("TINYCORO_CONTEXTS", str(contexts))
+    monkeypatch.setattr(extension, "STOP_TIMEOUT", 3600.0)
+    shell.run_line_magic("load_ext", "tinycoro")
+    run_ok(shell, "import tinycoro as tc\nasync def forever():\n    await tc.Event().wait()")
+    run_ok(shell, f"await tc.sleep(0)\nt = tc.spawn(forever())\n{magic}")
+    assert run_ok(shell, "t.cancelled()") is True
+
+
 def test_restart_with_contexts_and_dispatch(loaded, capsys):
     ext = kernel_ext.get_extension(loaded)
     old = ext.scheduler

@@ -39,6 +39,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
+import shlex
 import sys
 from types import ModuleType
 from typing import Any, Mapping, Sequence
@@ -141,8 +142,8 @@ def _source_tree_root(package_dir: str) -> str | None:
 
 
 def _rebuild_command(root: str) -> str:
-    """The command that rebuilds the compiled modules of the checkout at *root*, for its layout:
-    an editable install of it is rebuilt by installing it again; a checkout run from
+    """The shell command that rebuilds the compiled modules of the checkout at *root*, for its
+    layout: an editable install of it is rebuilt by installing it again; a checkout run from
     ``PYTHONPATH`` by building in place (which needs Cython and the liburing binding)."""
     import json
     from importlib.metadata import distributions
@@ -152,9 +153,24 @@ def _rebuild_command(root: str) -> str:
             info = json.loads(dist.read_text("direct_url.json") or "{}")
         except ValueError:
             continue
-        if info.get("dir_info", {}).get("editable") and info.get("url") == "file://" + root:
-            return f"pip install -e {root}"
-    return f"cd {root} && python setup.py build_ext --inplace"
+        if info.get("dir_info", {}).get("editable") and _same_dir(info.get("url"), root):
+            return f"pip install -e {shlex.quote(root)}"
+    return f"cd {shlex.quote(root)} && python setup.py build_ext --inplace"
+
+
+def _same_dir(url: Any, root: str) -> bool:
+    """Whether *url*, a ``file:`` URL as pip writes it into ``direct_url.json`` (percent-encoded:
+    a space is ``%20``, a non-ASCII letter its UTF-8 bytes), names the directory *root*."""
+    import urllib.parse
+    import urllib.request
+
+    if not isinstance(url, str):
+        return False
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "file" or parts.netloc not in ("", "localhost"):
+        return False
+    path = urllib.request.url2pathname(parts.path)  # decodes the percent-encoding
+    return os.path.normpath(path) == os.path.normpath(root)
 
 
 def _unbuilt_tree() -> str | None:
@@ -165,7 +181,10 @@ def _unbuilt_tree() -> str | None:
     root = _source_tree_root(package_dir)
     if root is None or any(_built(package_dir, n) for n in _ALL_COMPILED):
         return None
-    return f"running from the unbuilt source tree {root} (pip install -e {root}, or run elsewhere)"
+    return (
+        f"running from the unbuilt source tree {root} "
+        f"(pip install -e {shlex.quote(root)}, or run elsewhere)"
+    )
 
 
 def _built(package_dir: str, name: str) -> bool:

@@ -17,7 +17,7 @@ integration) never reaches for an underscore name of the core.
   per-thread record itself, for hot paths), :func:`outside_engine`.
 * Guest engines (a thread that runs an engine for a while, such as a notebook cell on the
   kernel's main thread): :func:`guest_engine`, :func:`start_guest`, :func:`run_guest`,
-  :func:`abandon`.
+  :func:`abandon`, and :func:`before_blocking` for a step that blocks its thread.
 * KeyboardInterrupt protection (rule 12): :func:`protect_package`,
   :func:`user_frames_to`, :func:`defer_sigint`, :class:`SigintDeferred`, :class:`SignalWakeup`.
 """
@@ -35,6 +35,7 @@ from .core.ki import user_frames_to as user_frames_to
 from .core.local import thread_state as thread_state
 from .core.runtime import current_task as current_task
 from .core.scheduler import Scheduler
+from .core.scheduler import before_blocking as before_blocking
 from .core.task import Task as Task
 from .core.task import Waker as Waker
 from .core.traps import YIELD as YIELD
@@ -54,6 +55,7 @@ __all__ = [
     "Waker",
     "YIELD",
     "abandon",
+    "before_blocking",
     "checkpoint_if_cancelled",
     "current_engine",
     "current_task",
@@ -125,6 +127,12 @@ def guest_engine(scheduler: Scheduler | None = None, ring_entries: int = 256) ->
     It takes no part in the stop protocol (its thread is borrowed), and ``tc.spawn`` from its
     tasks dispatches to *scheduler*. Close it with ``engine.close()`` once it has stopped for
     good (after :func:`run_guest` returned or :func:`abandon`).
+
+    *scheduler* may run in either mode. A task its steps spawn is pushed at the end of the
+    step's turn (rule 18), and from its admission it holds its context's stop flag, so a
+    ``loop()`` does not end, nor cancel it, in between. A step that blocks its thread
+    (``run_sync``, ``stop()``, a blocking ``result()``) must call :func:`before_blocking`
+    first (those three do).
     """
     return Engine(None, scheduler, ring_entries, guest=True)
 

@@ -107,6 +107,7 @@ class RemoteTask:
         *timeout* seconds (the task keeps running). Not from inside a tinycoro task: await."""
         if current_context() is not None:
             raise RuntimeError("RemoteTask.result() would block a tinycoro context; await it")
+        lowlevel.before_blocking()  # a cell's step may have spawned what the task needs
         with self._lock:
             self._waiters += 1
         try:

@@ -43,7 +43,8 @@ Seams (what other layers may call; everything else here is private):
 
 * ``push(task)``, ``call_soon(fn, *args)``, ``wake()``: any thread.
 * ``defer(fn, *args)``: owner thread, inside a step: run ``fn(*args)`` once the turn's steps
-  are over (the scheduler starts a task spawned on another context that way: rule 18).
+  are over (the scheduler starts a task spawned on another context that way: rule 18);
+  ``take_deferred()`` hands them to a step about to block its thread, to run elsewhere.
 * ``run(until=None)``: drive the engine on the calling thread. A *guest* engine
   (``Engine(None, scheduler, entries, guest=True)``, the notebook cell's) runs with
   ``until=cell_task``, takes no part in the stop protocol and can be run again and again;
@@ -206,6 +207,13 @@ class Engine(RingOwner):
         starts that way (``Scheduler.submit_watched``): whatever the spawning step does next,
         such as awaiting it, is done before the task can run, as on the spawner's own context."""
         self.deferred.append((fn, args))
+
+    def take_deferred(self) -> list[tuple[Callable[..., Any], tuple]]:
+        """Owner thread, inside a step about to block its thread (``Scheduler.run_sync`` or
+        ``stop()`` from a notebook cell): what the turn deferred so far, taken off this
+        engine for the caller to run, since the turn cannot end while the thread waits."""
+        deferred, self.deferred = self.deferred, []
+        return deferred
 
     def _run_calls(self) -> None:
         """Run what other threads queued with :meth:`call_soon`, in order, until none is left."""

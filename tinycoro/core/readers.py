@@ -8,7 +8,7 @@ it is compiled or costs the engine anything.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection
 
 from .deadlines import Sleep
 from .stats import TaskInfo
@@ -18,17 +18,24 @@ from .waits import SLEEP, park_words, sleep_words
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
+    from .task import Task
 
 __all__ = ["task_infos", "sleeps", "busy"]
 
 
-def task_infos(engine: "Engine", now: float) -> list[TaskInfo]:
+def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) -> list[TaskInfo]:
     """What each live task is doing, read from another thread without locks: a snapshot
     that may be a step behind, never an inconsistent object. The words are built here,
-    by the caller (core/waits.py), so describing waits costs the engine nothing."""
+    by the caller (core/waits.py), so describing waits costs the engine nothing.
+
+    *starting*: the tasks admitted toward *engine* whose spawning step's turn is not over
+    (rule 18). Read after ``live`` and before ``ready``, the order in which a task passes
+    through them, so a live task not yet running is found in one of the two."""
+    live = list(engine.live)
+    first = {id(t) for t in list(starting)}
     ready = {id(t) for t in list(engine.ready)}
     out = []
-    for t in list(engine.live):
+    for t in live:
         waiting = t._waiting
         try:
             if isinstance(waiting, Op):
@@ -43,7 +50,9 @@ def task_infos(engine: "Engine", now: float) -> list[TaskInfo]:
                 else:
                     state, what = "parked", park_words(waiting.what)
             else:
-                state, what = ("ready" if id(t) in ready else "running"), ""
+                key = id(t)
+                state = "ready" if key in ready else "starting" if key in first else "running"
+                what = ""
         except Exception as e:  # noqa: BLE001 - a snapshot never fails for a description
             state, what = "parked" if type(waiting) is Park else "io", type(e).__name__
         out.append(TaskInfo(t.id, t.name, engine.id, state, what, max(0.0, now - t._born)))

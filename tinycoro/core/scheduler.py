@@ -11,6 +11,10 @@ whose flag is 1. Both change only under ``_lock``:
 * a submit from another thread to a context whose flag is 0 sets it and increments the token
   *before* the task becomes visible to that context, in the same critical section as the push,
   so the context cannot go idle between the two;
+* a task admitted now and pushed at the end of the spawning step's turn (rule 18) is
+  *starting* toward its context from its admission to its push: the flag is set at
+  admission, and a context with a task starting toward it does not clear its flag, so the
+  token cannot reach 0 in between, whoever the spawner is (a guest engine has no flag);
 * when the token reaches 0 in ``loop()`` mode, nothing anywhere can create work any more: the
   scheduler stops accepting, asks every context to stop, and ``loop()`` joins them.
 
@@ -40,7 +44,7 @@ from .task import DONE, Task, describe
 
 log = logging.getLogger("tinycoro")
 
-__all__ = ["DISPATCH", "Scheduler"]  # DISPATCH: re-exported for the notebook layer
+__all__ = ["DISPATCH", "Scheduler", "before_blocking"]  # DISPATCH: for the notebook layer
 
 _CoroutineType = types.CoroutineType
 _Coroutine = collections.abc.Coroutine
@@ -61,6 +65,21 @@ def _check_coro(coro: Any, where: str) -> Any:
             hint = f"; call it first: {where}({getattr(coro, '__name__', 'fn')}())"
         raise TypeError(f"{where}() takes a coroutine object, got {coro!r}{hint}")
     return coro
+
+
+def before_blocking() -> None:
+    """Call before blocking the calling thread inside a step (a notebook cell may call
+    ``run_sync``, ``stop()`` or a blocking ``result()``): the tasks that step spawned onto
+    contexts are pushed now, since the end of its turn, where they would be (rule 18), cannot
+    come while the thread waits. Nothing outside a step, or when the step deferred nothing."""
+    engine = _local.engine
+    while engine is not None and engine.deferred:  # (a deferred call may defer another)
+        _call_each(engine.take_deferred())
+
+
+def _call_each(calls: list[tuple[Callable[..., Any], tuple]]) -> None:
+    for fn, args in calls:
+        fn(*args)
 
 
 def _check_timeout(name: str, value: Any) -> float | None:
@@ -110,6 +129,9 @@ class Scheduler:
         self._closed = False
         self._rr = itertools.count()
         self._engines: list[Engine] = []
+        # Per context: the tasks admitted toward it and not pushed yet (rule 18, "starting").
+        # Changed under _lock; read without it by dispatch and tasks().
+        self._starting: dict[Engine, set[Task]] = {}
         # Called once each, in order, when the scheduler shuts down, after its context threads
         # have been joined (tc.aio stops the scheduler's companion asyncio loop this way).
         self.at_shutdown: list[Callable[[], None]] = []
@@ -119,6 +141,7 @@ class Scheduler:
         try:
             for i in range(contexts):
                 self._engines.append(Engine(i, self, ring_entries))
+                self._starting[self._engines[-1]] = set()
         except BaseException:
             for e in self._engines:
                 e.close()
@@ -193,24 +216,33 @@ class Scheduler:
                     "this Scheduler no longer accepts work: its loop() has finished or it was "
                     "stopped; create a new Scheduler"
                 )
-            engine.live.add(task)  # from here a stop() finishes it, wherever it is
             if not defer or spawner is None or spawner.scheduler is not self:
+                engine.live.add(task)  # from here a stop() finishes it, wherever it is
                 self._push_locked(engine, task)
                 return task
-        # Spawned by a step of another context (or a notebook cell's guest engine): it starts
-        # once that step's turn is over, as it would on the spawner's own context. The step may
-        # still be on its way to awaiting it; a task pushed now could fail first on the other
-        # thread, and be reported as a failure nothing awaited. The spawner's own stop flag
-        # keeps the stop protocol from ending in between (a guest's scheduler runs "long").
+            # Spawned by a step of another context (or a notebook cell's guest engine): it
+            # starts once that step's turn is over, as it would on the spawner's own context.
+            # The step may still be on its way to awaiting it; a task pushed now could fail
+            # first on the other thread, and be reported as a failure nothing awaited. Until
+            # then it is starting toward *engine*: it counts in its load, tasks() says so, and
+            # the context keeps its stop flag (module doc). Starting before live: tasks()
+            # reads live first, so a task it finds there is in one of the two.
+            self._starting[engine].add(task)
+            engine.live.add(task)
+            if not engine.stop_flag:
+                engine.stop_flag = 1
+                self._token += 1
         spawner.defer(self._push_deferred, engine, task)
         return task
 
     def _push_deferred(self, engine: Engine, task: Task) -> None:
         """Make *task* (already in ``engine.live``) ready on *engine*: the end of a deferred
-        spawn. A task that a stop finished meanwhile stays finished."""
+        spawn. A task that a stop finished meanwhile stays finished. Pushed before it leaves
+        ``_starting``: a ``tasks()`` that missed it there finds it ready, or running."""
         with self._lock:
             if task._state is not DONE:
                 self._push_locked(engine, task)
+            self._starting[engine].discard(task)
 
     def _push_locked(self, engine: Engine, task: Task) -> None:
         if not engine.stop_flag:
@@ -222,13 +254,16 @@ class Scheduler:
         engines = self._engines
         if self.dispatch == "round_robin":
             return engines[next(self._rr) % len(engines)]
-        return min(engines, key=Engine.load)
+        starting = self._starting
+        # What is starting toward a context is its load too: a burst of spawns in one step
+        # is all starting until the step's turn ends, and would otherwise all go to one.
+        return min(engines, key=lambda e: e.load() + len(starting[e]))
 
     def context_idle(self, engine: Engine) -> None:
         """The engine's seam into the stop protocol: *engine* (one of ours, on its own thread)
         has nothing ready, in flight or parked. Clears its stop flag once (module doc)."""
         with self._lock:
-            if engine.ready or engine.calls or not engine.stop_flag:
+            if engine.ready or engine.calls or self._starting[engine] or not engine.stop_flag:
                 return
             engine.stop_flag = 0
             self._token -= 1
@@ -362,6 +397,8 @@ class Scheduler:
                 return None
             if e.deadlines.pending():  # a timeout scope will wake a parked task
                 return None
+            if self._starting[e]:  # a spawning step is still on its turn: work to come
+                return None
             parked += len(e.parked)
         if not parked or any(busy() for busy in self.busy_elsewhere):
             return None
@@ -407,6 +444,9 @@ class Scheduler:
             _local.engine, "guest", False
         ):
             raise RuntimeError("stop() cannot be called from one of this scheduler's own tasks")
+        # A task the calling step spawned must reach its context to be cancelled there and
+        # unwind; left for the end of the step's turn, which this wait blocks, it never would.
+        before_blocking()
         self._shutdown(cancel_timeout=5.0 if timeout is None else timeout)
 
     def _shutdown(self, cancel_timeout: float) -> None:
@@ -479,11 +519,30 @@ class Scheduler:
             raise RuntimeError("run_sync() needs a started Scheduler (start() or `with`)")
         done = threading.Event()
         task = self._submit(coro, lambda _t: done.set(), None, None, defer=False)
+        self._hand_over_deferred(task)
         if not done.wait(timeout):
             task.cancel()
             done.wait(1.0)
             raise TimeoutError(f"run_sync: {task.name} did not finish within {timeout} s")
         return task.result()
+
+    def _hand_over_deferred(self, task: Task) -> None:
+        """run_sync's half of rule 18, for a caller that is a step (a notebook cell): what the
+        step spawned cannot wait for the end of its turn, which the blocked caller never
+        reaches, nor start at once: ``t = tc.spawn(f()); run_sync(g(t))`` would let ``t``
+        fail on another context before ``g`` awaits it (a failure reported as unawaited, 1
+        in 2 on 2 contexts). It starts at the end of the turn in which *task* takes its first
+        step, on *task*'s context: the call below runs at the top of a turn, and *task* is
+        ready by then. A call a stopping context drops leaves nothing unfinished: the tasks
+        are live on this scheduler, and its stop finishes them."""
+        spawner = _local.engine
+        if spawner is None or not spawner.deferred:
+            return
+        if spawner.scheduler is not self:  # its spawns go elsewhere: no order to keep here
+            before_blocking()
+            return
+        engine = task.engine
+        engine.call_soon(engine.defer, _call_each, spawner.take_deferred())
 
     # -- statistics ---------------------------------------------------------------------------
     @property
@@ -533,7 +592,9 @@ class Scheduler:
         """A snapshot of every live task (id, name, context, state, what it waits on, age),
         oldest first; any thread."""
         now = time.perf_counter()
-        infos = [i for e in self._engines for i in readers.task_infos(e, now)]
+        infos = [
+            i for e in self._engines for i in readers.task_infos(e, now, self._starting[e])
+        ]
         infos.sort(key=lambda i: i.id)
         return tuple(infos)
 

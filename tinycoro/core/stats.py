@@ -61,8 +61,9 @@ class TaskInfo:
     id: int
     name: str
     context: int | None
-    # "ready", "running", "sleeping" (in tc.sleep), "io" (an io_uring operation) or "parked"
-    # (on a primitive, a task group or a join)
+    # "starting" (spawned; starts once the spawning step's turn is over: rule 18), "ready",
+    # "running", "sleeping" (in tc.sleep), "io" (an io_uring operation) or "parked" (on a
+    # primitive, a task group or a join)
     state: str
     # plain words (docs/design.md, API contract): "sleep 2 ms (1.3 ms left)", "recv from 127.0.0.1:5000",
     # "Mutex held by 'holder' (3 waiting)", "when_all: 12 of 20 left"; "" when ready or running
@@ -102,6 +103,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 STATES: tuple[tuple[str, str], ...] = (
     ("running", "running now"),
     ("ready", "waiting for its turn"),
+    ("starting", "spawned; starts once the step that spawned it is over"),
     ("sleeping", "in tc.sleep"),
     ("I/O", "waiting for a file or socket operation"),
     ("parked", "waiting on a primitive, a task group or another task"),

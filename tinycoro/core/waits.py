@@ -206,7 +206,7 @@ def park_words(what: Any) -> str:
 
 def kind(state: str, waits_on: str) -> str:
     """The kind of wait a task is in, for summaries: "sleeping", "in I/O", "parked on Mutex",
-    "running", "ready"."""
+    "running", "ready", "starting"."""
     if state == "io":
         return "in I/O"
     if state != "parked":
