@@ -55,6 +55,7 @@ __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
     "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
     "source_hash", "source_files", "FREE_THREADED", "gil_state", "note_gil", "BINDING_FIX",
+    "import_binding",
 ]
 
 #: Whether this interpreter is a free-threaded build (``--disable-gil``), GIL on or off now.
@@ -261,6 +262,33 @@ def note_sources() -> None:
             _loaded[name] = module
         else:
             fallbacks[name] = _unbuilt_tree() or "not built: its .py runs interpreted"
+
+
+def import_binding() -> ModuleType:
+    """``import liburing``, one process at a time (an exclusive ``flock`` on the binding's
+    folder, held for the import only; a no-op once it is imported).
+
+    The binding's lazy loader, ``dynamic_import``, cannot read back the name cache it keeps in
+    the binding's ``__pycache__`` (its reader fails on every read), so every import rescans the
+    package and removes and rewrites that file. Processes importing at once (pytest-xdist's
+    workers, a server's children) then race on it: the loser's ``remove`` raises
+    ``FileNotFoundError``, and its ``liburing`` stays empty for the rest of the process (the
+    loader records that it ran before it failed). tests/test_freethreaded_binding.py."""
+    module = sys.modules.get("liburing")
+    if module is not None and hasattr(module, "io_uring_get_sqe"):
+        return module
+    spec = importlib.util.find_spec("liburing")
+    folder = list(spec.submodule_search_locations or [])[0] if spec is not None else None
+    if folder is None:
+        return importlib.import_module("liburing")  # not installed: its ImportError, as ever
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return importlib.import_module("liburing")
+    finally:
+        os.close(fd)  # closing it unlocks
 
 
 def gil_state() -> str:
