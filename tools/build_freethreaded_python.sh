@@ -61,6 +61,19 @@ if [ ! -f "$src/.tinycoro-patched" ]; then
     done < <(grep -E '^CVE-' "$src.tmp/debian/patches/series")
     touch "$src.tmp/.tinycoro-patched" && mv "$src.tmp" "$src"
 fi
+# The libraries of the modules the suites need (ssl, sqlite3, ctypes, zlib, ...): installed
+# from the machine's own suite when missing and we are root; without them the check below fails.
+deps=(build-essential libssl-dev libsqlite3-dev libffi-dev zlib1g-dev libbz2-dev liblzma-dev
+      libreadline-dev libncurses-dev uuid-dev xz-utils patch)
+if ! dpkg -s "${deps[@]}" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then
+        log "installing the build's libraries: ${deps[*]}"
+        apt-get update -q </dev/null >&2 &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${deps[@]}" </dev/null >&2
+    else
+        log "some of ${deps[*]} are missing (apt-get install them as root); building anyway"
+    fi
+fi
 build="$cache/build-$variant"
 stage="$cache/stage-$variant"
 rm -rf "$build" "$stage" && mkdir -p "$build"
