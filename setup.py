@@ -29,6 +29,15 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 SOURCE = os.path.join("tinycoro", "_cring.pyx")
+# Every module built here declares that it runs without the GIL (Cython >= 3.1): on a
+# free-threaded CPython, importing one that does not turns the GIL back on for the whole
+# process. What makes that declaration true is docs/design.md's synchronisation rules; on a
+# GIL build the directive changes nothing.
+DIRECTIVES = {"freethreading_compatible": True}
+# The same declaration as a C macro, which Cython's output honours over the directive: a .c
+# left in the tree by a build from before the directive (cythonize regenerates it only when
+# its source changes) declares it too.
+MACROS = [("CYTHON_FREETHREADING_COMPATIBLE", "1")]
 # Plain Cython + libc: these need no binding.
 PLAIN_SOURCES = {
     "tinycoro._clocal": os.path.join("tinycoro", "_clocal.pyx"),
@@ -171,9 +180,10 @@ def _plain_extensions() -> list:
 
     out = []
     for name, source in PLAIN_SOURCES.items():
-        ext = Extension(name, [source], extra_compile_args=["-O2"], optional=True)
+        ext = Extension(name, [source], extra_compile_args=["-O2"], define_macros=MACROS,
+                        optional=True)
         try:
-            out += cythonize([ext], quiet=True)
+            out += cythonize([ext], quiet=True, compiler_directives=DIRECTIVES)
         except Exception as e:  # noqa: BLE001 - that module's pure-Python fallback is used
             sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")
     return out
@@ -201,7 +211,8 @@ def _source_extensions() -> list:
             sys.stderr.write(f"tinycoro: {source[:-3]}.pxd is missing; {name} runs interpreted\n")
             skipped.add(name)
             continue
-        ext = Extension(name, [source], extra_compile_args=["-O2"], optional=True)
+        ext = Extension(name, [source], extra_compile_args=["-O2"], define_macros=MACROS,
+                        optional=True)
         try:
             out += cythonize(
                 [ext],
@@ -209,7 +220,7 @@ def _source_extensions() -> list:
                 # The .pxd declares the types; annotations stay Python's: typed by them, a
                 # ``flag: bool`` parameter would take 1 silently and skip the check that
                 # refuses it (rule 11), an ``int`` one would refuse with Cython's message.
-                compiler_directives={"language_level": "3", "annotation_typing": False},
+                compiler_directives={"language_level": "3", "annotation_typing": False, **DIRECTIVES},
             )
         except Exception as e:  # noqa: BLE001 - that module runs interpreted
             sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")
@@ -234,11 +245,12 @@ def _ring_extension() -> list:
         [SOURCE],
         # the binding's .pxd files name "../include/liburing.h" relative to its lib/ directory
         include_dirs=[os.path.join(pkg, "lib"), os.path.join(pkg, "include")],
-        extra_compile_args=["-O2"],
+        extra_compile_args=["-O2"], define_macros=MACROS,
         optional=True,
     )
     try:
-        return cythonize([ext], include_path=[os.path.dirname(pkg)], quiet=True)
+        return cythonize([ext], include_path=[os.path.dirname(pkg)], quiet=True,
+                         compiler_directives=DIRECTIVES)
     except Exception as e:  # noqa: BLE001 - a Cython error also means: no compiled ring
         _warn(f"cythonizing {SOURCE} failed ({type(e).__name__}: {e})")
         return []

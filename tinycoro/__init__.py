@@ -51,6 +51,7 @@ from .aio import aio  # the function; the package stays importable as tinycoro.a
 from . import lowlevel
 
 _compiled.note_sources()
+_compiled.note_gil()  # a free-threaded interpreter whose GIL this import turned on: say why
 
 __version__ = "0.1.0"
 

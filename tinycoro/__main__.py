@@ -18,6 +18,12 @@ from tinycoro import compiled, uring
 from tinycoro.core.stats import COLUMNS, format_stats, legend
 
 
+def _build_note() -> str:
+    """ " free-threaded, GIL off" (or on) on a free-threaded interpreter; nothing on a GIL build."""
+    state = compiled.gil_state()
+    return f" {state}" if state else ""
+
+
 def _table(stats: tc.SchedulerStats, title: str) -> str:
     """One stats snapshot in the words of ``%tinycoro status`` and the dashboard."""
     return f"{title}\n{format_stats(stats, legend_too=False)}"
@@ -123,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"tinycoro {tc.__version__}: {args.contexts} context{'' if args.contexts == 1 else 's'} ({args.dispatch}), "
-        f"Python {platform.python_version()}, Linux {platform.release()}, "
+        f"Python {platform.python_version()}{_build_note()}, Linux {platform.release()}, "
         f"ring flags: {', '.join(uring.ring_flags()) or 'none'}, "
         + compiled.describe()
     )

@@ -29,6 +29,13 @@ tree is present: a checkout built in place or installed editable, where an edit 
 build. An installed wheel or ``pip install .`` has no source tree beside it and trusts its
 own build.
 
+**Free-threaded CPython.** Every module the build compiles declares that it runs without the
+GIL (``setup.py``). Importing an extension module that does not declare it turns the GIL on for
+the whole process; :func:`note_gil` (called after the package is imported) warns when that
+happened during tinycoro's import, naming the extension modules that loaded then (in practice
+the liburing binding built without ``-DCYTHON_FREETHREADING_COMPATIBLE=1``: docs/design.md,
+"The liburing binding"), and :func:`gil_state` says which build runs, for a banner.
+
 This module imports nothing of tinycoro's and nothing outside the standard library, so that
 ``setup.py`` can load it from the source tree before anything is built.
 """
@@ -41,14 +48,33 @@ import importlib.util
 import os
 import shlex
 import sys
+import sysconfig
 from types import ModuleType
 from typing import Any, Mapping, Sequence
 
 __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
     "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
-    "source_hash", "source_files",
+    "source_hash", "source_files", "FREE_THREADED", "gil_state", "note_gil", "BINDING_FIX",
+    "import_binding",
 ]
+
+#: Whether this interpreter is a free-threaded build (``--disable-gil``), GIL on or off now.
+FREE_THREADED: bool = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def _gil_enabled() -> bool:
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+# What was loaded before tinycoro's own import began (this module is its first): the GIL's state
+# then, and the extension modules already there (not tinycoro's to answer for).
+_gil_at_start = _gil_enabled()
+_modules_at_start = frozenset(sys.modules)
+
+#: The one command that rebuilds the liburing binding so that it declares it runs without the GIL.
+BINDING_FIX = ("CFLAGS=-DCYTHON_FREETHREADING_COMPATIBLE=1 pip install --no-cache-dir "
+               "--force-reinstall --no-deps liburing==2024.5.3")
 
 #: The one switch: set (to anything but "" or "0") it forces the pure-Python runtime.
 PURE_VAR = "TINYCORO_PURE"
@@ -256,6 +282,79 @@ def note_sources() -> None:
             _loaded[name] = module
         else:
             fallbacks[name] = _unbuilt_tree() or "not built: its .py runs interpreted"
+
+
+def import_binding() -> ModuleType:
+    """``import liburing``, one process at a time (an exclusive ``flock`` on the binding's
+    folder, held for the import only; a no-op once it is imported).
+
+    The binding's lazy loader, ``dynamic_import``, cannot read back the name cache it keeps in
+    the binding's ``__pycache__`` (its reader fails on every read), so every import rescans the
+    package and removes and rewrites that file. Processes importing at once (pytest-xdist's
+    workers, a server's children) then race on it: the loser's ``remove`` raises
+    ``FileNotFoundError``, and its ``liburing`` stays empty for the rest of the process (the
+    loader records that it ran before it failed). tests/test_freethreaded_binding.py."""
+    module = sys.modules.get("liburing")
+    if module is not None and hasattr(module, "io_uring_get_sqe"):
+        return module
+    spec = importlib.util.find_spec("liburing")
+    folder = list(spec.submodule_search_locations or [])[0] if spec is not None else None
+    if folder is None:
+        return importlib.import_module("liburing")  # not installed: its ImportError, as ever
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return importlib.import_module("liburing")
+    finally:
+        os.close(fd)  # closing it unlocks
+
+
+def gil_state() -> str:
+    """For a banner: "" on a GIL build; on a free-threaded one, whether the GIL is off now."""
+    if not FREE_THREADED:
+        return ""
+    return "free-threaded, GIL on" if _gil_enabled() else "free-threaded, GIL off"
+
+
+def _turned_gil_on() -> list[str]:
+    """The extension modules from outside the standard library loaded since tinycoro's import
+    began, when the GIL was off then and is on now (one of them did not declare that it runs
+    without it); else []. The standard library's all declare it."""
+    if not FREE_THREADED or _gil_at_start or not _gil_enabled():
+        return []
+    stdlib = tuple(os.path.join(sysconfig.get_path(k), "") for k in ("stdlib", "platstdlib"))
+    return sorted(name for name, module in list(sys.modules.items())
+                  if name not in _modules_at_start and module is not None and is_compiled(module)
+                  and not (module.__file__ or "").startswith(stdlib))
+
+
+def note_gil() -> None:
+    """Warn once when importing tinycoro turned the GIL on in a free-threaded interpreter, naming
+    the extension modules that loaded meanwhile and, where the liburing binding is among them,
+    the command that rebuilds it (CPython's own warning names only the first module)."""
+    suspects = _turned_gil_on()
+    if not suspects or _warned_gil:
+        return
+    _warned_gil.append(True)
+    import warnings
+
+    binding = [n for n in suspects if n == "liburing" or n.startswith("liburing.")]
+    others = [n for n in suspects if n not in binding]
+    what = []
+    if binding:
+        more = f" and {len(binding) - 1} more" if len(binding) > 1 else ""
+        what.append(f"the liburing binding ({binding[0]}{more}) was built without declaring that "
+                    f"it runs without the GIL; rebuild it: {BINDING_FIX}")
+    if others:
+        what.append(f"one of these extension modules does not declare it: {', '.join(others)}")
+    warnings.warn("tinycoro: importing tinycoro turned the GIL on in this free-threaded "
+                  "interpreter, so its contexts will not run Python in parallel: "
+                  + "; ".join(what), RuntimeWarning, stacklevel=2)
+
+
+_warned_gil: list[bool] = []
 
 
 def pure_requested(environ: Mapping[str, str] | None = None) -> str | None:

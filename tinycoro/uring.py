@@ -74,8 +74,6 @@ import os
 from socket import AF_UNIX as _AF_UNIX
 from typing import TYPE_CHECKING, Any
 
-import liburing as _L
-
 from . import compiled
 from ._ringdefs import (
     CQ_ENTRIES,
@@ -88,6 +86,8 @@ from ._ringdefs import (
     multishot_buffers,
     multishot_wanted,
 )
+
+_L = compiled.import_binding()  # import liburing, one process at a time (compiled.py says why)
 
 
 __all__ = [
