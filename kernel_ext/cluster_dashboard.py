@@ -63,9 +63,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("last min", "contexts: busy over the last 60 s; engine: process CPU over the last 60 s"),
     *CONTEXT_COLUMNS[4:],
 )
-# Its contexts ran tasks for half a second per second more than the process had CPU: they
-# waited for the GIL.
+# Its contexts waited, awake, for the GIL (or were blocked outside Python) for half a second
+# per second or more: worth a flag.
 GIL_BOUND = 0.5
+BLOCKED = 0.5
 
 
 class EngineLike(Protocol):
@@ -104,10 +105,53 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
     )
 
 
-def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool) -> str:
-    """The engine row's busy cell, on one line: process CPU, its contexts' average busy, and
-    the GIL-bound flag when they ran tasks for :data:`GIL_BOUND` s per second or more beyond
-    the CPU the process had, over the same last second."""
+def off_cpu(busy: Sequence[float], cpu: Sequence[float], cpu_wait: Sequence[float],
+            process: float) -> tuple[float, float]:
+    """Why an engine's contexts were awake without running, in seconds per second: (waiting
+    for the GIL, blocked outside Python), from each context's busy share, the shares its
+    thread ran on a CPU and waited for one, and the process's CPU share (1.0 = one core).
+
+    An awake context that neither runs nor waits for a core sleeps in the kernel: on the GIL,
+    or in a call that released it (time.sleep, blocking I/O, a lock). The two look alike from
+    outside, but a thread can wait for the GIL only while another thread holds it, that is
+    runs Python or waits for a core with it: at most the process's CPU beside its own, plus
+    the other contexts' waits for a core. The rest of its off-CPU time it was blocked with
+    the GIL free. (Comparing the sum of busy with the process CPU alone called a context
+    blocked in time.sleep "GIL-bound": awake, at 0% CPU.)"""
+    gil = blocked = 0.0
+    for i, (b, c, w) in enumerate(zip(busy, cpu, cpu_wait)):
+        off = max(0.0, b - c - w)
+        held = max(0.0, process - c) + sum(cpu_wait) - w  # others held (or queued with) it
+        waited = min(off, held)
+        gil += waited
+        blocked += off - waited
+    return gil, blocked
+
+
+def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]]) -> str:
+    """The engine row's flags: GIL-bound, blocked (each with what to do in its tooltip), or
+    none; none while a context's CPU is not yet measured."""
+    threads = [p[-1] for p in points if p]
+    if len(threads) != len(busy) or any(t.cpu is None or t.cpu_wait is None for t in threads):
+        return ""
+    gil, blocked = off_cpu(busy, [t.cpu for t in threads], [t.cpu_wait for t in threads], cpu)
+    flag = ""
+    if gil >= GIL_BOUND:
+        flag += (f' <b title="its contexts waited {gil:.1f} s per second for the GIL while the '
+                 f'process had {cpu:.1f} s of CPU: one process runs Python on one core at a '
+                 'time; more engines, not more contexts, add CPU">GIL-bound</b>')
+    if blocked >= BLOCKED:
+        flag += (f' <b title="its contexts were awake {blocked:.1f} s per second without CPU, '
+                 'the GIL free: a task blocks its context in a call outside Python (time.sleep, '
+                 'blocking I/O or a lock); await tc.sleep or tinycoro\'s I/O instead, or run '
+                 'the call in a thread">blocked</b>')
+    return flag
+
+
+def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
+              points: Sequence[Sequence[Any]] = ()) -> str:
+    """The engine row's busy cell: process CPU, its contexts' average busy, and the flags
+    (:func:`off_cpu`) over the same last second; *points* are its contexts' histories."""
     if not running:
         return '<span class="tc-cpu-pct">stopped</span>'
     mean = sum(busy) / len(busy) if busy else 0.0
@@ -117,11 +161,7 @@ def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool) -> str:
         return f'<span class="tc-cpu-pct">CPU measuring</span> · {avg}'
     shown = (f'<span class="tc-cpu-pct" title="{cpu:.2f} s of CPU per second (all its '
              f'threads)">CPU {min(cpu, 1.0):.0%}</span>')
-    flag = ""
-    if sum(busy) - cpu >= GIL_BOUND:
-        flag = (f' <b title="its contexts ran tasks for {sum(busy):.1f} s per second, the process '
-                f'had {cpu:.1f} s of CPU: they wait for the GIL; more engines, not more contexts, '
-                'add CPU">GIL-bound</b>')
+    flag = _flags(cpu, busy, points)
     return f'<span style="font-size:11px">{shown} · {avg}{flag}</span>'
 
 
@@ -148,13 +188,12 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     if points:  # a share of one core, as the cell shows it
         cpu_svg = sparkline([p.t for p in points], [("busy", [min(p.cpu, 1.0) for p in points])],
                             now, 1.0, "CPU 0-100%", "tc-plot-cpu")
-    rate = 0.0
-    if history is not None:
-        rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
+    histories = [history.points(i) if history is not None else [] for i in range(len(ctxs))]
+    rate = sum(pts[-1].ops_rate for pts in histories if pts)
     cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
         ("stop_flag", f"{stats.stop_token} of {len(ctxs)}", ""),
-        ("busy", _cpu_cell(cpu_now, busy, live), ""),
+        ("busy", _cpu_cell(cpu_now, busy, live, histories), ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", count(rate), NUM),
         ("ops-plot", "", ""),

@@ -18,7 +18,7 @@ from .waits import SLEEP, park_words
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
 
-__all__ = ["task_infos", "sleeps", "busy"]
+__all__ = ["task_infos", "sleeps", "busy", "thread_times"]
 
 
 def task_infos(engine: "Engine", now: float) -> list[TaskInfo]:
@@ -60,3 +60,18 @@ def busy(engine: "Engine", now: float) -> float:
     awake, running tasks, in [0, 1]; any thread, no side effect
     (:mod:`tinycoro.core.timeshare`)."""
     return awake_share(engine._samples, engine.sleep_total, engine.sleep_since, now)
+
+
+def thread_times(native_id: int | None) -> tuple[float, float]:
+    """Seconds the thread *native_id* (of this process) has run on a CPU and has waited,
+    runnable, for one: the kernel's schedstat, any thread. A per-thread CPU clock
+    (``pthread_getcpuclockid``) gives the first only, and needs the thread alive: this is one
+    read, and a thread gone (or no schedstat) reads (0, 0)."""
+    if native_id is None:
+        return 0.0, 0.0
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat", "rb") as f:
+            ran, waited = f.read().split()[:2]
+        return int(ran) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        return 0.0, 0.0

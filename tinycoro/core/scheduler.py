@@ -513,6 +513,7 @@ class Scheduler:
                 timers=e.timers,
                 multishot_enobufs=e.nobufs_endings,
                 multishot_rearms=e.rearms,
+                **self._thread_times(i, running),
             )
             for i, e in enumerate(self._engines)
         )
@@ -523,6 +524,13 @@ class Scheduler:
             contexts=ctxs,
             failed=sum(e.failed for e in self._engines),
         )
+
+    def _thread_times(self, i: int, running: bool) -> dict[str, float]:
+        """Context *i*'s thread's time on a CPU and waiting for one (``ContextStats``)."""
+        threads = self._threads
+        thread = threads[i] if running and i < len(threads) else None
+        cpu, wait = readers.thread_times(thread.native_id if thread is not None else None)
+        return {"cpu": cpu, "cpu_wait": wait}
 
     def tasks(self) -> tuple[TaskInfo, ...]:
         """A snapshot of every live task (id, name, context, state, what it waits on, age),

@@ -31,6 +31,12 @@ class ContextStats:
     # per second say the pool (TINYCORO_MULTISHOT_BUFFERS) is too small for the load.
     multishot_enobufs: int = 0
     multishot_rearms: int = 0
+    # Seconds the context's thread ran on a CPU, and waited for one (runnable, the machine's
+    # cores taken), cumulative, as the kernel counts them. Beside ``busy`` they tell why an
+    # awake context does not run: waiting for a core, for the GIL, or blocked in a call outside
+    # Python (time.sleep, blocking I/O) -- the cluster dashboard's engine flag says which.
+    cpu: float = 0.0
+    cpu_wait: float = 0.0
 
     @property
     def in_io(self) -> int:
