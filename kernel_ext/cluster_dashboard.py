@@ -46,8 +46,8 @@ from .history import CpuMeter, History
 from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
 from .render import COLUMNS as CONTEXT_COLUMNS
 from .render import (
-    NUM, cell_text, context_rows, count, head_row, row_html, sparkline, table_html, task_table,
-    task_title,
+    NUM, cell_text, context_rows, count, head_row, row_html, scales, sparkline, table_html,
+    task_table, task_title,
 )
 from .widgets import Board, need_widgets, task_list
 
@@ -166,7 +166,8 @@ def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
-                cpu: CpuMeter | None, now: float, running: bool = True) -> str:
+                cpu: CpuMeter | None, now: float, running: bool = True,
+                tops: tuple[float, float] | None = None) -> str:
     """One engine's group: its own row (process CPU beside its contexts' average busy, and the
     sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
@@ -206,7 +207,8 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     ]
     head = row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
     shown = stats if running else _stopped(stats)
-    return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}")
+    return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}",
+                               tops=tops)
 
 
 def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:
@@ -218,8 +220,11 @@ def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.Schedule
                   histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
                   running: bool = True) -> str:
     """Every engine's group, in engine order, as one HTML table (one comm message a tick)."""
+    # every engine's contexts on one scale per quantity
+    tops = scales(h.points(i) for e in engines if (h := histories.get(e.id)) is not None
+                  and (s := stats.get(e.id)) is not None for i in range(len(s.contexts)))
     rows = "".join(
-        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running)
+        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running, tops)
         for e in sorted(engines, key=lambda e: e.id)
     )
     return table_html(rows, head_row(COLUMNS))

@@ -25,7 +25,7 @@ from .history import SPAN, History, Point
 
 __all__ = [
     "COLUMNS", "GROUPS", "LEGEND", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
-    "count", "head_row", "nice_top", "row_html", "scheduler_summary", "scheduler_table",
+    "axis", "count", "head_row", "nice_top", "row_html", "scales", "scheduler_summary", "scheduler_table",
     "sparkline", "table_html", "task_table", "task_title",
 ]
 
@@ -115,20 +115,39 @@ def count(n: float) -> str:
     return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,.0f}"
 
 
-def plots(points: list[Point], now: float) -> tuple[str, str, str]:
+def axis(top: float) -> str:
+    """A plot's maximum (a :func:`nice_top`) as its caption writes it: 500, 2k, 10k, 1M."""
+    for unit, word in ((1e6, "M"), (1e3, "k")):
+        if top >= unit:
+            return f"{top / unit:g}{word}"
+    return f"{top:g}"
+
+
+def scales(histories: Iterable[Sequence[Point]]) -> tuple[float, float]:
+    """The y maxima of the I/O-rate and the task plots, one for every row of a dashboard: the
+    same quantity on the same scale, so that rows compare at a glance; each the smallest
+    :func:`nice_top` above every row's last minute."""
+    ops = tasks = 0.0
+    for points in histories:
+        for p in points:
+            ops = max(ops, p.ops_rate)
+            tasks = max(tasks, p.queued, p.inflight, p.parked, p.sleeping)
+    return nice_top(ops), nice_top(tasks)
+
+
+def plots(points: list[Point], now: float, tops: tuple[float, float]) -> tuple[str, str, str]:
+    """One row's plots: busy (0-100%), then I/O rate and tasks on the dashboard's *tops*."""
     ts = [p.t for p in points]
     busy = sparkline(ts, [("busy", [p.busy for p in points])], now, 1.0,
                      "0-100%", "tc-plot-busy")
-    ops_top = nice_top(max((p.ops_rate for p in points), default=0.0))
+    ops_top, queue_top = tops
     ops = sparkline(ts, [("ops", [p.ops_rate for p in points])], now, ops_top,
-                    f"0-{count(ops_top)}/s", "tc-plot-ops")
-    queue_top = nice_top(max((max(p.queued, p.inflight, p.parked, p.sleeping)
-                               for p in points), default=0))
+                    f"0-{axis(ops_top)}/s", "tc-plot-ops")
     queues = sparkline(
         ts,
         [("queued", [p.queued for p in points]), ("inflight", [p.inflight for p in points]),
          ("sleeping", [p.sleeping for p in points]), ("parked", [p.parked for p in points])],
-        now, queue_top, f"0-{count(queue_top)} tasks", "tc-plot-queues",
+        now, queue_top, f"0-{axis(queue_top)} tasks", "tc-plot-queues",
     )
     return busy, ops, queues
 
@@ -204,15 +223,20 @@ def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -
 
 
 def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
-                 scope: str = "", name: str = "ctx {}") -> str:
+                 scope: str = "", name: str = "ctx {}",
+                 tops: tuple[float, float] | None = None) -> str:
     """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
-    cluster dashboard passes ``e<engine>-``), *name* formats the first cell."""
+    cluster dashboard passes ``e<engine>-``), *name* formats the first cell, *tops* are the
+    plots' maxima (:func:`scales`; by default, of these rows)."""
     rows = []
+    every = [history.points(i) if history is not None else [] for i in range(len(stats.contexts))]
+    if tops is None:
+        tops = scales(every)
     for i, c in enumerate(stats.contexts):
         busy = c.busy if stats.running else 0.0
-        points = history.points(i) if history is not None else []
+        points = every[i]
         if points:
-            busy_svg, ops_svg, queue_svg = plots(points, now)
+            busy_svg, ops_svg, queue_svg = plots(points, now, tops)
             rate = count(points[-1].ops_rate)
         else:
             busy_svg = ops_svg = queue_svg = ""
