@@ -46,7 +46,7 @@ from .history import CpuMeter, History
 from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
 from .render import COLUMNS as CONTEXT_COLUMNS
 from .render import (
-    NUM, cell_text, context_rows, count, head_row, row_html, scales, sparkline, table_html,
+    NUM, cell_text, context_rows, count, failed_html, head_row, row_html, scales, sparkline, table_html,
     task_table, task_title,
 )
 from .widgets import Board, need_widgets, task_list
@@ -93,14 +93,12 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
              running: bool) -> str:
     contexts = sum(len(s.contexts) for s in stats.values())
     failed = sum(s.failed for s in stats.values())
-    fail_style = ' style="color:#c0392b"' if failed else ""
     state = "running" if running else "stopped"
     return (
         f"<b>tinycoro cluster</b> &middot; {counted(len(engines), 'engine')} "
         f"&middot; {counted(contexts, 'context')} "
         f"&middot; {state} &middot; "
-        f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
-        f'nobody awaiting them, all engines, since the start">failed <b>{failed}</b></span> '
+        f"{failed_html(failed, 0, 'all engines, since the start')} "
         f"&middot; {os.cpu_count()} CPU cores here"
     )
 

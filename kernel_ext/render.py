@@ -25,6 +25,7 @@ from .history import SPAN, History, Point
 
 __all__ = [
     "COLUMNS", "GROUPS", "LEGEND", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
+    "failed_html",
     "axis", "count", "head_row", "nice_top", "row_html", "scales", "scheduler_summary", "scheduler_table",
     "sparkline", "table_html", "task_table", "task_title",
 ]
@@ -152,7 +153,20 @@ def plots(points: list[Point], now: float, tops: tuple[float, float]) -> tuple[s
     return busy, ops, queues
 
 
-def scheduler_summary(stats: tc.SchedulerStats, dispatch: str) -> str:
+def failed_html(failed: int, unawaited: int, where: str) -> str:
+    """The summary's failure count: every task that failed with nobody awaiting it (since the
+    start, *where*), and in red those of the recent ones nobody has awaited since; a failure
+    awaited after all (``Scheduler.failures()`` drops it) leaves the red."""
+    red = (f' &middot; <span class="tc-unawaited" style="color:#c0392b" title="recent failures '
+           f'nobody has awaited yet (%tinycoro tasks lists them)"><b>{unawaited}</b> nobody '
+           f"awaited</span>") if unawaited else ""
+    return (f'<span class="tc-failed" title="tasks that raised an exception with nobody '
+            f'awaiting them when they ended, {where}">failed <b>{failed}</b></span>{red}')
+
+
+def scheduler_summary(stats: tc.SchedulerStats, dispatch: str, unawaited: int = 0) -> str:
+    """The summary line; *unawaited*: how many of the recent failures nobody has awaited
+    (``len(Scheduler.failures())``)."""
     state = "running" if stats.running else "stopped"
     accepting = "accepting work" if stats.accepting else "not accepting work"
     flags = "".join(
@@ -160,16 +174,12 @@ def scheduler_summary(stats: tc.SchedulerStats, dispatch: str) -> str:
         f'style="color:{"#2e8b3a" if c.stop_flag else "#bbb"}">&#9679;</span>'
         for c in stats.contexts
     )
-    failed = stats.failed
-    fail_style = ' style="color:#c0392b"' if failed else ""
     return (
         f"<b>tinycoro</b> &middot; {dispatch} &middot; {state} &middot; {accepting} &middot; "
         f'<span class="tc-token" title="how many contexts hold tasks or I/O (the stop token); '
         f'the scheduler may stop once none does and no new work can come">contexts with work '
         f"<b>{stats.stop_token}</b> of {len(stats.contexts)}</span> {flags} &middot; "
-        f'<span class="tc-failed"{fail_style} title="tasks that raised an exception with '
-        f'nobody awaiting them, since the start (%tinycoro tasks lists them)">failed '
-        f"<b>{failed}</b></span>"
+        + failed_html(stats.failed, unawaited, "since the start")
     )
 
 def flag_word(flag: int) -> str:
