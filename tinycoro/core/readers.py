@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .stats import TaskInfo
+from .stats import ContextStats, TaskInfo
 from .timeshare import awake_share
 from .traps import Op, Park
 from .waits import SLEEP, park_words
@@ -18,7 +18,7 @@ from .waits import SLEEP, park_words
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
 
-__all__ = ["task_infos", "sleeps", "busy", "thread_times"]
+__all__ = ["task_infos", "sleeps", "busy", "thread_times", "guest_stats"]
 
 
 def task_infos(engine: "Engine", now: float) -> list[TaskInfo]:
@@ -75,3 +75,14 @@ def thread_times(native_id: int | None) -> tuple[float, float]:
         return int(ran) / 1e9, int(waited) / 1e9
     except (OSError, ValueError):
         return 0.0, 0.0
+
+
+def guest_stats(engine: "Engine") -> ContextStats:
+    """What a guest engine (a notebook's cells' own context) holds and has done, in a
+    context's words; its busy share is left at 0 (its thread is lent, not its own)."""
+    return ContextStats(
+        id=-1, queued=len(engine.ready), io_pending=engine.unsubmitted,
+        io_inflight=len(engine.inflight), parked=len(engine.parked),
+        tasks_run=engine.tasks_run, busy=0.0, stop_flag=0, sleeping=engine.sleeping,
+        ops=engine.ops, sleeps=sleeps(engine), timers=engine.timers,
+    )
