@@ -153,12 +153,12 @@ def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
     if not running:
         return '<span class="tc-cpu-pct">stopped</span>'
     mean = sum(busy) / len(busy) if busy else 0.0
-    avg = (f'<span class="tc-busy-sum" style="color:#777" title="its contexts\' average busy'
-           f'">busy {mean:.0%}</span>')
+    avg = (f'<span class="tc-busy-sum" style="color:#777;white-space:nowrap" title="its '
+           f'contexts\' average busy">busy {mean:.0%}</span>')
     if cpu is None:
         return f'<span class="tc-cpu-pct">CPU measuring</span> · {avg}'
-    shown = (f'<span class="tc-cpu-pct" title="{cpu:.2f} s of CPU per second (all its '
-             f'threads)">CPU {min(cpu, 1.0):.0%}</span>')
+    shown = (f'<span class="tc-cpu-pct" style="white-space:nowrap" title="{cpu:.2f} s of CPU '
+             f'per second (all its threads)">CPU {min(cpu, 1.0):.0%}</span>')
     flag = _flags(cpu, busy, points)
     return f'<span style="font-size:11px">{shown} · {avg}{flag}</span>'
 
@@ -170,11 +170,12 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
     where = f"{html.escape(engine.host)}:{engine.pid}"
-    # host:pid on the engine's line, cut short (a long host name must not widen the table
-    # beyond a 1400 px JupyterLab); the whole of it in the tooltip
-    name = (f'engine {engine.id} · <span title="{where}" style="display:inline-block;'
-            f'max-width:60px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
-            f'font-weight:normal;font-size:11px">{where}</span>')
+    # host:pid beside the engine (below it when the notebook is narrow), the host by its
+    # short name: a cloud machine's full name would widen the table beyond a 900 px notebook,
+    # and cutting it shows a fragment (the whole of it is the tooltip)
+    name = (f'engine\u00a0{engine.id} <span title="{where}" style="white-space:nowrap;'
+            f'font-weight:normal;font-size:11px">{html.escape(_short(engine.host))}:'
+            f"{engine.pid}</span>")
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
         return row_html(f"{scope}engine", empty, ' class="tc-engine"')
@@ -207,6 +208,13 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     shown = stats if running else _stopped(stats)
     return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}",
                                tops=tops)
+
+
+def _short(host: str) -> str:
+    """A host's name up to its first dot (``hostname -s``); an IP address whole."""
+    if host.replace(".", "").isdigit() or ":" in host:
+        return host
+    return host.split(".", 1)[0]
 
 
 def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:

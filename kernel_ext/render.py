@@ -100,7 +100,8 @@ def sparkline(
         f'<div class="tc-plot {css}" style="line-height:0">'
         f'<svg width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}">'
         f'<rect width="{PLOT_W}" height="{PLOT_H}" fill="#f6f6f6"/>{paths}</svg>'
-        f'<div style="font-size:9px;line-height:10px;color:#777">{label}</div></div>'
+        f'<div style="font-size:9px;line-height:10px;color:#777;white-space:nowrap">{label}'
+        "</div></div>"
     )
 
 
@@ -189,7 +190,12 @@ def flag_word(flag: int) -> str:
 
 TD = '<td class="tc-{key} tc-{f}" style="padding:1px 4px{style}">{v}</td>'
 NUM = ";text-align:right"
-TH_CSS = "white-space:nowrap;padding:1px 4px;text-align:left;font-weight:normal"
+# No cell is kept on one line: a narrow notebook (900 px) wraps headers and phrases between
+# words (the auto table layout takes each column's one-line width while there is room, and
+# shrinks toward its longest word when not); what must stay whole is in a NOWRAP span.
+TH_CSS = "padding:1px 4px;text-align:left;font-weight:normal;vertical-align:bottom"
+NOWRAP = '<span style="white-space:nowrap">{}</span>'
+
 
 
 def head_row(columns: Sequence[tuple[str, str]] = COLUMNS,
@@ -213,7 +219,7 @@ def table_html(rows: str, head: str) -> str:
     """The ``<table>`` around header rows and rows (HTML strings), and the one-line legend."""
     return (
         '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
-        f'white-space:nowrap">{head}{rows}</table>'
+        f'white-space:normal">{head}{rows}</table>'
         f'<div class="tc-legend" style="font-size:11px;color:#555;white-space:normal">'
         f"{LEGEND}</div>"
     )
@@ -233,7 +239,7 @@ def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -
 
 
 def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
-                 scope: str = "", name: str = "ctx {}",
+                 scope: str = "", name: str = "ctx\u00a0{}",
                  tops: tuple[float, float] | None = None) -> str:
     """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
     cluster dashboard passes ``e<engine>-``), *name* formats the first cell, *tops* are the
