@@ -375,6 +375,88 @@ def test_dashboard_fits_moves_and_speaks_plainly_in_jupyterlab_after_run_all(chr
         assert (shots / name).stat().st_size > 10_000
 
 
+# Every element of a dashboard that runs past the right edge of its box (the notebook column
+# it was given), and every one whose text is clipped (a box narrower than what it holds, with
+# overflow other than visible: an ellipsis, a cut, a scroll bar), as [tag, class, text].
+_OVERFLOWING = """(box) => {
+  const right = box.getBoundingClientRect().right;
+  const bad = [];
+  for (const el of box.querySelectorAll('*')) {
+    const what = [el.tagName, String(el.getAttribute('class')), el.textContent.slice(0, 40)];
+    if (el.getBoundingClientRect().right > right + 1) bad.push(['overflows', ...what]);
+    if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible')
+      bad.push(['clipped', ...what]);
+  }
+  return bad;
+}"""
+
+
+def _widest_dashboards() -> tuple[str, str]:
+    """The HTML of a scheduler's and a cluster's dashboard at their widest: counters of nine
+    digits, 200k I/O ops/s, cloud host names, an engine flagged GIL-bound and one blocked."""
+    import tinycoro as tc
+    from tinycoro.cluster import EngineInfo
+    from tinycoro.core.stats import ContextStats
+    from tinycoro.kernel_ext.cluster_dashboard import _summary, cluster_table
+    from tinycoro.kernel_ext.history import CpuMeter, History
+    from tinycoro.kernel_ext.render import scheduler_summary, scheduler_table
+
+    def stats(t: float) -> tc.SchedulerStats:
+        ctxs = tuple(ContextStats(
+            id=i, queued=12345, io_pending=0, io_inflight=2345, parked=54321,
+            tasks_run=123456789, busy=1.0, stop_flag=1, sleeping=False, ops=int(rate * t),
+            sleeps=1234, cpu=0.5 * t * (1 - i), cpu_wait=0.0,
+        ) for i, rate in enumerate((200_000, 6_500)))
+        return tc.SchedulerStats(stop_token=2, accepting=True, running=True, contexts=ctxs,
+                                 failed=123)
+
+    history, histories, cpu = History(), {0: History(), 1: History()}, CpuMeter()
+    for k in range(12):
+        t = k * 0.25
+        for h in (history, *histories.values()):
+            h.add(100 + t, stats(t))
+        cpu.add(0, 100 + t, t)  # one core: its contexts wait for the GIL
+        cpu.add(1, 100 + t, 0.01 * t)  # idle: its contexts are blocked
+    now, last = 100 + 11 * 0.25, stats(11 * 0.25)
+    local = scheduler_summary(last, "round_robin", 20) + scheduler_table(last, history, now)
+    engines = tuple(EngineInfo(i, f"ip-10-0-12-3{i}.eu-west-1.compute.internal", 27886 + i)
+                    for i in (0, 1))
+    every = {0: last, 1: last}
+    cluster = _summary(engines, every, True) + cluster_table(engines, every, histories, cpu, now)
+    return local, cluster
+
+
+def test_the_dashboards_fit_900_px_and_cut_no_word(chromium, tmp_path):
+    """A notebook 900 px wide (a laptop with the file browser open): both dashboards, at their
+    widest, stay inside it, wrapping between words; nothing is cut or scrolls sideways."""
+    from playwright import sync_api
+
+    shots = _screenshots(tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    local, cluster = _widest_dashboards()
+    assert "GIL-bound" in cluster and ">blocked<" in cluster  # the widest engine rows
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 940, "height": 700})
+            for name, body in (("dashboard", local), ("cluster-dashboard", cluster)):
+                # JupyterLab's output font and size, in a box as wide as the notebook
+                page.set_content(
+                    '<body style="margin:20px;font-family:system-ui,-apple-system,sans-serif;'
+                    f'font-size:13px"><div id="box" style="width:900px">{body}</div></body>')
+                page.screenshot(path=str(shots / f"{name}-900px.png"), full_page=True)
+                box = page.locator("#box")
+                assert box.evaluate(_OVERFLOWING) == [], name
+                assert box.evaluate("b => b.scrollWidth") <= 900, name
+                # words are whole: every header and flag reads as written
+                text = box.inner_text()
+                for word in ("sleeping", "finished", "GIL-bound", "blocked", "ip-10-0-12-30"):
+                    assert word in text or name == "dashboard", (word, text)
+                assert "…" not in text and "..." not in text
+        finally:
+            browser.close()
+
+
 # How many lines the text of each engine row's name, has-work and busy cells takes: the
 # distinct tops of its line boxes.
 _ENGINE_LINES = """board => Array.from(board.querySelectorAll(
