@@ -46,7 +46,7 @@ from .history import CpuMeter, History
 from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
 from .render import COLUMNS as CONTEXT_COLUMNS
 from .render import (
-    NUM, cell_text, context_rows, count, failed_html, head_row, row_html, scales, sparkline, table_html,
+    NOWRAP, NUM, cell_text, context_rows, count, failed_html, head_row, row_html, scales, sparkline, table_html,
     task_table, task_title,
 )
 from .widgets import Board, need_widgets, task_list
@@ -135,11 +135,11 @@ def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]]) -
     gil, blocked = off_cpu(busy, [t.cpu for t in threads], [t.cpu_wait for t in threads], cpu)
     flag = ""
     if gil >= GIL_BOUND:
-        flag += (f' <b title="its contexts waited {gil:.1f} s per second for the GIL while the '
+        flag += (f' <b style="white-space:nowrap" title="its contexts waited {gil:.1f} s per second for the GIL while the '
                  f'process had {cpu:.1f} s of CPU: one process runs Python on one core at a '
                  'time; more engines, not more contexts, add CPU">GIL-bound</b>')
     if blocked >= BLOCKED:
-        flag += (f' <b title="its contexts were awake {blocked:.1f} s per second without CPU, '
+        flag += (f' <b style="white-space:nowrap" title="its contexts were awake {blocked:.1f} s per second without CPU, '
                  'the GIL free: a task blocks its context in a call outside Python (time.sleep, '
                  'blocking I/O or a lock); await tc.sleep or tinycoro\'s I/O instead, or run '
                  'the call in a thread">blocked</b>')
@@ -192,7 +192,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     rate = sum(pts[-1].ops_rate for pts in histories if pts)
     cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
-        ("stop_flag", f"{stats.stop_token} of {len(ctxs)}", ""),
+        ("stop_flag", NOWRAP.format(f"{stats.stop_token} of {len(ctxs)}"), ""),
         ("busy", _cpu_cell(cpu_now, busy, live, histories), ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", count(rate), NUM),

@@ -24,7 +24,7 @@ from tinycoro.core.waits import summary as wait_summary
 from .history import SPAN, History, Point
 
 __all__ = [
-    "COLUMNS", "GROUPS", "LEGEND", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
+    "COLUMNS", "GROUPS", "LEGEND", "NOWRAP", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
     "failed_html",
     "axis", "count", "head_row", "nice_top", "row_html", "scales", "scheduler_summary", "scheduler_table",
     "sparkline", "table_html", "task_table", "task_title",
@@ -218,9 +218,11 @@ def head_row(columns: Sequence[tuple[str, str]] = COLUMNS,
 def table_html(rows: str, head: str) -> str:
     """The ``<table>`` around header rows and rows (HTML strings), and the one-line legend."""
     return (
+        # line-height: a widget's HTML has the height of a widget row (28 px) per line
         '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
-        f'white-space:normal">{head}{rows}</table>'
-        f'<div class="tc-legend" style="font-size:11px;color:#555;white-space:normal">'
+        f'line-height:1.3;white-space:normal">{head}{rows}</table>'
+        '<div class="tc-legend" style="font-size:11px;line-height:1.3;color:#555;'
+        'white-space:normal">'
         f"{LEGEND}</div>"
     )
 
