@@ -5,7 +5,7 @@ Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
 
     tinycoro cluster · 2 engines · 4 contexts · running · failed 0 · 2 CPU cores here
     engine / context     has work   now / CPU                last min           ...  finished
-    engine 0 · host:4711 2 of 2     CPU 99% · busy 100% GIL-bound  ~~~~~      ...          20412
+    engine 0 host:4711   2 of 2     CPU 99% · busy 100% GIL-bound  ~~~~~      ...          20412
       ctx 0              yes        100%                           ~~~~~      ...          10231
       ctx 1              yes        100%                           ~~~~~      ...          10181
     engine 1 · host:4712 ...
@@ -15,6 +15,9 @@ Why CPU beside busy: a context is "busy" while it runs Python code, and under th
 contexts of one process can both be busy while only one of them runs at a time. They then
 spend two seconds running tasks per second while the process gets one second of CPU: the
 engine is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
+A context blocked in a call outside Python (time.sleep, blocking I/O) is busy too, at no CPU,
+and needs its task fixed instead: :func:`off_cpu` tells the two apart from each context's
+thread time on a CPU and waiting for one, and the row says "blocked" for it.
 Both are shares of the same last second (:mod:`tinycoro.core.timeshare`): compared over
 different windows, an engine that just went idle looked GIL-bound ("CPU 1% · busy 86%"). The
 engine row's busy is its contexts' average, a share like theirs, never above 100%; its CPU is a

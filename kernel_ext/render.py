@@ -65,8 +65,7 @@ LEGEND = (
 COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
           "sleeping": "#2e8b3a", "parked": "#c0392b"}
 SERIES_OF = {"ready": "queued", "in I/O": "inflight", "sleeping": "sleeping", "parked": "parked"}
-# 90 px: three plots a row leave room, at 1400 px with the file browser open, for a cluster
-# engine row flagged GIL-bound on one line
+# 90 px: three plots a row leave room for the numbers in a 900 px notebook column
 PLOT_W, PLOT_H = 90, 30
 
 
