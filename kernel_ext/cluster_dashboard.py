@@ -176,8 +176,8 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     # host:pid beside the engine (below it when the notebook is narrow), the host by its
     # short name: a cloud machine's full name would widen the table beyond a 900 px notebook,
     # and cutting it shows a fragment (the whole of it is the tooltip)
-    name = (f'engine\u00a0{engine.id} <span title="{where}" style="white-space:nowrap;'
-            f'font-weight:normal;font-size:11px">{html.escape(_short(engine.host))}:'
+    name = (f'{NOWRAP.format(f"engine {engine.id}")} · <span title="{where}" style="white-space:'
+            f'nowrap;font-weight:normal;font-size:11px">{html.escape(_short(engine.host))}:'
             f"{engine.pid}</span>")
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]

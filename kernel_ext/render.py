@@ -240,7 +240,7 @@ def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -
 
 
 def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
-                 scope: str = "", name: str = "ctx\u00a0{}",
+                 scope: str = "", name: str = "ctx {}",
                  tops: tuple[float, float] | None = None) -> str:
     """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
     cluster dashboard passes ``e<engine>-``), *name* formats the first cell, *tops* are the
@@ -259,7 +259,7 @@ def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
             busy_svg = ops_svg = queue_svg = ""
             rate = "0"
         cells = (
-            ("name", name.format(c.id), ""),
+            ("name", NOWRAP.format(name.format(c.id)), ""),
             ("stop_flag", flag_word(c.stop_flag), ""),
             ("busy", f'<span class="tc-busy-pct">{busy:.0%}</span>', NUM),
             ("busy-plot", busy_svg, ""),

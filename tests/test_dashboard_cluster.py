@@ -240,7 +240,7 @@ def test_an_engine_blocked_outside_python_is_not_called_gil_bound():
         cell = board.shown(0, "engine", "busy")
         assert re.fullmatch(r"CPU \d+% · busy \d+% blocked", cell), cell
         assert "GIL" not in cell
-        title = re.search(r'<b title="([^"]*)">blocked</b>', board._table.value).group(1)
+        title = re.search(r'<b [^>]*title="([^"]*)">blocked</b>', board._table.value).group(1)
         assert "time.sleep" in title and "tc.sleep" in title, title  # what to do about it
     finally:
         stop.set()
