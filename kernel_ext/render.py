@@ -314,8 +314,9 @@ def task_table(infos: Sequence[tc.TaskInfo]) -> str:
     states = " &middot; ".join(f"<b>{k}</b>: {v}" for k, v in STATES)
     return (
         f'<div class="tc-tasks-scroll" style="max-height:{TASKS_HEIGHT}px;overflow:auto">'
-        '<table class="tc-tasks" style="font-size:11px;white-space:nowrap">'
+        '<table class="tc-tasks" style="font-size:11px;line-height:1.3;white-space:nowrap">'
         "<tr><th>id</th><th>name</th><th>context</th><th>state</th><th>age</th>"
         f"<th>waits on</th></tr>{rows}</table>{tail}</div>"
-        f'<div style="font-size:10px;color:#666;white-space:normal">{states}</div>'
+        f'<div style="font-size:10px;line-height:1.3;color:#666;white-space:normal">{states}'
+        "</div>"
     )
