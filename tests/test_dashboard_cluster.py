@@ -262,3 +262,24 @@ def test_the_engine_flag_tells_waiting_for_the_gil_from_blocking():
     # a machine short of CPU: time waiting for a core is neither
     gil, blocked = off_cpu(busy=[1.0], cpu=[0.4], cpu_wait=[0.6], process=0.4)
     assert gil == pytest.approx(0.0) and blocked == pytest.approx(0.0)
+
+
+def test_every_engines_rows_share_one_scale_per_quantity():
+    from tinycoro.core.stats import ContextStats
+    from tinycoro.kernel_ext.cluster_dashboard import cluster_table
+    from tinycoro.kernel_ext.history import History
+
+    def stats(ops: int, parked: int) -> tc.SchedulerStats:
+        ctx = ContextStats(id=0, queued=0, io_pending=0, io_inflight=0, parked=parked,
+                           tasks_run=0, busy=0.5, stop_flag=1, sleeping=False, ops=ops)
+        return tc.SchedulerStats(stop_token=1, accepting=True, running=True, contexts=(ctx,))
+
+    histories = {0: History(), 1: History()}
+    for k in range(9):  # engine 0: 6,500 I/O ops/s and 3 parked; engine 1: 30/s and 40 parked
+        t = k * 0.25
+        histories[0].add(100 + t, stats(int(6500 * t), 3))
+        histories[1].add(100 + t, stats(int(30 * t), 40))
+    engines = (Engine(0, "a", 1), Engine(1, "b", 2))
+    table = cluster_table(engines, {0: stats(0, 3), 1: stats(0, 40)}, histories, None, 102.0)
+    assert re.findall(r'tc-plot-ops".*?<div[^>]*>([^<]*)</div>', table) == ["0-10k/s"] * 2
+    assert re.findall(r'tc-plot-queues".*?<div[^>]*>([^<]*)</div>', table) == ["0-50 tasks"] * 2
