@@ -5,7 +5,7 @@ Layout (one group per engine; ``~~~`` are sparklines over the last 60 seconds)::
 
     tinycoro cluster · 2 engines · 4 contexts · running · failed 0 · 2 CPU cores here
     engine / context     has work   now / CPU                last min           ...  finished
-    engine 0 · host:4711 2 of 2     CPU 99% · busy 100% GIL-bound  ~~~~~      ...          20412
+    engine 0 host:4711   2 of 2     CPU 99% · busy 100% GIL-bound  ~~~~~      ...          20412
       ctx 0              yes        100%                           ~~~~~      ...          10231
       ctx 1              yes        100%                           ~~~~~      ...          10181
     engine 1 · host:4712 ...
@@ -15,6 +15,9 @@ Why CPU beside busy: a context is "busy" while it runs Python code, and under th
 contexts of one process can both be busy while only one of them runs at a time. They then
 spend two seconds running tasks per second while the process gets one second of CPU: the
 engine is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
+A context blocked in a call outside Python (time.sleep, blocking I/O) is busy too, at no CPU,
+and needs its task fixed instead: :func:`off_cpu` tells the two apart from each context's
+thread time on a CPU and waiting for one, and the row says "blocked" for it.
 Both are shares of the same last second (:mod:`tinycoro.core.timeshare`): compared over
 different windows, an engine that just went idle looked GIL-bound ("CPU 1% · busy 86%"). The
 engine row's busy is its contexts' average, a share like theirs, never above 100%; its CPU is a
@@ -46,8 +49,8 @@ from .history import CpuMeter, History
 from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
 from .render import COLUMNS as CONTEXT_COLUMNS
 from .render import (
-    NUM, cell_text, context_rows, count, head_row, row_html, sparkline, table_html, task_table,
-    task_title,
+    NOWRAP, NUM, cell_text, context_rows, count, failed_html, head_row, row_html, scales, sparkline, table_html,
+    task_table, task_title,
 )
 from .widgets import Board, need_widgets, task_list
 
@@ -63,9 +66,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("last min", "contexts: busy over the last 60 s; engine: process CPU over the last 60 s"),
     *CONTEXT_COLUMNS[4:],
 )
-# Its contexts ran tasks for half a second per second more than the process had CPU: they
-# waited for the GIL.
+# Its contexts waited, awake, for the GIL (or were blocked outside Python) for half a second
+# per second or more: worth a flag.
 GIL_BOUND = 0.5
+BLOCKED = 0.5
 
 
 class EngineLike(Protocol):
@@ -92,50 +96,89 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
              running: bool) -> str:
     contexts = sum(len(s.contexts) for s in stats.values())
     failed = sum(s.failed for s in stats.values())
-    fail_style = ' style="color:#c0392b"' if failed else ""
     state = "running" if running else "stopped"
     return (
         f"<b>tinycoro cluster</b> &middot; {counted(len(engines), 'engine')} "
         f"&middot; {counted(contexts, 'context')} "
         f"&middot; {state} &middot; "
-        f'<span class="tc-failed"{fail_style} title="tasks that ended with an exception '
-        f'nobody awaiting them, all engines, since the start">failed <b>{failed}</b></span> '
+        f"{failed_html(failed, 0, 'all engines, since the start')} "
         f"&middot; {os.cpu_count()} CPU cores here"
     )
 
 
-def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool) -> str:
-    """The engine row's busy cell, on one line: process CPU, its contexts' average busy, and
-    the GIL-bound flag when they ran tasks for :data:`GIL_BOUND` s per second or more beyond
-    the CPU the process had, over the same last second."""
+def off_cpu(busy: Sequence[float], cpu: Sequence[float], cpu_wait: Sequence[float],
+            process: float) -> tuple[float, float]:
+    """Why an engine's contexts were awake without running, in seconds per second: (waiting
+    for the GIL, blocked outside Python), from each context's busy share, the shares its
+    thread ran on a CPU and waited for one, and the process's CPU share (1.0 = one core).
+
+    An awake context that neither runs nor waits for a core sleeps in the kernel: on the GIL,
+    or in a call that released it (time.sleep, blocking I/O, a lock). The two look alike from
+    outside, but a thread can wait for the GIL only while another thread holds it, that is
+    runs Python or waits for a core with it: at most the process's CPU beside its own, plus
+    the other contexts' waits for a core. The rest of its off-CPU time it was blocked with
+    the GIL free. (Comparing the sum of busy with the process CPU alone called a context
+    blocked in time.sleep "GIL-bound": awake, at 0% CPU.)"""
+    gil = blocked = 0.0
+    for i, (b, c, w) in enumerate(zip(busy, cpu, cpu_wait)):
+        off = max(0.0, b - c - w)
+        held = max(0.0, process - c) + sum(cpu_wait) - w  # others held (or queued with) it
+        waited = min(off, held)
+        gil += waited
+        blocked += off - waited
+    return gil, blocked
+
+
+def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]]) -> str:
+    """The engine row's flags: GIL-bound, blocked (each with what to do in its tooltip), or
+    none; none while a context's CPU is not yet measured."""
+    threads = [p[-1] for p in points if p]
+    if len(threads) != len(busy) or any(t.cpu is None or t.cpu_wait is None for t in threads):
+        return ""
+    gil, blocked = off_cpu(busy, [t.cpu for t in threads], [t.cpu_wait for t in threads], cpu)
+    flag = ""
+    if gil >= GIL_BOUND:
+        flag += (f' <b style="white-space:nowrap" title="its contexts waited {gil:.1f} s per second for the GIL while the '
+                 f'process had {cpu:.1f} s of CPU: one process runs Python on one core at a '
+                 'time; more engines, not more contexts, add CPU">GIL-bound</b>')
+    if blocked >= BLOCKED:
+        flag += (f' <b style="white-space:nowrap" title="its contexts were awake {blocked:.1f} s per second without CPU, '
+                 'the GIL free: a task blocks its context in a call outside Python (time.sleep, '
+                 'blocking I/O or a lock); await tc.sleep or tinycoro\'s I/O instead, or run '
+                 'the call in a thread">blocked</b>')
+    return flag
+
+
+def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
+              points: Sequence[Sequence[Any]] = ()) -> str:
+    """The engine row's busy cell: process CPU, its contexts' average busy, and the flags
+    (:func:`off_cpu`) over the same last second; *points* are its contexts' histories."""
     if not running:
         return '<span class="tc-cpu-pct">stopped</span>'
     mean = sum(busy) / len(busy) if busy else 0.0
-    avg = (f'<span class="tc-busy-sum" style="color:#777" title="its contexts\' average busy'
-           f'">busy {mean:.0%}</span>')
+    avg = (f'<span class="tc-busy-sum" style="color:#777;white-space:nowrap" title="its '
+           f'contexts\' average busy">busy {mean:.0%}</span>')
     if cpu is None:
         return f'<span class="tc-cpu-pct">CPU measuring</span> · {avg}'
-    shown = (f'<span class="tc-cpu-pct" title="{cpu:.2f} s of CPU per second (all its '
-             f'threads)">CPU {min(cpu, 1.0):.0%}</span>')
-    flag = ""
-    if sum(busy) - cpu >= GIL_BOUND:
-        flag = (f' <b title="its contexts ran tasks for {sum(busy):.1f} s per second, the process '
-                f'had {cpu:.1f} s of CPU: they wait for the GIL; more engines, not more contexts, '
-                'add CPU">GIL-bound</b>')
+    shown = (f'<span class="tc-cpu-pct" style="white-space:nowrap" title="{cpu:.2f} s of CPU '
+             f'per second (all its threads)">CPU {min(cpu, 1.0):.0%}</span>')
+    flag = _flags(cpu, busy, points)
     return f'<span style="font-size:11px">{shown} · {avg}{flag}</span>'
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
-                cpu: CpuMeter | None, now: float, running: bool = True) -> str:
+                cpu: CpuMeter | None, now: float, running: bool = True,
+                tops: tuple[float, float] | None = None) -> str:
     """One engine's group: its own row (process CPU beside its contexts' average busy, and the
     sums of their counters), then the local dashboard's row of each of its contexts."""
     scope = f"e{engine.id}-"
     where = f"{html.escape(engine.host)}:{engine.pid}"
-    # host:pid on the engine's line, cut short (a long host name must not widen the table
-    # beyond a 1400 px JupyterLab); the whole of it in the tooltip
-    name = (f'engine {engine.id} · <span title="{where}" style="display:inline-block;'
-            f'max-width:60px;overflow:hidden;text-overflow:ellipsis;vertical-align:bottom;'
-            f'font-weight:normal;font-size:11px">{where}</span>')
+    # host:pid beside the engine (below it when the notebook is narrow), the host by its
+    # short name: a cloud machine's full name would widen the table beyond a 900 px notebook,
+    # and cutting it shows a fragment (the whole of it is the tooltip)
+    name = (f'{NOWRAP.format(f"engine {engine.id}")} · <span title="{where}" style="white-space:'
+            f'nowrap;font-weight:normal;font-size:11px">{html.escape(_short(engine.host))}:'
+            f"{engine.pid}</span>")
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
         return row_html(f"{scope}engine", empty, ' class="tc-engine"')
@@ -148,13 +191,12 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     if points:  # a share of one core, as the cell shows it
         cpu_svg = sparkline([p.t for p in points], [("busy", [min(p.cpu, 1.0) for p in points])],
                             now, 1.0, "CPU 0-100%", "tc-plot-cpu")
-    rate = 0.0
-    if history is not None:
-        rate = sum(pts[-1].ops_rate for i in range(len(ctxs)) if (pts := history.points(i)))
+    histories = [history.points(i) if history is not None else [] for i in range(len(ctxs))]
+    rate = sum(pts[-1].ops_rate for pts in histories if pts)
     cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
-        ("stop_flag", f"{stats.stop_token} of {len(ctxs)}", ""),
-        ("busy", _cpu_cell(cpu_now, busy, live), ""),
+        ("stop_flag", NOWRAP.format(f"{stats.stop_token} of {len(ctxs)}"), ""),
+        ("busy", _cpu_cell(cpu_now, busy, live, histories), ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", count(rate), NUM),
         ("ops-plot", "", ""),
@@ -167,7 +209,15 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     ]
     head = row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
     shown = stats if running else _stopped(stats)
-    return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}")
+    return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}",
+                               tops=tops)
+
+
+def _short(host: str) -> str:
+    """A host's name up to its first dot (``hostname -s``); an IP address whole."""
+    if host.replace(".", "").isdigit() or ":" in host:
+        return host
+    return host.split(".", 1)[0]
 
 
 def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:
@@ -179,8 +229,11 @@ def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.Schedule
                   histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
                   running: bool = True) -> str:
     """Every engine's group, in engine order, as one HTML table (one comm message a tick)."""
+    # every engine's contexts on one scale per quantity
+    tops = scales(h.points(i) for e in engines if (h := histories.get(e.id)) is not None
+                  and (s := stats.get(e.id)) is not None for i in range(len(s.contexts)))
     rows = "".join(
-        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running)
+        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running, tops)
         for e in sorted(engines, key=lambda e: e.id)
     )
     return table_html(rows, head_row(COLUMNS))

@@ -1,7 +1,7 @@
 """Live scheduler dashboard: current numbers and the last minute of history, per context.
 
-Layout (one row per context; ``~~~`` are SVG sparklines over the last 60 seconds; it fits the
-notebook column of JupyterLab's default layout at 1400 px with the file browser open)::
+Layout (one row per context; ``~~~`` are SVG sparklines over the last 60 seconds; it fits a
+notebook column of 900 px, wrapping cells between words where there is no room for one line)::
 
     tinycoro · round_robin · running · accepting work · contexts with work 2 of 2 ●● · failed 0
                       busy          I/O ops/s          tasks now, by state                    

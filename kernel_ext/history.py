@@ -30,6 +30,10 @@ class Point:
     inflight: int  # I/O in flight, sleeps left out
     parked: int
     sleeping: int = 0
+    # shares of the last second the context's thread ran on a CPU, and waited for one (None
+    # until two readings span some time): beside busy, why an awake context did not run
+    cpu: float | None = None
+    cpu_wait: float | None = None
 
 
 def keep(kept: "collections.deque[Any]", point: Any, step: float, span: float) -> bool:
@@ -54,13 +58,18 @@ class History:
         self.step = step
         self._kept: list[collections.deque[Point]] = []
         self._last: list[Point | None] = []
-        # (t, io_ops) readings per context, as much as the last second's rate needs
+        # (t, amount) readings per context of its cumulative I/O ops, CPU seconds and seconds
+        # waiting for a CPU: as much as the last second's rate needs
         self._ops: list[tuple[timeshare.Sample, ...]] = []
+        self._cpu: list[tuple[timeshare.Sample, ...]] = []
+        self._wait: list[tuple[timeshare.Sample, ...]] = []
 
     def rebase(self) -> None:
         """The counters start again from zero (another scheduler): keep the points, forget
         the counters' readings so that no rate comes out negative."""
         self._ops = [()] * len(self._ops)
+        self._cpu = [()] * len(self._cpu)
+        self._wait = [()] * len(self._wait)
 
     def add(self, now: float, stats: tc.SchedulerStats) -> None:
         n = len(stats.contexts)
@@ -68,10 +77,18 @@ class History:
             self._kept.append(collections.deque())
             self._last.append(None)
             self._ops.append(())
-        del self._kept[n:], self._last[n:], self._ops[n:]  # a restart with fewer
+            self._cpu.append(())
+            self._wait.append(())
+        # a restart with fewer
+        del self._kept[n:], self._last[n:], self._ops[n:], self._cpu[n:], self._wait[n:]
         for i, c in enumerate(stats.contexts):
+            shown = self._last[i] or (self._kept[i][-1] if self._kept[i] else None)
+            self._cpu[i], cpu = _share(self._cpu[i], now, c.cpu)
+            self._wait[i], wait = _share(self._wait[i], now, c.cpu_wait)
             point = Point(now, c.busy if stats.running else 0.0, self._rate(i, now, c.io_ops),
-                          c.queued, c.in_io, c.parked, c.sleeps)
+                          c.queued, c.in_io, c.parked, c.sleeps,
+                          cpu if cpu is not None else (shown.cpu if shown else None),
+                          wait if wait is not None else (shown.cpu_wait if shown else None))
             kept = self._kept[i]
             self._last[i] = None if keep(kept, point, self.step, self.span) else point
 
@@ -97,6 +114,16 @@ class History:
         if last is not None:
             out.append(last)
         return out
+
+
+def _share(readings: tuple[timeshare.Sample, ...], now: float,
+           total: float) -> tuple[tuple[timeshare.Sample, ...], float | None]:
+    """A cumulative amount of seconds read at *now*: the readings with it, and its growth
+    per second over the last second in [0, 1] (None: too close to the last reading)."""
+    if readings and total < readings[-1][1]:  # another thread, or counters restarted
+        readings = ()
+    readings, share = timeshare.sample(readings, now, total)
+    return readings, None if share is None else min(1.0, max(0.0, share))
 
 
 @dataclass(frozen=True)

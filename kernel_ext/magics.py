@@ -13,6 +13,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
+from tinycoro.core import readers
 from tinycoro.core.checks import DISPATCH
 from tinycoro.core.stats import counted, format_stats
 
@@ -109,7 +110,8 @@ class TinycoroMagics(Magics):
     def _status(self, args: argparse.Namespace) -> None:
         sched = self.ext.scheduler
         stats = sched.stats()
-        text = format_stats(stats, sched.dispatch)
+        # the cells' own context too: a cell's awaited I/O runs there, on the main thread
+        text = format_stats(stats, sched.dispatch, cells=readers.guest_stats(self.ext.engine))
         emit(text if stats.running else text + "\n" + _STOPPED)
 
     def _tasks(self, args: argparse.Namespace) -> None:

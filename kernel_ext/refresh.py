@@ -136,6 +136,7 @@ class Refresher(RefreshThread):
     def _tick(self, boards: list[Any]) -> bool:
         scheduler, history = self.scheduler, self.history
         stats = scheduler.stats()
+        unawaited = len(scheduler.failures())  # a failure awaited after all leaves the red
         now = time.monotonic()
         history.add(now, stats)
         tasks = None
@@ -146,7 +147,7 @@ class Refresher(RefreshThread):
         def show(board: Dashboard) -> None:
             if board.scheduler is not scheduler:
                 board.bind(scheduler)
-            board.apply(stats, history, now, tasks)
+            board.apply(stats, history, now, tasks, unawaited)
 
         for board in boards:
             self._show(board, lambda: show(board))

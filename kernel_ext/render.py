@@ -24,8 +24,9 @@ from tinycoro.core.waits import summary as wait_summary
 from .history import SPAN, History, Point
 
 __all__ = [
-    "COLUMNS", "GROUPS", "LEGEND", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
-    "count", "head_row", "nice_top", "row_html", "scheduler_summary", "scheduler_table",
+    "COLUMNS", "GROUPS", "LEGEND", "NOWRAP", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
+    "failed_html",
+    "axis", "count", "head_row", "nice_top", "row_html", "scales", "scheduler_summary", "scheduler_table",
     "sparkline", "table_html", "task_table", "task_title",
 ]
 
@@ -64,8 +65,7 @@ LEGEND = (
 COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
           "sleeping": "#2e8b3a", "parked": "#c0392b"}
 SERIES_OF = {"ready": "queued", "in I/O": "inflight", "sleeping": "sleeping", "parked": "parked"}
-# 90 px: three plots a row leave room, at 1400 px with the file browser open, for a cluster
-# engine row flagged GIL-bound on one line
+# 90 px: three plots a row leave room for the numbers in a 900 px notebook column
 PLOT_W, PLOT_H = 90, 30
 
 
@@ -99,7 +99,8 @@ def sparkline(
         f'<div class="tc-plot {css}" style="line-height:0">'
         f'<svg width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}">'
         f'<rect width="{PLOT_W}" height="{PLOT_H}" fill="#f6f6f6"/>{paths}</svg>'
-        f'<div style="font-size:9px;line-height:10px;color:#777">{label}</div></div>'
+        f'<div style="font-size:9px;line-height:10px;color:#777;white-space:nowrap">{label}'
+        "</div></div>"
     )
 
 
@@ -115,25 +116,57 @@ def count(n: float) -> str:
     return f"{n / 1000:.1f}k" if n >= 10_000 else f"{n:,.0f}"
 
 
-def plots(points: list[Point], now: float) -> tuple[str, str, str]:
+def axis(top: float) -> str:
+    """A plot's maximum (a :func:`nice_top`) as its caption writes it: 500, 2k, 10k, 1M."""
+    for unit, word in ((1e6, "M"), (1e3, "k")):
+        if top >= unit:
+            return f"{top / unit:g}{word}"
+    return f"{top:g}"
+
+
+def scales(histories: Iterable[Sequence[Point]]) -> tuple[float, float]:
+    """The y maxima of the I/O-rate and the task plots, one for every row of a dashboard: the
+    same quantity on the same scale, so that rows compare at a glance; each the smallest
+    :func:`nice_top` above every row's last minute."""
+    ops = tasks = 0.0
+    for points in histories:
+        for p in points:
+            ops = max(ops, p.ops_rate)
+            tasks = max(tasks, p.queued, p.inflight, p.parked, p.sleeping)
+    return nice_top(ops), nice_top(tasks)
+
+
+def plots(points: list[Point], now: float, tops: tuple[float, float]) -> tuple[str, str, str]:
+    """One row's plots: busy (0-100%), then I/O rate and tasks on the dashboard's *tops*."""
     ts = [p.t for p in points]
     busy = sparkline(ts, [("busy", [p.busy for p in points])], now, 1.0,
                      "0-100%", "tc-plot-busy")
-    ops_top = nice_top(max((p.ops_rate for p in points), default=0.0))
+    ops_top, queue_top = tops
     ops = sparkline(ts, [("ops", [p.ops_rate for p in points])], now, ops_top,
-                    f"0-{count(ops_top)}/s", "tc-plot-ops")
-    queue_top = nice_top(max((max(p.queued, p.inflight, p.parked, p.sleeping)
-                               for p in points), default=0))
+                    f"0-{axis(ops_top)}/s", "tc-plot-ops")
     queues = sparkline(
         ts,
         [("queued", [p.queued for p in points]), ("inflight", [p.inflight for p in points]),
          ("sleeping", [p.sleeping for p in points]), ("parked", [p.parked for p in points])],
-        now, queue_top, f"0-{count(queue_top)} tasks", "tc-plot-queues",
+        now, queue_top, f"0-{axis(queue_top)} tasks", "tc-plot-queues",
     )
     return busy, ops, queues
 
 
-def scheduler_summary(stats: tc.SchedulerStats, dispatch: str) -> str:
+def failed_html(failed: int, unawaited: int, where: str) -> str:
+    """The summary's failure count: every task that failed with nobody awaiting it (since the
+    start, *where*), and in red those of the recent ones nobody has awaited since; a failure
+    awaited after all (``Scheduler.failures()`` drops it) leaves the red."""
+    red = (f' &middot; <span class="tc-unawaited" style="color:#c0392b" title="recent failures '
+           f'nobody has awaited yet (%tinycoro tasks lists them)"><b>{unawaited}</b> nobody '
+           f"awaited</span>") if unawaited else ""
+    return (f'<span class="tc-failed" title="tasks that raised an exception with nobody '
+            f'awaiting them when they ended, {where}">failed <b>{failed}</b></span>{red}')
+
+
+def scheduler_summary(stats: tc.SchedulerStats, dispatch: str, unawaited: int = 0) -> str:
+    """The summary line; *unawaited*: how many of the recent failures nobody has awaited
+    (``len(Scheduler.failures())``)."""
     state = "running" if stats.running else "stopped"
     accepting = "accepting work" if stats.accepting else "not accepting work"
     flags = "".join(
@@ -141,16 +174,12 @@ def scheduler_summary(stats: tc.SchedulerStats, dispatch: str) -> str:
         f'style="color:{"#2e8b3a" if c.stop_flag else "#bbb"}">&#9679;</span>'
         for c in stats.contexts
     )
-    failed = stats.failed
-    fail_style = ' style="color:#c0392b"' if failed else ""
     return (
         f"<b>tinycoro</b> &middot; {dispatch} &middot; {state} &middot; {accepting} &middot; "
         f'<span class="tc-token" title="how many contexts hold tasks or I/O (the stop token); '
         f'the scheduler may stop once none does and no new work can come">contexts with work '
         f"<b>{stats.stop_token}</b> of {len(stats.contexts)}</span> {flags} &middot; "
-        f'<span class="tc-failed"{fail_style} title="tasks that raised an exception with '
-        f'nobody awaiting them, since the start (%tinycoro tasks lists them)">failed '
-        f"<b>{failed}</b></span>"
+        + failed_html(stats.failed, unawaited, "since the start")
     )
 
 def flag_word(flag: int) -> str:
@@ -160,7 +189,12 @@ def flag_word(flag: int) -> str:
 
 TD = '<td class="tc-{key} tc-{f}" style="padding:1px 4px{style}">{v}</td>'
 NUM = ";text-align:right"
-TH_CSS = "white-space:nowrap;padding:1px 4px;text-align:left;font-weight:normal"
+# No cell is kept on one line: a narrow notebook (900 px) wraps headers and phrases between
+# words (the auto table layout takes each column's one-line width while there is room, and
+# shrinks toward its longest word when not); what must stay whole is in a NOWRAP span.
+TH_CSS = "padding:1px 4px;text-align:left;font-weight:normal;vertical-align:bottom"
+NOWRAP = '<span style="white-space:nowrap">{}</span>'
+
 
 
 def head_row(columns: Sequence[tuple[str, str]] = COLUMNS,
@@ -183,9 +217,11 @@ def head_row(columns: Sequence[tuple[str, str]] = COLUMNS,
 def table_html(rows: str, head: str) -> str:
     """The ``<table>`` around header rows and rows (HTML strings), and the one-line legend."""
     return (
+        # line-height: a widget's HTML has the height of a widget row (28 px) per line
         '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
-        f'white-space:nowrap">{head}{rows}</table>'
-        f'<div class="tc-legend" style="font-size:11px;color:#555;white-space:normal">'
+        f'line-height:1.3;white-space:normal">{head}{rows}</table>'
+        '<div class="tc-legend" style="font-size:11px;line-height:1.3;color:#555;'
+        'white-space:normal">'
         f"{LEGEND}</div>"
     )
 
@@ -204,21 +240,26 @@ def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -
 
 
 def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
-                 scope: str = "", name: str = "ctx {}") -> str:
+                 scope: str = "", name: str = "ctx {}",
+                 tops: tuple[float, float] | None = None) -> str:
     """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
-    cluster dashboard passes ``e<engine>-``), *name* formats the first cell."""
+    cluster dashboard passes ``e<engine>-``), *name* formats the first cell, *tops* are the
+    plots' maxima (:func:`scales`; by default, of these rows)."""
     rows = []
+    every = [history.points(i) if history is not None else [] for i in range(len(stats.contexts))]
+    if tops is None:
+        tops = scales(every)
     for i, c in enumerate(stats.contexts):
         busy = c.busy if stats.running else 0.0
-        points = history.points(i) if history is not None else []
+        points = every[i]
         if points:
-            busy_svg, ops_svg, queue_svg = plots(points, now)
+            busy_svg, ops_svg, queue_svg = plots(points, now, tops)
             rate = count(points[-1].ops_rate)
         else:
             busy_svg = ops_svg = queue_svg = ""
             rate = "0"
         cells = (
-            ("name", name.format(c.id), ""),
+            ("name", NOWRAP.format(name.format(c.id)), ""),
             ("stop_flag", flag_word(c.stop_flag), ""),
             ("busy", f'<span class="tc-busy-pct">{busy:.0%}</span>', NUM),
             ("busy-plot", busy_svg, ""),
@@ -273,8 +314,9 @@ def task_table(infos: Sequence[tc.TaskInfo]) -> str:
     states = " &middot; ".join(f"<b>{k}</b>: {v}" for k, v in STATES)
     return (
         f'<div class="tc-tasks-scroll" style="max-height:{TASKS_HEIGHT}px;overflow:auto">'
-        '<table class="tc-tasks" style="font-size:11px;white-space:nowrap">'
+        '<table class="tc-tasks" style="font-size:11px;line-height:1.3;white-space:nowrap">'
         "<tr><th>id</th><th>name</th><th>context</th><th>state</th><th>age</th>"
         f"<th>waits on</th></tr>{rows}</table>{tail}</div>"
-        f'<div style="font-size:10px;color:#666;white-space:normal">{states}</div>'
+        f'<div style="font-size:10px;line-height:1.3;color:#666;white-space:normal">{states}'
+        "</div>"
     )

@@ -75,7 +75,8 @@ class Dashboard(Board):
     def bind(self, scheduler: tc.Scheduler) -> None:
         """Show *scheduler* (at creation, and on the refresher thread after a follow)."""
         stats = scheduler.stats()
-        self._summary.value = scheduler_summary(stats, scheduler.dispatch)
+        self._summary.value = scheduler_summary(stats, scheduler.dispatch,
+                                                len(scheduler.failures()))
         self._table.value = scheduler_table(stats, None, 0.0)
         self.contexts = scheduler.contexts  # after the table: readers see rows, then the count
         self.scheduler = scheduler
@@ -94,14 +95,15 @@ class Dashboard(Board):
         return self._tasks_box.selected_index == 0
 
     def apply(self, stats: tc.SchedulerStats, history: History | None = None,
-              now: float | None = None, tasks: Sequence[tc.TaskInfo] | None = None) -> None:
-        """Show one snapshot (and the history that ends with it). Called only by the
-        refresher thread."""
+              now: float | None = None, tasks: Sequence[tc.TaskInfo] | None = None,
+              unawaited: int = 0) -> None:
+        """Show one snapshot (and the history that ends with it; *unawaited*: how many recent
+        failures nobody has awaited). Called only by the refresher thread."""
         if now is None:
             now = time.monotonic()
         with self._summary.hold_sync(), self._table.hold_sync(), self._tasks.hold_sync(), \
                 self._tasks_box.hold_sync():
-            self._summary.value = scheduler_summary(stats, self.scheduler.dispatch)
+            self._summary.value = scheduler_summary(stats, self.scheduler.dispatch, unawaited)
             self._table.value = scheduler_table(stats, history, now)
             if tasks is not None:
                 self._tasks_box.set_title(0, task_title(tasks))

@@ -67,10 +67,11 @@ _CLUSTER_CELLS = [
     "               EngineInfo(1, 'ip-10-0-12-35.eu-west-1.compute.internal', 27887))\n"
     "    def load(self):\n"
     "        s = tc.get_default_scheduler().stats()\n"
-    "        # engine 1's contexts always busy: its row flagged GIL-bound, as wide as it gets\n"
+    "        # engine 1's contexts always busy, its process a whole core: its contexts wait\n"
+    "        # for the GIL, the row flagged GIL-bound, as wide as it gets\n"
     "        hot = dataclasses.replace(s, contexts=tuple(dataclasses.replace(c, busy=1.0)\n"
     "                                                    for c in s.contexts))\n"
-    "        return {0: EngineLoad(s, time.process_time()), 1: EngineLoad(hot, 0.0)}\n"
+    "        return {0: EngineLoad(s, time.process_time()), 1: EngineLoad(hot, time.monotonic())}\n"
     "    def tasks(self):\n"
     "        t = tc.get_default_scheduler().tasks()\n"
     "        return {e.id: t for e in self.engines}\n"
@@ -79,8 +80,16 @@ _CLUSTER_CELLS = [
     "ClusterRefresher(Cluster()).dashboard()",
     "%tinycoro status",
     "%tinycoro tasks",
-    "cluster = tc.cluster.start(2, progress=False)\ncluster.dashboard()",
+    "cluster = tc.cluster.start(2, progress=False)\n"
+    "async def die():\n"
+    "    import os\n"
+    "    os._exit(1)  # the engine process ends: the cluster loses it\n"
+    "cluster.dashboard()",
 ]
+# Typed into new cells after the checks of the last one (the test loses an engine then).
+_LOSE_ENGINE = "await cluster.submit(die, engine=1)"
+_PX_AFTER = "%px print('still here')"
+NOTEBOOK_WIDTH = 900  # px of a narrow notebook: a laptop with the file browser open
 
 
 def _cluster_notebook() -> dict:
@@ -245,6 +254,35 @@ _OVERFLOW = """board => {
           panel_scrolls: panel ? panel.scrollWidth > panel.clientWidth + 1 : false};
 }"""
 
+def _narrow(page, board) -> None:
+    """Make the notebook's output column :data:`NOTEBOOK_WIDTH` px wide (the window narrower
+    by what it has beyond that) and wait until the layout has followed."""
+    area = board.evaluate(_OVERFLOW)["area_width"]
+    size = page.viewport_size
+    width = int(size["width"] - (area - NOTEBOOK_WIDTH))
+    page.set_viewport_size({"width": width, "height": size["height"]})
+    deadline = time.monotonic() + 30  # a bound, not a speed check
+    while board.evaluate(_OVERFLOW)["area_width"] > NOTEBOOK_WIDTH + 1:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the notebook column stayed wider than {NOTEBOOK_WIDTH} px")
+        page.wait_for_timeout(100)
+    page.wait_for_timeout(600)  # two refreshes of the dashboard at this width
+
+
+def _fits_narrow(page, board, shot: Path) -> None:
+    """At :data:`NOTEBOOK_WIDTH` px: no part of the dashboard past the column or clipped."""
+    _narrow(page, board)
+    board.evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.screenshot(path=str(shot))
+    fit = board.evaluate(_OVERFLOW)
+    assert fit["table_right"] <= fit["area_right"] + 1, fit
+    assert not fit["area_scrolls"] and not fit["panel_scrolls"], fit
+    table = board.locator(".tc-table-widget").first
+    assert table.evaluate(_OVERFLOWING) == []
+    assert "…" not in board.inner_text()
+    assert board.evaluate(_BROKEN_PHRASES) == []
+
+
 # Internal words a task list must never show (it speaks plain words): reprs of ops, groups and tasks.
 _INTERNAL = re.compile(r"<Op |ud=|<TaskGroup|<Task \d|<Event |<Semaphore |<Mutex ")
 
@@ -364,6 +402,7 @@ def test_dashboard_fits_moves_and_speaks_plainly_in_jupyterlab_after_run_all(chr
             cells.nth(2).evaluate("e => e.scrollIntoView({block: 'start'})")
             page.wait_for_timeout(600)  # let the layout settle and the widget refresh twice
             page.screenshot(path=str(shots / "dashboard-tasks.png"))
+            _fits_narrow(page, board, shots / "dashboard-900px.png")
         except BaseException:
             shot = tmp_path / "failure.png"
             page.screenshot(path=str(shot))
@@ -375,22 +414,116 @@ def test_dashboard_fits_moves_and_speaks_plainly_in_jupyterlab_after_run_all(chr
         assert (shots / name).stat().st_size > 10_000
 
 
-# How many lines the text of each engine row's name, has-work and busy cells takes: the
-# distinct tops of its line boxes.
-_ENGINE_LINES = """board => Array.from(board.querySelectorAll(
-    '.tc-engine .tc-name, .tc-engine .tc-busy, .tc-engine .tc-stop_flag')).map(el => {
-  const r = document.createRange(); r.selectNodeContents(el);
-  const tops = new Set(Array.from(r.getClientRects()).filter(x => x.width > 0)
-                       .map(x => Math.round(x.top)));
-  return [el.className, el.innerText, tops.size];
-})"""
+# Every element of a dashboard that runs past the right edge of its box (the notebook column
+# it was given), and every one whose text is clipped (a box narrower than what it holds, with
+# overflow other than visible: an ellipsis, a cut, a scroll bar), as [tag, class, text].
+_OVERFLOWING = """(box) => {
+  const right = box.getBoundingClientRect().right;
+  const bad = [];
+  for (const el of box.querySelectorAll('*')) {
+    const what = [el.tagName, String(el.getAttribute('class')), el.textContent.slice(0, 40)];
+    if (el.getBoundingClientRect().right > right + 1) bad.push(['overflows', ...what]);
+    if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== 'visible')
+      bad.push(['clipped', ...what]);
+  }
+  return bad;
+}"""
+
+
+def _widest_dashboards() -> tuple[str, str]:
+    """The HTML of a scheduler's and a cluster's dashboard at their widest: counters of nine
+    digits, 200k I/O ops/s, cloud host names, an engine flagged GIL-bound and one blocked."""
+    import tinycoro as tc
+    from tinycoro.cluster import EngineInfo
+    from tinycoro.core.stats import ContextStats
+    from tinycoro.kernel_ext.cluster_dashboard import _summary, cluster_table
+    from tinycoro.kernel_ext.history import CpuMeter, History
+    from tinycoro.kernel_ext.render import scheduler_summary, scheduler_table
+
+    def stats(t: float) -> tc.SchedulerStats:
+        ctxs = tuple(ContextStats(
+            id=i, queued=12345, io_pending=0, io_inflight=2345, parked=54321,
+            tasks_run=123456789, busy=1.0, stop_flag=1, sleeping=False, ops=int(rate * t),
+            sleeps=1234, cpu=0.5 * t * (1 - i), cpu_wait=0.0,
+        ) for i, rate in enumerate((200_000, 6_500)))
+        return tc.SchedulerStats(stop_token=2, accepting=True, running=True, contexts=ctxs,
+                                 failed=123)
+
+    history, histories, cpu = History(), {0: History(), 1: History()}, CpuMeter()
+    for k in range(12):
+        t = k * 0.25
+        for h in (history, *histories.values()):
+            h.add(100 + t, stats(t))
+        cpu.add(0, 100 + t, t)  # one core: its contexts wait for the GIL
+        cpu.add(1, 100 + t, 0.01 * t)  # idle: its contexts are blocked
+    now, last = 100 + 11 * 0.25, stats(11 * 0.25)
+    local = scheduler_summary(last, "round_robin", 20) + scheduler_table(last, history, now)
+    engines = tuple(EngineInfo(i, f"ip-10-0-12-3{i}.eu-west-1.compute.internal", 27886 + i)
+                    for i in (0, 1))
+    every = {0: last, 1: last}
+    cluster = _summary(engines, every, True) + cluster_table(engines, every, histories, cpu, now)
+    return local, cluster
+
+
+def test_the_dashboards_fit_900_px_and_cut_no_word(chromium, tmp_path):
+    """A notebook 900 px wide (a laptop with the file browser open): both dashboards, at their
+    widest, stay inside it, wrapping between words; nothing is cut or scrolls sideways."""
+    from playwright import sync_api
+
+    shots = _screenshots(tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    local, cluster = _widest_dashboards()
+    assert "GIL-bound" in cluster and ">blocked<" in cluster  # the widest engine rows
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 940, "height": 700})
+            for name, body in (("dashboard", local), ("cluster-dashboard", cluster)):
+                # JupyterLab's output font and size, in a box as wide as the notebook
+                page.set_content(
+                    '<body style="margin:20px;font-family:system-ui,-apple-system,sans-serif;'
+                    f'font-size:13px"><div id="box" style="width:900px">{body}</div></body>')
+                page.screenshot(path=str(shots / f"{name}-900px.png"), full_page=True)
+                box = page.locator("#box")
+                assert box.evaluate(_OVERFLOWING) == [], name
+                assert box.evaluate("b => b.scrollWidth") <= 900, name
+                # words are whole: every header and flag reads as written
+                text = box.inner_text()
+                for word in ("sleeping", "finished", "GIL-bound", "blocked", "ip-10-0-12-30"):
+                    assert word in text or name == "dashboard", (word, text)
+                assert "…" not in text and "..." not in text
+        finally:
+            browser.close()
+
+
+FLAGGED = r"CPU \d+% · busy \d+%( GIL-bound)?( blocked)?"  # an engine row's busy cell
+
+
+def _type_cell(page, after, source: str, new: bool = True) -> None:
+    """Type *source* into a new cell below *after* (or, with new=False, into the empty cell
+    that running the last cell left there) and run it with Shift+Enter, as a user does."""
+    after.locator(".jp-InputArea-editor").click()
+    if new:
+        page.keyboard.press("Escape")
+        page.keyboard.press("b")  # a cell below, selected
+        page.keyboard.press("Enter")  # and edited
+    page.keyboard.insert_text(source)
+    page.keyboard.press("Shift+Enter")
+
+
+# The phrases of the engine rows that must stay whole (host:pid, "CPU 12%", "2 of 2", a flag):
+# those an inline box broke over two lines (it then has two client rects), as text.
+_BROKEN_PHRASES = """board => Array.from(board.querySelectorAll(
+    '.tc-engine span[style*="nowrap"], .tc-engine b[style*="nowrap"]'))
+  .filter(el => el.getClientRects().length > 1).map(el => el.innerText)"""
 
 
 def test_cluster_dashboard_rows_and_text_outputs_fit_on_their_lines(chromium, lab, tmp_path):
-    """The cluster dashboard at 1400 px with the file browser open: each engine row on one line
-    (name and host:pid, CPU and busy), the table inside the notebook column, for the widest
-    rows (a stand-in) and for a real two-engine cluster; and the text of %tinycoro status and
-    tasks: no line wraps (JupyterLab would break it mid-word)."""
+    """The cluster dashboard at 1400 px with the file browser open, then in a 900 px notebook:
+    the table inside the notebook column, no phrase of an engine row (host:pid, CPU, a flag)
+    broken over two lines, for the widest rows (a stand-in) and for a real two-engine cluster;
+    the text of %tinycoro status and tasks: no line wraps (JupyterLab would break it
+    mid-word); then an engine lost, and %px still works on the one left."""
     from playwright import sync_api
 
     base, token, _root = lab
@@ -422,8 +555,7 @@ def test_cluster_dashboard_rows_and_text_outputs_fit_on_their_lines(chromium, la
             # the CPU needs two answers: wait for a measured share in both engine rows
             busy = board.locator(".tc-engine .tc-busy")
             deadline = time.monotonic() + 60  # a bound, not a speed check
-            while not all(re.fullmatch(r"CPU \d+% · busy \d+%( GIL-bound)?", t.strip())
-                          for t in busy.all_inner_texts()):
+            while not all(re.fullmatch(FLAGGED, t.strip()) for t in busy.all_inner_texts()):
                 if time.monotonic() > deadline:
                     pytest.fail(f"no CPU share shown: {busy.all_inner_texts()}")
                 page.wait_for_timeout(100)
@@ -431,8 +563,8 @@ def test_cluster_dashboard_rows_and_text_outputs_fit_on_their_lines(chromium, la
             page.wait_for_timeout(300)
             page.screenshot(path=str(shots / "cluster-dashboard.png"))
             # one evaluation over the whole table: the refresher replaces it every tick
-            rows = board.evaluate(_ENGINE_LINES)
-            assert len(rows) == 6 and all(n == 1 for _f, _t, n in rows), rows
+            assert board.locator(".tc-engine").count() == 2
+            assert board.evaluate(_BROKEN_PHRASES) == []
             assert busy.all_inner_texts()[1].strip().endswith("GIL-bound")
             fit = board.evaluate(_OVERFLOW)
             assert fit["table_right"] <= fit["area_right"] + 1, fit
@@ -449,24 +581,47 @@ def test_cluster_dashboard_rows_and_text_outputs_fit_on_their_lines(chromium, la
                 }""")
                 assert lines[0] == lines[1], (lines, text)
             page.screenshot(path=str(shots / "text-outputs.png"), full_page=True)
-            # the real cluster of the last cell: its engine rows on one line each too
+            # the real cluster of the last cell: no phrase broken either
             real = page.locator(".tinycoro-cluster-dashboard").nth(1)
             real.wait_for(timeout=120_000)  # start() may take 30 s on a loaded machine
             real_busy = real.locator(".tc-engine .tc-busy")
             deadline = time.monotonic() + 60  # a bound, not a speed check
             while not (len(real_busy.all_inner_texts()) == 2 and all(
-                    re.fullmatch(r"CPU \d+% · busy \d+%( GIL-bound)?", t.strip())
-                    for t in real_busy.all_inner_texts())):
+                    re.fullmatch(FLAGGED, t.strip()) for t in real_busy.all_inner_texts())):
                 if time.monotonic() > deadline:
                     pytest.fail(f"no CPU share shown: {real_busy.all_inner_texts()}")
                 page.wait_for_timeout(100)
             real.evaluate("e => e.scrollIntoView({block: 'start'})")
             page.wait_for_timeout(300)
             page.screenshot(path=str(shots / "cluster-dashboard-real.png"))
-            rows = real.evaluate(_ENGINE_LINES)
-            assert len(rows) == 6 and all(n == 1 for _f, _t, n in rows), rows
+            assert real.evaluate(_BROKEN_PHRASES) == []
             fit = real.evaluate(_OVERFLOW)
             assert fit["table_right"] <= fit["area_right"] + 1, fit
+            # a narrow notebook: both dashboards and the text outputs still fit, no word cut
+            _fits_narrow(page, board, shots / "cluster-dashboard-900px.png")
+            _fits_narrow(page, real, shots / "cluster-dashboard-real-900px.png")
+            for i in (2, 3):
+                pre = code.nth(i).locator(".jp-OutputArea-output pre").first
+                assert pre.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), pre.inner_text()
+            # an engine lost (its process ends), then %px, typed in new cells as a user does:
+            # it runs on the engine left, saying which is gone, with no error
+            _type_cell(page, code.nth(code.count() - 1), _LOSE_ENGINE)
+            lost = code.nth(code.count() - 2)
+            lost.locator(".jp-OutputArea-output", has_text="EngineLost").first.wait_for(
+                timeout=120_000)
+            _type_cell(page, code.nth(code.count() - 1), _PX_AFTER, new=False)
+            px = code.nth(code.count() - 2)
+            px.locator(".jp-OutputArea-output", has_text="still here").first.wait_for(
+                timeout=120_000)
+            px.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for(
+                timeout=60_000)
+            out = px.locator(".jp-OutputArea").inner_text()
+            assert re.search(r"engine 1 \(\S+:\d+\) is lost", out), out
+            assert "[stdout:0]" in out and "Traceback" not in out and "KeyError" not in out, out
+            assert px.locator(".jp-OutputArea-output[data-mime-type='application/"
+                              "vnd.jupyter.error']").count() == 0, out
+            px.evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(shots / "px-after-engine-lost.png"))
         except BaseException:
             shot = tmp_path / "failure.png"
             page.screenshot(path=str(shot))

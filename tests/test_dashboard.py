@@ -4,6 +4,7 @@ tests/test_browser_dashboard.py cover the comm messages and the browser)."""
 
 from __future__ import annotations
 
+import html
 import re
 import threading
 
@@ -264,3 +265,52 @@ def test_after_restart_the_dashboard_follows_the_new_scheduler(monkeypatch):
         shell.loop_runner, shell.autoawait = saved
     assert not [t for t in threading.enumerate() if t.name.startswith("tinycoro")]
     assert "stopped" in board._summary.value
+
+
+def test_a_failure_awaited_after_all_leaves_the_red_count_of_failures_nobody_awaited():
+    sched = tc.Scheduler(2).start()
+    refresher = Refresher(sched, interval=0.02)
+    board = refresher.dashboard()
+    try:
+        async def boom():
+            raise ValueError("boom")
+
+        failed = sched.submit(boom(), name="boom")
+        def text() -> str:
+            return html.unescape(re.sub(r"<[^>]+>", "", board._summary.value))
+
+        wait_until(lambda: "failed 1 · 1 nobody awaited" in text(),
+                   what="the failure shown as nobody's")
+        assert "#c0392b" in board._summary.value  # in red
+        with pytest.raises(ValueError):
+            sched.run_sync(_join(failed), timeout=10)
+        assert sched.failures() == ()
+        wait_until(lambda: "nobody awaited" not in text(),
+                   what="the awaited failure to leave the red count")
+        assert "#c0392b" not in board._summary.value
+        assert "failed <b>1</b>" in board._summary.value  # still counted, in black
+    finally:
+        sched.stop()
+        refresher.stop()
+
+
+def _history(rates: list[float]) -> History:
+    """A history of one context per entry of *rates*, each completing that many I/O ops a
+    second for three seconds."""
+    history = History()
+    for step in range(13):
+        t = step * 0.25
+        ops = [int(r * t) for r in rates]
+        history.add(100.0 + t, _stats(ops))
+    return history
+
+
+def test_the_io_axis_scales_to_the_data_with_round_maxima_the_same_for_every_row():
+    from tinycoro.kernel_ext.render import scheduler_table
+
+    table = scheduler_table(_stats([0, 0]), _history([6500.0, 30.0]), 103.0)
+    ops_axes = re.findall(r'tc-plot-ops".*?<div[^>]*>([^<]*)</div>', table)
+    assert ops_axes == ["0-10k/s", "0-10k/s"], ops_axes  # one scale, a round maximum
+    queue_axes = re.findall(r'tc-plot-queues".*?<div[^>]*>([^<]*)</div>', table)
+    assert len(set(queue_axes)) == 1, queue_axes  # ready: 0 and 1, in I/O: 0 and 2
+    assert queue_axes == ["0-5 tasks", "0-5 tasks"], queue_axes

@@ -216,3 +216,70 @@ def test_the_live_task_list_shows_each_engines_tasks_once_opened():
 
 async def _join(task: tc.Task) -> None:
     await task
+
+
+def test_an_engine_blocked_outside_python_is_not_called_gil_bound():
+    # a context whose task blocks in time.sleep is awake (busy) at ~0% CPU while the GIL is
+    # free: its engine needs its tasks fixed (tc.sleep, tinycoro's I/O, a thread), not more
+    # engines
+    cluster = SchedulersAsEngines(contexts=2, n=1)
+    refresher = ClusterRefresher(cluster, interval=0.05)
+    board = refresher.dashboard()
+    stop = threading.Event()
+
+    async def blocks():
+        while not stop.is_set():
+            time.sleep(0.02)  # the mistake the dashboard must name
+            await tc.yield_now()
+
+    sched = cluster.scheds[0]
+    blocker = sched.submit(blocks())
+    try:
+        wait_until(lambda: board.shown(0, "engine", "busy").endswith("blocked"), timeout=30,
+                   what="the engine row to say a context is blocked")
+        cell = board.shown(0, "engine", "busy")
+        assert re.fullmatch(r"CPU \d+% · busy \d+% blocked", cell), cell
+        assert "GIL" not in cell
+        title = re.search(r'<b [^>]*title="([^"]*)">blocked</b>', board._table.value).group(1)
+        assert "time.sleep" in title and "tc.sleep" in title, title  # what to do about it
+    finally:
+        stop.set()
+        refresher.stop()
+        sched.run_sync(_join(blocker), timeout=10)
+        cluster.stop()
+
+
+def test_the_engine_flag_tells_waiting_for_the_gil_from_blocking():
+    from tinycoro.kernel_ext.cluster_dashboard import off_cpu
+
+    # two contexts busy all second, each on CPU half of it, the process one core: each
+    # waited while the other held the GIL
+    gil, blocked = off_cpu(busy=[1.0, 1.0], cpu=[0.5, 0.5], cpu_wait=[0.0, 0.0], process=1.0)
+    assert gil == pytest.approx(1.0) and blocked == pytest.approx(0.0)
+    # one context in time.sleep: awake, no CPU, nobody held the GIL
+    gil, blocked = off_cpu(busy=[1.0, 0.0], cpu=[0.0, 0.0], cpu_wait=[0.0, 0.0], process=0.02)
+    assert blocked == pytest.approx(0.98) and gil == pytest.approx(0.02)
+    # a machine short of CPU: time waiting for a core is neither
+    gil, blocked = off_cpu(busy=[1.0], cpu=[0.4], cpu_wait=[0.6], process=0.4)
+    assert gil == pytest.approx(0.0) and blocked == pytest.approx(0.0)
+
+
+def test_every_engines_rows_share_one_scale_per_quantity():
+    from tinycoro.core.stats import ContextStats
+    from tinycoro.kernel_ext.cluster_dashboard import cluster_table
+    from tinycoro.kernel_ext.history import History
+
+    def stats(ops: int, parked: int) -> tc.SchedulerStats:
+        ctx = ContextStats(id=0, queued=0, io_pending=0, io_inflight=0, parked=parked,
+                           tasks_run=0, busy=0.5, stop_flag=1, sleeping=False, ops=ops)
+        return tc.SchedulerStats(stop_token=1, accepting=True, running=True, contexts=(ctx,))
+
+    histories = {0: History(), 1: History()}
+    for k in range(9):  # engine 0: 6,500 I/O ops/s and 3 parked; engine 1: 30/s and 40 parked
+        t = k * 0.25
+        histories[0].add(100 + t, stats(int(6500 * t), 3))
+        histories[1].add(100 + t, stats(int(30 * t), 40))
+    engines = (Engine(0, "a", 1), Engine(1, "b", 2))
+    table = cluster_table(engines, {0: stats(0, 3), 1: stats(0, 40)}, histories, None, 102.0)
+    assert re.findall(r'tc-plot-ops".*?<div[^>]*>([^<]*)</div>', table) == ["0-10k/s"] * 2
+    assert re.findall(r'tc-plot-queues".*?<div[^>]*>([^<]*)</div>', table) == ["0-50 tasks"] * 2

@@ -269,7 +269,8 @@ def test_status_prints_a_table(loaded, capsys):
         "I/O", "ops", "thread",
     ]
     assert [line.split()[0] for line in out[2:4]] == ["0", "1"]
-    assert out[4].startswith("legend: has work = ")
+    assert out[4].split()[0] == "cells"  # the cells' own context, last
+    assert out[5].startswith("legend: has work = ")
     loaded.run_line_magic("tinycoro", "")  # no subcommand means status
     assert capsys.readouterr().out.startswith("tinycoro scheduler:")
 
@@ -585,3 +586,18 @@ def test_the_magics_help_has_no_stray_rst_marker(loaded, capsys):
     loaded.run_line_magic("pinfo", "%tinycoro")
     shown = capsys.readouterr().out
     assert "%tinycoro [" in shown and not any(x.strip() == "::" for x in shown.splitlines())
+
+
+def test_status_counts_the_io_of_the_cells_own_context(loaded, capsys, tmp_path):
+    # a cell's awaits run on the main thread's own (guest) context: its file I/O must show in
+    # a row of its own, not vanish between the scheduler's contexts
+    path = tmp_path / "cell-io.bin"
+    run_ok(loaded, f"await tc.io.write_file({str(path)!r}, b'x' * 100)\n"
+                   f"_ = await tc.io.read_file({str(path)!r})")
+    loaded.run_line_magic("tinycoro", "status")
+    out = capsys.readouterr().out.splitlines()
+    cells = [line for line in out if line.startswith("cells ")]
+    assert len(cells) == 1, out
+    io_ops = int(cells[0].split()[8])  # the I/O ops column
+    assert io_ops >= 2, cells  # at least the write and the read
+    assert any("cells = " in line for line in out), out  # and the legend says what it is

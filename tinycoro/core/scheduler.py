@@ -565,28 +565,16 @@ class Scheduler:
             failed=sum(e.failed for e in self._engines),
         )
 
-    @staticmethod
-    def _context_stats(i: int, e: Engine, now: float, running: bool) -> ContextStats:
-        # A tc.sleep is a deadline in the engine's heap, its task parked on it: counted as a
-        # timer in flight (and one started, among ops) as when sleeps were kernel timeouts, so
-        # that in_io and io_ops, which leave sleeps out, read the same; not as parked.
-        sleeps = readers.sleeps(e)
-        return ContextStats(
-            id=i,  # the context's index, which is its engine's id
-            queued=len(e.ready),
-            io_pending=e.unsubmitted,
-            io_inflight=len(e.inflight) + sleeps,
-            parked=max(0, len(e.parked) - sleeps),
-            tasks_run=e.tasks_run,
-            busy=readers.busy(e, now) if running else 0.0,
-            stop_flag=e.stop_flag,
-            sleeping=e.sleeping,
-            ops=e.ops + e.timers,
-            sleeps=sleeps,
-            timers=e.timers,
-            multishot_enobufs=e.nobufs_endings,
-            multishot_rearms=e.rearms,
-        )
+    def _context_stats(self, i: int, e: Engine, now: float, running: bool) -> ContextStats:
+        busy = readers.busy(e, now) if running else 0.0
+        return readers.context_stats(e, i, busy, **self._thread_times(i, running))
+
+    def _thread_times(self, i: int, running: bool) -> dict[str, float]:
+        """Context *i*'s thread's time on a CPU and waiting for one (``ContextStats``)."""
+        threads = self._threads
+        thread = threads[i] if running and i < len(threads) else None
+        cpu, wait = readers.thread_times(thread.native_id if thread is not None else None)
+        return {"cpu": cpu, "cpu_wait": wait}
 
     def tasks(self) -> tuple[TaskInfo, ...]:
         """A snapshot of every live task (id, name, context, state, what it waits on, age),

@@ -31,6 +31,12 @@ class ContextStats:
     # per second say the pool (TINYCORO_MULTISHOT_BUFFERS) is too small for the load.
     multishot_enobufs: int = 0
     multishot_rearms: int = 0
+    # Seconds the context's thread ran on a CPU, and waited for one (runnable, the machine's
+    # cores taken), cumulative, as the kernel counts them. Beside ``busy`` they tell why an
+    # awake context does not run: waiting for a core, for the GIL, or blocked in a call outside
+    # Python (time.sleep, blocking I/O) -- the cluster dashboard's engine flag says which.
+    cpu: float = 0.0
+    cpu_wait: float = 0.0
 
     @property
     def in_io(self) -> int:
@@ -168,8 +174,17 @@ def headline(stats: SchedulerStats, dispatch: str = "") -> str:
     )
 
 
-def format_stats(stats: SchedulerStats, dispatch: str = "", legend_too: bool = True) -> str:
-    """The headline, a per-context table in the common words, and (by default) its legend."""
+# The row of a notebook's cells (``format_stats(cells=...)``): their own context, which
+# runs on the main thread between and during cells, not one of the scheduler's.
+CELLS = ("cells", "the notebook's own context, on the main thread: what a cell awaits itself "
+         "(its sleeps, its file and socket I/O) runs there; tc.spawn sends tasks to the others")
+
+
+def format_stats(stats: SchedulerStats, dispatch: str = "", legend_too: bool = True,
+                 cells: ContextStats | None = None) -> str:
+    """The headline, a per-context table in the common words, and (by default) its legend;
+    with *cells*, a last row for a notebook's cells' own context (busy and has-work mean
+    nothing for a thread the notebook lends it: ``-``)."""
     rows: list[Sequence[str]] = [tuple(name for name, _ in COLUMNS)]
     for c in stats.contexts:
         thread = ("asleep" if c.sleeping else "awake") if stats.running else "stopped"
@@ -177,7 +192,12 @@ def format_stats(stats: SchedulerStats, dispatch: str = "", legend_too: bool = T
             str(c.id), "yes" if c.stop_flag else "no", f"{c.busy:.0%}", str(c.queued),
             str(c.in_io), str(c.sleeps), str(c.parked), str(c.tasks_run), str(c.io_ops), thread,
         ))
-    lines = [*wrap(headline(stats, dispatch), indent="  "), *text_table(rows, left=frozenset({9}))]
+    if cells is not None:
+        c = cells
+        rows.append(("cells", "-", "-", str(c.queued), str(c.in_io), str(c.sleeps),
+                     str(c.parked), str(c.tasks_run), str(c.io_ops), "main"))
+    lines = [*wrap(headline(stats, dispatch), indent="  "),
+             *text_table(rows, left=frozenset({0, 9}) if cells is not None else frozenset({9}))]
     if legend_too:
-        lines += legend(COLUMNS[1:])
+        lines += legend(COLUMNS[1:] + ((CELLS,) if cells is not None else ()))
     return "\n".join(lines)
