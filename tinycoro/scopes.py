@@ -174,6 +174,7 @@ class timeout(Scope):
             # short), and the signal itself, an internal Cancelled, kept as the context but
             # not shown ("from None").
             error = TimeoutError(f"timed out after {self._seconds} s")
+            assert exc is not None  # ours: the signal is what passes through
             raise error.with_traceback(exc.__traceback__) from None
 
     def expired(self) -> bool:

@@ -365,8 +365,9 @@ class _Spend:
         self.engine = engine
         self.yielded = False
 
-    def __await__(self) -> "_Spend":
-        return self
+    def __await__(self) -> Generator[Any, Any, None]:
+        # An iterator is all that ``await`` needs; typing's Awaitable asks for a Generator.
+        return self  # type: ignore[return-value]
 
     def __iter__(self) -> "_Spend":
         return self
