@@ -4,6 +4,7 @@ trio.fail_after; never the scope's internal signal chained before it."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -77,3 +78,19 @@ def test_a_caught_timeout_keeps_what_the_block_raised_reachable():
     e = tc.run(main())
     assert e.__suppress_context__ and e.__cause__ is None
     assert isinstance(e.__context__, tc.Cancelled)
+
+
+def test_an_uncaught_timeout_in_a_notebook_cell(monkeypatch, capsys):
+    """Where a notebook user meets it: the cell's error, as the extension shows it."""
+    pytest.importorskip("IPython")
+    from helpers.shell import tinycoro_shell
+
+    with tinycoro_shell(monkeypatch, 1) as sh:
+        capsys.readouterr()
+        res = sh.run_cell("async with tc.timeout(0.01):\n    await tc.sleep(60)\n")
+        out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    assert isinstance(res.error_in_exec, TimeoutError)
+    assert out.count("Traceback (most recent call last)") == 1, out
+    assert "ScopeSignal" not in out and "direct cause" not in out, out
+    assert "await tc.sleep(60)" in out, out
+    assert "TimeoutError: timed out after 0.01 s" in out, out
