@@ -36,7 +36,7 @@ from typing import Any, Generic, TypeVar
 from .core.checks import check_int
 from .core.errors import ChannelClosed
 from .core.traps import consume_budget
-from .sync._lot import ParkingLot, wake_all
+from .sync._lot import ParkingLot, spend, wake_all
 
 T = TypeVar("T")
 
@@ -83,7 +83,8 @@ class Channel(Generic[T]):
     async def send(self, item: T) -> None:
         """Deliver *item*: to a waiting receiver, else into the buffer, else wait for room
         (capacity 0: wait until a receiver takes it). ``ChannelClosed`` if closed."""
-        await consume_budget()  # rule 16 (module doc); one that waits is charged too: harmless
+        if not spend():  # rule 16 (module doc); one that waits is charged too: harmless
+            await consume_budget()  # spent, or an interrupt is due: it is raised here
         with self._mu:
             if self._closed:
                 raise ChannelClosed(f"send() on closed {self!r}")
@@ -102,7 +103,8 @@ class Channel(Generic[T]):
 
     async def recv(self) -> T:
         """Take the oldest item, waiting for one; ``ChannelClosed`` once closed and drained."""
-        await consume_budget()  # rule 16 (module doc)
+        if not spend():  # rule 16 (module doc)
+            await consume_budget()
         with self._mu:
             buf = self._buf
             sender = self._senders.pop()

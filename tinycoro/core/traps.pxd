@@ -35,5 +35,5 @@ cdef class _Yield:
     pass
 
 cdef class _Spend:
-    cdef object engine
+    cdef object task
     cdef bint yielded

@@ -353,16 +353,34 @@ def yield_now() -> _Yield:
     return YIELD
 
 
+def _no_budget(_task: Any) -> bool:
+    return True
+
+
+# The budget's decision, ``core.engine.spend_inline(task)`` (rule 16), handed over by the
+# engine module as it loads (install_budget): the engine imports this layer, not the other way
+# round. Called directly, it costs half what ``engine.inline_ok()`` did (a bound method and a
+# second read of the running task), which was ~1,350 instructions per join of a finished task.
+_spend: Callable[[Any], bool] = _no_budget
+
+
+def install_budget(spend: Callable[[Any], bool]) -> None:
+    """The engine's seam: *spend(task)* decides whether *task* may complete one more operation
+    without suspending, and counts it (``core.engine.spend_inline``)."""
+    global _spend
+    _spend = spend
+
+
 class _Spend:
     """What :func:`consume_budget` returns when the budget is spent or an interrupt is due:
     yield once to the engine (which raises a due interrupt right there, at the await), then,
     resumed in a new step, count the operation in that step's budget. An iterator, not a
     generator: no frame, and the interrupt is raised in the awaiting coroutine's own frame."""
 
-    __slots__ = ("engine", "yielded")
+    __slots__ = ("task", "yielded")
 
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
+    def __init__(self, task: Any) -> None:
+        self.task = task
         self.yielded = False
 
     def __await__(self) -> Generator[Any, Any, None]:
@@ -376,22 +394,22 @@ class _Spend:
         if not self.yielded:
             self.yielded = True
             return YIELD
-        self.engine.inline_ok()  # a new step: the operation counts in its budget
+        _spend(self.task)  # a new step: the operation counts in its budget
         raise StopIteration
 
 
 def consume_budget() -> "Done | _Spend":
     """``await consume_budget()``: the gate of every operation that completes without
     suspending (rule 16; tokio has the same name). It spends one unit of the engine's
-    cooperative budget (``Engine.inline_ok``) and returns at once, or, when the step's budget
+    cooperative budget (``spend_inline``) and returns at once, or, when the step's budget
     is spent or a cancel or an expired timeout waits for the task's next await, yields once to
     the engine first: a due interrupt is raised there, before the operation starts, and a
     task whose operations never wait still lets its context's other tasks run every
     ``INLINE_BUDGET`` of them. Outside a tinycoro task (an asyncio task) there is no budget."""
-    engine = _local.engine
-    if engine is None or engine.inline_ok():
+    task = _local.task
+    if task is None or _spend(task):
         return DONE
-    return _Spend(engine)
+    return _Spend(task)
 
 
 def checkpoint_if_cancelled() -> "_Yield | Done":
