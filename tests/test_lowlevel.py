@@ -122,6 +122,43 @@ def test_withdraw_and_checkpoint_if_cancelled():
     tc.run(main(), contexts=1)
 
 
+def test_consume_budget_is_the_gate_of_an_operation_that_completes_at_once(contexts):
+    """A primitive's wait that returns at once (an open gate) awaits ``ll.consume_budget()``
+    first: a loop of it lets another task of its context run every INLINE_BUDGET waits, and
+    ``tc.timeout(0)`` expires at it."""
+    from tinycoro.core.engine import INLINE_BUDGET
+
+    async def open_wait() -> None:
+        await ll.consume_budget()  # the gate of a wait on an open gate: done at once
+
+    async def main():
+        done = [0]
+        stop = [False]
+
+        async def looper():
+            while not stop[0] and done[0] < 100_000:
+                await open_wait()
+                done[0] += 1
+
+        t = tc.spawn(looper())
+        seen = []
+        while t.context != tc.current_context():  # (round robin: look for one here)
+            t.cancel()
+            t = tc.spawn(looper())
+        for _ in range(20):
+            seen.append(done[0])
+            await tc.yield_now()
+        stop[0] = True
+        await t
+        with pytest.raises(TimeoutError):
+            async with tc.timeout(0):
+                await open_wait()
+        return [b - a for a, b in zip(seen, seen[1:])]
+
+    gaps = tc.run(main(), contexts=contexts)
+    assert 0 < max(gaps) <= INLINE_BUDGET, gaps
+
+
 def test_done_callbacks():
     seen = []
 

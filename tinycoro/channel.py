@@ -16,6 +16,11 @@ handing items over directly, never through "free" (baton passing, as in the Mute
 items are not delivered) and every blocked receiver; receivers drain what is buffered before
 they see ``ChannelClosed``; ``async for`` ends there.
 
+A ``send`` or ``recv`` that completes at once (room, an item, a waiting partner) is an
+operation like any other (rule 16): it passes ``consume_budget`` first, so a loop of them lets
+the context's other tasks run, and a cancel or timeout due is raised there, before anything is
+transferred.
+
 Cancellation never loses or duplicates an item: a sender or receiver cancelled while queued
 leaves the queue with nothing transferred; one whose transfer already happened (item taken, item
 delivered) completes normally and sees the cancellation at its next await.
@@ -30,7 +35,8 @@ from typing import Any, Generic, TypeVar
 
 from .core.checks import check_int
 from .core.errors import ChannelClosed
-from .sync._lot import ParkingLot, wake_all
+from .core.traps import consume_budget
+from .sync._lot import ParkingLot, spend, wake_all
 
 T = TypeVar("T")
 
@@ -77,6 +83,8 @@ class Channel(Generic[T]):
     async def send(self, item: T) -> None:
         """Deliver *item*: to a waiting receiver, else into the buffer, else wait for room
         (capacity 0: wait until a receiver takes it). ``ChannelClosed`` if closed."""
+        if not spend():  # rule 16 (module doc); one that waits is charged too: harmless
+            await consume_budget()  # spent, or an interrupt is due: it is raised here
         with self._mu:
             if self._closed:
                 raise ChannelClosed(f"send() on closed {self!r}")
@@ -95,6 +103,8 @@ class Channel(Generic[T]):
 
     async def recv(self) -> T:
         """Take the oldest item, waiting for one; ``ChannelClosed`` once closed and drained."""
+        if not spend():  # rule 16 (module doc)
+            await consume_budget()
         with self._mu:
             buf = self._buf
             sender = self._senders.pop()

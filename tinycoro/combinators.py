@@ -19,6 +19,7 @@ from .core.errors import Cancelled
 from .core.local import thread_state
 from .core.runtime import spawn_watched
 from .core.task import Task, describe
+from .core.traps import consume_budget
 from .scopes import IDLE, Scope, timeout  # timeout: also importable from here
 from .sync._interrupts import keep_one
 from .sync.event import Event
@@ -237,6 +238,17 @@ def _prepare(aws: tuple[Awaitable[Any], ...]) -> list[Any]:
     return items
 
 
+async def _gate(items: list[Any]) -> None:
+    """Rule 16's gate for when_all/when_any, which complete at once when every task given is
+    done already: a cancel or timeout due is raised here, before anything starts, and then
+    every coroutine given (or made) is closed, as on a bad argument."""
+    try:
+        await consume_budget()
+    except BaseException:
+        _close(items)
+        raise
+
+
 def _close(items: list[Any]) -> None:
     for c in items:
         if inspect.iscoroutine(c):
@@ -270,6 +282,7 @@ async def when_all(*aws: Awaitable[Any]) -> list[Any]:
     return their results in argument order. On the first failure, cancel the rest, wait for
     them, then raise it. Cancelling the caller cancels them all."""
     items = _prepare(aws)
+    await _gate(items)
     if not items:
         return []
     async with TaskGroup() as g:
@@ -319,6 +332,7 @@ async def when_any(*aws: Awaitable[Any]) -> tuple[int, Any]:
     items = _prepare(aws)
     if not items:
         raise ValueError("when_any() needs at least one awaitable")
+    await _gate(items)
     async with TaskGroup() as g:
         g._label = "when_any"
         race = _Race(g)

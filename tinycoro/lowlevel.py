@@ -11,7 +11,8 @@ integration) never reaches for an underscore name of the core.
   :func:`interrupt` raises an exception at a task's pending await, ``Task.withdraw`` takes one
   back, ``Task.add_done_callback`` observes the end.
 * Suspending: :func:`park` with a :class:`Park` ticket, ``await op`` / :func:`perform_raw`
-  with an io_uring :class:`Op`, :func:`checkpoint_if_cancelled`, and the traps themselves for
+  with an io_uring :class:`Op`, :func:`checkpoint_if_cancelled`, :func:`consume_budget` (the
+  gate of an operation that completes without suspending, rule 16), and the traps themselves for
   code that drives a task's coroutine by hand (an ``Op``, a ``Park`` or :data:`YIELD`).
 * Where am I: :func:`current_task`, :func:`current_engine`, :data:`thread_state` (the
   per-thread record itself, for hot paths), :func:`outside_engine`.
@@ -42,6 +43,7 @@ from .core.traps import YIELD as YIELD
 from .core.traps import Op as Op
 from .core.traps import Park as Park
 from .core.traps import checkpoint_if_cancelled as checkpoint_if_cancelled
+from .core.traps import consume_budget as consume_budget
 from .core.traps import park as park
 from .core.traps import perform_raw as perform_raw
 
@@ -57,6 +59,7 @@ __all__ = [
     "abandon",
     "before_blocking",
     "checkpoint_if_cancelled",
+    "consume_budget",
     "current_engine",
     "current_task",
     "defer_sigint",

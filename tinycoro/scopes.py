@@ -169,7 +169,13 @@ class timeout(Scope):
             assert self._task is not None  # a deadline entry exists only once entered
             self._task.engine.deadlines.remove(entry)
         if ours:
-            raise TimeoutError(f"timed out after {self._seconds} s") from exc
+            # One TimeoutError where the body was interrupted, as asyncio.timeout and
+            # trio.fail_after show it: the signal's traceback (through the await it cut
+            # short), and the signal itself, an internal Cancelled, kept as the context but
+            # not shown ("from None").
+            error = TimeoutError(f"timed out after {self._seconds} s")
+            assert exc is not None  # ours: the signal is what passes through
+            raise error.with_traceback(exc.__traceback__) from None
 
     def expired(self) -> bool:
         """True if the deadline fired while the block ran (whether or not it interrupted it)."""

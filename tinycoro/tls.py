@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
-from .core.traps import checkpoint_if_cancelled
+from .core.traps import checkpoint_if_cancelled, consume_budget
 from .buffers import MAX_RW, as_bytes_view
 from .sync import Mutex
 
@@ -200,7 +200,11 @@ class TlsStream:
                 self._received += 1
 
     async def _until_done(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """The receive side's loop: call ``fn`` until it stops asking for input."""
+        """The receive side's loop: call ``fn`` until it stops asking for input. Bytes decrypted
+        already (or a handshake that is done) are the answer without suspending: rule 16's
+        gate first, so a task reading them a byte at a time lets its context's other tasks
+        run, and a cancel or timeout due lands here, before the SSLObject is touched."""
+        await consume_budget()
         while True:
             result, want, pending, seen = self._call(fn, *args)
             if pending:
@@ -257,6 +261,7 @@ class TlsStream:
         view = as_bytes_view(data, "send")
         self._check_send()
         if not view:
+            await consume_budget()  # nothing to send: done at once (rule 16)
             return 0
         async with self._writer:
             return await self._write(view[:_CHUNK])
@@ -266,6 +271,7 @@ class TlsStream:
         view = as_bytes_view(data, "sendall")
         self._check_send()
         if not view:
+            await consume_budget()  # nothing to send: done at once (rule 16)
             return
         async with self._writer:
             while view:
@@ -281,6 +287,7 @@ class TlsStream:
         if not hasattr(file, "read_at"):
             raise TypeError(f"TlsStream.sendfile() takes a tc.io file, got {file!r}")
         self._check_send()
+        await consume_budget()  # count=0 is done at once (rule 16); the reads are charged too
         total = 0
         while count is None or total < count:
             want = _CHUNK if count is None else min(_CHUNK, count - total)

@@ -66,7 +66,8 @@ Seams (what other layers may call; everything else here is private):
 * ``inline_ok()``: owner thread, inside a step: may the running task complete one more
   operation without suspending (a socket operation that completes at once:
   :mod:`tinycoro.net`)? A layer that completes work inline asks before each operation and
-  suspends (``yield_now``) on False, so no task holds its context for more than
+  awaits the trap layer's gate (``traps.consume_budget()``, one yield) on False, so no task
+  holds its context for more than
   ``INLINE_BUDGET`` operations, and an interrupt still lands at the first await, as it would
   on the ring. The module-level
   ``spend_inline(task)`` is the same check for a caller that holds the running task already
@@ -95,7 +96,7 @@ from .stats import FailureInfo
 from .local import _local
 from .ring import RingOwner
 from .task import DONE, Task, describe
-from .traps import YIELD, Op, Park
+from .traps import YIELD, Op, Park, install_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import Scheduler
@@ -847,3 +848,6 @@ def spend_inline(task: Task) -> bool:
         return False
     engine.inline_left -= 1
     return True
+
+
+install_budget(spend_inline)  # the trap layer's gate, consume_budget, asks this (rule 16)

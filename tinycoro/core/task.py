@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, runtime_ch
 
 from .errors import Cancelled
 from .local import _local
-from .traps import Park, join_outside
+from .traps import Park, consume_budget, join_outside
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Engine
@@ -192,6 +192,11 @@ class Task:
                     joiners.append(me)
             if joiners is not None:
                 yield from Park(lambda: self.remove_done_callback(me), self).__await__()
+                return self.result()
+        # A join of a task that is done completes at once: an operation like any other (rule
+        # 16), so a loop of them lets the context's other tasks run, and a cancel or timeout
+        # due is raised here.
+        yield from consume_budget()
         return self.result()
 
     def __repr__(self) -> str:

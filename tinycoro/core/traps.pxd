@@ -33,3 +33,7 @@ cdef class Park:
 
 cdef class _Yield:
     pass
+
+cdef class _Spend:
+    cdef object task
+    cdef bint yielded

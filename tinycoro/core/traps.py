@@ -10,7 +10,11 @@ A tinycoro coroutine suspends by yielding one of three things:
   ``task.wake(value)``"; ``abort`` lets the engine take the task back off the list on cancel;
 * ``YIELD``: "put me at the back of the ready queue".
 
-Everything else (sleep, files, sockets, every primitive) is built from these. Each trap checks
+Everything else (sleep, files, sockets, every primitive) is built from these. An operation that
+completes without suspending passes one gate, :func:`consume_budget` (rule 16: it spends the
+engine's cooperative budget, and at zero, or with an interrupt due, yields once), or, on a hot
+path that has asked the engine's ``spend_inline`` itself, awaits the gate only when that said
+no: so a cancel or a timeout due is delivered at every operation. Each trap checks
 that it runs inside a tinycoro task, so awaiting one elsewhere fails at the call with a message
 that says why, instead of confusing the foreign event loop.
 """
@@ -138,7 +142,9 @@ class _Raw(_CoroutineProtocol):
 
 class Ready:
     """An awaitable whose result is known at once (an empty send, say): awaiting it does not
-    suspend. Lets a call that returns an op return this instead where no op is needed."""
+    suspend, but it is an operation that completed at once like any other, so it passes
+    :func:`consume_budget` (rule 16). Lets a call that returns an op return this instead
+    where no op is needed."""
 
     __slots__ = ("value",)
 
@@ -157,7 +163,7 @@ class Ready:
         pass
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        yield from ()  # a generator that never suspends
+        yield from consume_budget()
         return self.value
 
 
@@ -345,6 +351,65 @@ def yield_now() -> _Yield:
     """``await yield_now()``: go to the back of the ready queue, letting every other ready
     task run first."""
     return YIELD
+
+
+def _no_budget(_task: Any) -> bool:
+    return True
+
+
+# The budget's decision, ``core.engine.spend_inline(task)`` (rule 16), handed over by the
+# engine module as it loads (install_budget): the engine imports this layer, not the other way
+# round. Called directly, it costs half what ``engine.inline_ok()`` did (a bound method and a
+# second read of the running task), which was ~1,350 instructions per join of a finished task.
+_spend: Callable[[Any], bool] = _no_budget
+
+
+def install_budget(spend: Callable[[Any], bool]) -> None:
+    """The engine's seam: *spend(task)* decides whether *task* may complete one more operation
+    without suspending, and counts it (``core.engine.spend_inline``)."""
+    global _spend
+    _spend = spend
+
+
+class _Spend:
+    """What :func:`consume_budget` returns when the budget is spent or an interrupt is due:
+    yield once to the engine (which raises a due interrupt right there, at the await), then,
+    resumed in a new step, count the operation in that step's budget. An iterator, not a
+    generator: no frame, and the interrupt is raised in the awaiting coroutine's own frame."""
+
+    __slots__ = ("task", "yielded")
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.yielded = False
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        # An iterator is all that ``await`` needs; typing's Awaitable asks for a Generator.
+        return self  # type: ignore[return-value]
+
+    def __iter__(self) -> "_Spend":
+        return self
+
+    def __next__(self) -> Any:
+        if not self.yielded:
+            self.yielded = True
+            return YIELD
+        _spend(self.task)  # a new step: the operation counts in its budget
+        raise StopIteration
+
+
+def consume_budget() -> "Done | _Spend":
+    """``await consume_budget()``: the gate of every operation that completes without
+    suspending (rule 16; tokio has the same name). It spends one unit of the engine's
+    cooperative budget (``spend_inline``) and returns at once, or, when the step's budget
+    is spent or a cancel or an expired timeout waits for the task's next await, yields once to
+    the engine first: a due interrupt is raised there, before the operation starts, and a
+    task whose operations never wait still lets its context's other tasks run every
+    ``INLINE_BUDGET`` of them. Outside a tinycoro task (an asyncio task) there is no budget."""
+    task = _local.task
+    if task is None or _spend(task):
+        return DONE
+    return _Spend(task)
 
 
 def checkpoint_if_cancelled() -> "_Yield | Done":

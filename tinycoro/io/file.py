@@ -24,7 +24,7 @@ from ..core.checks import check_int
 from ..core.engine import spend_inline
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core.traps import Op, Ready, yield_now
+from ..core.traps import Op, Ready, consume_budget
 from .direct import aligned_buffer, check_direct
 from .ops import CURRENT_POSITION, RingRead, RingWrite
 from .pagecache import RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv
@@ -220,8 +220,7 @@ class AsyncFile:
         _cached): suspend once, then read as read_at does. The bytes are returned, not a
         finished awaitable awaited: a compiled coroutine awaits one through its iterator,
         which raises StopIteration (~600 instructions more per read)."""
-        await yield_now()
-        spend_inline(task)  # a new step: this read counts in its budget
+        await consume_budget()  # yields once, then this read counts in the new step's budget
         data = self._read_inline(size, offset)
         if data is not None and _whole(data, size):
             return data
@@ -306,8 +305,7 @@ class AsyncFile:
             task = _local.task
             if task is not None:
                 if not spend_inline(task):
-                    await yield_now()  # budget spent, or an interrupt is due (see _cached)
-                    spend_inline(task)  # a new step: this read counts in its budget
+                    await consume_budget()  # budget spent, or an interrupt is due (see _cached)
                 got = self._cached(view, size, offset)
                 if got >= 0:
                     return got
@@ -338,7 +336,7 @@ class AsyncFile:
         system without RWF_NOWAIT) switches the file to ring-only reads for good.
 
         Fairness and interrupts: the callers ask ``spend_inline(task)`` before each read and
-        suspend with ``yield_now()`` on False, so a task reading a cached file in a loop lets
+        await rule 16's gate (``consume_budget()``: one yield) on False, so a task reading a cached file in a loop lets
         the other tasks of its context run every INLINE_BUDGET reads, and a cancel or an
         expired ``tc.timeout`` still lands at the read's await, as on the ring. A yield
         (~1 us) is the cheapest suspension; a ring read would cost ~4 us to the same end.
@@ -386,6 +384,10 @@ class AsyncFile:
     async def readline(self) -> bytes:
         """The next line from the current position, with its ``b"\\n"``; ``b""`` at EOF."""
         self._check_readable()
+        # A line in the read-ahead completes at once: rule 16's gate, asked as read_at asks
+        task = _local.task
+        if task is not None and not spend_inline(task):
+            await consume_budget()
         pos = self._pos
         buf, start = self._lbuf, self._lstart
         if not start <= pos <= start + len(buf):

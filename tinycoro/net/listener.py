@@ -9,6 +9,7 @@ import socket
 from typing import Any, Awaitable
 
 from ..core.checks import check_int
+from ..core.traps import consume_budget
 from .base import SocketBase
 from .ops import AcceptOp
 from .resolve import resolve
@@ -195,6 +196,7 @@ async def listen_unix(path: Any, backlog: int = 128) -> UnixListener:
     """A Unix-domain stream listener on the socket file *path* (which must not exist)."""
     backlog = _check_backlog(backlog)
     name = os.fsdecode(unix_path(path))
+    await consume_budget()  # plain system calls only: done at once (rule 16)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.bind(name)

@@ -10,6 +10,7 @@ import threading
 from typing import Any
 
 from ..core.checks import check_int
+from ..core.traps import consume_budget
 from ..sync import Event
 
 __all__ = ["check_host_port", "family_for", "getaddrinfo", "resolve", "resolve_all"]
@@ -58,6 +59,9 @@ async def resolve_all(
     check_host_port(host, port)
     numeric_family = family_for(host)
     if numeric_family:
+        # No name to look up: done at once, and so are listen() and udp() after it (plain
+        # system calls), so rule 16's gate is here
+        await consume_budget()
         return [(numeric_family, host)]
     infos = await getaddrinfo(host, port, type)
     out = [(fam, addr[0]) for fam, _, _, _, addr in infos if not family or fam == family]

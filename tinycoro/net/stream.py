@@ -17,7 +17,7 @@ from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
 from ..closing import ResourceOp
 from ..core.checks import check_int
 from ..core.local import thread_state as _local
-from ..core.traps import Op, Ready
+from ..core.traps import Op, Ready, consume_budget
 from ..uring import prep_connect, prep_shutdown, prep_splice
 from . import multishot
 from .base import SocketBase
@@ -191,6 +191,7 @@ class Stream(SocketBase):
             raise TypeError(f"sendfile() takes a file with fileno(), got {file!r}") from None
         self._check_open()
         if count == 0:
+            await consume_budget()  # done at once (rule 16)
             return 0
         pr, pw = os.pipe2(os.O_CLOEXEC)
         try:

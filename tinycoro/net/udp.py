@@ -10,6 +10,7 @@ from .. import uring
 from ..buffers import MAX_RW, as_bytes_view
 from ..closing import ResourceOp
 from ..core.checks import check_int
+from ..core.traps import consume_budget
 from ..uring import prep_poll_add, prep_sendto
 from .base import SocketBase
 from .resolve import resolve
@@ -55,6 +56,10 @@ class UdpSocket(SocketBase):
     async def recvfrom(self, max_bytes: int = 65536) -> tuple[bytes, tuple[str, int]]:
         """The next datagram (truncated to *max_bytes*) and its sender's ``(host, port)``."""
         check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
+        # A datagram already queued is taken without suspending: rule 16's gate first, so a
+        # task draining a full socket lets its context's other tasks run, and a cancel or
+        # timeout due lands here, before a datagram is taken.
+        await consume_budget()
         while True:
             self._check_open()
             try:

@@ -55,9 +55,9 @@ _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
 def spend() -> bool:
     """May the running task complete one more acquisition without suspending? True counts it
     in its engine's budget (rule 16, module doc). False: the budget of this step is spent, or
-    an interrupt waits for the task's next await; the caller yields once
-    (``await yield_now()``), where that interrupt is raised, and then calls again, which
-    counts the acquisition in the new step's budget. Code that is no tinycoro task (an
+    an interrupt waits for the task's next await; the caller then awaits the gate,
+    ``traps.consume_budget()``, which yields once (that interrupt is raised there) and counts
+    the acquisition in the new step's budget. Code that is no tinycoro task (an
     asyncio task) has no budget: True. Compiled, ``spend_inline`` is a C call (the .pxd)."""
     task = thread_state.task
     return task is None or spend_inline(task)

@@ -24,7 +24,7 @@ import threading
 from typing import Any, Callable
 
 from ..core.local import thread_state
-from ..core.traps import foreign_waiter
+from ..core.traps import consume_budget, foreign_waiter
 from ._interrupts import keep_one
 from ._lot import ParkingLot, wake_all
 from .mutex import Mutex, MutexStatistics
@@ -69,6 +69,9 @@ class Condition:
         if predicate is None:
             await self._wait_once()
             return None
+        # A predicate that holds already returns without waiting: rule 16's gate first (a
+        # cancel or timeout due lands here, the mutex still held, as the caller holds it).
+        await consume_budget()
         while True:
             result = predicate()
             if result:

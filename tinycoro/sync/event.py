@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.traps import yield_now
+from ..core.traps import consume_budget
 from ._lot import ParkingLot, spend, wake_all
 
 
@@ -45,8 +45,7 @@ class Event:
         # rule 16: a wait that completes at once counts in the budget; one that parks does
         # not (the park is the suspension, and an interrupt that is due lands there)
         if self._set and not spend():
-            await yield_now()  # spent, or an interrupt is due: it is raised here
-            spend()  # a new step: this wait counts in its budget
+            await consume_budget()  # spent, or an interrupt is due: it is raised here
         with self._mu:
             if self._set:
                 return self._value

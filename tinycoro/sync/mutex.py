@@ -49,7 +49,7 @@ from typing import Any, Awaitable
 
 from ..core.local import thread_state
 from ..core.task import Task, describe
-from ..core.traps import DONE, foreign_waiter, yield_now
+from ..core.traps import DONE, consume_budget, foreign_waiter
 from ..core.engine import spend_inline
 from ._lot import Acquirable, Acquisition, ParkingLot, Waiter, acquisition
 
@@ -133,8 +133,7 @@ class Mutex(Acquirable):
         return True
 
     async def _lock_later(self, me: Any) -> None:
-        await yield_now()  # the budget is spent, or an interrupt is due: it is raised here
-        spend_inline(me)  # a new step: this acquisition counts in its budget
+        await consume_budget()  # spent, or an interrupt is due: it is raised here
         if not self._take_free(me):
             await self._lock_slow(me)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable
 
 from ..core.checks import check_int
-from ..core.traps import DONE, yield_now
+from ..core.traps import DONE, consume_budget
 from ._lot import Acquirable, Acquisition, ParkingLot, acquisition, spend
 
 
@@ -64,8 +64,7 @@ class Semaphore(Acquirable):
         return self._lot.park(waiter, self._undo)
 
     async def _acquire_later(self) -> None:
-        await yield_now()  # the budget is spent, or an interrupt is due: it is raised here
-        spend()  # a new step: this acquisition counts in its budget
+        await consume_budget()  # spent, or an interrupt is due: it is raised here
         await self._take_or_park()
 
     def try_acquire(self) -> bool:
