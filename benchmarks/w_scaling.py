@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Callable
 
-from . import w_echo, w_file
+from . import echo_procs, w_echo, w_file
 from .config import Config
 from .harness import Case, Ratio, Sample, Series
 from .peers import run_tc
@@ -32,8 +32,8 @@ def _echo_case(cfg: Config, stack: ExitStack) -> Case:
     ratios = [Ratio(lb, base, 1.0 if n == 2 else None) for lb, (_, n) in list(labels.items())[1:]]
     case = f"echo 64 B, {cfg.echo_conns} conns"
     try:
-        exe = w_echo.build_echo_load()
-    except w_echo.EchoLoadMissing as e:
+        exe = echo_procs.build_echo_load()
+    except echo_procs.EchoLoadMissing as e:
         return Case(WORKLOAD, case, "req/s", [Series(lb) for lb in labels], ratios, skip=str(e))
     running = w_echo.servers(stack, labels)
     series = [w_echo.series_for(exe, running[lb], cfg, 64, lb) for lb in labels]

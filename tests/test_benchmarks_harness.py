@@ -76,9 +76,9 @@ def test_whole_case_skip() -> None:
 def test_echo_cases_are_skipped_with_the_reason_without_the_load_generator(tmp_path, monkeypatch) -> None:
     from contextlib import ExitStack
 
-    from benchmarks import config, w_echo, w_scaling
+    from benchmarks import config, echo_procs, w_echo, w_scaling
 
-    monkeypatch.setattr(w_echo, "ECHO_LOAD_SRC", tmp_path / "echo_load.c")
+    monkeypatch.setattr(echo_procs, "ECHO_LOAD_SRC", tmp_path / "echo_load.c")
     with ExitStack() as stack:
         cases = w_echo.build(config.TINY, stack) + w_scaling.build(config.TINY, stack)[:1]
         results = [run_case(c, reps=1, log=lambda _m: None) for c in cases]
@@ -88,7 +88,7 @@ def test_echo_cases_are_skipped_with_the_reason_without_the_load_generator(tmp_p
         assert all(r.status == "skipped" for r in res.ratios)
 
     (tmp_path / "echo_load.c").write_text("int main(void) { return 0; }\n")
-    monkeypatch.setattr(w_echo.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(echo_procs.shutil, "which", lambda _name: None)
     with ExitStack() as stack:
         case = w_echo.build(config.TINY, stack)[0]
     assert case.skip == "no C compiler (gcc) to build echo_load"
@@ -132,3 +132,4 @@ def test_syscall_trace_lines_are_classified_by_call_and_descriptor_kind() -> Non
     assert got["eventfd read"] == 1 and got["eventfd write"] == 1
     assert got["send"] == 1 and got["recv"] == 1 and got["epoll_wait"] == 1
     assert got["other"] == 1 and got["other: write"] == 1 and got["all"] == 8
+
