@@ -8,7 +8,8 @@ overhead inflates small functions). The echo server is sampled from outside by p
 is installed (``pip install py-spy``; not a project dependency): self and total percentages of
 the context thread's samples, engine loop included; otherwise it profiles itself with cProfile.
 
-The runner includes these excerpts in docs/benchmarks.md on full runs.
+On full runs the runner writes these excerpts to docs/benchmarks-profiles.md (the page
+benchmarks.md links), one part per Python version.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The machine has 2 cores and Python has a GIL, so more contexts cannot make Pytho
 faster; what this checks is what they cost (target: 2 contexts >= 1.0x of 1 context on echo).
 They do cost: more sleeps and wake-ups per request, so server CPU per request (shown beside
 each echo rate) goes up, and the ratio wanders around 1.0x from run to run. That is why
-``contexts=None`` means one context (docs/design.md rule 15; docs/benchmarks.md,
+``contexts=None`` means one context (docs/design.md rule 15; docs/benchmarks-log.md,
 "Contexts: what a second one costs"): this workload measures the explicit choice of more.
 """
 
