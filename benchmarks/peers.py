@@ -127,9 +127,11 @@ def version_python(version: str) -> tuple[str | None, str | None]:
     tinycoro installed in it (editable, compiled for that version: the extension modules of
     each version sit side by side in the source tree) and the peers (``.[bench,cluster]``),
     made on first use in ``build/benchmarks/py<version>-venv``; or (None, why it cannot be had).
+    A build that fell back to the interpreted source still runs: the report's machine table
+    says which modules run compiled.
     """
     py = version_venv(version) / "bin" / "python"
-    probe = [str(py), "-c", "import tinycoro, tinycoro.compiled as c, uvloop; d = c.describe(); assert d == 'compiled runtime', d"]
+    probe = [str(py), "-c", "import tinycoro, uvloop"]
     if py.exists() and subprocess.run(probe, capture_output=True, cwd="/").returncode == 0:
         return str(py), None
     base = pyenv_python(version)
@@ -148,5 +150,5 @@ def version_python(version: str) -> tuple[str | None, str | None]:
         return None, f"Python {version}'s environment could not be made: {(lines or ['?'])[-1][:200]}"
     res = subprocess.run(probe, capture_output=True, text=True, cwd="/")
     if res.returncode != 0:
-        return None, f"tinycoro installed on Python {version} but not compiled: {res.stderr.strip()[-200:]}"
+        return None, f"tinycoro installed on Python {version} but does not import: {res.stderr.strip()[-200:]}"
     return str(py), None

@@ -71,6 +71,9 @@ def _on_python(version: str, argv: list[str]) -> int:
     if py is None:
         print(f"cannot run on Python {version}: {why}", file=sys.stderr)
         return 2
+    runtime = subprocess.run([py, "-c", "import tinycoro, tinycoro.compiled as c; print(c.describe())"],
+                             capture_output=True, text=True, cwd=str(config.REPO))
+    print(f"Python {version}: tinycoro's {runtime.stdout.strip() or runtime.stderr.strip()[-200:]}", flush=True)
     rest, skip = [], False
     for a in argv:
         if skip:
