@@ -11,6 +11,9 @@ BUILD_DIR = REPO / "build" / "benchmarks"  # git-ignored (build/)
 ECHO_LOAD_SRC = REPO / "benchmarks" / "echo_load.c"  # the project's own load generator
 # The C echo servers of the limit rows: server kind -> program (benchmarks/<program>.c)
 C_SERVERS = {"c-epoll": "echo_epoll", "c-uring": "echo_uring"}
+# The Python version whose run draws docs/benchmarks.png, the chart the README shows; a run on
+# another version draws benchmarks-py<version>.png beside it.
+REFERENCE_PYTHON = "3.11"
 
 
 @dataclass(frozen=True)

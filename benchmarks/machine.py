@@ -47,6 +47,15 @@ def _gcc() -> str:
         return "unknown"
 
 
+def _runtime() -> str:
+    """Which of tinycoro's modules run compiled: a run on a Python whose build fell back to
+    the interpreted source measures something else, and must say so."""
+    import tinycoro  # noqa: F401 - loads the runtime, compiled or not
+    from tinycoro import compiled
+
+    return compiled.describe()
+
+
 def describe() -> list[tuple[str, str]]:
     """(name, value) pairs: CPU, cores, kernel, Python, packages, compiler."""
     rows = [
@@ -57,6 +66,7 @@ def describe() -> list[tuple[str, str]]:
         ("Python", f"{platform.python_implementation()} {platform.python_version()}"),
     ]
     rows += [(p, _version(p)) for p in PACKAGES]
+    rows.append(("tinycoro runtime", _runtime()))
     rows.append(("gcc (echo_load -O2)", _gcc()))
     return rows
 

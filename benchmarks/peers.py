@@ -105,3 +105,50 @@ def uringio_env() -> dict[str, str]:
     """The environment for ``python -m benchmarks.uringio_peer`` from this repository."""
     repo = str(Path(__file__).resolve().parent.parent)
     return dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+# -- other Python versions -----------------------------------------------------------------------
+def pyenv_python(version: str) -> str | None:
+    """pyenv's interpreter of *version* (``"3.12"``: its newest 3.12.x), or None."""
+    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
+    found = glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", "python3"))
+    found = [p for p in found if os.path.basename(os.path.dirname(os.path.dirname(p)))[len(version) + 1 :].isdigit()]
+    found.sort(key=lambda p: int(os.path.basename(os.path.dirname(os.path.dirname(p))).rsplit(".", 1)[1]))
+    return found[-1] if found else None
+
+
+def version_venv(version: str) -> Path:
+    """Where the virtual environment for Python *version* lives (git-ignored)."""
+    return BUILD_DIR / f"py{version}-venv"
+
+
+def version_python(version: str) -> tuple[str | None, str | None]:
+    """(python, None) for a virtual environment of Python *version* with this checkout of
+    tinycoro installed in it (editable, compiled for that version: the extension modules of
+    each version sit side by side in the source tree) and the peers (``.[bench,cluster]``),
+    made on first use in ``build/benchmarks/py<version>-venv``; or (None, why it cannot be had).
+    A build that fell back to the interpreted source still runs: the report's machine table
+    says which modules run compiled.
+    """
+    py = version_venv(version) / "bin" / "python"
+    probe = [str(py), "-c", "import tinycoro, uvloop"]
+    if py.exists() and subprocess.run(probe, capture_output=True, cwd="/").returncode == 0:
+        return str(py), None
+    base = pyenv_python(version)
+    if base is None:
+        return None, f"no Python {version} found under pyenv's versions (~/.pyenv/versions/{version}.*)"
+    repo = str(Path(__file__).resolve().parent.parent)
+    try:
+        py.parent.parent.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run([base, "-m", "venv", "--clear", str(py.parent.parent)], check=True,
+                       capture_output=True, text=True, timeout=300)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", f"{repo}[bench,cluster]"], check=True,
+                       capture_output=True, text=True, timeout=3600, cwd=repo)
+    except (OSError, subprocess.SubprocessError) as e:
+        err = getattr(e, "stderr", None) or str(e)
+        lines = [ln for ln in str(err).strip().splitlines() if not ln.startswith("WARNING")]
+        return None, f"Python {version}'s environment could not be made: {(lines or ['?'])[-1][:200]}"
+    res = subprocess.run(probe, capture_output=True, text=True, cwd="/")
+    if res.returncode != 0:
+        return None, f"tinycoro installed on Python {version} but does not import: {res.stderr.strip()[-200:]}"
+    return str(py), None

@@ -8,7 +8,8 @@ overhead inflates small functions). The echo server is sampled from outside by p
 is installed (``pip install py-spy``; not a project dependency): self and total percentages of
 the context thread's samples, engine loop included; otherwise it profiles itself with cProfile.
 
-The runner includes these excerpts in docs/benchmarks.md on full runs.
+On full runs the runner writes these excerpts to docs/benchmarks-profiles.md (the page
+benchmarks.md links), one part per Python version.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import Any, Awaitable, Callable
 
 import tinycoro as tc
 
-from . import config, w_echo, w_file, w_spawn, w_switch
+from . import config, echo_procs, w_file, w_spawn, w_switch
+from .instructions import echo_instructions, pingpong, pingpong_instructions
 from .config import REPO, Config
 
 TARGETS = ("switch", "spawn", "file", "echo")
@@ -129,8 +131,8 @@ def _pyspy(name: str, cfg: Config, seconds: float, top: int, pyspy: str) -> str:
         raw = os.path.join(d, "raw.txt")
         base = [pyspy, "record", "--nonblocking", "-r", "1000", "-f", "raw", "-o", raw]
         if name == "echo":
-            exe = w_echo.build_echo_load()
-            srv = w_echo.EchoServer("tinycoro", 1)
+            exe = echo_procs.build_echo_load()
+            srv = echo_procs.EchoServer("tinycoro", 1)
             try:
                 rec = subprocess.Popen(
                     base + ["-d", f"{seconds:g}", "--pid", str(srv.proc.pid)],
@@ -139,7 +141,7 @@ def _pyspy(name: str, cfg: Config, seconds: float, top: int, pyspy: str) -> str:
                     text=True,
                 )
                 time.sleep(0.3)  # let py-spy attach before the load starts
-                sample = w_echo.run_load(exe, srv.port, cfg.echo_conns, 64, seconds)
+                sample = echo_procs.run_load(exe, srv.port, cfg.echo_conns, 64, seconds)
                 _, err = rec.communicate(timeout=seconds + 30)
             finally:
                 srv.close()
@@ -161,107 +163,6 @@ def _pyspy(name: str, cfg: Config, seconds: float, top: int, pyspy: str) -> str:
     return f"{head}\n{body}".strip()
 
 
-# -- instructions per request (callgrind) -------------------------------------------------------
-_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.M)
-
-
-def echo_instructions(
-    kind: str = "tinycoro", seconds: float = 2.0, conns: int = 50, size: int = 64
-) -> tuple[float | None, str]:
-    """User-space instructions the echo server *kind* executes per request, counted by
-    callgrind, and how: ``(value, note)``, or ``(None, why not)``.
-
-    Unlike a rate or CPU time, an instruction count does not move with the machine's load, so
-    it compares runs made on a busy machine. The server runs under ``valgrind
-    --tool=callgrind``; its counters are zeroed after a warm-up (imports, the first
-    connections), then echo_load drives it for *seconds* and the counters are dumped: the
-    total over every thread of the server, kernel time excluded, divided by the requests.
-    """
-    valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
-    if valgrind is None or control is None:
-        return None, "valgrind (callgrind) not installed"
-    try:
-        exe = w_echo.build_echo_load()
-    except w_echo.EchoLoadMissing as e:
-        return None, str(e)
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "cg.out")
-        wrap = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet"]
-        srv = w_echo.EchoServer(kind, 1, wrap=wrap, ready_timeout=300.0)
-        try:
-            pid = str(srv.proc.pid)
-            w_echo.run_load(exe, srv.port, conns, size, 1.0)  # warm-up: connections, caches
-            subprocess.run([control, "--zero", pid], check=True, capture_output=True, timeout=60)
-            sample = w_echo.run_load(exe, srv.port, conns, size, seconds)
-            subprocess.run([control, "--dump", pid], check=True, capture_output=True, timeout=60)
-        finally:
-            srv.close()
-        dumps = sorted(
-            (p for p in Path(d).iterdir() if p.name.startswith("cg.out")),
-            key=lambda p: p.stat().st_mtime,
-        )
-        totals = [int(m[1]) for p in dumps for m in [_TOTALS.search(p.read_text())] if m]
-    # the dump made on request comes first; the one valgrind writes at exit (after the zero)
-    # holds the same counts plus the shutdown
-    if not totals:
-        return None, "callgrind wrote no counts"
-    requests = sample.value * seconds
-    return totals[0] / requests, f"{requests:,.0f} requests under callgrind ({sample.value:,.0f} req/s)"
-
-
-def pingpong(n: int, size: int = 64) -> None:
-    """*n* echo round trips over one loopback connection, client and server both tinycoro
-    tasks on one context: a workload whose every turn is the same, whatever the machine's
-    load, for :func:`pingpong_instructions`."""
-
-    async def main() -> None:
-        lst = await tc.net.listen("127.0.0.1", 0)
-
-        async def serve() -> None:
-            conn = await lst.accept()
-            recv, sendall = conn.recv, conn.sendall
-            while True:
-                data = await recv(65536)
-                if not data:
-                    break
-                await sendall(data)
-            await conn.close()
-
-        server = tc.spawn(serve())
-        client = await tc.net.connect("127.0.0.1", lst.port)
-        msg = b"x" * size
-        for _ in range(n):
-            await client.sendall(msg)
-            await client.recv(65536)
-        await client.close()
-        await server
-        await lst.close()
-
-    tc.run(main(), contexts=1)
-
-
-def pingpong_instructions(n: tuple[int, int] = (1000, 5000)) -> tuple[float | None, str]:
-    """Instructions per echo round trip of :func:`pingpong` (both sides: two sends, two recvs),
-    from two callgrind runs of different lengths (the difference cancels start-up and
-    shutdown): ``(value, note)`` or ``(None, why not)``. Independent of the machine's load."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        return None, "valgrind (callgrind) not installed"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    totals = []
-    with tempfile.TemporaryDirectory() as d:
-        for count in n:
-            out = os.path.join(d, f"cg.{count}")
-            cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
-                   sys.executable, "-m", "benchmarks.profile", "--pingpong-run", str(count)]
-            res = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True, timeout=900)
-            m = _TOTALS.search(Path(out).read_text()) if os.path.exists(out) else None
-            if res.returncode != 0 or m is None:
-                return None, f"callgrind run failed: {res.stderr.strip()[-200:]}"
-            totals.append(int(m[1]))
-    return (totals[1] - totals[0]) / (n[1] - n[0]), f"difference of {n[0]} and {n[1]} round trips"
-
-
 # -- cProfile ----------------------------------------------------------------------------------
 def _pstats_text(stats: pstats.Stats, top: int) -> str:
     buf = io.StringIO()
@@ -277,13 +178,13 @@ def _pstats_text(stats: pstats.Stats, top: int) -> str:
 
 def _cprofile(name: str, cfg: Config, seconds: float, top: int) -> str:
     if name == "echo":
-        exe = w_echo.build_echo_load()
+        exe = echo_procs.build_echo_load()
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "echo.prof")
             env = {"TINYCORO_BENCH_PROFILE": out, "TINYCORO_BENCH_PROFILE_SECS": f"{seconds:g}"}
-            srv = w_echo.EchoServer("tinycoro", 1, env=env)
+            srv = echo_procs.EchoServer("tinycoro", 1, env=env)
             try:
-                w_echo.run_load(exe, srv.port, cfg.echo_conns, 64, seconds + 0.5)
+                echo_procs.run_load(exe, srv.port, cfg.echo_conns, 64, seconds + 0.5)
                 deadline = time.monotonic() + 30
                 while not os.path.exists(out) and time.monotonic() < deadline:
                     time.sleep(0.05)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import shlex
+import subprocess
 import sys
 import time
 from contextlib import ExitStack
@@ -49,12 +50,46 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     prof.add_argument("--profile", dest="profile", action="store_true", default=None,
                       help="profile the tinycoro side afterwards (default on full runs)")
     prof.add_argument("--no-profile", dest="profile", action="store_false")
+    ap.add_argument("--python", metavar="X.Y",
+                    help="run everything (tinycoro, the peers' servers and workloads) on Python X.Y "
+                    "instead, in build/benchmarks/pyX.Y-venv, made on first use from pyenv's X.Y; "
+                    "the page keeps the latest run of each version")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # smoke-test sizes
     return ap.parse_args(argv)
 
 
+def running_version() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _on_python(version: str, argv: list[str]) -> int:
+    """Run this command again, without ``--python``, on Python *version*'s environment."""
+    from .peers import version_python
+
+    print(f"preparing Python {version}'s environment (the first time builds tinycoro for it)", flush=True)
+    py, why = version_python(version)
+    if py is None:
+        print(f"cannot run on Python {version}: {why}", file=sys.stderr)
+        return 2
+    runtime = subprocess.run([py, "-c", "import tinycoro, tinycoro.compiled as c; print(c.describe())"],
+                             capture_output=True, text=True, cwd=str(config.REPO))
+    print(f"Python {version}: tinycoro's {runtime.stdout.strip() or runtime.stderr.strip()[-200:]}", flush=True)
+    rest, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--python":
+            skip = True
+        elif not a.startswith("--python="):
+            rest.append(a)
+    return subprocess.run([py, "-m", "benchmarks", *rest], cwd=str(config.REPO)).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.python and args.python != running_version():
+        return _on_python(args.python, list(argv if argv is not None else sys.argv[1:]))
+    version = running_version()
     cfg = config.pick(args.quick, args.tiny)
     if args.reps is not None:
         cfg = cfg.with_(reps=max(1, args.reps))
@@ -93,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwall time: {wall:.0f} s")
 
     out: Path = PUBLISHED if args.publish else (args.out or DRAFT)
-    image = out.with_suffix(".png")
+    image = out.with_suffix(".png") if version == config.REFERENCE_PYTHON else out.with_name(f"{out.stem}-py{version}.png")
     date = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode")
+    image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode, Python {version}")
+    profiles_page = out.with_name(f"{out.stem}-profiles.md")
     notes = [
         f"tinycoro runs workloads 1-5 on {cfg.contexts} context (asyncio and uvloop are "
         "single-threaded too); workload 6 varies the number of contexts; workload 7 (cluster "
@@ -118,9 +154,14 @@ def main(argv: list[str] | None = None) -> int:
         + [("load average (1/5/15 min) at start / end", f"{load_start} / {machine.loadavg()}")],
         image=None if image_skip else image,
         image_skip=image_skip,
-        profiles=profiles,
+        profiles_page=profiles_page if profiles else None,
         notes=notes,
+        version=version,
     )
-    report.write(out, section)
-    print(f"wrote {out}" + ("" if image_skip else f" and {image}"))
+    if profiles:
+        report.write_profiles(
+            profiles_page, report.profiles_section(profiles, date=date, command=command, version=version), version
+        )
+    report.write(out, section, version)
+    print(f"wrote {out}" + ("" if image_skip else f" and {image}") + (f" and {profiles_page}" if profiles else ""))
     return 0

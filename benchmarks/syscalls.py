@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import w_echo
+from . import echo_procs
 from .config import C_SERVERS
 
 # The columns of the comparison: the calls an echo server's hot path is made of.
@@ -210,10 +210,10 @@ def count(
     path = shutil.which(tool)
     if tool not in ("strace", "perf") or path is None:
         raise RuntimeError(f"{tool} not installed (apt-get install {tool})")
-    exe = w_echo.build_echo_load()
-    srv = w_echo.EchoServer(kind, contexts)
+    exe = echo_procs.build_echo_load()
+    srv = echo_procs.EchoServer(kind, contexts)
     try:
-        w_echo.run_load(exe, srv.port, conns, size, 0.5)  # warm-up: connections, caches
+        echo_procs.run_load(exe, srv.port, conns, size, 0.5)  # warm-up: connections, caches
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "trace")
             if tool == "perf":
@@ -221,7 +221,7 @@ def count(
             else:
                 tracer = _attach(path, srv.proc.pid, out)
             try:
-                sample = w_echo.run_load(exe, srv.port, conns, size, seconds)
+                sample = echo_procs.run_load(exe, srv.port, conns, size, seconds)
             finally:
                 _detach(tracer)
             calls = _perf_counts(out, column) if tool == "perf" else classify(Path(out).read_text())
@@ -250,7 +250,7 @@ def main(kinds: list[str], seconds: float, contexts: int = 1, tool: str = "strac
     for kind in kinds:
         try:
             counts.append(count(kind, seconds, contexts=contexts, tool=tool))
-        except (RuntimeError, w_echo.CProgramMissing) as e:
+        except (RuntimeError, echo_procs.CProgramMissing) as e:
             print(f"{kind}: {e}")
     if counts:
         how = "perf stat, syscall tracepoints" if tool == "perf" else "strace -f -y"

@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 import tinycoro as tc
 
-from . import w_echo
+from . import echo_procs, w_echo
 from .echo_server import tinycoro_echo
 from .config import REPO, Config
 from .harness import Case, Ratio, Sample, Series
@@ -238,9 +238,9 @@ class ClusterEcho:
             return False
 
     def run(self, exe: Any, cfg: Config) -> Sample:
-        before = [w_echo._cpu_seconds(p) for p in self.pids]
-        sample = w_echo.run_load(exe, self.port, cfg.echo_conns, 64, cfg.echo_seconds)
-        after = [w_echo._cpu_seconds(p) for p in self.pids]
+        before = [echo_procs.cpu_seconds(p) for p in self.pids]
+        sample = echo_procs.run_load(exe, self.port, cfg.echo_conns, 64, cfg.echo_seconds)
+        after = [echo_procs.cpu_seconds(p) for p in self.pids]
         requests = sample.value * cfg.echo_seconds
         user = sum(a[0] - b[0] for a, b in zip(after, before))
         system = sum(a[1] - b[1] for a, b in zip(after, before))
@@ -283,8 +283,8 @@ def _echo_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> 
     case = f"echo 64 B, {cfg.echo_conns} conns"
     ratios = [Ratio(TWO, LOCAL, TARGET_ECHO)]
     try:
-        exe = w_echo.build_echo_load()
-    except w_echo.EchoLoadMissing as e:
+        exe = echo_procs.build_echo_load()
+    except echo_procs.EchoLoadMissing as e:
         return Case(WORKLOAD, case, "req/s", [Series(LOCAL), Series(TWO)], ratios, skip=str(e))
     local = w_echo.servers(stack, {LOCAL: ("tinycoro", 1)})[LOCAL]
     series = [w_echo.series_for(exe, local, cfg, 64, LOCAL)]

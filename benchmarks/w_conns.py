@@ -24,7 +24,7 @@ from .config import REPO, Config
 from .harness import Case, Ratio, Series
 from .http_server import RESPONSE
 from .peers import missing
-from .w_echo import EchoLoadMissing, EchoServer, build_echo_load, run_load
+from .echo_procs import EchoLoadMissing, EchoServer, build_echo_load, run_load
 
 NAME = "conns"
 WORKLOAD = "TCP echo by connections"

@@ -4,7 +4,7 @@ The machine has 2 cores and Python has a GIL, so more contexts cannot make Pytho
 faster; what this checks is what they cost (target: 2 contexts >= 1.0x of 1 context on echo).
 They do cost: more sleeps and wake-ups per request, so server CPU per request (shown beside
 each echo rate) goes up, and the ratio wanders around 1.0x from run to run. That is why
-``contexts=None`` means one context (docs/design.md rule 15; docs/benchmarks.md,
+``contexts=None`` means one context (docs/design.md rule 15; docs/benchmarks-log.md,
 "Contexts: what a second one costs"): this workload measures the explicit choice of more.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 from typing import Callable
 
-from . import w_echo, w_file
+from . import echo_procs, w_echo, w_file
 from .config import Config
 from .harness import Case, Ratio, Sample, Series
 from .peers import run_tc
@@ -32,8 +32,8 @@ def _echo_case(cfg: Config, stack: ExitStack) -> Case:
     ratios = [Ratio(lb, base, 1.0 if n == 2 else None) for lb, (_, n) in list(labels.items())[1:]]
     case = f"echo 64 B, {cfg.echo_conns} conns"
     try:
-        exe = w_echo.build_echo_load()
-    except w_echo.EchoLoadMissing as e:
+        exe = echo_procs.build_echo_load()
+    except echo_procs.EchoLoadMissing as e:
         return Case(WORKLOAD, case, "req/s", [Series(lb) for lb in labels], ratios, skip=str(e))
     running = w_echo.servers(stack, labels)
     series = [w_echo.series_for(exe, running[lb], cfg, 64, lb) for lb in labels]

@@ -76,9 +76,9 @@ def test_whole_case_skip() -> None:
 def test_echo_cases_are_skipped_with_the_reason_without_the_load_generator(tmp_path, monkeypatch) -> None:
     from contextlib import ExitStack
 
-    from benchmarks import config, w_echo, w_scaling
+    from benchmarks import config, echo_procs, w_echo, w_scaling
 
-    monkeypatch.setattr(w_echo, "ECHO_LOAD_SRC", tmp_path / "echo_load.c")
+    monkeypatch.setattr(echo_procs, "ECHO_LOAD_SRC", tmp_path / "echo_load.c")
     with ExitStack() as stack:
         cases = w_echo.build(config.TINY, stack) + w_scaling.build(config.TINY, stack)[:1]
         results = [run_case(c, reps=1, log=lambda _m: None) for c in cases]
@@ -88,7 +88,7 @@ def test_echo_cases_are_skipped_with_the_reason_without_the_load_generator(tmp_p
         assert all(r.status == "skipped" for r in res.ratios)
 
     (tmp_path / "echo_load.c").write_text("int main(void) { return 0; }\n")
-    monkeypatch.setattr(w_echo.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(echo_procs.shutil, "which", lambda _name: None)
     with ExitStack() as stack:
         case = w_echo.build(config.TINY, stack)[0]
     assert case.skip == "no C compiler (gcc) to build echo_load"
@@ -132,3 +132,43 @@ def test_syscall_trace_lines_are_classified_by_call_and_descriptor_kind() -> Non
     assert got["eventfd read"] == 1 and got["eventfd write"] == 1
     assert got["send"] == 1 and got["recv"] == 1 and got["epoll_wait"] == 1
     assert got["other"] == 1 and got["other: write"] == 1 and got["all"] == 8
+
+
+
+def _section(version: str, text: str) -> str:
+    from benchmarks import report
+
+    return "\n".join([report.begin(version), text, report.end(version)])
+
+
+def test_each_python_version_keeps_its_own_generated_part(tmp_path) -> None:
+    from benchmarks import report
+
+    page = tmp_path / "bench.md"
+    page.write_text("# Title\n\nhand-written head\n\n" + _section("3.11", "old 3.11") + "\n\nhand-written tail\n")
+    report.write(page, _section("3.12", "first 3.12"), "3.12")
+    report.write(page, _section("3.11", "new 3.11"), "3.11")
+    text = page.read_text()
+    assert "old 3.11" not in text and "new 3.11" in text and "first 3.12" in text
+    assert text.index("hand-written head") < text.index("new 3.11") < text.index("## Python 3.12")
+    assert text.index("## Python 3.12") < text.index("first 3.12") < text.index("hand-written tail")
+    report.write(page, _section("3.12", "second 3.12"), "3.12")
+    text = page.read_text()
+    assert "first 3.12" not in text and text.count("## Python 3.12") == 1 and "new 3.11" in text
+
+
+def test_profiles_go_to_their_own_page_and_the_run_links_it(tmp_path) -> None:
+    from benchmarks import report
+
+    res = run_case(Case("w", "c", "ops/s", [Series("tinycoro", lambda: Sample(2.0)), Series("p", lambda: Sample(1.0))],
+                        [Ratio("tinycoro", "p", 1.0)]), reps=1, log=lambda _m: None)
+    profiles = {"task switch": ("cProfile", "ncalls tottime SOME_FRAME")}
+    section = report.generated_section(
+        [res], command="python -m benchmarks", date="today", wall_seconds=1.0, machine=[("CPU", "x")],
+        image=None, image_skip=None, profiles_page=tmp_path / "bench-profiles.md", notes=[], version="3.13",
+    )
+    assert "SOME_FRAME" not in section and "(bench-profiles.md)" in section
+    assert section.startswith(report.begin("3.13")) and section.endswith(report.end("3.13"))
+    report.write_profiles(tmp_path / "bench-profiles.md",
+                          report.profiles_section(profiles, date="today", command="c", version="3.13"), "3.13")
+    assert "SOME_FRAME" in (tmp_path / "bench-profiles.md").read_text()

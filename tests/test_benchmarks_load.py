@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from benchmarks import config, w_direct, w_echo
+from benchmarks import config, echo_procs, w_direct
 
 needs_cc = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler")
 
@@ -83,9 +83,9 @@ def test_the_load_generator_is_carried_in_the_repository() -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("size", [64, 70_000])  # one segment; more than a socket buffer takes
 def test_echo_load_drives_a_real_echo_server(size: int) -> None:
-    exe = w_echo.build_echo_load()
+    exe = echo_procs.build_echo_load()
     with echo_server() as port:
-        sample = w_echo.run_load(exe, port, conns=4, size=size, seconds=0.3)
+        sample = echo_procs.run_load(exe, port, conns=4, size=size, seconds=0.3)
     assert sample.value > 0
     assert sample.p50_us is not None and sample.p99_us is not None
     assert 0 < sample.p50_us <= sample.p99_us
@@ -94,10 +94,10 @@ def test_echo_load_drives_a_real_echo_server(size: int) -> None:
 @needs_cc
 @pytest.mark.timeout(60)
 def test_echo_load_reports_an_echo_that_differs() -> None:
-    exe = w_echo.build_echo_load()
+    exe = echo_procs.build_echo_load()
     with echo_server(corrupt=True) as port:
         with pytest.raises(RuntimeError, match="errors=[1-9]"):
-            w_echo.run_load(exe, port, conns=2, size=64, seconds=0.3)
+            echo_procs.run_load(exe, port, conns=2, size=64, seconds=0.3)
 
 
 @needs_cc
@@ -110,10 +110,10 @@ def test_every_echo_server_echoes(kind: str) -> None:
     # streams. The C servers are the limit rows; echo_load checks every byte they echo back.
     if kind.startswith("uvloop"):
         pytest.importorskip("uvloop")
-    exe = w_echo.build_echo_load()
-    srv = w_echo.EchoServer(kind, 1)
+    exe = echo_procs.build_echo_load()
+    srv = echo_procs.EchoServer(kind, 1)
     try:
-        sample = w_echo.run_load(exe, srv.port, conns=4, size=64, seconds=0.3, server_pid=srv.proc.pid)
+        sample = echo_procs.run_load(exe, srv.port, conns=4, size=64, seconds=0.3, server_pid=srv.proc.pid)
     finally:
         srv.close()
     assert sample.value > 0 and sample.cpu_us is not None
@@ -124,7 +124,7 @@ def test_every_echo_server_echoes(kind: str) -> None:
 def test_instructions_per_request_are_counted_under_callgrind() -> None:
     import shutil
 
-    from benchmarks.profile import echo_instructions
+    from benchmarks.instructions import echo_instructions
 
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind not installed")
@@ -175,7 +175,7 @@ def test_a_server_that_does_not_start_is_reported_with_its_reason() -> None:
     # A server process that exits before printing READY must give the runner a skip reason
     # with the server's own message, not an error about reading its closed pipe.
     with pytest.raises(RuntimeError, match="did not start.*usage: python -m benchmarks.echo_server"):
-        w_echo.EchoServer("no-such-kind", 1)
+        echo_procs.EchoServer("no-such-kind", 1)
 
 
 @needs_cc

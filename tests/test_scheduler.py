@@ -452,7 +452,7 @@ def test_deadlock_after_main_failed_shows_mains_failure_as_its_cause():
 def test_the_default_is_one_context_and_an_explicit_count_is_kept():
     """``contexts=None`` (the default of ``tc.run`` and ``Scheduler``) is one context, whatever
     the machine's core count: under the GIL a second context adds no CPU to I/O-bound work and
-    costs CPU per request (docs/design.md rule 15, docs/benchmarks.md, "Contexts: what a
+    costs CPU per request (docs/design.md rule 15, docs/benchmarks-log.md, "Contexts: what a
     second one costs"). It used
     to be ``os.cpu_count()``, the slower choice on echo."""
     for arg, expected in (((), 1), ((None,), 1), ((3,), 3)):

@@ -218,7 +218,7 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
 #: which the engine makes anyway (its submit, or the eventfd read it sleeps in, which the
 #: pending work wakes). TASKRUN_FLAG goes with it: the kernel raises IORING_SQ_TASKRUN while
 #: completions wait to be posted, and the submit then enters with GETEVENTS to post them.
-#: Measured on the 50-connection echo (docs/benchmarks.md, "Speed round 3"): the server's
+#: Measured on the 50-connection echo (docs/benchmarks-log.md, "Speed round 3"): the server's
 #: system time per request was lower in 5 of 6 alternating pairs on a loaded machine (4.0-5.7
 #: us against 5.0-10.6 us), with the same syscalls per request. SINGLE_ISSUER (and with it
 #: DEFER_TASKRUN) is not among them: a context's ring is set up on another thread than the

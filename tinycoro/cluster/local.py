@@ -29,7 +29,7 @@ T = TypeVar("T")
 # wait is up to one interval, a message takes several. With 5 ms, 8 submits to one busy engine
 # trickled in and its context sat idle between them: 8 CPU-bound tasks ran at 0.48-0.60x of
 # the same tasks in one process; with 0.5 ms at 0.82-0.85x (benchmark workload 7, and
-# docs/benchmarks.md). The cost is more GIL hand-overs while the kernel is busy, none when idle.
+# docs/benchmarks-log.md). The cost is more GIL hand-overs while the kernel is busy, none when idle.
 ENGINE_SWITCH_INTERVAL = 0.0005
 
 

@@ -54,7 +54,7 @@ def check_contexts(contexts: Any) -> int:
     One, not ``os.cpu_count()``: every context needs the GIL to run Python, and one context
     already overlaps any number of io_uring operations, so on I/O-bound work a second context
     adds no CPU and costs some per operation (more sleeps and wake-ups, the interpreter's state
-    moving between cores): measured on echo, docs/benchmarks.md ("Contexts: what a second one costs"). More
+    moving between cores): measured on echo, docs/benchmarks-log.md ("Contexts: what a second one costs"). More
     contexts are an explicit choice, for tasks that spend long stretches outside the GIL;
     more cores come from processes (docs/design.md rule 15).
     """

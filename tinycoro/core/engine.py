@@ -399,7 +399,7 @@ class Engine(RingOwner):
         this thread (COOP_TASKRUN). On the 50-connection echo with 2 contexts it took the
         eventfd reads from 0.16-0.32 to 0.004-0.011 per request, all system calls from
         0.30-0.52 to 0.115-0.127 (one context's figure), and the server CPU per request from
-        8.6-9.6 to 5.8-6.8 us on a loaded machine (docs/benchmarks.md, "Speed round 4"). A peer blocked in its own sleep point makes
+        8.6-9.6 to 5.8-6.8 us on a loaded machine (docs/benchmarks-log.md, "Speed round 4"). A peer blocked in its own sleep point makes
         nothing here, so then the context sleeps at once, as a single context does.
 
         It runs after the last look (``sleeping`` set, notifications on): a push or a

@@ -126,7 +126,7 @@ class SendallOp(InlineOp):
     Only the rest, when the buffer is full, goes through the ring and waits there. When
     other tasks are ready or SQEs are queued, the send joins the turn's batch instead: one
     ``io_uring_enter`` then carries every send of the turn, and the peers are woken once per
-    batch rather than once per send. Measured on the 50-connection echo (docs/benchmarks.md,
+    batch rather than once per send. Measured on the 50-connection echo (docs/benchmarks-log.md,
     "Speed round 3"), sending inline always cost the server ~5 us more system time per
     request (a wake-up of the client per send) and a third of its throughput, while a lone
     connection's round trip took 20 % fewer instructions inline. Each inline completion spends one

@@ -47,7 +47,7 @@ class Stream(SocketBase):
             sock.settimeout(None)
         # One receive buffer per stream, reused by every single recv: allocating (and
         # zero-filling) 64 KiB per call cut echo throughput by 3.6x in the measurements in
-        # docs/benchmarks.md. Made by the first single recv: a stream that receives through
+        # docs/benchmarks-log.md. Made by the first single recv: a stream that receives through
         # the multishot (the ring's own buffers) never needs it, and zero-filling it cost
         # ~66k instructions per connection, a tenth of a short connection's whole cost.
         self._rbuf: bytearray | None = None

@@ -1,0 +1,126 @@
+"""Instructions per echo request, counted by callgrind: ``python -m benchmarks.profile
+--instructions KIND`` and ``--pingpong``.
+
+Unlike a rate or a CPU time, an instruction count does not move with the machine's load, so it
+compares runs made on a busy machine, and runs of one server under two Python versions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import tinycoro as tc
+
+from . import echo_procs
+from .config import REPO
+
+_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.M)
+
+
+def echo_instructions(
+    kind: str = "tinycoro", seconds: float = 2.0, conns: int = 50, size: int = 64
+) -> tuple[float | None, str]:
+    """User-space instructions the echo server *kind* executes per request, counted by
+    callgrind, and how: ``(value, note)``, or ``(None, why not)``.
+
+    Unlike a rate or CPU time, an instruction count does not move with the machine's load, so
+    it compares runs made on a busy machine. The server runs under ``valgrind
+    --tool=callgrind``; its counters are zeroed after a warm-up (imports, the first
+    connections), then echo_load drives it for *seconds* and the counters are dumped: the
+    total over every thread of the server, kernel time excluded, divided by the requests.
+    """
+    valgrind, control = shutil.which("valgrind"), shutil.which("callgrind_control")
+    if valgrind is None or control is None:
+        return None, "valgrind (callgrind) not installed"
+    try:
+        exe = echo_procs.build_echo_load()
+    except echo_procs.EchoLoadMissing as e:
+        return None, str(e)
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "cg.out")
+        wrap = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet"]
+        srv = echo_procs.EchoServer(kind, 1, wrap=wrap, ready_timeout=300.0)
+        try:
+            pid = str(srv.proc.pid)
+            echo_procs.run_load(exe, srv.port, conns, size, 1.0)  # warm-up: connections, caches
+            subprocess.run([control, "--zero", pid], check=True, capture_output=True, timeout=60)
+            sample = echo_procs.run_load(exe, srv.port, conns, size, seconds)
+            subprocess.run([control, "--dump", pid], check=True, capture_output=True, timeout=60)
+        finally:
+            srv.close()
+        dumps = sorted(
+            (p for p in Path(d).iterdir() if p.name.startswith("cg.out")),
+            key=lambda p: p.stat().st_mtime,
+        )
+        totals = [int(m[1]) for p in dumps for m in [_TOTALS.search(p.read_text())] if m]
+    # the dump made on request comes first; the one valgrind writes at exit (after the zero)
+    # holds the same counts plus the shutdown
+    if not totals:
+        return None, "callgrind wrote no counts"
+    requests = sample.value * seconds
+    return totals[0] / requests, f"{requests:,.0f} requests under callgrind ({sample.value:,.0f} req/s)"
+
+
+def pingpong(n: int, size: int = 64) -> None:
+    """*n* echo round trips over one loopback connection, client and server both tinycoro
+    tasks on one context: a workload whose every turn is the same, whatever the machine's
+    load, for :func:`pingpong_instructions`."""
+
+    async def main() -> None:
+        lst = await tc.net.listen("127.0.0.1", 0)
+
+        async def serve() -> None:
+            conn = await lst.accept()
+            recv, sendall = conn.recv, conn.sendall
+            while True:
+                data = await recv(65536)
+                if not data:
+                    break
+                await sendall(data)
+            await conn.close()
+
+        server = tc.spawn(serve())
+        client = await tc.net.connect("127.0.0.1", lst.port)
+        msg = b"x" * size
+        for _ in range(n):
+            await client.sendall(msg)
+            await client.recv(65536)
+        await client.close()
+        await server
+        await lst.close()
+
+    tc.run(main(), contexts=1)
+
+
+def pingpong_instructions(n: tuple[int, int] = (1000, 5000)) -> tuple[float | None, str]:
+    """Instructions per echo round trip of :func:`pingpong` (both sides: two sends, two recvs),
+    from two callgrind runs of different lengths (the difference cancels start-up and
+    shutdown): ``(value, note)`` or ``(None, why not)``. Independent of the machine's load."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None, "valgrind (callgrind) not installed"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    totals = []
+    with tempfile.TemporaryDirectory() as d:
+        for count in n:
+            out = os.path.join(d, f"cg.{count}")
+            cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
+                   sys.executable, "-m", "benchmarks.instructions", "--pingpong-run", str(count)]
+            res = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True, timeout=900)
+            m = _TOTALS.search(Path(out).read_text()) if os.path.exists(out) else None
+            if res.returncode != 0 or m is None:
+                return None, f"callgrind run failed: {res.stderr.strip()[-200:]}"
+            totals.append(int(m[1]))
+    return (totals[1] - totals[0]) / (n[1] - n[0]), f"difference of {n[0]} and {n[1]} round trips"
+
+
+if __name__ == "__main__":  # the child of pingpong_instructions, run under callgrind
+    if len(sys.argv) != 3 or sys.argv[1] != "--pingpong-run":
+        raise SystemExit("usage: python -m benchmarks.instructions --pingpong-run N")
+    pingpong(int(sys.argv[2]))
