@@ -354,10 +354,10 @@ def test_io_uring_unavailable_says_how_to_enable_it(monkeypatch):
     # binding's boundary: the message the user sees is what this test checks.
     from tinycoro import uring
 
-    def refuse(entries, ring, flags=0):
+    def refuse(entries, ring, flags, cq_entries):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(uring._L, "io_uring_queue_init", refuse)
+    monkeypatch.setattr(uring, "_queue_init", refuse)
     with pytest.raises(tc.IoUringUnavailable, match="io_uring_disabled") as info:
         tc.Scheduler(1)
     assert "seccomp" in str(info.value)

@@ -235,6 +235,16 @@ def _flags_wanted() -> list[tuple[str, int]]:
     return [(n, bits) for n, bits in _WANTED_FLAGS if n not in _refused_flags]
 
 
+def _queue_init(entries: int, ring: Any, flags: int, cq_entries: int) -> None:
+    """The one call that asks the kernel for a ring (the seam a test of the kernel's refusal
+    replaces): through the compiled ring with a CQ of *cq_entries* where asked, else the
+    binding's own ``io_uring_queue_init``."""
+    if cq_entries and _cring is not None:
+        _cring.queue_init(entries, ring, flags, max(cq_entries, 2 * entries))
+    else:
+        _L.io_uring_queue_init(entries, ring, flags)
+
+
 def _new_ring(entries: int, cq_entries: int = 0) -> Any:
     """``io_uring_queue_init`` with every wanted setup flag the kernel takes: one it refuses
     (EINVAL, e.g. COOP_TASKRUN before Linux 5.19) is dropped, remembered, and the ring set
@@ -247,10 +257,7 @@ def _new_ring(entries: int, cq_entries: int = 0) -> Any:
             flags |= bits
         try:
             _clear_errno()
-            if cq_entries and _cring is not None:
-                _cring.queue_init(entries, ring, flags, max(cq_entries, 2 * entries))
-            else:
-                _L.io_uring_queue_init(entries, ring, flags)
+            _queue_init(entries, ring, flags, cq_entries)
             return ring
         except OSError as exc:
             if exc.errno == errno.EINVAL and wanted:
