@@ -32,7 +32,10 @@ if [ ! -x "$venv/bin/python" ]; then
     log "making $venv"
     "$python" -m venv "$venv"
     # hypothesis: its newer releases build a Rust part on 3.13t (no wheel); 6.150.0 is pure
-    "$venv/bin/python" -m pip install -q hypothesis==6.150.0 pytest pytest-timeout "liburing==2024.5.3"
+    # The build's own requirements too: tinycoro is built without isolation (below), so that
+    # a cached wheel of the binding ($cache/wheels-ft, the same ABI) is used, not rebuilt.
+    "$venv/bin/python" -m pip install -q --find-links "$cache/wheels-ft" hypothesis==6.150.0 \
+        pytest pytest-timeout Cython setuptools "liburing==2024.5.3"
 fi
 # Installed from a copy, so that nothing is built into this tree (header comment).
 stage=$(mktemp -d)
@@ -40,7 +43,7 @@ trap 'rm -rf "$stage"' EXIT
 git -C "$root" ls-files -z --cached --others --exclude-standard | (cd "$root" && xargs -0 cp --parents -t "$stage")
 log "building tinycoro with -fsanitize=thread"
 CFLAGS="-fsanitize=thread -g -O1 -fno-omit-frame-pointer" LDFLAGS="-fsanitize=thread" \
-    "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$stage" >&2
+    "$venv/bin/python" -m pip install -q --force-reinstall --no-deps --no-build-isolation "$stage" >&2
 
 if [ $# -eq 0 ]; then  # every runtime suite, as .ci/run lists them
     eval "$(sed -n '/^RUNTIME_SUITES=(/,/^)/p' "$root/.ci/run")"
