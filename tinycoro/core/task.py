@@ -9,6 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, runtime_checkable
 
+from . import fence
 from .errors import Cancelled
 from .local import _local
 from .traps import Park, join_outside
@@ -152,6 +153,7 @@ class Task:
         """The return value; re-raises the task's exception; RuntimeError if not done yet."""
         if self._state is not DONE:
             raise RuntimeError(f"{self!r} has not finished yet")
+        self._outcome_seen()
         self._retrieved = True
         if self._exception is not None:
             raise self._exception
@@ -160,8 +162,17 @@ class Task:
     def exception(self) -> BaseException | None:
         if self._state is not DONE:
             raise RuntimeError(f"{self!r} has not finished yet")
+        self._outcome_seen()
         self._retrieved = True
         return self._exception
+
+    def _outcome_seen(self) -> None:
+        """After an unlocked read of DONE: see the outcome ``_finish`` wrote before it. Under
+        the GIL that read already orders it; without it, taking the lock ``_finish`` set DONE
+        under orders it (docs/design.md, "Synchronisation, with and without the GIL")."""
+        if fence.FREE_THREADED:
+            self._lock.acquire()
+            self._lock.release()
 
     def cancelled(self) -> bool:
         return self._state is DONE and isinstance(self._exception, Cancelled)
