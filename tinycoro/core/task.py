@@ -153,7 +153,12 @@ class Task:
         """The return value; re-raises the task's exception; RuntimeError if not done yet."""
         if self._state is not DONE:
             raise RuntimeError(f"{self!r} has not finished yet")
-        self._outcome_seen()
+        if fence.FREE_THREADED:
+            # DONE was read unlocked: without the GIL, the outcome _finish wrote before it
+            # is seen once the lock it set DONE under is taken (docs/design.md,
+            # "Synchronisation, with and without the GIL"); compiled, nothing under the GIL
+            self._lock.acquire()
+            self._lock.release()
         self._retrieved = True
         if self._exception is not None:
             raise self._exception
@@ -162,17 +167,12 @@ class Task:
     def exception(self) -> BaseException | None:
         if self._state is not DONE:
             raise RuntimeError(f"{self!r} has not finished yet")
-        self._outcome_seen()
+        if fence.FREE_THREADED:  # as in result()
+            self._lock.acquire()
+            self._lock.release()
         self._retrieved = True
         return self._exception
 
-    def _outcome_seen(self) -> None:
-        """After an unlocked read of DONE: see the outcome ``_finish`` wrote before it. Under
-        the GIL that read already orders it; without it, taking the lock ``_finish`` set DONE
-        under orders it (docs/design.md, "Synchronisation, with and without the GIL")."""
-        if fence.FREE_THREADED:
-            self._lock.acquire()
-            self._lock.release()
 
     def cancelled(self) -> bool:
         return self._state is DONE and isinstance(self._exception, Cancelled)
