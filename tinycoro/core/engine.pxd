@@ -6,6 +6,7 @@
 
 cimport cython
 
+from . cimport fence
 from .deadlines cimport Deadlines
 from .ring cimport RingOwner
 from .task cimport Task
@@ -37,6 +38,7 @@ cdef class Engine(RingOwner):
     cdef public double sleep_total
     cdef public double sleep_since
     cdef public tuple _samples
+    cdef public object _samples_lock
     cdef public Deadlines deadlines
     cdef public object _poller
     cdef public list watchers

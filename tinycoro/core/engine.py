@@ -15,7 +15,9 @@ Facts about waking a context, which the loop below is built around:
   looks at the ready queue, the calls queue and the CQ once more before it blocks. A pusher
   appends first and reads ``sleeping`` second. Under the GIL each of those steps is atomic, so
   either the sleeper's second look sees the new item or the pusher sees ``sleeping`` and writes
-  the eventfd. A stale write only costs one extra turn of the loop.
+  the eventfd. Without the GIL each side puts a full barrier between its write and its read
+  (``fence.full()``, compiled to nothing under the GIL), for the same reason as the kernel's
+  half below. A stale write only costs one extra turn of the loop.
 * The kernel's half of rule 4 is the eventfd toggle: ``notify_on(True)`` is a plain store of
   a flag in the shared CQ ring, and the look at the CQ that follows is a load of its tail
   (acquire). The kernel publishes a CQE by storing the tail (release) and then reads the flag
@@ -88,6 +90,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
+from . import fence
 from .errors import Cancelled, asyncio_in_task
 from .deadlines import Deadlines
 from .timeshare import STEP as BUSY_STEP
@@ -188,6 +191,10 @@ class Engine(RingOwner):
         # BUSY_STEP apart and covering the last second, replaced as one tuple so that a
         # reader on another thread sees them whole: busy() is a pure function of them.
         self._samples: tuple[tuple[float, float], ...] = ((_perf(), 0.0),)
+        # Held while the tuple is replaced and while another thread takes it (readers.busy):
+        # compiled, a reader that loaded the field just before the old tuple's last reference
+        # went would take a reference to freed memory without the GIL (once per BUSY_STEP).
+        self._samples_lock = threading.Lock()
         # Deadlines of the scopes (tc.timeout) entered and the sleeps (tc.sleep) made by tasks
         # on this engine; a sleep that ends puts its task back on this ready queue.
         self.deadlines = Deadlines(self.ready)
@@ -233,12 +240,16 @@ class Engine(RingOwner):
     def push(self, task: Task) -> None:
         """Make *task* ready on this engine; wake the engine only if it sleeps (rule 4)."""
         self.ready.append(task)
+        if fence.FREE_THREADED:  # rule 4 without the GIL: the append before the read
+            fence.full()
         if self.sleeping:
             self.wake()
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on this engine's thread at the start of its next turn."""
         self.calls.append((fn, args))
+        if fence.FREE_THREADED:  # as in push
+            fence.full()
         if self.sleeping:
             self.wake()
 
@@ -352,9 +363,11 @@ class Engine(RingOwner):
         ring = self.ring
         self.sleeping = True
         ring.notify_on(True)
-        fence = self._fence  # a full barrier between the flag store and the CQ tail load below
-        fence.acquire()
-        fence.release()
+        barrier = self._fence  # a full barrier between the flag store and the CQ tail load below
+        barrier.acquire()
+        barrier.release()
+        if fence.FREE_THREADED:  # and between the flag and the queues, paired with push's
+            fence.full()
         try:
             if self._found_work(ring, draining):
                 return
@@ -379,7 +392,9 @@ class Engine(RingOwner):
                 self.sleep_since = 0.0
                 self.wakeups += 1
                 if t1 - self._samples[-1][0] >= BUSY_STEP:
-                    self._samples = keep(self._samples, t1, self.sleep_total)
+                    samples = keep(self._samples, t1, self.sleep_total)
+                    with self._samples_lock:
+                        self._samples = samples
         finally:
             ring.notify_on(False)
             self.sleeping = False

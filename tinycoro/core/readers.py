@@ -1,8 +1,9 @@
 """What other threads read of an engine for statistics: ``Scheduler.stats()`` and ``tasks()``.
 
-Plain reads of an engine's counters and tables from any thread, without locks: a snapshot
-may be a step behind, never an inconsistent object (the engine replaces what it updates as a
-whole, such as its busy samples). Nothing here runs on the engine's own path, so none of
+Plain reads of an engine's counters and tables from any thread, without the engine's locks: a
+snapshot may be a step behind, never an inconsistent object (the engine replaces what it
+updates as a whole, such as its busy samples; that replacement, and only it, is taken under a
+short lock the engine holds once per ``BUSY_STEP``: docs/design.md, "Synchronisation"). Nothing here runs on the engine's own path, so none of
 it is compiled or costs the engine anything.
 """
 
@@ -70,7 +71,9 @@ def busy(engine: "Engine", now: float) -> float:
     """Share of the last second (up to *now*, a perf_counter() reading) that *engine* spent
     awake, running tasks, in [0, 1]; any thread, no side effect
     (:mod:`tinycoro.core.timeshare`)."""
-    return awake_share(engine._samples, engine.sleep_total, engine.sleep_since, now)
+    with engine._samples_lock:  # the tuple is replaced under it (Engine.__init__ says why)
+        samples = engine._samples
+    return awake_share(samples, engine.sleep_total, engine.sleep_since, now)
 
 
 def thread_times(native_id: int | None) -> tuple[float, float]:

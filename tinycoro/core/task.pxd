@@ -3,6 +3,8 @@
 # cimports it, reads and writes a task's fields directly. Attributes are public: primitives,
 # the scheduler and the notebook layer use them.
 
+from . cimport fence
+
 cdef class Task:
     cdef public object _coro
     cdef public object _coro_send

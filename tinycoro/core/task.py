@@ -9,6 +9,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, runtime_checkable
 
+from . import fence
 from .errors import Cancelled
 from .local import _local
 from .traps import Park, consume_budget, join_outside
@@ -152,6 +153,12 @@ class Task:
         """The return value; re-raises the task's exception; RuntimeError if not done yet."""
         if self._state is not DONE:
             raise RuntimeError(f"{self!r} has not finished yet")
+        if fence.FREE_THREADED:
+            # DONE was read unlocked: without the GIL, the outcome _finish wrote before it
+            # is seen once the lock it set DONE under is taken (docs/design.md,
+            # "Synchronisation, with and without the GIL"); compiled, nothing under the GIL
+            self._lock.acquire()
+            self._lock.release()
         if self._exception is not None:
             if self._retrieved:  # perhaps reported as unawaited: it is awaited now after all
                 self._engine.failure_taken(self.id)
@@ -163,8 +170,12 @@ class Task:
     def exception(self) -> BaseException | None:
         if self._state is not DONE:
             raise RuntimeError(f"{self!r} has not finished yet")
+        if fence.FREE_THREADED:  # as in result()
+            self._lock.acquire()
+            self._lock.release()
         self._retrieved = True
         return self._exception
+
 
     def cancelled(self) -> bool:
         return self._state is DONE and isinstance(self._exception, Cancelled)

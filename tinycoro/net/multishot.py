@@ -7,8 +7,10 @@ Compiled from this source with ``multishot.pxd`` beside it, and used only so: a 
 completion on two contexts meet in a few field reads and writes that are each atomic only in
 compiled code (one C store under the GIL; interpreted, a read-modify-write of a field can be
 split by a thread switch). :data:`AVAILABLE` says whether streams may use it: the compiled
-ring (the only one with provided buffers) and this module compiled. Elsewhere every recv is
-the single one of :class:`tinycoro.net.ops.RecvOp`, which keeps the same contract.
+ring (the only one with provided buffers) and this module compiled, on a build with the GIL
+(without it, the recv and the last completion on two contexts may both take the waiter slot:
+docs/design.md, "Synchronisation, with and without the GIL"). Elsewhere every recv is the
+single one of :class:`tinycoro.net.ops.RecvOp`, which keeps the same contract.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Generator
 
 from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
+from ..core import fence
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside
@@ -28,9 +31,11 @@ from .ops import InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
 
-#: Whether streams receive through a multishot: the ring can, and this module's code runs
-#: compiled (the module doc says why both).
-AVAILABLE: bool = uring.COMPILED and compiled.is_compiled(sys.modules[__name__])
+#: Whether streams receive through a multishot: the ring can, this module's code runs
+#: compiled, and the build has the GIL (the module doc says why all three).
+AVAILABLE: bool = (
+    uring.COMPILED and compiled.is_compiled(sys.modules[__name__]) and not fence.FREE_THREADED
+)
 
 #: Bytes a stream may hold received and not yet read before its multishot recv is stopped:
 #: past it, the data waits in the socket's own buffer and TCP's window holds the sender back,

@@ -1,9 +1,11 @@
 # Augments mutex.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes mutex.py
 # with this file beside it). The .py is the source: this declares the Mutex's layout, so that its
 # uncontended lock and unlock read and write the token, the flag and the owner as C fields. The
-# token's pop and append stay single C calls under the GIL, which the module doc relies on.
+# token's pop and append stay single C calls (atomic: under the GIL, or the deque's own lock
+# without it), which the module doc relies on.
 # Attributes are public: Condition reads the owner, statistics and snapshots the rest.
 
+from ..core cimport fence
 from ..core.engine cimport spend_inline
 from ._lot cimport Acquirable, Acquisition, acquisition
 

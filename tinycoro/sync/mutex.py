@@ -36,8 +36,11 @@ waiter lasts only until that settle, and a newcomer cannot take it meanwhile: ``
 the fast path only while ``_contended`` is clear, and otherwise queues behind the others. The
 flag is cleared, under ``_mu``, only when a settle finds nobody waiting.
 
-This relies on the GIL making each of those single deque operations atomic. Free-threaded
-(no-GIL) builds of CPython are out of scope: there they would need a real atomic.
+Without the GIL (a free-threaded build) each deque operation is still one atomic step (the
+deque's own lock, a critical section), so "exactly one pop gets the token" holds; but the two
+write-then-read handshakes above need a full barrier on each side, between the write and the
+read, or both may read the old value. ``fence.full()`` is that barrier there (a C fence,
+compiled; tinycoro.core.fence), and compiles to nothing under the GIL.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from typing import Any, Awaitable
 from ..core.local import thread_state
 from ..core.task import Task, describe
 from ..core.traps import DONE, consume_budget, foreign_waiter
+from ..core import fence
 from ..core.engine import spend_inline
 from ._lot import Acquirable, Acquisition, ParkingLot, Waiter, acquisition
 
@@ -145,6 +149,8 @@ class Mutex(Acquirable):
                 raise RuntimeError(f"{self!r}: this task already holds it (Mutex is not reentrant)")
             self._contended = True
             waiter = self._lot.enqueue()
+            if fence.FREE_THREADED:  # the flag before the look at the token (module doc)
+                fence.full()
             first = self._settle_locked() if self._free else None  # usually held: skip the call
         finally:
             mu.release()
@@ -172,6 +178,8 @@ class Mutex(Acquirable):
         if me is not None and self._owner is me:
             self._owner = None
             self._give(0)  # first the token, then the flag: see the module doc
+            if fence.FREE_THREADED:
+                fence.full()
             if self._contended:
                 self._settle()
             return

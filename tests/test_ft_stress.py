@@ -1,0 +1,253 @@
+"""Cross-thread handshakes under real parallelism: what a free-threaded build (no GIL) makes
+race for real, bounded by counts of rounds, on 2 and 4 contexts.
+
+Under the GIL only one context runs Python at a time, and the runtime's write-then-read
+handshakes (docs/design.md, "Synchronisation, with and without the GIL") can only interleave at
+a switch. Without it they run truly at once, and each needs a full barrier on both sides: a
+context going to sleep against a push or a ``call_soon`` from another thread (rule 4), a fast
+unlock against a newcomer's lock, a stop against a spawn, a close against an operation that
+starts, cancels against wakes. A lost wake-up shows as a ``DeadlockError`` (every run has a
+deadlock timeout) or, where nothing is parked, as the pytest timeout; a lost or doubled step
+as a wrong count.
+
+The same tests run under the GIL (they are cheap there, and must pass too); they were
+written for, and find their races on, a free-threaded build with ``PYTHON_GIL=0``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+import tinycoro as tc
+from helpers.runtime import wait_until
+from helpers.sync import run, spawn_elsewhere
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("contexts", [2, 4])]
+
+DEADLOCK = 20.0
+# Rounds of each test: enough for a 1-in-1000 interleaving to show within a run on 2 cores
+# without the GIL; TINYCORO_FT_ROUNDS scales them for a longer hunt (tools/tsan_suites.sh).
+SCALE = max(1, int(os.environ.get("TINYCORO_FT_ROUNDS", "1")))
+
+
+def test_ping_pong_across_contexts_never_loses_a_wake(contexts):
+    # Two tasks on different contexts hand a turn back and forth through two Events: each
+    # wake is a push onto a context that is, more often than not, just going to sleep
+    # (rule 4: the sleeper's flag against the pusher's append).
+    rounds = 2000 * SCALE
+
+    async def main():
+        ping, pong = [tc.Event() for _ in range(rounds)], [tc.Event() for _ in range(rounds)]
+
+        async def other():
+            for i in range(rounds):
+                await ping[i].wait()
+                pong[i].set()
+
+        t = spawn_elsewhere(other())
+        for i in range(rounds):
+            ping[i].set()
+            await pong[i].wait()
+        await t
+        return rounds
+
+    assert run(main(), contexts, deadlock_timeout=DEADLOCK) == rounds
+
+
+def test_calls_from_foreign_threads_all_run(contexts):
+    # Threads outside the scheduler queue calls onto contexts that sleep between them
+    # (Engine.call_soon: the calls queue against the sleeper's last look). Every call runs.
+    threads, per_thread = 4, 1000 * SCALE
+    sched = tc.Scheduler(contexts).start()
+    try:
+        engines = list(sched._engines)
+        ran = [0] * threads
+        done = threading.Event()
+        lock = threading.Lock()
+        left = [threads * per_thread]
+
+        def call(k):
+            ran[k] += 1  # only ever on one context's thread per k (below): no lock needed
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    done.set()
+
+        def pusher(k):
+            engine = engines[k % len(engines)]
+            for _ in range(per_thread):
+                engine.call_soon(call, k)
+
+        ts = [threading.Thread(target=pusher, args=(k,)) for k in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert done.wait(60), f"calls never ran: {left[0]} of {threads * per_thread} left"
+        assert ran == [per_thread] * threads
+    finally:
+        sched.stop()
+
+
+def test_mutex_fast_unlock_against_newcomers_never_strands_a_waiter(contexts):
+    # The uncontended unlock (token back, then the flag read) against a waiter that sets the
+    # flag and then looks for the token, on every context at once; a waiter stranded behind a
+    # free mutex shows as a DeadlockError.
+    workers, each = 4 * contexts, 500 * SCALE
+
+    async def main():
+        m = tc.Mutex()
+        state = {"inside": 0, "overlaps": 0, "count": 0}
+
+        async def worker():
+            for i in range(each):
+                async with m:
+                    state["inside"] += 1
+                    state["overlaps"] += state["inside"] != 1
+                    state["count"] += 1
+                    state["inside"] -= 1
+                if i % 5 == 0:
+                    await tc.yield_now()
+
+        await tc.when_all(*(worker() for _ in range(workers)))
+        return state, m.statistics()
+
+    state, stats = run(main(), contexts, deadlock_timeout=DEADLOCK)
+    assert state == {"inside": 0, "overlaps": 0, "count": workers * each}
+    assert stats == tc.sync.MutexStatistics(locked=False, owner=None, waiters=0)
+
+
+def test_relay_across_contexts_keeps_the_stop_token_up(contexts):
+    # Each task spawns the next (round robin: onto another context) and ends; loop() may
+    # return only after the last hop (the stop flags and token against deferred pushes,
+    # rule 18), and every context then has its flag down. Many short schedulers: each start
+    # and stop is a race of its own.
+    for _ in range(20 * SCALE):
+        sched = tc.Scheduler(contexts)
+        hops = [0]
+
+        async def hop(i):
+            hops[0] += 1  # one hop runs at a time: the next is spawned by this one's end
+            if i:
+                tc.spawn(hop(i - 1))
+
+        sched.submit(hop(200))
+        sched.loop(deadlock_timeout=DEADLOCK)
+        assert hops[0] == 201
+        st = sched.stats()
+        assert st.stop_token == 0 and all(c.stop_flag == 0 for c in st.contexts)
+
+
+def test_stop_while_tasks_spawn_across_contexts(contexts):
+    # stop() against tasks that keep spawning onto other contexts: every task ever created
+    # ends (finished or cancelled), no thread is left, and stop() returns.
+    for _ in range(10 * SCALE):
+        sched = tc.Scheduler(contexts).start()
+        made: list[tc.Task] = []
+        made_lock = threading.Lock()
+        started = threading.Event()
+
+        async def breeder(depth):
+            started.set()
+            while True:
+                if depth:
+                    try:
+                        t = tc.spawn(breeder(depth - 1))
+                    except RuntimeError:  # the scheduler stopped accepting: our turn to end
+                        return
+                    with made_lock:
+                        made.append(t)
+                await tc.yield_now()
+
+        with made_lock:
+            made.append(sched.submit(breeder(3)))
+        assert started.wait(30)
+        sched.stop(timeout=5)
+        with made_lock:
+            tasks = list(made)
+        assert all(t.done() for t in tasks), [t for t in tasks if not t.done()]
+        wait_until(lambda: not any(th.is_alive() for th in sched._threads), what="threads joined")
+
+
+def test_cancel_storm_against_set(contexts):
+    # Waiters on every context parked on one Event; another context cancels half of them
+    # while a third sets the event: each waiter either gets the value or Cancelled, exactly
+    # once, and none is left parked.
+    rounds, waiters = 30 * SCALE, 40
+
+    async def main():
+        got = cancelled = 0
+        for _ in range(rounds):
+            ev = tc.Event()
+            ready = tc.Latch(waiters)
+
+            async def waiter():
+                ready.count_down()
+                return await ev.wait()
+
+            ts = [tc.spawn(waiter()) for _ in range(waiters)]
+            await ready.wait()
+
+            async def canceller():
+                for t in ts[::2]:
+                    t.cancel()
+
+            async def setter():
+                ev.set("v")
+
+            c, s = spawn_elsewhere(canceller()), spawn_elsewhere(setter())
+            await c
+            await s
+            for t in ts:
+                try:
+                    assert await t == "v"
+                    got += 1
+                except tc.Cancelled:
+                    cancelled += 1
+            assert ev.statistics().waiters == 0
+        return got, cancelled
+
+    got, cancelled = run(main(), contexts, deadlock_timeout=DEADLOCK)
+    assert got + cancelled == rounds * waiters and got >= rounds * waiters // 2
+
+
+def test_semaphore_permits_survive_cancels_across_contexts(contexts):
+    # Permits handed to a waiter that is cancelled meanwhile are passed on (undo), never lost
+    # or doubled: after every round the semaphore has all its permits and no waiter.
+    permits, workers, each = 2, 4 * contexts, 100 * SCALE
+
+    async def main():
+        sem = tc.Semaphore(permits)
+        inside = [0, 0]  # now, most ever: two holders on two threads, so under a lock
+        count = threading.Lock()
+
+        async def worker():
+            for _ in range(each):
+                await sem.acquire()
+                try:
+                    with count:
+                        inside[0] += 1
+                        inside[1] = max(inside[1], inside[0])
+                    await tc.yield_now()
+                    with count:
+                        inside[0] -= 1
+                finally:
+                    sem.release()
+
+        ts = [tc.spawn(worker()) for _ in range(workers)]
+        for t in ts[::3]:  # cancelled while they run: some hold a permit, some wait for one
+            await tc.yield_now()
+            t.cancel()
+        for t in ts:
+            try:
+                await t
+            except tc.Cancelled:
+                pass
+        return sem.statistics(), inside[1]
+
+    stats, most = run(main(), contexts, deadlock_timeout=DEADLOCK)
+    assert most <= permits
+    assert stats.value == permits and stats.waiters == 0
