@@ -23,8 +23,8 @@ from contextlib import ExitStack
 from .config import REPO, Config
 from .harness import Case, Ratio, Series
 from .http_server import RESPONSE
-from .peers import missing
 from .echo_procs import EchoLoadMissing, EchoServer, build_echo_load, run_load
+from .w_echo import servers
 
 NAME = "conns"
 WORKLOAD = "TCP echo by connections"
@@ -75,19 +75,10 @@ def descriptors_for(conns: int) -> str | None:
 
 
 def _servers(stack: ExitStack, contexts: int, http: bool) -> dict[str, EchoServer | str]:
-    out: dict[str, EchoServer | str] = {}
-    for label, (kind, env) in _SERVERS.items():
-        if kind.startswith("uvloop") and missing("uvloop"):
-            out[label] = missing("uvloop")  # type: ignore[assignment]
-            continue
-        try:
-            srv = HttpServer(kind, contexts, env) if http else EchoServer(kind, contexts, env=env)
-        except RuntimeError as e:
-            out[label] = str(e)
-            continue
-        stack.callback(srv.close)
-        out[label] = srv
-    return out
+    def start(kind: str, env: dict[str, str]) -> EchoServer:
+        return HttpServer(kind, contexts, env) if http else EchoServer(kind, contexts, env=env)
+
+    return servers(stack, _SERVERS, start)
 
 
 def build(cfg: Config, stack: ExitStack) -> list[Case]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any, Callable
 
 from .config import Config
 from .echo_procs import (  # noqa: F401 - the old names, kept importable from here
@@ -48,16 +49,20 @@ _KIND = {
 TARGETS = {"asyncio streams": 2.5, "uvloop streams": 1.5, "uvloop protocol": 1.0, URINGIO: 2.0}
 
 
-def servers(stack: ExitStack, kinds: dict[str, tuple[str, int]]) -> dict[str, EchoServer | str]:
-    """Start one server per label: ``{label: (kind, contexts)}``. A server that cannot start
-    maps to its skip reason instead."""
+def servers(
+    stack: ExitStack, kinds: dict[str, tuple[str, Any]],
+    start: Callable[[str, Any], EchoServer] = EchoServer,
+) -> dict[str, EchoServer | str]:
+    """Start one server per label: ``{label: (kind, arg)}``, each ``start(kind, arg)`` (an
+    echo server of *arg* contexts by default). A server that cannot start maps to its skip
+    reason instead."""
     out: dict[str, EchoServer | str] = {}
-    for label, (kind, contexts) in kinds.items():
+    for label, (kind, arg) in kinds.items():
         if kind.startswith("uvloop") and missing("uvloop"):
             out[label] = missing("uvloop")  # type: ignore[assignment]
             continue
         try:
-            srv = EchoServer(kind, contexts)
+            srv = start(kind, arg)
         except RuntimeError as e:
             out[label] = str(e)
             continue
