@@ -281,10 +281,11 @@ def notes() -> list[str]:
     """What each build was, for the run's notes."""
     out = []
     for tag, info in INFO.items():
-        kind = "free-threaded" if info["free_threaded"] else "with the GIL"
-        gil = "on" if info["gil"] else "off"
-        out.append(f"Workload 8, build {tag}: CPython {info['python']} {kind}, the GIL {gil} after "
-                   f"importing tinycoro (no PYTHON_GIL), tinycoro's {info['runtime']}.")
+        if info["free_threaded"]:
+            kind = f"free-threaded, the GIL {'on' if info['gil'] else 'off'} after importing tinycoro (no PYTHON_GIL)"
+        else:
+            kind = "with the GIL"
+        out.append(f"Workload 8, build {tag}: CPython {info['python']} {kind}, tinycoro's {info['runtime']}.")
     if INFO:
         out.append("Workload 8's CPU column is the process's user + system CPU per unit (chunk, "
                    "lock pair, request) over the timed part, every thread included.")
@@ -329,4 +330,28 @@ def summary(results: list[CaseResult]) -> list[str]:
         f"**One context, {ft} / {gil}** (the free-threaded interpreter's own single-thread cost): "
         f"CPU-bound coroutines {_x(_ratio(results, cpu, label(ft, 1), label(gil, 1)))}, the JSON "
         f"server {_x(_ratio(results, srv, label(ft, 1), label(gil, 1)))}.",
+        "",
+        f"**CPU time per unit** (user + system; the machine's other load moves it less than the "
+        f"rates): {_cpu_line(results, cpu, 'chunk', gil, ft)}; {_cpu_line(results, srv, 'request', gil, ft)}.",
     ]
+
+
+def _cpu_us(results: list[CaseResult], case_prefix: str, lb: str) -> float | None:
+    for cr in results:
+        if cr.case.case.startswith(case_prefix):
+            for s in cr.series:
+                if s.label == lb and s.cpu_us is not None:
+                    return sum(s.cpu_us)
+    return None
+
+
+def _cpu_line(results: list[CaseResult], case_prefix: str, unit: str, gil: str, ft: str) -> str:
+    """``<ft 1 ctx> us per <unit> on <ft> against <gil 1 ctx> on <gil> (<x>), and on 2 contexts
+    <x> of 1 on <ft>``, or what was not measured."""
+    g1, f1, f2 = (_cpu_us(results, case_prefix, label(t, n)) for t, n in ((gil, 1), (ft, 1), (ft, 2)))
+    if f1 is None or g1 is None:
+        return f"{case_prefix}: not measured"
+    line = f"{f1:.0f} us per {unit} on {ft} against {g1:.0f} on {gil} ({f1 / g1:.2f}x)"
+    if f2 is not None:
+        line += f" (2 contexts of {ft} spent {f2 / f1:.2f}x that)"
+    return line
