@@ -40,6 +40,7 @@ import select
 import subprocess
 import sys
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -143,7 +144,9 @@ class Worker:
                 f.close()
 
 
-def _sample(reply: dict[str, Any]) -> Sample:
+def _measure(worker: Worker, request: dict[str, Any]) -> Sample:
+    """One repetition of an in-process series: the rate, and the CPU per unit."""
+    reply = worker.run(request)
     units = reply["units"]
     user, system = reply["cpu"]
     return Sample(reply["value"], cpu_us=(user / units * 1e6, system / units * 1e6))
@@ -185,13 +188,13 @@ def _inprocess_case(
                 series.append(Series(label(tag, n), skip=w))
                 continue
             req = dict(request, contexts=n)
-            series.append(Series(label(tag, n), lambda w=w, req=req: _sample(w.run(req))))
+            series.append(Series(label(tag, n), partial(_measure, w, req)))
     return Case(WORKLOAD, what, unit, series, _ratios(list(workers), target))
 
 
 def _server_case(
     what: str, stack: ExitStack, pythons: dict[str, tuple[str | None, str | None]],
-    start: Callable[[str, int], EchoServer], load: Callable[[Any, EchoServer], Sample],
+    start: Callable[[str, int], EchoServer], load: Callable[[EchoServer], Sample],
     exe_skip: str | None, target: float | None,
 ) -> Case:
     tags = list(pythons)
@@ -215,7 +218,7 @@ def _server_case(
         if isinstance(srv, str):
             series.append(Series(lb, skip=srv))
         else:
-            series.append(Series(lb, lambda srv=srv: load(srv)))
+            series.append(Series(lb, partial(load, srv)))
     return Case(WORKLOAD, what, "req/s", series, ratios)
 
 
