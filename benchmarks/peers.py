@@ -163,6 +163,12 @@ def _freethreaded_install(py: Path, repo: str) -> None:
     subprocess.run(pip + ["--no-build-isolation", "-e", repo], **run)  # type: ignore[call-overload]
 
 
+def _interpreted(py: Path) -> bool:
+    """Whether tinycoro runs (partly) interpreted on *py*: a stale or missing build."""
+    probe = "import sys, tinycoro.compiled as c; sys.exit(3 if c.fallbacks else 0)"
+    return subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 3
+
+
 def version_venv(version: str) -> Path:
     """Where the virtual environment for Python *version* lives (git-ignored)."""
     return BUILD_DIR / f"py{version}-venv"
@@ -182,6 +188,12 @@ def version_python(version: str, create: bool = True) -> tuple[str | None, str |
     py = version_venv(version) / "bin" / "python"
     probe = [str(py), "-c", "import tinycoro" if ft else "import tinycoro, uvloop"]
     if py.exists() and subprocess.run(probe, capture_output=True, cwd="/").returncode == 0:
+        if ft and create and _interpreted(py):
+            # the checkout changed since the build (a merge): a free-threaded figure of the
+            # interpreted runtime would be compared against the compiled one of the GIL build
+            repo = str(Path(__file__).resolve().parent.parent)
+            subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-build-isolation", "-e", repo],
+                           capture_output=True, text=True, timeout=3600, cwd=repo)
         return str(py), None
     if not create:
         return None, f"no Python {version} environment yet (full and --quick runs make it: build/benchmarks/py{version}-venv)"
