@@ -349,12 +349,13 @@ def _cpu_us(results: list[CaseResult], case_prefix: str, lb: str) -> float | Non
 
 
 def _cpu_line(results: list[CaseResult], case_prefix: str, unit: str, gil: str, ft: str) -> str:
-    """``<ft 1 ctx> us per <unit> on <ft> against <gil 1 ctx> on <gil> (<x>), and on 2 contexts
-    <x> of 1 on <ft>``, or what was not measured."""
+    """``<us> per <unit> on <ft> against <us> on <gil> (<x>), <x> that on 2 contexts of <ft>``
+    (each build's CPU per unit on 1 context, then 2 contexts against 1 on the free-threaded
+    build), or what was not measured."""
     g1, f1, f2 = (_cpu_us(results, case_prefix, label(t, n)) for t, n in ((gil, 1), (ft, 1), (ft, 2)))
     if f1 is None or g1 is None:
         return f"{case_prefix}: not measured"
     line = f"{f1:.0f} us per {unit} on {ft} against {g1:.0f} on {gil} ({f1 / g1:.2f}x)"
     if f2 is not None:
-        line += f" (2 contexts of {ft} spent {f2 / f1:.2f}x that)"
+        line += f", {f2 / f1:.2f}x that on 2 contexts of {ft}"
     return line
