@@ -117,24 +117,92 @@ def pyenv_python(version: str) -> str | None:
     return found[-1] if found else None
 
 
+# -- the free-threaded build -------------------------------------------------------------------
+FREE_THREADED = "3.13t"  # the version name of the free-threaded build (``--python 3.13t``)
+
+
+def is_free_threaded() -> bool:
+    """Whether this interpreter is a free-threaded build (whether or not its GIL is on now)."""
+    import sysconfig
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def freethreaded_base() -> tuple[str | None, str | None]:
+    """(python, None) for the cached free-threaded CPython 3.13 that
+    ``tools/build_freethreaded_python.sh`` builds (under ``$TINYCORO_FT_CACHE`` or
+    ``~/.cache/tinycoro``); or (None, why not). A benchmark run never builds it: that takes
+    minutes and root (a deb-src entry)."""
+    cache = Path(os.environ.get("TINYCORO_FT_CACHE") or os.path.expanduser("~/.cache/tinycoro"))
+    py = cache / "python3.13t-release" / "bin" / "python3.13t"
+    if not os.access(py, os.X_OK):
+        return None, (f"no free-threaded Python 3.13 at {py} (build it once with "
+                      "tools/build_freethreaded_python.sh, about 6 minutes)")
+    return str(py), None
+
+
+def _freethreaded_install(py: Path, repo: str) -> None:
+    """Install this checkout compiled into the free-threaded venv *py* as ``.ci/run``'s
+    ``ft_install`` does: the liburing binding from its free-threading wheel (built once into
+    the shared cache with Cython's free-threading flag, else it declares nothing and importing
+    it turns the GIL back on), then tinycoro without build isolation (an isolated build would
+    build the binding once more). The peers' extras are not installed: uvloop and pyzmq have no
+    3.13t wheels and do not build offline; their rows say they are missing."""
+    cache = Path(os.environ.get("TINYCORO_FT_CACHE") or os.path.expanduser("~/.cache/tinycoro"))
+    wheels = cache / "wheels-ft"
+    pip = [str(py), "-m", "pip", "install", "-q"]
+    run = dict(check=True, capture_output=True, text=True, timeout=3600, cwd=repo)
+    subprocess.run(pip + ["hypothesis<=6.150.0", "Cython>=3.1", "setuptools>=64"], **run)  # type: ignore[call-overload]
+    found = sorted(wheels.glob("liburing-2024.5.3-*cp313t*.whl"))
+    if not found:
+        env = dict(os.environ, CFLAGS="-DCYTHON_FREETHREADING_COMPATIBLE=1")
+        subprocess.run([str(py), "-m", "pip", "wheel", "-q", "--no-cache-dir", "--no-deps", "-w", str(wheels),
+                        "liburing==2024.5.3"], env=env, **run)  # type: ignore[call-overload]
+        found = sorted(wheels.glob("liburing-2024.5.3-*cp313t*.whl"))
+    subprocess.run(pip + [str(found[-1])], **run)  # type: ignore[call-overload]
+    subprocess.run(pip + ["--no-build-isolation", "-e", repo], **run)  # type: ignore[call-overload]
+
+
+def _interpreted(py: Path) -> bool:
+    """Whether tinycoro runs (partly) interpreted on *py*: a stale or missing build."""
+    probe = "import sys, tinycoro.compiled as c; sys.exit(3 if c.fallbacks else 0)"
+    return subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 3
+
+
 def version_venv(version: str) -> Path:
     """Where the virtual environment for Python *version* lives (git-ignored)."""
     return BUILD_DIR / f"py{version}-venv"
 
 
-def version_python(version: str) -> tuple[str | None, str | None]:
+def version_python(version: str, create: bool = True) -> tuple[str | None, str | None]:
     """(python, None) for a virtual environment of Python *version* with this checkout of
     tinycoro installed in it (editable, compiled for that version: the extension modules of
     each version sit side by side in the source tree) and the peers (``.[bench,cluster]``),
-    made on first use in ``build/benchmarks/py<version>-venv``; or (None, why it cannot be had).
+    made on first use in ``build/benchmarks/py<version>-venv`` (only an existing one with
+    ``create=False``); or (None, why it cannot be had). ``"3.13t"`` is the free-threaded build
+    (:func:`freethreaded_base`), with tinycoro alone.
     A build that fell back to the interpreted source still runs: the report's machine table
     says which modules run compiled.
     """
+    ft = version == FREE_THREADED
     py = version_venv(version) / "bin" / "python"
-    probe = [str(py), "-c", "import tinycoro, uvloop"]
+    probe = [str(py), "-c", "import tinycoro" if ft else "import tinycoro, uvloop"]
     if py.exists() and subprocess.run(probe, capture_output=True, cwd="/").returncode == 0:
+        if ft and create and _interpreted(py):
+            # the checkout changed since the build (a merge): a free-threaded figure of the
+            # interpreted runtime would be compared against the compiled one of the GIL build
+            repo = str(Path(__file__).resolve().parent.parent)
+            subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-build-isolation", "-e", repo],
+                           capture_output=True, text=True, timeout=3600, cwd=repo)
         return str(py), None
-    base = pyenv_python(version)
+    if not create:
+        return None, f"no Python {version} environment yet (full and --quick runs make it: build/benchmarks/py{version}-venv)"
+    if ft:
+        base, why = freethreaded_base()
+        if base is None:
+            return None, why
+    else:
+        base = pyenv_python(version)
     if base is None:
         return None, f"no Python {version} found under pyenv's versions (~/.pyenv/versions/{version}.*)"
     repo = str(Path(__file__).resolve().parent.parent)
@@ -142,8 +210,11 @@ def version_python(version: str) -> tuple[str | None, str | None]:
         py.parent.parent.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([base, "-m", "venv", "--clear", str(py.parent.parent)], check=True,
                        capture_output=True, text=True, timeout=300)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", f"{repo}[bench,cluster]"], check=True,
-                       capture_output=True, text=True, timeout=3600, cwd=repo)
+        if ft:
+            _freethreaded_install(py, repo)
+        else:
+            subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", f"{repo}[bench,cluster]"], check=True,
+                           capture_output=True, text=True, timeout=3600, cwd=repo)
     except (OSError, subprocess.SubprocessError) as e:
         err = getattr(e, "stderr", None) or str(e)
         lines = [ln for ln in str(err).strip().splitlines() if not ln.startswith("WARNING")]

@@ -14,14 +14,14 @@ from types import ModuleType
 
 from . import (
     config, machine, report, w_aio_file, w_bulk, w_cluster, w_conns, w_direct, w_echo, w_file,
-    w_mutex, w_scaling, w_spawn, w_switch, w_wholefile,
+    w_freethreaded, w_mutex, w_scaling, w_spawn, w_switch, w_wholefile,
 )
 from .harness import CaseResult, format_tables, run_case
 
 WORKLOADS: dict[str, ModuleType] = {
     m.NAME: m
     for m in (w_switch, w_spawn, w_mutex, w_file, w_wholefile, w_direct, w_aio_file, w_echo,
-              w_conns, w_bulk, w_scaling, w_cluster)
+              w_conns, w_bulk, w_scaling, w_cluster, w_freethreaded)
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 # A run writes its report to the build folder unless asked to publish it: an exploratory run
@@ -52,14 +52,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     prof.add_argument("--no-profile", dest="profile", action="store_false")
     ap.add_argument("--python", metavar="X.Y",
                     help="run everything (tinycoro, the peers' servers and workloads) on Python X.Y "
-                    "instead, in build/benchmarks/pyX.Y-venv, made on first use from pyenv's X.Y; "
+                    "instead, in build/benchmarks/pyX.Y-venv, made on first use from pyenv's X.Y "
+                    "(3.13t: the free-threaded build tools/build_freethreaded_python.sh caches); "
                     "the page keeps the latest run of each version")
     ap.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # smoke-test sizes
     return ap.parse_args(argv)
 
 
 def running_version() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
+    """``"3.11"``; ``"3.13t"`` on a free-threaded build (its own venv and part of the page)."""
+    from .peers import is_free_threaded
+
+    return f"{sys.version_info.major}.{sys.version_info.minor}" + ("t" if is_free_threaded() else "")
 
 
 def _on_python(version: str, argv: list[str]) -> int:
@@ -128,8 +132,35 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwall time: {wall:.0f} s")
 
     out: Path = PUBLISHED if args.publish else (args.out or DRAFT)
-    image = out.with_suffix(".png") if version == config.REFERENCE_PYTHON else out.with_name(f"{out.stem}-py{version}.png")
     date = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    load = f"{load_start} / {machine.loadavg()}"
+    # The free-threaded comparison has a part of the page of its own (the README quotes it),
+    # written by runs on the reference Python; on another version its rows stay in that
+    # version's part. A run of it alone (--only freethreaded) leaves the version's part alone.
+    own_part = version == config.REFERENCE_PYTHON
+    ft = [r for r in results if own_part and r.case.workload == w_freethreaded.WORKLOAD]
+    rest = [r for r in results if r not in ft]
+    wrote: list[Path] = []
+    if ft:
+        ft_notes = [*w_freethreaded.notes(), f"Load average (1/5/15 min) at start / end: {load}."]
+        part = report.part_section(
+            w_freethreaded.PART, ft, command=command, date=date, wall_seconds=wall,
+            lead=w_freethreaded.summary(ft), notes=ft_notes,
+        )
+        report.write_part(out, part, w_freethreaded.PART, w_freethreaded.HEADING)
+        wrote.append(out)
+    if rest or not ft:
+        wrote += _write_version_part(rest, out, version, cfg, command, date, wall, load, profiles)
+    print("wrote " + " and ".join(dict.fromkeys(str(w) for w in wrote)))
+    return 0
+
+
+def _write_version_part(
+    results: list[CaseResult], out: Path, version: str, cfg: config.Config, command: str, date: str,
+    wall: float, load: str, profiles: dict[str, tuple[str, str]],
+) -> list[Path]:
+    """Write Python *version*'s part of *out*, its plot and its profiles; return what was written."""
+    image = out.with_suffix(".png") if version == config.REFERENCE_PYTHON else out.with_name(f"{out.stem}-py{version}.png")
     image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode, Python {version}")
     profiles_page = out.with_name(f"{out.stem}-profiles.md")
     notes = [
@@ -145,13 +176,14 @@ def main(argv: list[str] | None = None) -> int:
         "uringio runs in its own virtual environment on Python >= 3.12 (build/benchmarks/"
         "uringio-venv, made by the runner); fio (Debian package) is the O_DIRECT peer.",
     ]
+    if any(r.case.workload == w_freethreaded.WORKLOAD for r in results):
+        notes += w_freethreaded.notes()
     section = report.generated_section(
         results,
         command=command,
         date=date,
         wall_seconds=wall,
-        machine=machine.describe()
-        + [("load average (1/5/15 min) at start / end", f"{load_start} / {machine.loadavg()}")],
+        machine=machine.describe() + [("load average (1/5/15 min) at start / end", load)],
         image=None if image_skip else image,
         image_skip=image_skip,
         profiles_page=profiles_page if profiles else None,
@@ -163,5 +195,4 @@ def main(argv: list[str] | None = None) -> int:
             profiles_page, report.profiles_section(profiles, date=date, command=command, version=version), version
         )
     report.write(out, section, version)
-    print(f"wrote {out}" + ("" if image_skip else f" and {image}") + (f" and {profiles_page}" if profiles else ""))
-    return 0
+    return [out] + ([] if image_skip else [image]) + ([profiles_page] if profiles else [])

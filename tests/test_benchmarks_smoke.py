@@ -6,6 +6,7 @@ This checks structure only (every workload row is there, with a number or an exp
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -143,3 +144,75 @@ def test_quick_tiny_run_produces_a_complete_table(tmp_path: Path) -> None:
     assert "| CPU |" in md and "| Python |" in md
     if "(plot not drawn" not in md:
         assert (tmp_path / "bench.png").stat().st_size > 0
+
+
+# -- workload 8: the free-threaded build beside this one -----------------------------------------
+FT_CASES = ("CPU-bound coroutines", "JSON request/response", "tc.Mutex uncontended", "tc.Mutex contended", "echo 64 B")
+FT_TARGETS = {"CPU-bound coroutines": "1.8", "JSON request/response": "1.6"}  # 2 ctx / 1 ctx on 3.13t
+
+
+def _freethreaded_python() -> str | None:
+    """A free-threaded Python with this checkout's tinycoro importable: the runner's own
+    environment, else CI's (.ci/run part 6); None without either."""
+    for py in (REPO / "build" / "benchmarks" / "py3.13t-venv" / "bin" / "python", REPO / ".venv-ft" / "bin" / "python"):
+        probe = [str(py), "-c", "import sysconfig, tinycoro; assert sysconfig.get_config_var('Py_GIL_DISABLED')"]
+        if py.exists() and subprocess.run(probe, cwd=REPO, capture_output=True).returncode == 0:
+            return str(py)
+    return None
+
+
+def _rows_after(md: str, header_start: str) -> list[list[str]]:
+    """Rows of the markdown table whose header line starts with *header_start*."""
+    rows: list[list[str]] = []
+    for line in md[md.index(header_start):].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split(" | ")])
+    return rows
+
+
+def _part(md: str, key: str) -> str:
+    a = md.index(f"<!-- BEGIN GENERATED part {key} ")
+    return md[a : md.index(f"<!-- END GENERATED (part {key}) -->", a)]
+
+
+@pytest.mark.timeout(200)
+def test_freethreaded_workload_runs_both_builds_side_by_side(tmp_path: Path) -> None:
+    import sysconfig
+
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        pytest.skip("the workload compares a GIL build (the runner's) with the free-threaded one")
+    py = _freethreaded_python()
+    if py is None:
+        pytest.skip("no free-threaded Python 3.13 environment with tinycoro (python -m benchmarks "
+                    "--only freethreaded makes one, given tools/build_freethreaded_python.sh's build)")
+    out = tmp_path / "bench.md"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    env["TINYCORO_BENCH_PY313T"] = py
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "freethreaded", "--tiny", "--out", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    part = _part(out.read_text(), "free-threaded")
+    gil = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert "## Python" not in out.read_text()  # run alone on its own: no version part written
+
+    medians = _rows_after(part, "| workload | case | runtime |")
+    rows = {(case.split(",")[0].split(" (")[0], runtime): median for _w, case, runtime, median, *_ in medians}
+    for case in FT_CASES:
+        for build in (gil, "3.13t"):
+            for n in (1, 2):
+                median = rows.get((case, f"{build} {n} ctx"))
+                assert median is not None and NUMBER.match(median), (case, build, n, median)
+
+    ratios = _rows_after(part, "| workload | case | ratio |")
+    got = {(case.split(",")[0].split(" (")[0], name): (value, target) for _w, case, name, value, target, _s in ratios}
+    for case in FT_CASES:
+        for name in ("3.13t 2 ctx / 3.13t 1 ctx", f"{gil} 2 ctx / {gil} 1 ctx", f"3.13t 1 ctx / {gil} 1 ctx"):
+            value, target = got[(case, name)]
+            assert RATIO.match(value), (case, name, value)
+            want = FT_TARGETS.get(case) if name.startswith("3.13t 2") else None
+            assert target == (f">= {want}x" if want else "-"), (case, name, target)
+    assert "**2 contexts / 1 context.**" in part and "**One context, 3.13t /" in part
+    assert "3.13t: CPython 3.13" in part and "free-threaded, the GIL off after importing tinycoro" in part
