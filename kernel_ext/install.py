@@ -127,11 +127,7 @@ def _overrides(
     """What the tinycoro kernelspec changes in ipykernel's: the name, the interpreter (when
     another one's), and the environment that configures the default scheduler (validated
     here, before anything is written)."""
-    env = {}
-    if contexts is not None:
-        env["TINYCORO_CONTEXTS"] = str(check_contexts(contexts))
-    if dispatch is not None:
-        env["TINYCORO_DISPATCH"] = check_dispatch(dispatch)
+    env = _scheduler_env(contexts, dispatch)
     extra: dict[str, Any] = {}
     if python is not None or force_gil_off:
         interp = probe(python or sys.executable)
@@ -146,6 +142,16 @@ def _overrides(
         _check_gil(interp, False)
         display_name = display_name or interp.display_name(False)
     return {"display_name": display_name or DISPLAY_NAME, **extra, **({"env": env} if env else {})}
+
+
+def _scheduler_env(contexts: int | None, dispatch: str | None) -> dict[str, str]:
+    """The environment that configures the kernel's default scheduler, validated."""
+    env = {}
+    if contexts is not None:
+        env["TINYCORO_CONTEXTS"] = str(check_contexts(contexts))
+    if dispatch is not None:
+        env["TINYCORO_DISPATCH"] = check_dispatch(dispatch)
+    return env
 
 
 def _free_threaded() -> bool:
@@ -227,6 +233,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "install":
         prefix = sys.prefix if args.sys_prefix else args.prefix
         try:
+            _scheduler_env(args.contexts, args.dispatch)  # the cheap checks first, named as such
+        except ValueError as e:
+            print(f"--contexts/--dispatch: {e}", file=sys.stderr)
+            return 2
+        try:
             path = install(
                 args.name,
                 user=args.user,
@@ -237,10 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 python=args.python,
                 force_gil_off=args.force_gil_off,
             )
-        except ValueError as e:  # from the checks or the probe, before anything was written
+        except ValueError as e:  # from the interpreter's probe, before anything was written
             print(f"tinycoro.kernel_ext install: {e}", file=sys.stderr)
             return 2
-        spec = json.loads(open(os.path.join(path, "kernel.json")).read())
+        with open(os.path.join(path, "kernel.json")) as f:
+            spec = json.load(f)
         print(f"Installed kernelspec {os.path.basename(path)!r} ({spec['display_name']}) in {path}")
         return 0
     from jupyter_client.kernelspec import KernelSpecManager
