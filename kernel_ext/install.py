@@ -97,7 +97,8 @@ def probe(python: str, timeout: float = 120.0) -> Interpreter:
     if out["missing"]:
         raise ValueError(f"{python} cannot run the tinycoro kernel, it lacks "
                          f"{'; '.join(out['missing'])}: pip install ipykernel tinycoro there")
-    by = [m.group(1) for w in out["warnings"] for m in [_GIL_WARNING.search(w)] if m]
+    # A module loaded at start-up (a .pth file, sitecustomize) warned on stderr, before the probe
+    by = [m.group(1) for w in [*out["warnings"], done.stderr] for m in _GIL_WARNING.finditer(w)]
     return Interpreter(python, out["version"], out["free_threaded"], out["gil"], by)
 
 

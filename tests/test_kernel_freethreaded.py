@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -207,3 +208,40 @@ def test_cluster_engines_with_two_contexts_each_keep_the_gil_off(no_gil_override
     rep = _report(out.stdout)
     assert rep["client_gil"] is False
     _assert_two_busy(rep)
+
+
+# An extension module as a C compiler makes it by default: single-phase init, no Py_mod_gil
+# slot, so loading it turns the GIL on (CPython's RuntimeWarning names it).
+GIL_MODULE_C = """
+#include <Python.h>
+static struct PyModuleDef def = {PyModuleDef_HEAD_INIT, "gil_holder", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_gil_holder(void) { return PyModule_Create(&def); }
+"""
+
+
+def test_the_installer_names_a_module_that_turns_the_gil_on_and_forces_it_off_only_when_asked(tmp_path):
+    gcc = shutil.which("gcc") or pytest.skip("no C compiler")
+    where = subprocess.run(
+        [FT_PYTHON, "-c", "import sysconfig; print(sysconfig.get_paths()['include']); "
+         "print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.split()
+    (tmp_path / "gil_holder.c").write_text(GIL_MODULE_C)
+    subprocess.run([gcc, "-shared", "-fPIC", f"-I{where[0]}", "-o", str(tmp_path / f"gil_holder{where[1]}"),
+                    str(tmp_path / "gil_holder.c")], check=True, timeout=120)
+    (tmp_path / "sitecustomize.py").write_text("import gil_holder\n")  # loaded before any kernel code
+    env = {**_no_gil_override(), "PYTHONPATH": str(tmp_path)}
+    install = [FT_PYTHON, "-m", "tinycoro.kernel_ext", "install", "--prefix", str(tmp_path)]
+    out = subprocess.run(install, capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 2, out
+    assert "importing gil_holder turns the GIL back on" in out.stderr and "--force-gil-off" in out.stderr
+    assert not (tmp_path / "share").exists()
+    out = subprocess.run([*install, "--force-gil-off"], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / FT_NAME / "kernel.json").read_text())
+    assert spec["env"] == {"PYTHON_GIL": "0"}
+    assert spec["display_name"] == "Python 3.13t (tinycoro, free-threaded, GIL forced off)"
+    # without that module the GIL stays off by itself, and forcing it is refused
+    out = subprocess.run([*install, "--force-gil-off"], capture_output=True, text=True, timeout=120,
+                         env=_no_gil_override())
+    assert out.returncode == 2 and "not needed" in out.stderr, out
