@@ -124,25 +124,26 @@ def _overrides(
     dispatch: str | None,
     python: str | None = None,
     force_gil_off: bool = False,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], bool]:
     """What the tinycoro kernelspec changes in ipykernel's: the name, the interpreter (when
     another one's), and the environment that configures the default scheduler (validated
-    here, before anything is written)."""
+    here, before anything is written); and whether that interpreter is free-threaded."""
     env = _scheduler_env(contexts, dispatch)
     extra: dict[str, Any] = {}
-    if python is not None or force_gil_off:
+    free_threaded = False
+    # Another interpreter, or a free-threaded one (this 3.13t venv included): start it once to
+    # see what it is and that the GIL stays off in it. A GIL build's own kernel needs no probe.
+    if python is not None or force_gil_off or _free_threaded():
         interp = probe(python or sys.executable)
         env.update(_check_gil(interp, force_gil_off))
-        if python is not None:
-            from ipykernel.kernelspec import make_ipkernel_cmd
-
-            extra["argv"] = make_ipkernel_cmd(executable=python, extra_arguments=EXTRA_ARGUMENTS)
+        free_threaded = interp.free_threaded
         display_name = display_name or interp.display_name(force_gil_off)
-    elif _free_threaded():  # installed from a 3.13t venv: check it as well, and say what it is
-        interp = probe(sys.executable)
-        _check_gil(interp, False)
-        display_name = display_name or interp.display_name(False)
-    return {"display_name": display_name or DISPLAY_NAME, **extra, **({"env": env} if env else {})}
+    if python is not None:
+        from ipykernel.kernelspec import make_ipkernel_cmd
+
+        extra["argv"] = make_ipkernel_cmd(executable=python, extra_arguments=EXTRA_ARGUMENTS)
+    spec = {"display_name": display_name or DISPLAY_NAME, **extra, **({"env": env} if env else {})}
+    return spec, free_threaded
 
 
 def _scheduler_env(contexts: int | None, dispatch: str | None) -> dict[str, str]:
@@ -175,7 +176,7 @@ def kernel_json(
     from ipykernel.kernelspec import get_kernel_dict
 
     spec = get_kernel_dict(extra_arguments=EXTRA_ARGUMENTS)
-    spec.update(_overrides(display_name, contexts, dispatch, python, force_gil_off))
+    spec.update(_overrides(display_name, contexts, dispatch, python, force_gil_off)[0])
     return spec
 
 
@@ -196,9 +197,9 @@ def install(
     from ipykernel.kernelspec import write_kernel_spec
     from jupyter_client.kernelspec import KernelSpecManager
 
-    overrides = _overrides(display_name, contexts, dispatch, python, force_gil_off)
+    overrides, free_threaded = _overrides(display_name, contexts, dispatch, python, force_gil_off)
     if name is None:
-        name = FT_NAME if "free-threaded" in overrides["display_name"] else DEFAULT_NAME
+        name = FT_NAME if free_threaded else DEFAULT_NAME
     with tempfile.TemporaryDirectory() as tmp:
         path = write_kernel_spec(
             os.path.join(tmp, name), overrides=overrides, extra_arguments=EXTRA_ARGUMENTS

@@ -245,3 +245,14 @@ def test_the_installer_names_a_module_that_turns_the_gil_on_and_forces_it_off_on
     out = subprocess.run([*install, "--force-gil-off"], capture_output=True, text=True, timeout=120,
                          env=_no_gil_override())
     assert out.returncode == 2 and "not needed" in out.stderr, out
+
+
+def test_a_free_threaded_kernel_keeps_its_own_name_under_any_display_name(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "tinycoro.kernel_ext", "install", "--prefix", str(tmp_path),
+         "--python", FT_PYTHON, "--display-name", "Lab, 2 cores"],
+        capture_output=True, text=True, timeout=120, env=_no_gil_override(),
+    )
+    assert out.returncode == 0, out.stderr
+    spec = json.loads((tmp_path / "share" / "jupyter" / "kernels" / FT_NAME / "kernel.json").read_text())
+    assert spec["display_name"] == "Lab, 2 cores" and "env" not in spec and spec["argv"][0] == FT_PYTHON
