@@ -123,6 +123,43 @@ def test_try_lock_and_misuse_errors():
     run(main(), 1)
 
 
+def test_acquisitions_held_at_once_are_distinct_and_each_takes_the_lock():
+    # A compiled build reuses the last acquisition once nothing holds it (sync/_refs.py); one
+    # still held, awaited or driven later, must stay its own object with its own state.
+    async def main():
+        m, s = tc.Mutex(), tc.Semaphore(1)
+        first, second = m.lock(), m.lock()
+        assert first is not second
+        await first
+        order = []
+
+        async def later():
+            await second  # made before the lock was taken, awaited while it is held
+            order.append("second")
+            m.unlock()
+
+        t = tc.spawn(later())
+        await wait_blocked(t)
+        order.append("first")
+        m.unlock()
+        await t
+        driven = tc.spawn(s.acquire())  # driven by send(), not awaited
+        held = m.lock()
+        await driven
+        assert s.value == 0 and held is not m.lock()
+        s.release()
+        await held
+        m.unlock()
+        for _ in range(100):  # the spare's reuse in a loop, mutex and semaphore alternating
+            await m.lock()
+            await s.acquire()
+            m.unlock()
+            s.release()
+        assert order == ["first", "second"] and not m.locked()
+
+    run(main(), 1)
+
+
 def test_outside_a_task_try_lock_and_unlock_work_from_a_plain_thread():
     m = tc.Mutex()
     assert m.try_lock()

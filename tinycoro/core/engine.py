@@ -290,6 +290,8 @@ class Engine(RingOwner):
         _local.engine = self
         self.thread_ident = threading.get_ident()
         ready = self.ready
+        # bound once: compiled, ready.popleft() per step looked the method up by name
+        popleft = ready.popleft
         calls = self.calls
         deadlines = self.deadlines
         # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
@@ -299,14 +301,16 @@ class Engine(RingOwner):
             while True:
                 if calls:
                     self._run_calls()
+                # n is counted by _step, not added here: compiled, that keeps n a C integer
+                # (Cython's inference gives up on it where an addition could overflow), so
+                # the turn's loop is a C loop, not a range object and a Python int per turn
                 n = len(ready)
                 if n:
-                    self.steps += n
                     for _ in range(n):
                         # self._step, not a local bound to it: compiled, this is a C call
                         # (engine.pxd), where a bound method was a Python call with its
                         # arguments parsed (~140 instructions per step, callgrind)
-                        self._step(ready.popleft())
+                        self._step(popleft())
                     _local.task = None  # once per turn: no task code runs between two steps
                     if self.watchers:
                         self._check_watchers()
@@ -503,6 +507,7 @@ class Engine(RingOwner):
 
     def _step(self, task: Task) -> None:
         """Resume *task* once and act on the trap it yields next."""
+        self.steps += 1
         _local.task = task
         self.inline_left = INLINE_BUDGET
         waiting = task._waiting
