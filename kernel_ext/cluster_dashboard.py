@@ -63,13 +63,16 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("has work", "contexts: " + CONTEXT_COLUMNS[1][1] + "; engine: how many of its contexts have"),
     ("now / CPU", "contexts: share of the last second spent running tasks; engine: its "
      "process's CPU over the last second (100% = one core) and its contexts' average busy"),
-    ("last min", "contexts: busy over the last 60 s; engine: process CPU over the last 60 s"),
-    *CONTEXT_COLUMNS[4:],
+    ("CPU", "contexts: " + CONTEXT_COLUMNS[3][1]),
+    ("last min", "contexts: busy and CPU over the last 60 s; engine: process CPU over the last "
+     "60 s"),
+    *CONTEXT_COLUMNS[5:],
 )
-# Its contexts waited, awake, for the GIL (or were blocked outside Python) for half a second
-# per second or more: worth a flag.
+# Its contexts waited, awake, for the GIL (or for a core, or were blocked outside Python) for
+# half a second per second or more: worth a flag.
 GIL_BOUND = 0.5
 BLOCKED = 0.5
+CORE_BOUND = 0.5
 
 
 class EngineLike(Protocol):
@@ -107,7 +110,7 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
 
 
 def off_cpu(busy: Sequence[float], cpu: Sequence[float], cpu_wait: Sequence[float],
-            process: float) -> tuple[float, float]:
+            process: float, gil: bool = True) -> tuple[float, float]:
     """Why an engine's contexts were awake without running, in seconds per second: (waiting
     for the GIL, blocked outside Python), from each context's busy share, the shares its
     thread ran on a CPU and waited for one, and the process's CPU share (1.0 = one core).
@@ -118,25 +121,37 @@ def off_cpu(busy: Sequence[float], cpu: Sequence[float], cpu_wait: Sequence[floa
     runs Python or waits for a core with it: at most the process's CPU beside its own, plus
     the other contexts' waits for a core. The rest of its off-CPU time it was blocked with
     the GIL free. (Comparing the sum of busy with the process CPU alone called a context
-    blocked in time.sleep "GIL-bound": awake, at 0% CPU.)"""
-    gil = blocked = 0.0
-    for i, (b, c, w) in enumerate(zip(busy, cpu, cpu_wait)):
+    blocked in time.sleep "GIL-bound": awake, at 0% CPU.)
+
+    *gil*: whether the engine's interpreter has its GIL enabled. Without one (free-threaded,
+    GIL off) nothing waits for it: all of that time is blocked (a wait for a core is not off
+    the CPU here; it is the threads' ``cpu_wait``)."""
+    waited_gil = blocked = 0.0
+    for b, c, w in zip(busy, cpu, cpu_wait):
         off = max(0.0, b - c - w)
         held = max(0.0, process - c) + sum(cpu_wait) - w  # others held (or queued with) it
-        waited = min(off, held)
-        gil += waited
+        waited = min(off, held) if gil else 0.0
+        waited_gil += waited
         blocked += off - waited
-    return gil, blocked
+    return waited_gil, blocked
 
 
-def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]]) -> str:
-    """The engine row's flags: GIL-bound, blocked (each with what to do in its tooltip), or
-    none; none while a context's CPU is not yet measured."""
+def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]],
+           gil_enabled: bool = True) -> str:
+    """The engine row's flags: GIL-bound (with a GIL) or waiting for a core (without one),
+    blocked, each with what to do in its tooltip, or none; none while a context's CPU is not
+    yet measured."""
     threads = [p[-1] for p in points if p]
     if len(threads) != len(busy) or any(t.cpu is None or t.cpu_wait is None for t in threads):
         return ""
-    gil, blocked = off_cpu(busy, [t.cpu for t in threads], [t.cpu_wait for t in threads], cpu)
+    waits = [t.cpu_wait for t in threads]
+    gil, blocked = off_cpu(busy, [t.cpu for t in threads], waits, cpu, gil_enabled)
     flag = ""
+    if not gil_enabled and sum(waits) >= CORE_BOUND:
+        flag += (f' <b style="white-space:nowrap" title="its contexts were runnable {sum(waits):.1f} '
+                 's per second without a core: more threads want to run than there are cores '
+                 '(this engine\'s contexts, or other processes); more contexts will not add CPU">'
+                 "waiting for a core</b>")
     if gil >= GIL_BOUND:
         flag += (f' <b style="white-space:nowrap" title="its contexts waited {gil:.1f} s per second for the GIL while the '
                  f'process had {cpu:.1f} s of CPU: one process runs Python on one core at a '
@@ -150,7 +165,7 @@ def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]]) -
 
 
 def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
-              points: Sequence[Sequence[Any]] = ()) -> str:
+              points: Sequence[Sequence[Any]] = (), gil: bool = True) -> str:
     """The engine row's busy cell: process CPU, its contexts' average busy, and the flags
     (:func:`off_cpu`) over the same last second; *points* are its contexts' histories."""
     if not running:
@@ -162,15 +177,16 @@ def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
         return f'<span class="tc-cpu-pct">CPU measuring</span> · {avg}'
     shown = (f'<span class="tc-cpu-pct" style="white-space:nowrap" title="{cpu:.2f} s of CPU '
              f'per second (all its threads)">CPU {min(cpu, 1.0):.0%}</span>')
-    flag = _flags(cpu, busy, points)
+    flag = _flags(cpu, busy, points, gil)
     return f'<span style="font-size:11px">{shown} · {avg}{flag}</span>'
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
                 cpu: CpuMeter | None, now: float, running: bool = True,
-                tops: tuple[float, float] | None = None) -> str:
+                tops: tuple[float, float] | None = None, gil: bool = True) -> str:
     """One engine's group: its own row (process CPU beside its contexts' average busy, and the
-    sums of their counters), then the local dashboard's row of each of its contexts."""
+    sums of their counters), then the local dashboard's row of each of its contexts. *gil*:
+    whether the engine's interpreter has its GIL enabled (``EngineLoad.gil``)."""
     scope = f"e{engine.id}-"
     where = f"{html.escape(engine.host)}:{engine.pid}"
     # host:pid beside the engine (below it when the notebook is narrow), the host by its
@@ -179,6 +195,10 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     name = (f'{NOWRAP.format(f"engine {engine.id}")} · <span title="{where}" style="white-space:'
             f'nowrap;font-weight:normal;font-size:11px">{html.escape(_short(engine.host))}:'
             f"{engine.pid}</span>")
+    if not gil:  # its contexts can run Python in parallel: say so where CPU is read
+        name += (' · <span class="tc-gil" title="a free-threaded interpreter with its GIL off: '
+                 'its contexts run Python in parallel, each up to 100% of a core" '
+                 'style="white-space:nowrap;font-weight:normal;font-size:11px">GIL off</span>')
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
         return row_html(f"{scope}engine", empty, ' class="tc-engine"')
@@ -196,7 +216,8 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
         ("stop_flag", NOWRAP.format(f"{stats.stop_token} of {len(ctxs)}"), ""),
-        ("busy", _cpu_cell(cpu_now, busy, live, histories), ""),
+        ("busy", _cpu_cell(cpu_now, busy, live, histories, gil), ""),
+        ("cpu", "", ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", count(rate), NUM),
         ("ops-plot", "", ""),
@@ -227,13 +248,16 @@ def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:
 
 def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
                   histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
-                  running: bool = True) -> str:
-    """Every engine's group, in engine order, as one HTML table (one comm message a tick)."""
+                  running: bool = True, gil: Mapping[int, bool] | None = None) -> str:
+    """Every engine's group, in engine order, as one HTML table (one comm message a tick);
+    *gil*: per engine, whether its GIL is enabled (an engine left out: enabled)."""
+    gil = gil or {}
     # every engine's contexts on one scale per quantity
     tops = scales(h.points(i) for e in engines if (h := histories.get(e.id)) is not None
                   and (s := stats.get(e.id)) is not None for i in range(len(s.contexts)))
     rows = "".join(
-        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running, tops)
+        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running, tops,
+                    gil.get(e.id, True))
         for e in sorted(engines, key=lambda e: e.id)
     )
     return table_html(rows, head_row(COLUMNS))
@@ -274,14 +298,16 @@ class ClusterDashboard(Board):
     def apply(self, engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
               histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
               running: bool = True,
-              tasks: Mapping[int, Sequence[tc.TaskInfo]] | None = None) -> None:
+              tasks: Mapping[int, Sequence[tc.TaskInfo]] | None = None,
+              gil: Mapping[int, bool] | None = None) -> None:
         """Show one snapshot of every engine (and, when given, their live tasks). Called only
         by the refresher thread (and once by the constructor)."""
         self.engines = tuple(engines)
         with self._summary.hold_sync(), self._table.hold_sync(), self._tasks.hold_sync(), \
                 self._tasks_box.hold_sync():
             self._summary.value = _summary(self.engines, stats, running)
-            self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running)
+            self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running,
+                                              gil)
             if tasks is not None:
                 count = sum(len(t) for t in tasks.values())
                 every = [i for t in tasks.values() for i in t]
@@ -304,6 +330,7 @@ class ClusterRefresher(RefreshThread):
         self.cluster = cluster
         self.histories: dict[int, History] = {}
         self.cpu = CpuMeter()
+        self.gil: dict[int, bool] = {}  # per engine, whether its GIL is enabled
         self._engines: tuple[EngineLike, ...] = tuple(cluster.engines)
         self._stats: Mapping[int, tc.SchedulerStats] = {}
         self._final = False
@@ -340,6 +367,7 @@ class ClusterRefresher(RefreshThread):
         for eid, load in loads.items():
             self.histories.setdefault(eid, History()).add(now, load.stats)
             self.cpu.add(eid, now, load.cpu_seconds)
+            self.gil[eid] = getattr(load, "gil", True)
         self._engines, self._stats = engines, stats
         return engines, stats, now, True
 
@@ -353,5 +381,5 @@ class ClusterRefresher(RefreshThread):
                 tasks = None
         for board in boards:
             self._show(board, lambda: board.apply(engines, stats, self.histories, self.cpu,
-                                                  now, running, tasks))
+                                                  now, running, tasks, self.gil))
         return running
