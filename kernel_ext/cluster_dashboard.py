@@ -48,6 +48,8 @@ from tinycoro.core.stats import counted
 from .history import CpuMeter, History
 from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
 from .render import COLUMNS as CONTEXT_COLUMNS
+from .render import CPU_WORDS
+from .render import GROUPS as CONTEXT_GROUPS
 from .render import (
     NOWRAP, NUM, cell_text, context_rows, count, failed_html, head_row, row_html, scales, sparkline, table_html,
     task_table, task_title,
@@ -61,13 +63,16 @@ __all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter"]
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("engine / context", "an engine (an ipyparallel engine process, host:pid) and its contexts"),
     ("has work", "contexts: " + CONTEXT_COLUMNS[1][1] + "; engine: how many of its contexts have"),
-    ("now / CPU", "contexts: share of the last second spent running tasks; engine: its "
-     "process's CPU over the last second (100% = one core) and its contexts' average busy"),
-    ("CPU", "contexts: " + CONTEXT_COLUMNS[3][1]),
+    ("now / CPU", "contexts: share of the last second spent running tasks, and under it CPU: "
+     + CPU_WORDS + "; engine: its process's CPU over the last second (100% = one core) and its "
+     "contexts' average busy"),
     ("last min", "contexts: busy and CPU over the last 60 s; engine: process CPU over the last "
      "60 s"),
     *CONTEXT_COLUMNS[5:],
 )
+# The local dashboard's groups, busy and CPU in one column (its width is the engine row's)
+GROUPS: tuple[tuple[str, int, str], ...] = (
+    CONTEXT_GROUPS[0], (CONTEXT_GROUPS[1][0], 2, CONTEXT_GROUPS[1][2]), *CONTEXT_GROUPS[2:])
 # Its contexts waited, awake, for the GIL (or for a core, or were blocked outside Python) for
 # half a second per second or more: worth a flag.
 GIL_BOUND = 0.5
@@ -217,7 +222,6 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
         ("name", f"<b>{name}</b>", ""),
         ("stop_flag", NOWRAP.format(f"{stats.stop_token} of {len(ctxs)}"), ""),
         ("busy", _cpu_cell(cpu_now, busy, live, histories, gil), ""),
-        ("cpu", "", ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", count(rate), NUM),
         ("ops-plot", "", ""),
@@ -231,7 +235,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     head = row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
     shown = stats if running else _stopped(stats)
     return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}",
-                               tops=tops)
+                               tops=tops, cpu_column=False)
 
 
 def _short(host: str) -> str:
@@ -260,7 +264,7 @@ def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.Schedule
                     gil.get(e.id, True))
         for e in sorted(engines, key=lambda e: e.id)
     )
-    return table_html(rows, head_row(COLUMNS))
+    return table_html(rows, head_row(COLUMNS, GROUPS))
 
 
 class ClusterDashboard(Board):

@@ -273,10 +273,12 @@ def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -
 
 def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
                  scope: str = "", name: str = "ctx {}",
-                 tops: tuple[float, float] | None = None) -> str:
+                 tops: tuple[float, float] | None = None, cpu_column: bool = True) -> str:
     """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
     cluster dashboard passes ``e<engine>-``), *name* formats the first cell, *tops* are the
-    plots' maxima (:func:`scales`; by default, of these rows)."""
+    plots' maxima (:func:`scales`; by default, of these rows); without *cpu_column*, a
+    context's CPU goes under its busy, in the busy cell (the cluster's, as wide as its engine
+    rows make it: a column of its own would widen the table beyond a 900 px notebook)."""
     rows = []
     every = [history.points(i) if history is not None else [] for i in range(len(stats.contexts))]
     if tops is None:
@@ -295,11 +297,18 @@ def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
         if not stats.running:
             cpu = 0.0
         shown = "\u2013" if cpu is None else f"{cpu:.0%}"  # a dash until two readings span time
+        pct = f'<span class="tc-busy-pct">{busy:.0%}</span>'
+        cpu_cells: tuple[tuple[str, Any, str], ...] = (
+            ("cpu", f'<span class="tc-cpu-pct">{shown}</span>', NUM),)
+        if not cpu_column:
+            pct += (f'<br><span class="tc-ctx-cpu" title="{html.escape(CPU_WORDS)}" '
+                    f'style="font-size:11px;white-space:nowrap">CPU {shown}</span>')
+            cpu_cells = ()
         cells = (
             ("name", NOWRAP.format(name.format(c.id)), ""),
             ("stop_flag", flag_word(c.stop_flag), ""),
-            ("busy", f'<span class="tc-busy-pct">{busy:.0%}</span>', NUM),
-            ("cpu", f'<span class="tc-cpu-pct">{shown}</span>', NUM),
+            ("busy", pct, NUM),
+            *cpu_cells,
             ("busy-plot", busy_svg, ""),
             ("ops-rate", rate, NUM),
             ("ops-plot", ops_svg, ""),

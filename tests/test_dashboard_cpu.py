@@ -90,7 +90,7 @@ def test_the_build_line_says_whether_contexts_can_run_python_in_parallel(free_th
         assert "each context up to 100%" in line
     history, _, stats = _history([1.0, 1.0], [1.0, 1.0], [0.0, 0.0])
     table = scheduler_table(stats, history, 103.0, build=line)
-    assert f'<div class="tc-build"' in table and line in table
+    assert '<div class="tc-build"' in table and line in table
 
 
 def test_the_default_build_line_is_this_interpreters():
@@ -161,3 +161,13 @@ def test_an_engines_load_says_whether_its_gil_is_enabled():
     stats = _stats(0.0, [0.0], [0.0], [0.0])
     assert EngineLoad(stats, 1.0).gil is True  # an older engine's answer says nothing
     assert EngineLoad(stats, 1.0, gil=False).gil is False
+
+
+def test_the_cluster_shows_each_contexts_cpu_under_its_busy():
+    from tinycoro.kernel_ext.cluster_dashboard import cluster_table
+
+    history, meter, stats = _history([1.0, 1.0], [1.0, 0.5], [0.0, 0.0])
+    table = cluster_table([Engine(0, "host", 1)], {0: stats}, {0: history}, meter, 103.0)
+    cpus = re.findall(r'class="tc-ctx-cpu"[^>]*>([^<]*)<', table)
+    assert cpus == ["CPU 100%", "CPU 50%"], cpus
+    assert table.count('class="tc-series-cpu"') == 2  # in the contexts' busy plots
