@@ -363,7 +363,12 @@ def test_dashboard_fits_moves_and_speaks_plainly_in_jupyterlab_after_run_all(chr
             assert second["paths"] != first["paths"]
             for c in (0, 1):
                 plots = [d for d in second["paths"] if d.startswith(f"tc-ctx-{c} ")]
-                assert len(plots) == 6, plots  # busy, ops/s; ready, in I/O, sleeping, parked
+                # busy and CPU; ops/s; ready, in I/O, sleeping, parked
+                assert len(plots) == 7, plots
+                # each context's CPU share, measured by now, and the build line under the table
+                assert re.fullmatch(r"\d+%", second["cells"][f"tc-ctx-{c} tc-cpu"]), second["cells"]
+            assert page.locator(".tinycoro-dashboard .tc-build").first.inner_text().startswith(
+                ("Python with a GIL", "free-threaded Python")), "the build line"
             summary = second["summary"]
             assert "contexts with work 2 of 2" in summary and "running" in summary, summary
             assert "accepting work" in summary and "failed 0" in summary, summary
