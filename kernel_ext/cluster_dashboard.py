@@ -17,7 +17,11 @@ spend two seconds running tasks per second while the process gets one second of 
 engine is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
 A context blocked in a call outside Python (time.sleep, blocking I/O) is busy too, at no CPU,
 and needs its task fixed instead: :func:`off_cpu` tells the two apart from each context's
-thread time on a CPU and waiting for one, and the row says "blocked" for it.
+thread time on a CPU and waiting for one, and the row says "blocked" for it. An engine
+without a GIL (free-threaded, GIL off: ``EngineLoad.gil``) waits for no GIL: its row says "GIL
+off", its awake time off a CPU is "blocked", and "waiting for a core" says when its contexts were
+runnable without one. Each context's own CPU share is under its busy (a column of its own
+widened the table beyond a 900 px notebook).
 Both are shares of the same last second (:mod:`tinycoro.core.timeshare`): compared over
 different windows, an engine that just went idle looked GIL-bound ("CPU 1% · busy 86%"). The
 engine row's busy is its contexts' average, a share like theirs, never above 100%; its CPU is a
