@@ -17,7 +17,11 @@ spend two seconds running tasks per second while the process gets one second of 
 engine is GIL-bound, and more engines (processes), not more contexts, would add CPU (rule 15).
 A context blocked in a call outside Python (time.sleep, blocking I/O) is busy too, at no CPU,
 and needs its task fixed instead: :func:`off_cpu` tells the two apart from each context's
-thread time on a CPU and waiting for one, and the row says "blocked" for it.
+thread time on a CPU and waiting for one, and the row says "blocked" for it. An engine
+without a GIL (free-threaded, GIL off: ``EngineLoad.gil``) waits for no GIL: its row says "GIL
+off", its awake time off a CPU is "blocked", and "waiting for a core" says when its contexts were
+runnable without one. Each context's own CPU share is under its busy (a column of its own
+widened the table beyond a 900 px notebook).
 Both are shares of the same last second (:mod:`tinycoro.core.timeshare`): compared over
 different windows, an engine that just went idle looked GIL-bound ("CPU 1% · busy 86%"). The
 engine row's busy is its contexts' average, a share like theirs, never above 100%; its CPU is a
@@ -48,6 +52,8 @@ from tinycoro.core.stats import counted
 from .history import CpuMeter, History
 from .refresh import REFRESH_INTERVAL, TASKS_EVERY, RefreshThread
 from .render import COLUMNS as CONTEXT_COLUMNS
+from .render import CPU_WORDS
+from .render import GROUPS as CONTEXT_GROUPS
 from .render import (
     NOWRAP, NUM, cell_text, context_rows, count, failed_html, head_row, row_html, scales, sparkline, table_html,
     task_table, task_title,
@@ -61,15 +67,21 @@ __all__ = ["ClusterDashboard", "ClusterRefresher", "CpuMeter"]
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("engine / context", "an engine (an ipyparallel engine process, host:pid) and its contexts"),
     ("has work", "contexts: " + CONTEXT_COLUMNS[1][1] + "; engine: how many of its contexts have"),
-    ("now / CPU", "contexts: share of the last second spent running tasks; engine: its "
-     "process's CPU over the last second (100% = one core) and its contexts' average busy"),
-    ("last min", "contexts: busy over the last 60 s; engine: process CPU over the last 60 s"),
-    *CONTEXT_COLUMNS[4:],
+    ("now / CPU", "contexts: share of the last second spent running tasks, and under it CPU: "
+     + CPU_WORDS + "; engine: its process's CPU over the last second (100% = one core) and its "
+     "contexts' average busy"),
+    ("last min", "contexts: busy and CPU over the last 60 s; engine: process CPU over the last "
+     "60 s"),
+    *CONTEXT_COLUMNS[5:],
 )
-# Its contexts waited, awake, for the GIL (or were blocked outside Python) for half a second
-# per second or more: worth a flag.
+# The local dashboard's groups, busy and CPU in one column (its width is the engine row's)
+GROUPS: tuple[tuple[str, int, str], ...] = (
+    CONTEXT_GROUPS[0], (CONTEXT_GROUPS[1][0], 2, CONTEXT_GROUPS[1][2]), *CONTEXT_GROUPS[2:])
+# Its contexts waited, awake, for the GIL (or for a core, or were blocked outside Python) for
+# half a second per second or more: worth a flag.
 GIL_BOUND = 0.5
 BLOCKED = 0.5
+CORE_BOUND = 0.5
 
 
 class EngineLike(Protocol):
@@ -107,7 +119,7 @@ def _summary(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStat
 
 
 def off_cpu(busy: Sequence[float], cpu: Sequence[float], cpu_wait: Sequence[float],
-            process: float) -> tuple[float, float]:
+            process: float, gil: bool = True) -> tuple[float, float]:
     """Why an engine's contexts were awake without running, in seconds per second: (waiting
     for the GIL, blocked outside Python), from each context's busy share, the shares its
     thread ran on a CPU and waited for one, and the process's CPU share (1.0 = one core).
@@ -118,25 +130,37 @@ def off_cpu(busy: Sequence[float], cpu: Sequence[float], cpu_wait: Sequence[floa
     runs Python or waits for a core with it: at most the process's CPU beside its own, plus
     the other contexts' waits for a core. The rest of its off-CPU time it was blocked with
     the GIL free. (Comparing the sum of busy with the process CPU alone called a context
-    blocked in time.sleep "GIL-bound": awake, at 0% CPU.)"""
-    gil = blocked = 0.0
-    for i, (b, c, w) in enumerate(zip(busy, cpu, cpu_wait)):
+    blocked in time.sleep "GIL-bound": awake, at 0% CPU.)
+
+    *gil*: whether the engine's interpreter has its GIL enabled. Without one (free-threaded,
+    GIL off) nothing waits for it: all of that time is blocked (a wait for a core is not off
+    the CPU here; it is the threads' ``cpu_wait``)."""
+    waited_gil = blocked = 0.0
+    for b, c, w in zip(busy, cpu, cpu_wait):
         off = max(0.0, b - c - w)
         held = max(0.0, process - c) + sum(cpu_wait) - w  # others held (or queued with) it
-        waited = min(off, held)
-        gil += waited
+        waited = min(off, held) if gil else 0.0
+        waited_gil += waited
         blocked += off - waited
-    return gil, blocked
+    return waited_gil, blocked
 
 
-def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]]) -> str:
-    """The engine row's flags: GIL-bound, blocked (each with what to do in its tooltip), or
-    none; none while a context's CPU is not yet measured."""
+def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]],
+           gil_enabled: bool = True) -> str:
+    """The engine row's flags: GIL-bound (with a GIL) or waiting for a core (without one),
+    blocked, each with what to do in its tooltip, or none; none while a context's CPU is not
+    yet measured."""
     threads = [p[-1] for p in points if p]
     if len(threads) != len(busy) or any(t.cpu is None or t.cpu_wait is None for t in threads):
         return ""
-    gil, blocked = off_cpu(busy, [t.cpu for t in threads], [t.cpu_wait for t in threads], cpu)
+    waits = [t.cpu_wait for t in threads]
+    gil, blocked = off_cpu(busy, [t.cpu for t in threads], waits, cpu, gil_enabled)
     flag = ""
+    if not gil_enabled and sum(waits) >= CORE_BOUND:
+        flag += (f' <b style="white-space:nowrap" title="its contexts were runnable {sum(waits):.1f} '
+                 's per second without a core: more threads want to run than there are cores '
+                 '(this engine\'s contexts, or other processes); more contexts will not add CPU">'
+                 "waiting for a core</b>")
     if gil >= GIL_BOUND:
         flag += (f' <b style="white-space:nowrap" title="its contexts waited {gil:.1f} s per second for the GIL while the '
                  f'process had {cpu:.1f} s of CPU: one process runs Python on one core at a '
@@ -150,7 +174,7 @@ def _flags(cpu: float, busy: Sequence[float], points: Sequence[Sequence[Any]]) -
 
 
 def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
-              points: Sequence[Sequence[Any]] = ()) -> str:
+              points: Sequence[Sequence[Any]] = (), gil: bool = True) -> str:
     """The engine row's busy cell: process CPU, its contexts' average busy, and the flags
     (:func:`off_cpu`) over the same last second; *points* are its contexts' histories."""
     if not running:
@@ -162,15 +186,16 @@ def _cpu_cell(cpu: float | None, busy: Sequence[float], running: bool,
         return f'<span class="tc-cpu-pct">CPU measuring</span> · {avg}'
     shown = (f'<span class="tc-cpu-pct" style="white-space:nowrap" title="{cpu:.2f} s of CPU '
              f'per second (all its threads)">CPU {min(cpu, 1.0):.0%}</span>')
-    flag = _flags(cpu, busy, points)
+    flag = _flags(cpu, busy, points, gil)
     return f'<span style="font-size:11px">{shown} · {avg}{flag}</span>'
 
 
 def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: History | None,
                 cpu: CpuMeter | None, now: float, running: bool = True,
-                tops: tuple[float, float] | None = None) -> str:
+                tops: tuple[float, float] | None = None, gil: bool = True) -> str:
     """One engine's group: its own row (process CPU beside its contexts' average busy, and the
-    sums of their counters), then the local dashboard's row of each of its contexts."""
+    sums of their counters), then the local dashboard's row of each of its contexts. *gil*:
+    whether the engine's interpreter has its GIL enabled (``EngineLoad.gil``)."""
     scope = f"e{engine.id}-"
     where = f"{html.escape(engine.host)}:{engine.pid}"
     # host:pid beside the engine (below it when the notebook is narrow), the host by its
@@ -179,6 +204,10 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     name = (f'{NOWRAP.format(f"engine {engine.id}")} · <span title="{where}" style="white-space:'
             f'nowrap;font-weight:normal;font-size:11px">{html.escape(_short(engine.host))}:'
             f"{engine.pid}</span>")
+    if not gil:  # its contexts can run Python in parallel: say so where CPU is read
+        name += (' · <span class="tc-gil" title="a free-threaded interpreter with its GIL off: '
+                 'its contexts run Python in parallel, each up to 100% of a core" '
+                 'style="white-space:nowrap;font-weight:normal;font-size:11px">GIL off</span>')
     if stats is None:
         empty = [("name", f"<b>{name}</b>", ""), ("stop_flag", "no stats yet", "")]
         return row_html(f"{scope}engine", empty, ' class="tc-engine"')
@@ -196,7 +225,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     cells: list[tuple[str, Any, str]] = [
         ("name", f"<b>{name}</b>", ""),
         ("stop_flag", NOWRAP.format(f"{stats.stop_token} of {len(ctxs)}"), ""),
-        ("busy", _cpu_cell(cpu_now, busy, live, histories), ""),
+        ("busy", _cpu_cell(cpu_now, busy, live, histories, gil), ""),
         ("busy-plot", cpu_svg, ""),
         ("ops-rate", count(rate), NUM),
         ("ops-plot", "", ""),
@@ -210,7 +239,7 @@ def engine_rows(engine: EngineLike, stats: tc.SchedulerStats | None, history: Hi
     head = row_html(f"{scope}engine", cells, ' class="tc-engine" style="background:#f0f4f8"')
     shown = stats if running else _stopped(stats)
     return head + context_rows(shown, history, now, scope=scope, name="\u00a0\u00a0ctx {}",
-                               tops=tops)
+                               tops=tops, cpu_column=False)
 
 
 def _short(host: str) -> str:
@@ -227,16 +256,19 @@ def _stopped(stats: tc.SchedulerStats) -> tc.SchedulerStats:
 
 def cluster_table(engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
                   histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
-                  running: bool = True) -> str:
-    """Every engine's group, in engine order, as one HTML table (one comm message a tick)."""
+                  running: bool = True, gil: Mapping[int, bool] | None = None) -> str:
+    """Every engine's group, in engine order, as one HTML table (one comm message a tick);
+    *gil*: per engine, whether its GIL is enabled (an engine left out: enabled)."""
+    gil = gil or {}
     # every engine's contexts on one scale per quantity
     tops = scales(h.points(i) for e in engines if (h := histories.get(e.id)) is not None
                   and (s := stats.get(e.id)) is not None for i in range(len(s.contexts)))
     rows = "".join(
-        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running, tops)
+        engine_rows(e, stats.get(e.id), histories.get(e.id), cpu, now, running, tops,
+                    gil.get(e.id, True))
         for e in sorted(engines, key=lambda e: e.id)
     )
-    return table_html(rows, head_row(COLUMNS))
+    return table_html(rows, head_row(COLUMNS, GROUPS))
 
 
 class ClusterDashboard(Board):
@@ -274,14 +306,16 @@ class ClusterDashboard(Board):
     def apply(self, engines: Sequence[EngineLike], stats: Mapping[int, tc.SchedulerStats],
               histories: Mapping[int, History], cpu: CpuMeter | None, now: float,
               running: bool = True,
-              tasks: Mapping[int, Sequence[tc.TaskInfo]] | None = None) -> None:
+              tasks: Mapping[int, Sequence[tc.TaskInfo]] | None = None,
+              gil: Mapping[int, bool] | None = None) -> None:
         """Show one snapshot of every engine (and, when given, their live tasks). Called only
         by the refresher thread (and once by the constructor)."""
         self.engines = tuple(engines)
         with self._summary.hold_sync(), self._table.hold_sync(), self._tasks.hold_sync(), \
                 self._tasks_box.hold_sync():
             self._summary.value = _summary(self.engines, stats, running)
-            self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running)
+            self._table.value = cluster_table(self.engines, stats, histories, cpu, now, running,
+                                              gil)
             if tasks is not None:
                 count = sum(len(t) for t in tasks.values())
                 every = [i for t in tasks.values() for i in t]
@@ -304,6 +338,7 @@ class ClusterRefresher(RefreshThread):
         self.cluster = cluster
         self.histories: dict[int, History] = {}
         self.cpu = CpuMeter()
+        self.gil: dict[int, bool] = {}  # per engine, whether its GIL is enabled
         self._engines: tuple[EngineLike, ...] = tuple(cluster.engines)
         self._stats: Mapping[int, tc.SchedulerStats] = {}
         self._final = False
@@ -340,6 +375,7 @@ class ClusterRefresher(RefreshThread):
         for eid, load in loads.items():
             self.histories.setdefault(eid, History()).add(now, load.stats)
             self.cpu.add(eid, now, load.cpu_seconds)
+            self.gil[eid] = getattr(load, "gil", True)
         self._engines, self._stats = engines, stats
         return engines, stats, now, True
 
@@ -353,5 +389,5 @@ class ClusterRefresher(RefreshThread):
                 tasks = None
         for board in boards:
             self._show(board, lambda: board.apply(engines, stats, self.histories, self.cpu,
-                                                  now, running, tasks))
+                                                  now, running, tasks, self.gil))
         return running

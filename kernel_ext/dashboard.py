@@ -4,15 +4,18 @@ Layout (one row per context; ``~~~`` are SVG sparklines over the last 60 seconds
 notebook column of 900 px, wrapping cells between words where there is no room for one line)::
 
     tinycoro · round_robin · running · accepting work · contexts with work 2 of 2 ●● · failed 0
-                      busy          I/O ops/s          tasks now, by state                    
-    context has work  now last min  now   last min  ready in I/O sleeping parked last min finished
-    ctx 0   yes       52% ~~~~~     1,204 ~~~~~         3     12        0      0 ~~~~~      10231
-    ctx 1   yes       31% ~~~~~       980 ~~~~~         0      4        1      0 ~~~~~       9870
+                      busy · CPU          I/O ops/s          tasks now, by state
+    context has work  busy CPU last min  now   last min  ready in I/O sleeping parked last min finished
+    ctx 0   yes       100% 98% ~~~~~     1,204 ~~~~~         3     12        0      0 ~~~~~   10231
+    ctx 1   yes       100%  3% ~~~~~       980 ~~~~~         0      4        1      0 ~~~~~    9870
     has work: the context holds tasks or I/O (its stop flag) ... (the one-line legend)
+    Python with a GIL (GIL on): Python runs in one context at a time ... (the build line)
     ▸ live tasks (37): 20 parked on Mutex, 12 sleeping, 5 in I/O
 
 The words are tinycoro.core.stats.COLUMNS, the ones ``%tinycoro status`` and ``python -m
-tinycoro`` use; each header's tooltip says what it counts. Sleeps are not I/O (docs/design.md, API contract):
+tinycoro`` use; each header's tooltip says what it counts. Busy (awake) and CPU (its thread on a core, the kernel's schedstat) share
+one 0-100% plot: under the GIL both contexts read busy 100% while they take turns, and only CPU
+says so; the build line says whether the contexts can reach 100% CPU together. Sleeps are not I/O (docs/design.md, API contract):
 they have their own column and series, and the I/O rate leaves their timers out.
 
 Why SVG sparklines in plain ``ipywidgets.HTML``: ``python -m benchmarks.dashboard_widgets``

@@ -16,6 +16,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 import tinycoro as tc
+from tinycoro import compiled
 from tinycoro.core.stats import COLUMNS as _stats_columns
 from tinycoro.core.stats import STATE_WORDS, STATES
 from tinycoro.core.waits import age
@@ -24,7 +25,7 @@ from tinycoro.core.waits import summary as wait_summary
 from .history import SPAN, History, Point
 
 __all__ = [
-    "COLUMNS", "GROUPS", "LEGEND", "NOWRAP", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
+    "COLUMNS", "build_line", "GROUPS", "LEGEND", "NOWRAP", "NUM", "TASKS_HEIGHT", "TASKS_SHOWN", "cell_text", "context_rows",
     "failed_html",
     "axis", "count", "head_row", "nice_top", "row_html", "scales", "scheduler_summary", "scheduler_table",
     "sparkline", "table_html", "task_table", "task_title",
@@ -34,11 +35,15 @@ TASKS_SHOWN = 500  # rows of the task list (it scrolls); the title counts all of
 TASKS_HEIGHT = 320  # px: the open task list scrolls beyond this, never pushing the notebook down
 
 _WORDS = dict(_stats_columns)
+CPU_WORDS = ("share of the last second the context's thread ran on a core (from the kernel's "
+             "schedstat), 0-100% of one core: below busy, it was awake but not running (waiting "
+             "for the GIL or a core, or blocked in a call)")
 # Column heads, two rows: groups (name, columns spanned, tooltip), then each column's name and
 # what it counts (its tooltip), in the words of tinycoro.core.stats.COLUMNS.
 GROUPS: tuple[tuple[str, int, str], ...] = (
     ("", 2, ""),
-    ("busy", 2, _WORDS["busy"]),
+    ("busy · CPU", 3, "busy: how long the context was awake; CPU: how long its thread ran on a "
+     "core; both shares of the last second"),
     ("I/O ops/s", 2, "file and socket operations completed per second (sleeps not counted)"),
     ("tasks now, by state", 5, "how many tasks are in each state now, and over the last 60 s"),
     ("", 1, ""),
@@ -46,8 +51,9 @@ GROUPS: tuple[tuple[str, int, str], ...] = (
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("context", _WORDS["context"]),
     ("has work", _WORDS["has work"]),
-    ("now", _WORDS["busy"]),
-    ("last min", "busy over the last 60 s, 0-100%"),
+    ("busy", _WORDS["busy"]),
+    ("CPU", CPU_WORDS),
+    ("last min", "busy and CPU over the last 60 s, 0-100%"),
     ("now", "I/O operations completed per second, over the last second"),
     ("last min", "I/O operations completed per second over the last 60 s"),
     ("ready", _WORDS["ready"]),
@@ -62,9 +68,9 @@ LEGEND = (
     "work</b>: how many have (the stop token); the scheduler may stop when none has and no new "
     "work can come &middot; <b>failed</b>: tasks that raised with nobody awaiting them"
 )
-COLORS = {"busy": "#2a7ab0", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
+COLORS = {"busy": "#2a7ab0", "cpu": "#222", "ops": "#8a4fb5", "queued": "#2a7ab0", "inflight": "#d98a1c",
           "sleeping": "#2e8b3a", "parked": "#c0392b"}
-SERIES_OF = {"ready": "queued", "in I/O": "inflight", "sleeping": "sleeping", "parked": "parked"}
+SERIES_OF = {"busy": "busy", "CPU": "cpu", "ready": "queued", "in I/O": "inflight", "sleeping": "sleeping", "parked": "parked"}
 # 90 px: three plots a row leave room for the numbers in a 900 px notebook column
 PLOT_W, PLOT_H = 90, 30
 
@@ -86,13 +92,14 @@ def sparkline(
     top: float,
     label: str,
     css: str,
+    timed: Iterable[tuple[str, Sequence[float], Sequence[float]]] = (),
 ) -> str:
     """A small SVG of one or more series over the last minute, with its scale as a caption
-    (*label* is HTML)."""
+    (*label* is HTML); *timed* series have times of their own (name, times, values)."""
     paths = "".join(
-        f'<path class="tc-series-{name}" d="{_path(ts, vs, now, top)}" fill="none" '
+        f'<path class="tc-series-{name}" d="{_path(xs, vs, now, top)}" fill="none" '
         f'stroke="{COLORS[name]}" stroke-width="1.3"/>'
-        for name, vs in series
+        for name, xs, vs in [(name, ts, vs) for name, vs in series] + list(timed)
         if len(vs) >= 1
     )
     return (
@@ -137,10 +144,12 @@ def scales(histories: Iterable[Sequence[Point]]) -> tuple[float, float]:
 
 
 def plots(points: list[Point], now: float, tops: tuple[float, float]) -> tuple[str, str, str]:
-    """One row's plots: busy (0-100%), then I/O rate and tasks on the dashboard's *tops*."""
+    """One row's plots: busy and CPU (one 0-100% scale), then I/O rate and tasks on the
+    dashboard's *tops*."""
     ts = [p.t for p in points]
-    busy = sparkline(ts, [("busy", [p.busy for p in points])], now, 1.0,
-                     "0-100%", "tc-plot-busy")
+    measured = [p for p in points if p.cpu is not None]  # none until two readings span time
+    busy = sparkline(ts, [("busy", [p.busy for p in points])], now, 1.0, "0-100%", "tc-plot-busy",
+                     [("cpu", [p.t for p in measured], [p.cpu or 0.0 for p in measured])])
     ops_top, queue_top = tops
     ops = sparkline(ts, [("ops", [p.ops_rate for p in points])], now, ops_top,
                     f"0-{axis(ops_top)}/s", "tc-plot-ops")
@@ -214,22 +223,45 @@ def head_row(columns: Sequence[tuple[str, str]] = COLUMNS,
     return top + "<tr>" + "".join(names) + "</tr>"
 
 
-def table_html(rows: str, head: str) -> str:
-    """The ``<table>`` around header rows and rows (HTML strings), and the one-line legend."""
+def build_line(free_threaded: bool, gil: bool) -> str:
+    """What the CPU column can reach on this build: under a GIL one context runs Python at a
+    time, so the contexts' CPU adds up to about one core however many there are; with the GIL
+    off each context can run on a core of its own."""
+    if gil:
+        build = "free-threaded Python, GIL on" if free_threaded else "Python with a GIL (GIL on)"
+        return (f"<b>{build}</b>: Python runs in one context at a time, so the contexts' CPU "
+                "adds up to about 100% at most (more contexts overlap I/O, not CPU)")
+    return ("<b>free-threaded Python, GIL off</b>: contexts run Python in parallel, each context "
+            "up to 100% of a core")
+
+
+def _this_build() -> str:
+    return build_line(compiled.FREE_THREADED, compiled.gil_enabled())
+
+
+def table_html(rows: str, head: str, build: str = "") -> str:
+    """The ``<table>`` around header rows and rows (HTML strings), the one-line legend and
+    *build* (:func:`build_line`) under it."""
+    line = (f'<div class="tc-build" style="font-size:11px;line-height:1.3;color:#555;'
+            f'white-space:normal">{build}</div>') if build else ""
     return (
         # line-height: a widget's HTML has the height of a widget row (28 px) per line
         '<table class="tc-table" style="border-collapse:collapse;font-size:12px;'
         f'line-height:1.3;white-space:normal">{head}{rows}</table>'
         '<div class="tc-legend" style="font-size:11px;line-height:1.3;color:#555;'
         'white-space:normal">'
-        f"{LEGEND}</div>"
+        f"{LEGEND}</div>{line}"
     )
 
 
-def scheduler_table(stats: tc.SchedulerStats, history: History | None, now: float) -> str:
+def scheduler_table(stats: tc.SchedulerStats, history: History | None, now: float,
+                    build: str | None = None) -> str:
     """Every context's row: its numbers, then its plots. One string, so one comm message a
-    tick for the whole table (each widget message costs about as much as rendering a row)."""
-    return table_html(context_rows(stats, history, now), head_row())
+    tick for the whole table (each widget message costs about as much as rendering a row).
+    *build*: the line that says whether contexts can run Python in parallel (by default this
+    interpreter's, :func:`build_line`)."""
+    return table_html(context_rows(stats, history, now), head_row(),
+                      _this_build() if build is None else build)
 
 
 def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -> str:
@@ -241,10 +273,12 @@ def row_html(key: str, cells: Iterable[tuple[str, Any, str]], attrs: str = "") -
 
 def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
                  scope: str = "", name: str = "ctx {}",
-                 tops: tuple[float, float] | None = None) -> str:
+                 tops: tuple[float, float] | None = None, cpu_column: bool = True) -> str:
     """The rows of every context of one scheduler; *scope* prefixes each cell's key (the
     cluster dashboard passes ``e<engine>-``), *name* formats the first cell, *tops* are the
-    plots' maxima (:func:`scales`; by default, of these rows)."""
+    plots' maxima (:func:`scales`; by default, of these rows); without *cpu_column*, a
+    context's CPU goes under its busy, in the busy cell (the cluster's, as wide as its engine
+    rows make it: a column of its own would widen the table beyond a 900 px notebook)."""
     rows = []
     every = [history.points(i) if history is not None else [] for i in range(len(stats.contexts))]
     if tops is None:
@@ -255,13 +289,26 @@ def context_rows(stats: tc.SchedulerStats, history: History | None, now: float,
         if points:
             busy_svg, ops_svg, queue_svg = plots(points, now, tops)
             rate = count(points[-1].ops_rate)
+            cpu = points[-1].cpu
         else:
             busy_svg = ops_svg = queue_svg = ""
             rate = "0"
+            cpu = None
+        if not stats.running:
+            cpu = 0.0
+        shown = "\u2013" if cpu is None else f"{cpu:.0%}"  # a dash until two readings span time
+        pct = f'<span class="tc-busy-pct">{busy:.0%}</span>'
+        cpu_cells: tuple[tuple[str, Any, str], ...] = (
+            ("cpu", f'<span class="tc-cpu-pct">{shown}</span>', NUM),)
+        if not cpu_column:
+            pct += (f'<br><span class="tc-ctx-cpu" title="{html.escape(CPU_WORDS)}" '
+                    f'style="font-size:11px;white-space:nowrap">CPU {shown}</span>')
+            cpu_cells = ()
         cells = (
             ("name", NOWRAP.format(name.format(c.id)), ""),
             ("stop_flag", flag_word(c.stop_flag), ""),
-            ("busy", f'<span class="tc-busy-pct">{busy:.0%}</span>', NUM),
+            ("busy", pct, NUM),
+            *cpu_cells,
             ("busy-plot", busy_svg, ""),
             ("ops-rate", rate, NUM),
             ("ops-plot", ops_svg, ""),

@@ -363,7 +363,12 @@ def test_dashboard_fits_moves_and_speaks_plainly_in_jupyterlab_after_run_all(chr
             assert second["paths"] != first["paths"]
             for c in (0, 1):
                 plots = [d for d in second["paths"] if d.startswith(f"tc-ctx-{c} ")]
-                assert len(plots) == 6, plots  # busy, ops/s; ready, in I/O, sleeping, parked
+                # busy and CPU; ops/s; ready, in I/O, sleeping, parked
+                assert len(plots) == 7, plots
+                # each context's CPU share, measured by now, and the build line under the table
+                assert re.fullmatch(r"\d+%", second["cells"][f"tc-ctx-{c} tc-cpu"]), second["cells"]
+            assert page.locator(".tinycoro-dashboard .tc-build").first.inner_text().startswith(
+                ("Python with a GIL", "free-threaded Python")), "the build line"
             summary = second["summary"]
             assert "contexts with work 2 of 2" in summary and "running" in summary, summary
             assert "accepting work" in summary and "failed 0" in summary, summary
@@ -432,7 +437,8 @@ _OVERFLOWING = """(box) => {
 
 def _widest_dashboards() -> tuple[str, str]:
     """The HTML of a scheduler's and a cluster's dashboard at their widest: counters of nine
-    digits, 200k I/O ops/s, cloud host names, an engine flagged GIL-bound and one blocked."""
+    digits, 200k I/O ops/s, cloud host names, an engine flagged GIL-bound and one without a
+    GIL flagged waiting for a core and blocked."""
     import tinycoro as tc
     from tinycoro.cluster import EngineInfo
     from tinycoro.core.stats import ContextStats
@@ -444,7 +450,7 @@ def _widest_dashboards() -> tuple[str, str]:
         ctxs = tuple(ContextStats(
             id=i, queued=12345, io_pending=0, io_inflight=2345, parked=54321,
             tasks_run=123456789, busy=1.0, stop_flag=1, sleeping=False, ops=int(rate * t),
-            sleeps=1234, cpu=0.5 * t * (1 - i), cpu_wait=0.0,
+            sleeps=1234, cpu=0.5 * t * (1 - i), cpu_wait=0.3 * t,
         ) for i, rate in enumerate((200_000, 6_500)))
         return tc.SchedulerStats(stop_token=2, accepting=True, running=True, contexts=ctxs,
                                  failed=123)
@@ -455,13 +461,14 @@ def _widest_dashboards() -> tuple[str, str]:
         for h in (history, *histories.values()):
             h.add(100 + t, stats(t))
         cpu.add(0, 100 + t, t)  # one core: its contexts wait for the GIL
-        cpu.add(1, 100 + t, 0.01 * t)  # idle: its contexts are blocked
+        cpu.add(1, 100 + t, 0.01 * t)  # idle, GIL off: its contexts are blocked
     now, last = 100 + 11 * 0.25, stats(11 * 0.25)
     local = scheduler_summary(last, "round_robin", 20) + scheduler_table(last, history, now)
     engines = tuple(EngineInfo(i, f"ip-10-0-12-3{i}.eu-west-1.compute.internal", 27886 + i)
                     for i in (0, 1))
     every = {0: last, 1: last}
-    cluster = _summary(engines, every, True) + cluster_table(engines, every, histories, cpu, now)
+    cluster = _summary(engines, every, True) + cluster_table(engines, every, histories, cpu, now,
+                                                             gil={1: False})
     return local, cluster
 
 
@@ -473,7 +480,9 @@ def test_the_dashboards_fit_900_px_and_cut_no_word(chromium, tmp_path):
     shots = _screenshots(tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
     local, cluster = _widest_dashboards()
-    assert "GIL-bound" in cluster and ">blocked<" in cluster  # the widest engine rows
+    # the widest engine rows
+    assert "GIL-bound" in cluster and ">blocked<" in cluster and ">waiting for a core<" in cluster
+    assert ">GIL off<" in cluster and "tc-build" in local
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -489,14 +498,15 @@ def test_the_dashboards_fit_900_px_and_cut_no_word(chromium, tmp_path):
                 assert box.evaluate("b => b.scrollWidth") <= 900, name
                 # words are whole: every header and flag reads as written
                 text = box.inner_text()
-                for word in ("sleeping", "finished", "GIL-bound", "blocked", "ip-10-0-12-30"):
+                for word in ("sleeping", "finished", "GIL-bound", "blocked", "ip-10-0-12-30",
+                             "waiting for a core", "GIL off"):
                     assert word in text or name == "dashboard", (word, text)
                 assert "…" not in text and "..." not in text
         finally:
             browser.close()
 
 
-FLAGGED = r"CPU \d+% · busy \d+%( GIL-bound)?( blocked)?"  # an engine row's busy cell
+FLAGGED = r"CPU \d+% · busy \d+%( GIL-bound| waiting for a core)?( blocked)?"  # an engine row's busy cell
 
 
 def _type_cell(page, after, source: str, new: bool = True) -> None:

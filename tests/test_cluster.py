@@ -541,6 +541,16 @@ def test_serve_raises_what_an_engine_raised_and_stops_the_others(cluster):
 
 
 # -- stats -----------------------------------------------------------------------------------
+def test_each_engines_load_says_whether_its_gil_is_enabled(cluster):
+    """What the dashboard needs to flag an engine GIL-bound only where there is a GIL: the
+    engines run this interpreter, so their GIL is as this process's."""
+    from tinycoro import compiled
+
+    loads = cluster.load(timeout=T)
+    assert sorted(loads) == [0, 1]
+    assert [load.gil for load in loads.values()] == [compiled.gil_enabled()] * 2
+
+
 def test_stats_answer_while_an_engine_runs_a_long_cell(cluster):
     """A %px-style cell on engine 0 awaits our socket (so it is blocked in its await for as
     long as we say); stats and tasks still come from both engines."""

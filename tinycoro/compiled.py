@@ -55,12 +55,17 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
     "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
-    "source_hash", "source_files", "FREE_THREADED", "gil_state", "note_gil", "BINDING_FIX",
+    "source_hash", "source_files", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
     "import_binding",
 ]
 
 #: Whether this interpreter is a free-threaded build (``--disable-gil``), GIL on or off now.
 FREE_THREADED: bool = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def gil_enabled() -> bool:
+    """Whether the GIL is enabled now (always, on a build that has one)."""
+    return _gil_enabled()
 
 
 def _gil_enabled() -> bool:

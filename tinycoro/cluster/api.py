@@ -464,7 +464,8 @@ class Cluster:
     def load(self, timeout: float = STATS_TIMEOUT) -> dict[int, EngineLoad]:
         """Each live engine's stats and process CPU time, by engine id; answered like
         :meth:`stats` (one probe). For dashboards: a remote host's ``/proc`` is out of reach."""
-        return {eid: EngineLoad(stats_from_dict(c["stats"]), c["cpu_seconds"])
+        return {eid: EngineLoad(stats_from_dict(c["stats"]), c["cpu_seconds"],
+                                bool(c.get("gil", True)))
                 for eid, c in self._probe("stats", timeout).items()}
 
     def tasks(self, timeout: float = STATS_TIMEOUT) -> dict[int, tuple[TaskInfo, ...]]:

@@ -37,6 +37,7 @@ from ipyparallel.serialize import serialize_object
 
 # From the defining modules, not the ``tinycoro`` facade, which imports this package
 # (``tc.cluster``).
+from ..compiled import gil_enabled
 from ..combinators import when_all
 from ..core import Scheduler, Task, get_default_scheduler, spawn
 from ..net import listen
@@ -212,9 +213,10 @@ class Agent:
         try:
             if op == "stats":
                 # The process's CPU time rides along, so a dashboard anywhere can set it beside
-                # the contexts' busy (a GIL-bound engine: busy 200%, CPU 100%).
+                # the contexts' busy (a GIL-bound engine: busy 200%, CPU 100%), and whether
+                # there is a GIL to be bound by.
                 reply: dict = {"status": "ok", "stats": stats_to_dict(self.scheduler().stats()),
-                               "cpu_seconds": time.process_time()}
+                               "cpu_seconds": time.process_time(), "gil": gil_enabled()}
             elif op == "tasks":
                 reply = {"status": "ok", "tasks": tasks_to_list(self.scheduler().tasks())}
             elif op == "cancel":

@@ -21,8 +21,11 @@ class EngineInfo:
 
 @dataclass(frozen=True)
 class EngineLoad:
-    """One engine's answer to a load probe: its scheduler's stats and the CPU seconds (user +
-    system, all threads) its process has used so far; two answers give its CPU share."""
+    """One engine's answer to a load probe: its scheduler's stats, the CPU seconds (user +
+    system, all threads) its process has used so far (two answers give its CPU share), and
+    whether its interpreter's GIL is enabled (False only on a free-threaded one with the GIL
+    off, whose contexts run Python in parallel; an engine that does not say has one)."""
 
     stats: SchedulerStats
     cpu_seconds: float
+    gil: bool = True
