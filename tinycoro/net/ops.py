@@ -188,7 +188,7 @@ class SendallOp(InlineOp):
                 raise
             if res > 0 and self._sent(res):
                 self._release()
-                return DONE  # type: ignore[return-value]
+                return DONE
             return self._awaiting(engine, True)  # the ring sends the rest
         return self._awaiting(engine, False)
 
