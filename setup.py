@@ -37,7 +37,15 @@ DIRECTIVES = {"freethreading_compatible": True}
 # The same declaration as a C macro, which Cython's output honours over the directive: a .c
 # left in the tree by a build from before the directive (cythonize regenerates it only when
 # its source changes) declares it too.
-MACROS = [("CYTHON_FREETHREADING_COMPATIBLE", "1")]
+MACROS = [
+    ("CYTHON_FREETHREADING_COMPATIBLE", "1"),
+    # Module globals (``_local``, ``YIELD``, a class a hot path names) read through a cache
+    # keyed by the module dict's version tag, which Cython uses by default only before 3.12:
+    # there each read was a dict lookup. CPython 3.12 and 3.13 still maintain the tag
+    # (deprecated, PEP 699); 3.14 dropped it, and on the free-threaded build Cython turns the
+    # cache off itself.
+    ("CYTHON_USE_DICT_VERSIONS", "(PY_VERSION_HEX < 0x030E0000)"),
+]
 # Plain Cython + libc: these need no binding.
 PLAIN_SOURCES = {
     "tinycoro._clocal": os.path.join("tinycoro", "_clocal.pyx"),

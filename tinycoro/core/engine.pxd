@@ -45,6 +45,10 @@ cdef class Engine(RingOwner):
     cdef public object thread_ident
     cdef public tuple _peers
 
+    # run's turn counts in C integers: as objects, `self.steps += n` boxed the step count
+    # and `range(n)` made a range and its iterator every turn (~450 instructions per turn)
+    @cython.locals(n=Py_ssize_t, _=Py_ssize_t)
+    cpdef run(self, until=*)
     cpdef bint inline_ok(self)
     cpdef _submit(self)
     cdef _run_calls(self)

@@ -3,6 +3,8 @@
 # stream's multishot recv, whose fields a recv and a completion on two contexts share; each
 # read or write of one is a single C step under the GIL (the module doc says why that matters).
 
+cimport cython
+
 from ..core.traps cimport Op
 from .ops cimport InlineOp
 
@@ -21,6 +23,9 @@ cdef class MultishotRecv(InlineOp):
     cdef public bint waited
     cdef public object broken
 
+    # C integers: as objects, each read of offset and queued and each length was an int
+    # boxed and freed (5 per recv, ~300 instructions on 3.12, callgrind)
+    @cython.locals(start=Py_ssize_t, left=Py_ssize_t, got=Py_ssize_t, n=Py_ssize_t)
     cdef object _take(self, Py_ssize_t want)
 
 

@@ -21,6 +21,8 @@ cdef class SendallOp(InlineOp):
 
     cdef bint _alone(self, Engine engine)
     cdef bint _sent(self, Py_ssize_t res) except -1
+    cdef Py_ssize_t _send_inline(self) except -1
+    cdef void _release(self)
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener
