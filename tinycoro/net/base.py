@@ -47,7 +47,11 @@ class SocketBase:
         if not self._ops.close():
             return
         self._fd = -1
+        self._let_go()
         await close_fd(self._sock.detach())
+
+    def _let_go(self) -> None:
+        """Closing has begun (``closed`` is set): let go of what only open use needs."""
 
     async def __aenter__(self):
         return self

@@ -175,6 +175,19 @@ class MultishotRecv(InlineOp):
             self.waiter = None
             waiter.wake(None)
 
+    def let_go(self) -> None:
+        """The stream is closed (``pending.closed`` set): drop the parking ticket, whose
+        ``abort`` (a bound method of this object) and ``what`` refer back to it, a cycle that
+        only a full collection would free. Only while no recv runs: the receive token taken
+        here means none parks now, and every later recv sees the close before it would park."""
+        token = self.token
+        try:
+            token.pop()
+        except KeyError:  # a recv runs: it ends on the close; the collector frees the rest
+            return
+        self.ticket = None
+        token.add(0)
+
     # -- the recv --------------------------------------------------------------------------------
     def _take(self, want: int) -> bytes:
         """Up to *want* bytes of what is queued, or the error queued in their place.
