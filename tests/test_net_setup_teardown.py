@@ -1,4 +1,6 @@
-"""What a connection leaves behind once closed: nothing for the cyclic garbage collector.
+"""What a connection costs to set up and leaves behind once closed: an accepted socket knows
+its family, type and protocol without asking the kernel again; a closed stream leaves
+nothing for the cyclic garbage collector.
 
 A server with 10,000 connections that come and go spends most of its CPU in the collector
 when each closed stream leaves a reference cycle (its spare ops and their lists, the
@@ -9,6 +11,8 @@ reference does."""
 from __future__ import annotations
 
 import gc
+import os
+import socket
 
 import pytest
 
@@ -58,3 +62,37 @@ def _exchange(contexts: int, server_closes_first: bool) -> None:
 def test_a_closed_stream_leaves_no_reference_cycle(contexts, server_closes_first):
     left = _cyclic_garbage(lambda: _exchange(contexts, server_closes_first))
     assert not left & _STREAM_PARTS, sorted(left)
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv6", "unix"])
+def test_an_accepted_socket_has_its_family_type_and_protocol(family, tmp_path):
+    # Given to socket.socket() by the listener (no getsockopt per connection): they must be
+    # what the kernel would have said.
+    if family == "ipv6" and not socket.has_ipv6:
+        pytest.skip("no IPv6")
+
+    async def main():
+        if family == "unix":
+            path = os.fspath(tmp_path / "s")
+            lst = await tc.net.listen_unix(path)
+            client = await tc.net.connect_unix(path)
+        else:
+            host = "::1" if family == "ipv6" else "127.0.0.1"
+            try:
+                lst = await tc.net.listen(host, 0)
+            except OSError as e:
+                pytest.skip(f"cannot listen on {host}: {e}")
+            client = await tc.net.connect(host, lst.port)
+        conn = await lst.accept()
+        try:
+            sock = conn._sock
+            assert sock.family == sock.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN)
+            assert sock.type == sock.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE)
+            assert sock.proto == sock.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL)
+            await client.sendall(b"x")
+            assert await conn.recv(10) == b"x"
+        finally:
+            for s in (conn, client, lst):
+                await s.close()
+
+    tc.run(main(), contexts=1)
