@@ -87,7 +87,7 @@ class MultishotRecv(InlineOp):
         self.was_armed = False  # armed before: the next arm is a re-arm (statistics)
         self.engine: Any = None
         self.waiter: Any = None  # the task parked for the next chunk
-        self.ticket = Park(self._abort, self)
+        self.ticket: Any = Park(self._abort, self)  # None once the stream is closed (let_go)
         # Set when a completion raised (failed): the exception, queued behind the bytes that
         # came before it; from then on every recv raises instead of returning bytes after a hole.
         self.broken: Any = None
