@@ -4,6 +4,7 @@ it (which ``close()`` ends, rule 10), an io_uring close, and ``async with``."""
 from __future__ import annotations
 
 import socket
+from functools import cache
 from typing import Any, Callable
 
 from ..closing import PendingOps, close_fd
@@ -12,6 +13,7 @@ from ..core.errors import ClosedResourceError
 __all__ = ["SocketBase"]
 
 
+@cache  # one per kind of socket, not a function and a cell per connection for the collector
 def _closed_error(kind: str) -> Callable[[], ClosedResourceError]:
     return lambda: ClosedResourceError(f"operation on a closed {kind}")
 
@@ -47,7 +49,11 @@ class SocketBase:
         if not self._ops.close():
             return
         self._fd = -1
+        self._let_go()
         await close_fd(self._sock.detach())
+
+    def _let_go(self) -> None:
+        """Closing has begun (``closed`` is set): let go of what only open use needs."""
 
     async def __aenter__(self):
         return self

@@ -87,7 +87,7 @@ class MultishotRecv(InlineOp):
         self.was_armed = False  # armed before: the next arm is a re-arm (statistics)
         self.engine: Any = None
         self.waiter: Any = None  # the task parked for the next chunk
-        self.ticket = Park(self._abort, self)
+        self.ticket: Any = Park(self._abort, self)  # None once the stream is closed (let_go)
         # Set when a completion raised (failed): the exception, queued behind the bytes that
         # came before it; from then on every recv raises instead of returning bytes after a hole.
         self.broken: Any = None
@@ -174,6 +174,19 @@ class MultishotRecv(InlineOp):
         if waiter is not None:
             self.waiter = None
             waiter.wake(None)
+
+    def let_go(self) -> None:
+        """The stream is closed (``pending.closed`` set): drop the parking ticket, whose
+        ``abort`` (a bound method of this object) and ``what`` refer back to it, a cycle that
+        only a full collection would free. Only while no recv runs: the receive token taken
+        here means none parks now, and every later recv sees the close before it would park."""
+        token = self.token
+        try:
+            token.pop()
+        except KeyError:  # a recv runs: it ends on the close; the collector frees the rest
+            return
+        self.ticket = None
+        token.add(0)
 
     # -- the recv --------------------------------------------------------------------------------
     def _take(self, want: int) -> bytes:

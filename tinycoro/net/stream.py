@@ -105,6 +105,20 @@ class Stream(SocketBase):
     def getpeername(self) -> Any:
         return self._sock.getpeername()
 
+    def _let_go(self) -> None:
+        """Break the stream's reference cycles (each spare op and its list; the multishot and
+        its parking ticket), so that its objects go with its last reference. Left to the
+        cyclic collector, they lived until a full collection, which walks every live object:
+        at 10,000 connections that came and went it was most of the server's CPU
+        (docs/benchmarks-log.md). An op in flight now ends on the close and may put itself
+        back on its list: that rare cycle is left to the collector."""
+        for op in self._send_spare:
+            op.spare = None
+        for call in self._recv_spare:
+            call.spare = None
+        if self._ms is not None:
+            self._ms.let_go()
+
     def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
         """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
 
