@@ -46,7 +46,7 @@ if [ ! -f "$venv/.tinycoro-ready" ]; then
     # The build's own requirements too: tinycoro is built without isolation (below), so that
     # a cached wheel of the binding ($cache/wheels-ft, the same ABI) is used, not rebuilt.
     "$venv/bin/python" -m pip install -q --find-links "$cache/wheels-ft" hypothesis==6.150.0 \
-        pytest pytest-timeout Cython setuptools "liburing==2024.5.3"
+        pytest pytest-timeout pytest-xdist Cython setuptools "liburing==2024.5.3"
     touch "$venv/.tinycoro-ready"
 fi
 

@@ -25,19 +25,21 @@ ORIGIN = re.compile(r'/\* "([^"]+\.(?:py|pyx|pxd))":(\d+)')
 
 
 def demangle(fn: str) -> str:
-    """__pyx_f_8tinycoro_4core_6engine_6Engine_push -> tinycoro.core.engine.Engine.push"""
-    m = re.match(r"__pyx_[a-z]+_(?:\d+_)?(\d.*)", fn)
+    """Cython's C names, readably: __pyx_f_8tinycoro_4core_6engine_6Engine_push ->
+    tinycoro.core.engine.Engine.push (a method's wrapper number dropped: _20_sleep -> _sleep)."""
+    m = re.match(r"__pyx_[a-z]+_(\d.*)", fn)
     if not m:
         return fn
     rest, parts = m.group(1), []
-    while (n := re.match(r"(\d+)", rest)) and len(rest) > len(n.group(1)):
+    while (n := re.match(r"(\d+)(.*)", rest)) and int(n.group(1)) <= len(n.group(2)):
         k = int(n.group(1))
-        start = len(n.group(1))
-        parts.append(rest[start:start + k])
-        rest = rest[start + k:]
-    if rest.strip("_"):
-        parts.append(rest.strip("_"))
-    return ".".join(parts) if parts else fn
+        parts.append(n.group(2)[:k])
+        rest = n.group(2)[k:]
+        rest = rest[1:] if rest.startswith("_") else rest
+    rest = re.sub(r"^\d+", "", rest)  # a def method's wrapper number
+    if rest:
+        parts.append(rest)
+    return ".".join(parts)
 
 
 class Origins:
@@ -66,7 +68,8 @@ class Origins:
 
 
 def ours(fn: str, loc: str) -> bool:
-    return "8tinycoro_" in fn or "/tinycoro/" in "/" + loc.split(" (")[0]
+    # tinycoro's C is compiled from relative paths (tinycoro/core/engine.c); ~/.cache/tinycoro is not it
+    return "8tinycoro_" in fn or loc.startswith("tinycoro/")
 
 
 def main(out: str) -> int:
