@@ -31,7 +31,11 @@ def demangle(fn: str) -> str:
     if not m:
         return fn
     rest, parts = m.group(1), []
-    while (n := re.match(r"(\d+)(.*)", rest)) and int(n.group(1)) <= len(n.group(2)):
+    # a length-prefixed part ends the name or is followed by "_"; otherwise the number was a
+    # def method's wrapper number (4generator, 20_sleep)
+    while (n := re.match(r"(\d+)(.*)", rest)) and int(n.group(1)) <= len(n.group(2)) and (
+        n.group(2)[int(n.group(1)):][:1] in ("", "_")
+    ):
         k = int(n.group(1))
         parts.append(n.group(2)[:k])
         rest = n.group(2)[k:]
