@@ -11,7 +11,9 @@
 #
 # Environment: TINYCORO_TSAN_OUT (reports, default /tmp/tinycoro-tsan, emptied at the start),
 # TINYCORO_TSAN_VENV (default ~/.cache/tinycoro/venv-tsan), TINYCORO_TSAN_TIMEOUT (pytest's per
-# test timeout, default 1800 s), TINYCORO_FT_ROUNDS (scales tests/test_ft_stress.py's counts).
+# test timeout, default 1800 s), TINYCORO_TSAN_TIMEOUT_SCALE (a test's own timeout mark times
+# this, default 10: tools/tsan_pytest.py), TINYCORO_FT_ROUNDS (scales tests/test_ft_stress.py's
+# counts).
 #
 # Output: pytest's, then a count of reports by their top tinycoro frame (the .py line Cython
 # compiled it from), then the reports in CPython, the binding or libc by their top frame, then
@@ -112,9 +114,10 @@ log "running ${#files[@]} file(s) with the GIL off; reports in $out"
 # halt_on_error=0: collect every report of a run; exitcode=0: a report is read from the
 # logs below, not from a test's exit status (a child process's report would fail it twice).
 rc=0
-(cd "$out" && PYTHON_GIL=0 \
+# tools/tsan_pytest.py: each test's own timeout mark scaled for TSan's slowness
+(cd "$out" && PYTHON_GIL=0 PYTHONPATH="$root/tools${PYTHONPATH:+:$PYTHONPATH}" \
     TSAN_OPTIONS="suppressions=$supp halt_on_error=0 exitcode=0 report_signal_unsafe=0 second_deadlock_stack=1 print_suppressions=1 log_path=$out/report" \
-    "$venv/bin/python" -m pytest -p no:cacheprovider -o addopts= --rootdir "$root" -q \
+    "$venv/bin/python" -m pytest -p no:cacheprovider -p tsan_pytest -o addopts= --rootdir "$root" -q \
         --timeout "${TINYCORO_TSAN_TIMEOUT:-1800}" "${opts[@]}" "${files[@]}") || rc=$?
 [ $rc -eq 0 ] || log "pytest exited $rc"
 python3 "$root/tools/tsan_summary.py" "$out" || rc=1
