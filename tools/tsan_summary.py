@@ -3,9 +3,9 @@
 
     python3 tools/tsan_summary.py /tmp/tinycoro-tsan      (the run's $TINYCORO_TSAN_OUT)
 
-Prints a count of reports by their top tinycoro frame (the first frame of the first stack that
-is in tinycoro's compiled code, mapped from the generated C back to the .py/.pyx line Cython
-wrote it from), then the reports in no tinycoro frame (CPython, the liburing binding, libc) by
+Prints a count of reports by their top tinycoro frame (the first frame of an access's stack
+that is in tinycoro's compiled code, above any frame of CPython's evaluation loop, mapped from
+the generated C back to the .py/.pyx line Cython wrote it from), then the reports in no tinycoro frame (CPython, the liburing binding, libc) by
 their top frame, then the suppressions that matched. Exits 1 when any report names tinycoro:
 TSan never writes a suppressed report, so every one counted here is unsuppressed.
 """
@@ -22,6 +22,11 @@ KIND = re.compile(r"WARNING: ThreadSanitizer: ([^(\n]+)")
 FRAME = re.compile(r"^\s+#\d+ (\S+) (\S+)", re.M)
 # Cython writes the source line each block of C comes from as a comment above it.
 ORIGIN = re.compile(r'/\* "([^"]+\.(?:py|pyx|pxd))":(\d+)')
+
+
+# Frames of CPython's evaluation loop: an access above one (nearer #0) is made by interpreted
+# Python code, or by CPython itself for it, not by tinycoro's compiled code.
+INTERPRETER = {"_PyEval_EvalFrameDefault", "_PyEval_EvalFrame", "gen_send_ex2"}
 
 
 def demangle(fn: str) -> str:
@@ -95,12 +100,13 @@ def main(out: str) -> int:
             stacks = [FRAME.findall(s) for s in re.split(r"\n\s*\n", rep) if FRAME.search(s)]
             tops = []
             for st in stacks:
-                mine = [(fn, loc) for fn, loc in st if ours(fn, loc)]
-                if mine:
-                    fn, loc = mine[0]
-                    tops.append(f"{origin(loc)} {demangle(fn)}")
-                else:
-                    tops.append(None)
+                tops.append(None)
+                for fn, loc in st:
+                    if ours(fn, loc):
+                        tops[-1] = f"{origin(loc)} {demangle(fn)}"
+                        break
+                    if fn in INTERPRETER:  # the access is interpreted code's (a test's, say),
+                        break  # whatever compiled tinycoro frame called into it further down
             k = kind.group(1).strip()
             first = next((t for t in tops if t), None)
             if first is None:
