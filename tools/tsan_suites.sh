@@ -9,7 +9,7 @@
 #   TINYCORO_PURE=1 tools/tsan_suites.sh ...    -> the pure-Python runtime on the same interpreter
 #   python3 tools/tsan_summary.py /tmp/tinycoro-tsan   -> the summary of the last run, again
 #
-# Environment: TINYCORO_TSAN_OUT (reports, default /tmp/tinycoro-tsan, emptied at the start),
+# Environment: TINYCORO_TSAN_OUT (reports, default /tmp/tinycoro-tsan; the last run's go first),
 # TINYCORO_TSAN_VENV (default ~/.cache/tinycoro/venv-tsan), TINYCORO_TSAN_TIMEOUT (pytest's per
 # test timeout, default 1800 s), TINYCORO_TSAN_TIMEOUT_SCALE (a test's own timeout mark times
 # this, default 10: tools/tsan_pytest.py), TINYCORO_FT_ROUNDS (scales tests/test_ft_stress.py's
@@ -53,7 +53,7 @@ if [ ! -f "$venv/.tinycoro-ready" ]; then
 fi
 
 out=$(mkdir -p "$out" && cd "$out" && pwd)
-rm -rf "${out:?}"/* && mkdir -p "$out/csrc"
+rm -rf "$out"/report.* "$out/csrc" "$out/suppressions.txt" && mkdir -p "$out/csrc"  # the last run's
 # Installed from a copy, so that nothing is built into this tree (header comment); skipped when
 # the files are those of the last install.
 files_hash=$(cd "$root" && git ls-files -z --cached --others --exclude-standard -- tinycoro setup.py pyproject.toml |
