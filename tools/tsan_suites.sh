@@ -112,11 +112,13 @@ if [ -n "$cpython_src" ] && [ -f "$cpython_src/Tools/tsan/suppressions_free_thre
 fi
 log "running ${#files[@]} file(s) with the GIL off; reports in $out"
 # halt_on_error=0: collect every report of a run; exitcode=0: a report is read from the
-# logs below, not from a test's exit status (a child process's report would fail it twice).
+# logs below, not from a test's exit status (a child process's report would fail it twice);
+# history_size=4: more of each thread's past accesses kept, so that fewer reports have a
+# "failed to restore the stack" side, which no suppression can match.
 rc=0
 # tools/tsan_pytest.py: each test's own timeout mark scaled for TSan's slowness
 (cd "$out" && PYTHON_GIL=0 PYTHONPATH="$root/tools${PYTHONPATH:+:$PYTHONPATH}" \
-    TSAN_OPTIONS="suppressions=$supp halt_on_error=0 exitcode=0 report_signal_unsafe=0 second_deadlock_stack=1 print_suppressions=1 log_path=$out/report" \
+    TSAN_OPTIONS="suppressions=$supp halt_on_error=0 exitcode=0 report_signal_unsafe=0 second_deadlock_stack=1 history_size=4 print_suppressions=1 log_path=$out/report" \
     "$venv/bin/python" -m pytest -p no:cacheprovider -p tsan_pytest -o addopts= --rootdir "$root" -q \
         --timeout "${TINYCORO_TSAN_TIMEOUT:-1800}" "${opts[@]}" "${files[@]}") || rc=$?
 [ $rc -eq 0 ] || log "pytest exited $rc"
