@@ -18,7 +18,7 @@
 # Output: pytest's, then a count of reports by their top tinycoro frame (the .py line Cython
 # compiled it from), then the reports in CPython, the binding or libc by their top frame, then
 # the suppressions that matched. Exit status: 0 when the tests passed and no unsuppressed report
-# names tinycoro; 1 otherwise (the summary says which).
+# names tinycoro; otherwise pytest's own status, or 1 for a report (the summary says which).
 #
 # The interpreter comes from tools/build_freethreaded_python.sh (TINYCORO_FT_VARIANT=tsan, cached
 # under ~/.cache/tinycoro; the first build takes long). tinycoro is installed into its own venv
