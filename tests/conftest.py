@@ -16,7 +16,9 @@ import sys
 
 import pytest
 
-from helpers.runtime import CONTEXT_COUNTS, fd_targets, switch_interval, tinycoro_threads, wait_until
+from helpers.runtime import (
+    CONTEXT_COUNTS, TSAN_LOG_TARGET, fd_targets, switch_interval, tinycoro_threads, wait_until,
+)
 
 
 # -- how the suite was launched must not matter ---------------------------------------------
@@ -73,11 +75,9 @@ LEAK_WAIT = 5.0
 # to: IPython's history database, opened by the process's InteractiveShell (test_magics,
 # test_dashboard, test_kernel_runner share InteractiveShell.instance()) and its saving thread.
 KEPT_TARGETS = (re.compile(r"/history\.sqlite(-journal|-wal|-shm)?$"),)
-# Under ThreadSanitizer (tools/tsan_suites.sh), its runtime opens its report file (log_path) at
-# the first report, inside whichever test raced: that descriptor is the sanitizer's, not a leak.
-_TSAN_LOG = re.search(r"log_path=(\S+)", os.environ.get("TSAN_OPTIONS", ""))
-if _TSAN_LOG:
-    KEPT_TARGETS += (re.compile(re.escape(_TSAN_LOG.group(1)) + r"\.\d+$"),)
+# Under ThreadSanitizer, its report file (helpers.runtime.TSAN_LOG_TARGET says why).
+if TSAN_LOG_TARGET is not None:
+    KEPT_TARGETS += (TSAN_LOG_TARGET,)
 
 
 def _kept(target: str) -> bool:

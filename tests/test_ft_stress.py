@@ -251,3 +251,42 @@ def test_semaphore_permits_survive_cancels_across_contexts(contexts):
     stats, most = run(main(), contexts, deadlock_timeout=DEADLOCK)
     assert most <= permits
     assert stats.value == permits and stats.waiters == 0
+
+
+def test_task_snapshots_from_a_foreign_thread_while_tasks_park_and_wake(contexts):
+    # Scheduler.tasks() reads each task's wait (Task._waiting) from another thread without a
+    # lock while the owner replaces it at every park and wake (docs/freethreading-tsan.md): a
+    # snapshot must describe every live task, never fail, for as many snapshots as rounds.
+    rounds, snapshots = 1000 * SCALE, 200 * SCALE
+    sched = tc.Scheduler(contexts).start()
+    try:
+        async def pair():
+            ping, pong = tc.Event(), tc.Event()
+
+            async def other():
+                for _ in range(rounds):
+                    await ping.wait()
+                    ping.clear()
+                    pong.set()
+
+            t = spawn_elsewhere(other())
+            for _ in range(rounds):
+                ping.set()
+                await pong.wait()
+                pong.clear()
+            await t
+
+        finished = threading.Event()
+        main = sched.submit(pair())
+        main.add_done_callback(lambda _t: finished.set())
+        states = set()
+        for _ in range(snapshots):
+            for info in sched.tasks():
+                states.add(info.state)
+            if finished.is_set():
+                break
+        assert finished.wait(DEADLOCK * 3), "the ping-pong never finished"
+        main.result()
+        assert states <= {"ready", "starting", "running", "parked", "sleeping", "io"}, states
+    finally:
+        sched.stop()
