@@ -251,3 +251,56 @@ def test_semaphore_permits_survive_cancels_across_contexts(contexts):
     stats, most = run(main(), contexts, deadlock_timeout=DEADLOCK)
     assert most <= permits
     assert stats.value == permits and stats.waiters == 0
+
+
+def test_multishot_recv_moving_between_contexts_against_its_completions(contexts):
+    # A stream's multishot recv armed on one context while the next recv comes from a task on
+    # another, with chunks arriving all the while, and every third recv cancelled as it
+    # waits: the recv's look, set and take of the waiter slot run against the completion, the
+    # last completion (the stop that moves it) and the cancel on other threads (net/multishot:
+    # each of those is one step under the stream's lock without the GIL). A lost wake is a
+    # DeadlockError, a doubled one a task resumed twice, a lost or reordered chunk a wrong
+    # total. Where the multishot does not run (the pure ring), the single recv takes it.
+    n = 600 * SCALE
+    want = b"".join(b"%06d" % i for i in range(n))
+
+    async def pair():
+        lst = await tc.net.listen("127.0.0.1", 0)
+        accepting = tc.spawn(lst.accept())
+        client = await tc.net.connect("127.0.0.1", lst.port)
+        server = await accepting
+        await lst.close()
+        return client, server
+
+    async def main():
+        client, server = await pair()
+
+        async def send():
+            for i in range(n):
+                await client.sendall(b"%06d" % i)
+                if i % 7 == 0:
+                    await tc.yield_now()
+            await client.shutdown_write()
+
+        sender = spawn_elsewhere(send())
+        got = bytearray()
+        i = 0
+        while True:
+            i += 1
+            reader = tc.spawn(server.recv(6 + i % 11))  # round robin: a new context each time
+            if i % 3 == 0:
+                await tc.yield_now()
+                reader.cancel()
+            try:
+                chunk = await reader
+            except tc.Cancelled:
+                continue
+            if not chunk:
+                break
+            got += chunk
+        await sender
+        await client.close()
+        await server.close()
+        return bytes(got)
+
+    assert run(main(), contexts, deadlock_timeout=DEADLOCK) == want
