@@ -489,9 +489,10 @@ def _gil_on() -> bool:
 @pytest.mark.skipif(_gil_on(), reason="the GIL is on: contexts=None is one context")
 def test_the_default_without_the_gil_is_one_context_per_cpu(monkeypatch):
     """With the GIL off, contexts run Python in parallel: ``contexts=None`` is one per CPU this
-    process may run on (``os.process_cpu_count()``: the affinity mask, PYTHON_CPU_COUNT)."""
+    process may run on (``os.process_cpu_count()``: the affinity mask, PYTHON_CPU_COUNT),
+    asked at each call."""
     monkeypatch.delenv("TINYCORO_CONTEXTS", raising=False)
-    monkeypatch.setenv("PYTHON_CPU_COUNT", "3")  # read by os.process_cpu_count() at each call
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 3)
     sched = tc.Scheduler()
     try:
         assert sched.contexts == 3
