@@ -22,6 +22,8 @@ import threading
 import pytest
 
 import tinycoro as tc
+import tinycoro.lowlevel as ll
+from tinycoro.net import multishot
 from helpers.runtime import wait_until
 from helpers.sync import run, spawn_elsewhere
 
@@ -258,10 +260,12 @@ def test_multishot_recv_moving_between_contexts_against_its_completions(contexts
     # another, with chunks arriving all the while, and every third recv cancelled as it
     # waits: the recv's look, set and take of the waiter slot run against the completion, the
     # last completion (the stop that moves it) and the cancel on other threads (net/multishot:
-    # each of those is one step under the stream's lock without the GIL). A lost wake is a
+    # each of those is one step under the stream's lock without the GIL). The sender waits
+    # for most messages to be read before it sends the next, so that recvs find the queue
+    # empty and park, and the multishot moves (counted: its re-arms). A lost wake is a
     # DeadlockError, a doubled one a task resumed twice, a lost or reordered chunk a wrong
     # total. Where the multishot does not run (the pure ring), the single recv takes it.
-    n = 600 * SCALE
+    n = 400 * SCALE
     want = b"".join(b"%06d" % i for i in range(n))
 
     async def pair():
@@ -274,12 +278,13 @@ def test_multishot_recv_moving_between_contexts_against_its_completions(contexts
 
     async def main():
         client, server = await pair()
+        read = [tc.Event() for _ in range(n)]  # read[k]: message k is all read
 
         async def send():
-            for i in range(n):
-                await client.sendall(b"%06d" % i)
-                if i % 7 == 0:
-                    await tc.yield_now()
+            for k in range(n):
+                await client.sendall(b"%06d" % k)
+                if k % 4:  # one in four goes out behind the one before: queued chunks too
+                    await read[k].wait()
             await client.shutdown_write()
 
         sender = spawn_elsewhere(send())
@@ -298,9 +303,14 @@ def test_multishot_recv_moving_between_contexts_against_its_completions(contexts
             if not chunk:
                 break
             got += chunk
+            for k in range((len(got) - len(chunk)) // 6, len(got) // 6):
+                read[k].set()
         await sender
         await client.close()
         await server.close()
-        return bytes(got)
+        return bytes(got), sum(c.multishot_rearms for c in ll.current_engine().scheduler.stats().contexts)
 
-    assert run(main(), contexts, deadlock_timeout=DEADLOCK) == want
+    got, rearms = run(main(), contexts, deadlock_timeout=DEADLOCK)
+    assert got == want
+    if multishot.AVAILABLE:
+        assert rearms > 0  # it did move between the contexts' rings
