@@ -61,7 +61,7 @@ def default_contexts() -> int:
     ``TINYCORO_CONTEXTS`` first, when set (a positive int; anything else is refused with its
     name). Else, where the GIL is off at run time (a free-threaded build, no extension turned
     it back on), one context per CPU this process may run on: contexts then run Python in
-    parallel, and a second one ran CPU-bound coroutines 1.8-2.1x one (docs/benchmarks-log.md,
+    parallel, and a second one ran CPU-bound coroutines 1.99x one (docs/benchmarks-log.md,
     "Free-threaded 3.13t: what contexts=None means"). Else one, :data:`DEFAULT_CONTEXTS`:
     under the GIL every context needs the GIL to run Python and one context already overlaps
     any number of io_uring operations, so a second adds no CPU and costs some per operation
