@@ -41,6 +41,20 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return min(8, 2 * (os.cpu_count() or 1))
 
 
+def pytest_report_header(config) -> str:
+    """Which context count the tests that take the default (``tc.run(main())``,
+    ``Scheduler()``) run on: ``TINYCORO_CONTEXTS`` in the environment changes it for the
+    whole run (.ci/run runs the free-threaded suites on 2 contexts too, so that every such
+    test also meets another context's thread), and the GIL's state decides it otherwise
+    (docs/design.md rule 15). Tests that pick their own count, or take the ``contexts``
+    fixture, are not affected."""
+    from tinycoro.core.checks import CONTEXTS_VAR, default_contexts
+
+    gil = "on" if getattr(sys, "_is_gil_enabled", lambda: True)() else "off"
+    source = f"{CONTEXTS_VAR}={os.environ[CONTEXTS_VAR]}" if os.environ.get(CONTEXTS_VAR) else "unset"
+    return f"tinycoro: contexts=None means {default_contexts()} ({source}, GIL {gil})"
+
+
 @pytest.fixture(params=CONTEXT_COUNTS, ids=lambda n: f"ctx{n}")
 def contexts(request) -> int:
     """Run the test once per context count: 1, 2 and 4 threads."""

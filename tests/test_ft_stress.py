@@ -22,6 +22,8 @@ import threading
 import pytest
 
 import tinycoro as tc
+import tinycoro.lowlevel as ll
+from tinycoro.net import multishot
 from helpers.runtime import wait_until
 from helpers.sync import run, spawn_elsewhere
 
@@ -290,3 +292,62 @@ def test_task_snapshots_from_a_foreign_thread_while_tasks_park_and_wake(contexts
         assert states <= {"ready", "starting", "running", "parked", "sleeping", "io"}, states
     finally:
         sched.stop()
+def test_multishot_recv_moving_between_contexts_against_its_completions(contexts):
+    # A stream's multishot recv armed on one context while the next recv comes from a task on
+    # another, with chunks arriving all the while, and every third recv cancelled as it
+    # waits: the recv's look, set and take of the waiter slot run against the completion, the
+    # last completion (the stop that moves it) and the cancel on other threads (net/multishot:
+    # each of those is one step under the stream's lock without the GIL). The sender waits
+    # for most messages to be read before it sends the next, so that recvs find the queue
+    # empty and park, and the multishot moves (counted: its re-arms). A lost wake is a
+    # DeadlockError, a doubled one a task resumed twice, a lost or reordered chunk a wrong
+    # total. Where the multishot does not run (the pure ring), the single recv takes it.
+    n = 400 * SCALE
+    want = b"".join(b"%06d" % i for i in range(n))
+
+    async def pair():
+        lst = await tc.net.listen("127.0.0.1", 0)
+        accepting = tc.spawn(lst.accept())
+        client = await tc.net.connect("127.0.0.1", lst.port)
+        server = await accepting
+        await lst.close()
+        return client, server
+
+    async def main():
+        client, server = await pair()
+        read = [tc.Event() for _ in range(n)]  # read[k]: message k is all read
+
+        async def send():
+            for k in range(n):
+                await client.sendall(b"%06d" % k)
+                if k % 4:  # one in four goes out behind the one before: queued chunks too
+                    await read[k].wait()
+            await client.shutdown_write()
+
+        sender = spawn_elsewhere(send())
+        got = bytearray()
+        i = 0
+        while True:
+            i += 1
+            reader = tc.spawn(server.recv(6 + i % 11))  # round robin: a new context each time
+            if i % 3 == 0:
+                await tc.yield_now()
+                reader.cancel()
+            try:
+                chunk = await reader
+            except tc.Cancelled:
+                continue
+            if not chunk:
+                break
+            got += chunk
+            for k in range((len(got) - len(chunk)) // 6, len(got) // 6):
+                read[k].set()
+        await sender
+        await client.close()
+        await server.close()
+        return bytes(got), sum(c.multishot_rearms for c in ll.current_engine().scheduler.stats().contexts)
+
+    got, rearms = run(main(), contexts, deadlock_timeout=DEADLOCK)
+    assert got == want
+    if multishot.AVAILABLE:
+        assert rearms > 0  # it did move between the contexts' rings

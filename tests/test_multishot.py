@@ -696,13 +696,9 @@ def test_multishot_only_where_its_code_runs_compiled():
 
     from tinycoro import compiled
 
-    from tinycoro.core import fence
-
-    # and not on a free-threaded build, where the recv and the last completion may both take
-    # the waiter slot (docs/design.md, "Synchronisation, with and without the GIL")
-    assert multishot.AVAILABLE == (
-        uring.COMPILED and compiled.is_compiled(multishot) and not fence.FREE_THREADED
-    )
+    # on a free-threaded build too: there its shared steps run under the stream's lock
+    # (docs/design.md, "Synchronisation, with and without the GIL")
+    assert multishot.AVAILABLE == (uring.COMPILED and compiled.is_compiled(multishot))
     code = textwrap.dedent("""
         import importlib.util, os, sys
         class OnlyMultishotPure:  # the .py of that one module, the build of every other

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 
@@ -449,13 +451,15 @@ def test_deadlock_after_main_failed_shows_mains_failure_as_its_cause():
     assert len(info.value.parked) == 2
 
 
-def test_the_default_is_one_context_and_an_explicit_count_is_kept():
-    """``contexts=None`` (the default of ``tc.run`` and ``Scheduler``) is one context, whatever
-    the machine's core count: under the GIL a second context adds no CPU to I/O-bound work and
-    costs CPU per request (docs/design.md rule 15, docs/benchmarks-log.md, "Contexts: what a
-    second one costs"). It used
-    to be ``os.cpu_count()``, the slower choice on echo."""
-    for arg, expected in (((), 1), ((None,), 1), ((3,), 3)):
+def test_the_default_is_one_context_and_an_explicit_count_is_kept(monkeypatch):
+    """``contexts=None`` (the default of ``tc.run`` and ``Scheduler``) is one context under the
+    GIL, whatever the machine's core count: there a second context adds no CPU to I/O-bound
+    work and costs CPU per request (docs/design.md rule 15, docs/benchmarks-log.md, "Contexts:
+    what a second one costs"). It used to be ``os.cpu_count()``, the slower choice on echo.
+    With the GIL off it is one per CPU (the next test)."""
+    monkeypatch.delenv("TINYCORO_CONTEXTS", raising=False)
+    one = 1 if _gil_on() else os.process_cpu_count()  # type: ignore[attr-defined]
+    for arg, expected in (((), one), ((None,), one), ((3,), 3)):
         sched = tc.Scheduler(*arg)
         try:
             assert sched.contexts == expected, arg
@@ -471,8 +475,53 @@ def test_the_default_is_one_context_and_an_explicit_count_is_kept():
         for t in [tc.spawn(where()) for _ in range(8)]:
             await t
 
-    tc.run(main())
+    tc.run(main(), contexts=1)
     assert seen == {0}
     seen.clear()
     tc.run(main(), contexts=2)  # dispatched round robin over the two
     assert seen == {0, 1}
+
+
+def _gil_on() -> bool:
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+@pytest.mark.skipif(_gil_on(), reason="the GIL is on: contexts=None is one context")
+def test_the_default_without_the_gil_is_one_context_per_cpu(monkeypatch):
+    """With the GIL off, contexts run Python in parallel: ``contexts=None`` is one per CPU this
+    process may run on (``os.process_cpu_count()``: the affinity mask, PYTHON_CPU_COUNT),
+    asked at each call."""
+    monkeypatch.delenv("TINYCORO_CONTEXTS", raising=False)
+    monkeypatch.setattr(os, "process_cpu_count", lambda: 3)
+    sched = tc.Scheduler()
+    try:
+        assert sched.contexts == 3
+    finally:
+        sched.loop()
+
+
+def test_tinycoro_contexts_in_the_environment_is_what_none_means(monkeypatch):
+    """``TINYCORO_CONTEXTS`` is what ``contexts=None`` means in the process (the notebook's
+    default scheduler and cluster engines read the same variable), read at each call; an
+    explicit count wins; a bad value fails at the call, naming the variable."""
+    monkeypatch.setenv("TINYCORO_CONTEXTS", " 3 ")
+    for arg, expected in (((), 3), ((None,), 3), ((2,), 2)):
+        sched = tc.Scheduler(*arg)
+        try:
+            assert sched.contexts == expected, arg
+        finally:
+            sched.loop()
+
+    async def where() -> int | None:
+        return tc.current_context()
+
+    async def main() -> set[int | None]:
+        return {await t for t in [tc.spawn(where()) for _ in range(6)]}
+
+    assert tc.run(main()) == {0, 1, 2}
+    for bad in ("0", "-1", "many", "2.5"):
+        monkeypatch.setenv("TINYCORO_CONTEXTS", bad)
+        with pytest.raises(ValueError, match=f"TINYCORO_CONTEXTS must be a positive int, got {bad!r}"):
+            tc.Scheduler()
+        with pytest.raises(ValueError, match="TINYCORO_CONTEXTS"):
+            tc.run(where())

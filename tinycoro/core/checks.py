@@ -8,9 +8,11 @@ reaches a ring or another thread.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from typing import Any, Literal, overload
 
-__all__ = ["DEFAULT_CONTEXTS", "DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch"]
+__all__ = ["CONTEXTS_VAR", "DEFAULT_CONTEXTS", "default_contexts", "DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch"]
 
 DISPATCH = ("round_robin", "least_loaded")
 
@@ -45,21 +47,46 @@ def check_seconds(name: str, value: Any, *, allow_none: bool = False) -> float |
     return float(value)
 
 
+#: What ``contexts=None`` means under the GIL (and on a free-threaded build running with it
+#: turned back on): one context (docs/design.md rule 15).
 DEFAULT_CONTEXTS = 1
+#: The environment variable that, when set, is what ``contexts=None`` means in this process:
+#: scripts, the notebook's default scheduler and cluster engines alike.
+CONTEXTS_VAR = "TINYCORO_CONTEXTS"
+
+
+def default_contexts() -> int:
+    """What ``contexts=None`` means here: the one place that decides it (rule 15).
+
+    ``TINYCORO_CONTEXTS`` first, when set (a positive int; anything else is refused with its
+    name). Else, where the GIL is off at run time (a free-threaded build, no extension turned
+    it back on), one context per CPU this process may run on: contexts then run Python in
+    parallel, and a second one ran CPU-bound coroutines 1.99x one (docs/benchmarks-log.md,
+    "Free-threaded 3.13t: what contexts=None means"). Else one, :data:`DEFAULT_CONTEXTS`:
+    under the GIL every context needs the GIL to run Python and one context already overlaps
+    any number of io_uring operations, so a second adds no CPU and costs some per operation
+    (docs/benchmarks-log.md, "Contexts: what a second one costs"). Read at each call, so a
+    variable set after import counts.
+    """
+    raw = os.environ.get(CONTEXTS_VAR, "").strip()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{CONTEXTS_VAR} must be a positive int, got {raw!r}")
+        return n
+    if not getattr(sys, "_is_gil_enabled", lambda: True)():
+        count = getattr(os, "process_cpu_count", None)  # 3.13+: the affinity mask, PYTHON_CPU_COUNT
+        return max(1, (count() if count is not None else None) or 1)
+    return DEFAULT_CONTEXTS
 
 
 def check_contexts(contexts: Any) -> int:
-    """A scheduler's context count: a positive int, or None for :data:`DEFAULT_CONTEXTS` (1).
-
-    One, not ``os.cpu_count()``: every context needs the GIL to run Python, and one context
-    already overlaps any number of io_uring operations, so on I/O-bound work a second context
-    adds no CPU and costs some per operation (more sleeps and wake-ups, the interpreter's state
-    moving between cores): measured on echo, docs/benchmarks-log.md ("Contexts: what a second one costs"). More
-    contexts are an explicit choice, for tasks that spend long stretches outside the GIL;
-    more cores come from processes (docs/design.md rule 15).
-    """
+    """A scheduler's context count: a positive int, or None for :func:`default_contexts`."""
     if contexts is None:
-        return DEFAULT_CONTEXTS
+        return default_contexts()
     if not is_int(contexts) or contexts < 1:
         raise ValueError(f"contexts must be a positive int or None, got {contexts!r}")
     return contexts

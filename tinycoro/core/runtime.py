@@ -44,6 +44,8 @@ def run(
 
     Every task it spawns is waited for too (the stop protocol ends the run exactly when the
     last context runs out of work), and every thread, ring and eventfd is gone on return.
+    *contexts* None means :func:`tinycoro.core.checks.default_contexts` (``TINYCORO_CONTEXTS``
+    if set; else one per CPU with the GIL off, one under it: docs/design.md rule 15).
     """
     coro = _check_coro(coro, "run")
     if _local.engine is not None:

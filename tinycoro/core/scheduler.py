@@ -96,10 +96,11 @@ class Scheduler:
     ``submit`` works from any thread, before or during ``loop()``. ``loop()`` returns when all
     work is done; ``start()``/``stop()`` run it long-lived instead (notebooks).
 
-    *contexts* is how many context threads to run; None means one (``DEFAULT_CONTEXTS``),
-    not one per core: under the GIL extra contexts add no CPU and, on I/O-bound work, cost
-    some (docs/design.md rule 15). Ask for more when tasks spend long stretches outside the
-    GIL; scale past one core with processes (``tc.cluster``).
+    *contexts* is how many context threads to run; None means
+    :func:`~tinycoro.core.checks.default_contexts`: ``TINYCORO_CONTEXTS`` if set, else one
+    per CPU with the GIL off, else one: under the GIL extra contexts add no CPU and, on
+    I/O-bound work, cost some (docs/design.md rule 15). Under the GIL, ask for more when tasks
+    spend long stretches outside it; scale past one core with processes (``tc.cluster``).
     """
 
     def __init__(

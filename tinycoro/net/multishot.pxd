@@ -1,7 +1,8 @@
 # Augments multishot.py when it is compiled (rule 14 of docs/design.md; setup.py cythonizes
 # multishot.py with this file beside it). The .py is the source: this declares the layout of a
 # stream's multishot recv, whose fields a recv and a completion on two contexts share; each
-# read or write of one is a single C step under the GIL (the module doc says why that matters).
+# read or write of one is a single C step under the GIL, and the sequences of them run under
+# ``lock`` on a free-threaded build (the module doc says why that matters).
 
 cimport cython
 
@@ -22,11 +23,14 @@ cdef class MultishotRecv(InlineOp):
     cdef public object owner
     cdef public bint waited
     cdef public object broken
+    cdef public object lock
 
     # C integers: as objects, each read of offset and queued and each length was an int
     # boxed and freed (5 per recv, ~300 instructions on 3.12, callgrind)
     @cython.locals(start=Py_ssize_t, left=Py_ssize_t, got=Py_ssize_t, n=Py_ssize_t)
     cdef object _take(self, Py_ssize_t want)
+    cdef object _take_locked(self, Py_ssize_t want)
+    cdef object _take_waiter(self)
 
 
 cdef class RecvCall(Op):

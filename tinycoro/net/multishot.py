@@ -4,13 +4,17 @@ receive path that completes many times, behind the core's seam for such operatio
 anyone waits).
 
 Compiled from this source with ``multishot.pxd`` beside it, and used only so: a recv and a
-completion on two contexts meet in a few field reads and writes that are each atomic only in
-compiled code (one C store under the GIL; interpreted, a read-modify-write of a field can be
-split by a thread switch). :data:`AVAILABLE` says whether streams may use it: the compiled
-ring (the only one with provided buffers) and this module compiled, on a build with the GIL
-(without it, the recv and the last completion on two contexts may both take the waiter slot:
-docs/design.md, "Synchronisation, with and without the GIL"). Elsewhere every recv is the
-single one of :class:`tinycoro.net.ops.RecvOp`, which keeps the same contract.
+completion on two contexts meet in a few field reads and writes (the waiter slot, the armed
+state, the queue's byte count) that are each atomic only in compiled code under the GIL
+(interpreted, a read-modify-write of a field can be split by a thread switch). On a
+free-threaded build nothing makes a sequence of C steps atomic, so there each of those
+sequences runs under the stream's own lock (``lock``; ``None`` under the GIL, where
+``if fence.FREE_THREADED:`` compiles to no instruction): a recv and a completion on two
+contexts then take the waiter slot one at a time, and exactly one of them wakes the recv
+(docs/design.md, "Synchronisation, with and without the GIL"). :data:`AVAILABLE` says whether
+streams may use it: the compiled ring (the only one with provided buffers) and this module
+compiled. Elsewhere every recv is the single one of :class:`tinycoro.net.ops.RecvOp`, which
+keeps the same contract.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import collections
 import errno
 import sys
+import threading
 import weakref
 from typing import Any, Generator
 
@@ -31,11 +36,9 @@ from .ops import InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
 
-#: Whether streams receive through a multishot: the ring can, this module's code runs
-#: compiled, and the build has the GIL (the module doc says why all three).
-AVAILABLE: bool = (
-    uring.COMPILED and compiled.is_compiled(sys.modules[__name__]) and not fence.FREE_THREADED
-)
+#: Whether streams receive through a multishot: the ring can, and this module's code runs
+#: compiled (the module doc says why both).
+AVAILABLE: bool = uring.COMPILED and compiled.is_compiled(sys.modules[__name__])
 
 #: Bytes a stream may hold received and not yet read before its multishot recv is stopped:
 #: past it, the data waits in the socket's own buffer and TCP's window holds the sender back,
@@ -75,7 +78,7 @@ class MultishotRecv(InlineOp):
     """
 
     __slots__ = ("queue", "queued", "offset", "armed", "stopping", "engine", "waiter",
-                 "ticket", "token", "owner", "waited", "was_armed", "broken")
+                 "ticket", "token", "owner", "waited", "was_armed", "broken", "lock")
 
     def __init__(self, stream: Any) -> None:
         self._fill_for(stream._ops, uring.prep_recv_multishot, (stream._fd,))
@@ -94,6 +97,9 @@ class MultishotRecv(InlineOp):
         self.token = stream._recv_token
         self.owner = weakref.ref(stream)
         self.waited = False
+        # What makes each of the recv's and the completions' steps on the shared fields one
+        # step where the GIL does not (the module doc): only on a free-threaded build.
+        self.lock: Any = threading.Lock() if fence.FREE_THREADED else None
 
     def describe(self) -> str:
         return f"recv from {peer_of(self.owner)}"
@@ -102,12 +108,20 @@ class MultishotRecv(InlineOp):
         return f"<recv (multishot) from {peer_of(self.owner)}>"
 
     def _abort(self) -> bool:
-        """The parked recv was cancelled: off the waiter slot, unless a wake is on its way.
-        (Two attribute steps in compiled code: atomic under the GIL.)"""
-        if self.waiter is None:
-            return False
+        """The parked recv was cancelled: off the waiter slot, unless a wake is on its way."""
+        return self._take_waiter() is not None
+
+    def _take_waiter(self) -> Any:
+        """The recv parked on the slot, taken off it (None if none is): a test, then a clear,
+        made one step (under ``lock`` on a free-threaded build), so that of a completion, the
+        last completion, a failure, a cancel and the recv looking again, one takes it."""
+        if fence.FREE_THREADED:
+            self.lock.acquire()
+        waiter = self.waiter
         self.waiter = None
-        return True
+        if fence.FREE_THREADED:
+            self.lock.release()
+        return waiter
 
     # -- the core's seam (MultiOp), on the engine's thread ----------------------------------
     def awaited(self) -> bool:
@@ -116,63 +130,88 @@ class MultishotRecv(InlineOp):
 
     def completion(self, res: int, data: Any, more: bool) -> None:
         """One CQE of the multishot: *data* (a bytes copy of its buffer) or *res* (0 at EOF,
-        or a negative errno); *more* False on the last one, after which :meth:`finished`."""
-        if self.broken is not None:
-            return  # the stream has a hole: nothing after it is ever returned
-        if data is not None:
-            self.queue.append(data)
-            self.queued += len(data)
-            if more and self.queued > QUEUE_LIMIT and not self.stopping:
-                self.stopping = True
-                self.engine.call_soon(_stop_multishot, self.engine, self)
-        elif res == 0:
-            self.queue.append(b"")  # EOF
-        elif res == _ENOBUFS:
-            # The ring's provided buffers ran out: the kernel ended the multishot (not an
-            # error; the next recv that empties the queue arms it again). Counted here, the
-            # one place that knows buffers, in the context's statistics (multishot_enobufs).
-            if not more:
-                self.engine.nobufs_endings += 1
-        elif res == _EINVAL and not self.queue and not self.queued:
-            # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
-            # ring receives with single recvs from now on; the waiting recv takes that path.
-            self.engine.multishot_refused()
-        elif res < 0 and res != _ECANCELED:
-            self.queue.append(res)  # an error, raised when a recv reaches it
-        if more:
-            waiter = self.waiter
-            if waiter is not None and self.queue:
+        or a negative errno); *more* False on the last one, after which :meth:`finished`.
+        The queue, its count and the waiter change as one step (under ``lock`` on a
+        free-threaded build); the wake and the calls to the engine come after it."""
+        stop = refused = False
+        waiter = None
+        if fence.FREE_THREADED:
+            self.lock.acquire()
+        if self.broken is None:  # else the stream has a hole: nothing after it is returned
+            if data is not None:
+                self.queue.append(data)
+                self.queued += len(data)
+                if more and self.queued > QUEUE_LIMIT and not self.stopping:
+                    self.stopping = stop = True
+            elif res == 0:
+                self.queue.append(b"")  # EOF
+            elif res == _ENOBUFS:
+                # The ring's provided buffers ran out: the kernel ended the multishot (not an
+                # error; the next recv that empties the queue arms it again). Counted here, the
+                # one place that knows buffers, in the context's statistics (multishot_enobufs).
+                if not more:
+                    self.engine.nobufs_endings += 1  # the engine's own counter: its thread
+            elif res == _EINVAL and not self.queue and not self.queued:
+                # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
+                # ring receives with single recvs from now on; the waiting recv takes that path.
+                refused = True
+            elif res < 0 and res != _ECANCELED:
+                self.queue.append(res)  # an error, raised when a recv reaches it
+            if more and self.queue:
+                waiter = self.waiter
                 self.waiter = None
-                waiter.wake(None)
+        if fence.FREE_THREADED:
+            self.lock.release()
+        if stop:
+            self.engine.call_soon(_stop_multishot, self.engine, self)
+        if refused:
+            self.engine.multishot_refused()
+        if waiter is not None:
+            waiter.wake(None)
 
     def failed(self, exc: BaseException) -> None:
         """A completion of this multishot raised (the owner has reported it): the bytes it
         carried are lost, so the stream is failed rather than left to go on with a hole in
         its data. What was queued before still reads; then every recv raises an OSError
         (EIO) naming *exc*; later completions are dropped, and the multishot is stopped."""
+        stop = None
+        if fence.FREE_THREADED:
+            self.lock.acquire()
         if self.broken is not None:
+            if fence.FREE_THREADED:
+                self.lock.release()
             return
         self.broken = exc
         self.queue.append(exc)  # after the good bytes; _take never pops it
         if self.armed and not self.stopping and self.engine is not None:
             self.stopping = True
-            self.engine.call_soon(_stop_multishot, self.engine, self)
+            stop = self.engine
         waiter = self.waiter
+        self.waiter = None
+        if fence.FREE_THREADED:
+            self.lock.release()
+        if stop is not None:
+            stop.call_soon(_stop_multishot, stop, self)
         if waiter is not None:
-            self.waiter = None
             waiter.wake(None)
 
     def finished(self) -> None:
         """The multishot's last CQE has been handled (also when its completion raised): it
         is out of the kernel, so out of the stream's pending set, and a waiting recv looks
-        again (arms it again, or takes what was queued)."""
+        again (arms it again, or takes what was queued). One step with the recv's look (under
+        ``lock`` on a free-threaded build): a recv that sees it disarmed may arm it at once,
+        on its own context, and must find the stream's pending set and fields already reset."""
+        if fence.FREE_THREADED:
+            self.lock.acquire()
         self.armed = False
         self.stopping = False
         self.engine = None
         self.pending._ops.pop(self, None)
         waiter = self.waiter
+        self.waiter = None
+        if fence.FREE_THREADED:
+            self.lock.release()
         if waiter is not None:
-            self.waiter = None
             waiter.wake(None)
 
     def let_go(self) -> None:
@@ -267,32 +306,49 @@ class MultishotRecv(InlineOp):
                         self._spend(engine)  # a new step: this recv counts in its budget
                         self.waited = True  # once: the look below is not charged again
                         continue  # the stream may have been closed meanwhile
-                    return self._take(want)
+                    return self._take_locked(want)
+                # Nothing queued, as seen: the decision (arm, stop elsewhere, single recv, or
+                # park) and the waiter set, as one step with the completions' (under ``lock``
+                # on a free-threaded build). The waiter is set before the stop below reaches
+                # the other context, and the state is looked at again after it is set: a last
+                # CQE handled on another context in between either finds the waiter (and its
+                # wake is on its way: park to take it) or left the state changed (take the
+                # waiter back and loop).
+                waiter = _local.task if engine is not None else foreign_waiter()
                 stop = None
-                if self.armed:
-                    if engine is not self.engine and not self.stopping:
-                        # armed on another context's ring: stopped there (its chunks so
-                        # far come first), then armed on this one
-                        self.stopping = True
-                        stop = self.engine
-                elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
-                    # A recv that asks for at least what the queue may hold (bulk reads:
-                    # recv(1 MiB)) takes the single recv while nothing is armed: the kernel
-                    # copies all the socket holds in one operation, where the multishot
-                    # would bring it in buffer-sized CQEs to be joined (half the rate).
+                single = again = False
+                if fence.FREE_THREADED:
+                    self.lock.acquire()
+                try:
+                    if self.queue:
+                        again = True  # queued meanwhile: loop to take it
+                    elif self.armed:
+                        if engine is not self.engine and not self.stopping:
+                            # armed on another context's ring: stopped there (its chunks so
+                            # far come first), then armed on this one
+                            self.stopping = True
+                            stop = self.engine
+                    elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
+                        # A recv that asks for at least what the queue may hold (bulk reads:
+                        # recv(1 MiB)) takes the single recv while nothing is armed: the kernel
+                        # copies all the socket holds in one operation, where the multishot
+                        # would bring it in buffer-sized CQEs to be joined (half the rate).
+                        single = True
+                    else:
+                        self._arm(engine)
+                    if not (single or again):
+                        self.waited = True
+                        self.waiter = waiter
+                finally:
+                    if fence.FREE_THREADED:
+                        self.lock.release()
+                if single:
                     return (yield from self._single(engine, want))
-                else:
-                    self._arm(engine)
-                self.waited = True
-                # The waiter is set before the stop above reaches the other context, and the
-                # state is looked at again after it is set: a last CQE handled on another
-                # context in between either finds the waiter (and its wake is on its way: park
-                # to take it) or left the state changed (take the waiter back and loop).
-                self.waiter = _local.task if engine is not None else foreign_waiter()
+                if again:
+                    continue
                 if stop is not None:
                     stop.call_soon(_stop_multishot, stop, self)
-                if (self.queue or not self.armed) and self.waiter is not None:
-                    self.waiter = None
+                if (self.queue or not self.armed) and waiter is not None and self._take_waiter() is not None:
                     continue
                 try:
                     if engine is not None:
@@ -308,6 +364,17 @@ class MultishotRecv(InlineOp):
             spare = call.spare
             if spare is not None and call._gen is None and not spare:
                 spare.append(call)
+
+    def _take_locked(self, want: int) -> bytes:
+        """:meth:`_take`, as one step with the completions that append and count (under
+        ``lock`` on a free-threaded build: both change ``queued``)."""
+        if fence.FREE_THREADED:
+            self.lock.acquire()
+        try:
+            return self._take(want)
+        finally:
+            if fence.FREE_THREADED:
+                self.lock.release()
 
     def _arm(self, engine: Any) -> None:
         """Start the multishot on *engine*'s ring (the seam's arm); in the stream's
