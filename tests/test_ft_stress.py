@@ -292,6 +292,8 @@ def test_task_snapshots_from_a_foreign_thread_while_tasks_park_and_wake(contexts
         assert states <= {"ready", "starting", "running", "parked", "sleeping", "io"}, states
     finally:
         sched.stop()
+
+
 def test_multishot_recv_moving_between_contexts_against_its_completions(contexts):
     # A stream's multishot recv armed on one context while the next recv comes from a task on
     # another, with chunks arriving all the while, and every third recv cancelled as it
