@@ -174,6 +174,7 @@ def _bind() -> Any:
         _cqe_seen = binding.io_uring_cqe_seen
         _eventfd_toggle = binding.io_uring_cq_eventfd_toggle
         _L = binding
+        compiled.note_gil()  # a free-threaded CPython whose GIL that import turned on: say so
     return _L
 
 
@@ -440,6 +441,11 @@ class PyRing(_Lifecycle):
 
     def _unregister_eventfd(self) -> None:
         _L.io_uring_unregister_eventfd(self._ring)
+
+    @property
+    def ring_fd(self) -> int:
+        """The ring's descriptor (as the compiled ring's ``ring_fd``)."""
+        return self._ring.ring_fd
 
     # -- submission ---------------------------------------------------------------------------
     def get_sqe(self):
