@@ -66,7 +66,8 @@ def test_the_compiled_runtime_imports_no_module_of_the_binding():
     import textwrap
 
     # (a GIL build has no sys._is_gil_enabled: the workload's own GIL check has nothing to check)
-    code = "import sys\nif not hasattr(sys, '_is_gil_enabled'): sys._is_gil_enabled = lambda: False\n"
+    code = ("import sys\n"
+            "if not hasattr(sys, '_is_gil_enabled'): sys._is_gil_enabled = lambda: False\n")
     code += textwrap.dedent(_workload()) + textwrap.dedent("""
         import subprocess
         out = subprocess.run([sys.executable, "-m", "tinycoro", "-n", "2", "--files", "1",

@@ -388,6 +388,7 @@ cdef class timespec:
     """The kernel's ``__kernel_timespec``, as ``timespec(seconds)`` (the binding's name and
     constructor). The op keeps it alive until its CQE: the kernel reads it then."""
     cdef __kernel_timespec ts
+    cdef object _twin  # the binding's timespec of the same time, once a pure ring needs one
 
     def __cinit__(self, double seconds=0):
         if seconds < 0:
@@ -402,6 +403,15 @@ cdef class timespec:
     @property
     def tv_nsec(self):
         return self.ts.tv_nsec
+
+    def twin(self, binding):
+        """The binding's timespec of this time, made once and kept as long as this one (an op
+        keeps this one alive until its CQE): for a pure ring's prep_timeout."""
+        if self._twin is None:
+            self._twin = binding.timespec()
+            self._twin.tv_sec = self.ts.tv_sec
+            self._twin.tv_nsec = self.ts.tv_nsec
+        return self._twin
 
 
 cdef inline double _stx_time(statx_timestamp t):
@@ -508,7 +518,10 @@ cdef class Prep:
             _fill((<SQE>sqe).ptr, self, args)
             return
         from tinycoro.compiled import import_binding  # a pure ring's SQE: the binding's own
-        getattr(import_binding(), self.name)(sqe, *args)
+        binding = import_binding()
+        if self.code == P_TIMEOUT and args and type(args[0]) is timespec:
+            args = ((<timespec>args[0]).twin(binding),) + args[1:]
+        getattr(binding, self.name)(sqe, *args)
 
 
 cdef object _path(object p):

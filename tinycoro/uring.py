@@ -302,11 +302,13 @@ def _flags_wanted() -> list[tuple[str, int]]:
 def _queue_init(entries: int, ring: Any, flags: int, cq_entries: int) -> None:
     """The one call that asks the kernel for a ring (the seam a test of the kernel's refusal
     replaces): *ring* is a compiled ring (its own setup, with a CQ of *cq_entries* where
-    asked) or the binding's ``io_uring`` (its ``io_uring_queue_init``)."""
+    asked) or holds the binding's ``io_uring`` in ``_ring``, a new one for each attempt (the
+    binding refuses to set up one twice, even after a failure)."""
     if _cring is not None and isinstance(ring, _cring.RingCore):
         ring.ring_open(entries, flags, cq_entries and max(cq_entries, 2 * entries))
     else:
-        _L.io_uring_queue_init(entries, ring, flags)
+        ring._ring = _L.io_uring()
+        _L.io_uring_queue_init(entries, ring._ring, flags)
 
 
 def _new_ring(ring: Any, entries: int, cq_entries: int = 0) -> None:
@@ -341,10 +343,16 @@ def ring_flags() -> tuple[str, ...]:
             _new_ring(core, 2)  # drops what the kernel refuses
             core.ring_exit()
         else:
-            ring = _L.io_uring()
-            _new_ring(ring, 2)
-            _L.io_uring_queue_exit(ring)
+            holder = _BindingRing()
+            _new_ring(holder, 2)
+            _L.io_uring_queue_exit(holder._ring)
     return tuple(name for name, _ in _flags_wanted())
+
+
+class _BindingRing:
+    """Where ``_queue_init`` puts the binding's ``io_uring`` it sets up (``ring_flags``' probe)."""
+
+    __slots__ = ("_ring",)
 
 
 class _Lifecycle:
@@ -425,13 +433,13 @@ class PyRing(_Lifecycle):
     __slots__ = ("_ring", "_cqe", "efd", "_open", "release_gil")
 
     def __init__(self, entries: int) -> None:
-        self._ring = _bind().io_uring()
+        _bind()
         self._setup(entries)
         self._cqe = _L.io_uring_cqe()
 
     # -- lifecycle: the binding's calls ---------------------------------------------------------
     def _ring_open(self, entries: int, cq_entries: int) -> None:
-        _new_ring(self._ring, entries)  # the binding cannot size the CQ
+        _new_ring(self, entries)  # sets self._ring; the binding cannot size the CQ
 
     def _ring_exit(self) -> None:
         _L.io_uring_queue_exit(self._ring)
