@@ -353,6 +353,8 @@ class _BindingRing:
     """Where ``_queue_init`` puts the binding's ``io_uring`` it sets up (``ring_flags``' probe)."""
 
     __slots__ = ("_ring",)
+    if TYPE_CHECKING:
+        _ring: Any
 
 
 class _Lifecycle:
@@ -431,6 +433,8 @@ class PyRing(_Lifecycle):
     """
 
     __slots__ = ("_ring", "_cqe", "efd", "_open", "release_gil")
+    if TYPE_CHECKING:
+        _ring: Any  # the binding's io_uring (set by _queue_init)
 
     def __init__(self, entries: int) -> None:
         _bind()
