@@ -510,8 +510,8 @@ cdef class Prep:
     def __repr__(self):
         return f"<tinycoro prep {self.name}>"
 
-    def __reduce__(self):
-        return self.name
+    def __reduce__(self):  # a copy fills the same SQE: queue() dispatches on the code, not identity
+        return (Prep, (self.code, self.name, self.nargs))
 
     def __call__(self, sqe, *args):
         if type(sqe) is SQE:
