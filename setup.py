@@ -2,8 +2,9 @@
 ``tinycoro._cring``; the per-thread state, ``tinycoro._clocal``; the page-cache read,
 ``tinycoro._cfile``.
 
-The extension cimports the ``liburing`` binding's ``.pxd`` files and includes its bundled
-headers, so it needs Cython and liburing at build time (both are in ``[build-system]
+The ring includes the header ``liburing.h`` that the ``liburing`` binding bundles (its inline
+helpers and the kernel's structs; nothing is linked, and the built ring imports no module of
+the binding), so it needs Cython and liburing at build time (both are in ``[build-system]
 requires``). It is optional: when Cython, the binding or the C compiler is missing, or the
 compile fails, the install still succeeds and tinycoro runs on the pure-Python ring
 (``tinycoro.uring.COMPILED`` is then False). The build says so on stderr. ``_clocal`` and
@@ -251,14 +252,13 @@ def _ring_extension() -> list:
     ext = Extension(
         "tinycoro._cring",
         [SOURCE],
-        # the binding's .pxd files name "../include/liburing.h" relative to its lib/ directory
-        include_dirs=[os.path.join(pkg, "lib"), os.path.join(pkg, "include")],
+        # the header only: _cring.pyx includes "liburing.h" (build time, not run time)
+        include_dirs=[os.path.join(pkg, "include")],
         extra_compile_args=["-O2"], define_macros=MACROS,
         optional=True,
     )
     try:
-        return cythonize([ext], include_path=[os.path.dirname(pkg)], quiet=True,
-                         compiler_directives=DIRECTIVES)
+        return cythonize([ext], quiet=True, compiler_directives=DIRECTIVES)
     except Exception as e:  # noqa: BLE001 - a Cython error also means: no compiled ring
         _warn(f"cythonizing {SOURCE} failed ({type(e).__name__}: {e})")
         return []

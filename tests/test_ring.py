@@ -135,7 +135,7 @@ def test_eventfd_fires_only_when_notify_is_on(ring):
 def test_submit_error_keeps_its_errno(ring):
     """A ring whose fd is gone: io_uring_enter fails with EBADF, raised as OSError."""
     _nop(ring, 1)
-    ring_fd = ring._ring.ring_fd
+    ring_fd = ring.ring_fd
     dup = os.dup(ring_fd)
     try:
         os.close(ring_fd)

@@ -50,7 +50,7 @@ def test_sqes_left_by_a_failed_enter_go_with_the_next_submit():
     """The tail is published before io_uring_enter; when the enter fails (here: the ring fd
     is not a ring for a moment, EOPNOTSUPP), the next submit hands those SQEs over."""
     ring = uring.CRing(8)
-    ring_fd = ring._ring.ring_fd
+    ring_fd = ring.ring_fd
     saved = os.dup(ring_fd)
     try:
         _queue_nops(ring, (21, 22))

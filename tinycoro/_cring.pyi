@@ -3,12 +3,51 @@
 # (creation, efd, close) in Python; tinycoro.core.ring.IoRing is what a ring's owner needs.
 from typing import Any, Callable
 
-import liburing
+class SQE:
+    user_data: int
+
+class Prep:
+    code: int
+    name: str
+    nargs: int
+    __name__: str
+    def __call__(self, sqe: Any, *args: Any) -> None: ...
+
+class timespec:
+    tv_sec: int
+    tv_nsec: int
+    def __init__(self, seconds: float = 0) -> None: ...
+
+class statx:
+    stx_mask: int
+    stx_mode: int
+    stx_ino: int
+    stx_nlink: int
+    stx_uid: int
+    stx_gid: int
+    stx_size: int
+    stx_blksize: int
+    stx_blocks: int
+    stx_dev_major: int
+    stx_dev_minor: int
+    stx_rdev_major: int
+    stx_rdev_minor: int
+    stx_atime: float
+    stx_mtime: float
+    stx_ctime: float
+    stx_btime: float
 
 class RingCore:
-    _ring: liburing.io_uring
+    release_gil: bool
+    incremental: bool
+    @property
+    def ring_fd(self) -> int: ...
+    def ring_open(self, entries: int, flags: int, cq_entries: int) -> None: ...
+    def ring_exit(self) -> None: ...
+    def register_eventfd(self, efd: int) -> None: ...
+    def unregister_eventfd(self) -> None: ...
     def queue(self, prep: Callable[..., Any], args: tuple[Any, ...], ud: int) -> None: ...
-    def get_sqe(self) -> liburing.io_uring_sqe: ...
+    def get_sqe(self) -> SQE: ...
     def submit(self) -> int: ...
     def sq_ready(self) -> int: ...
     def reap(self, out: list[tuple[int, int]]) -> int: ...
@@ -32,5 +71,24 @@ class RingCore:
     @property
     def buffer_bytes(self) -> int: ...
 
-def prep_recv_multishot(sqe: Any, fd: int) -> None: ...
-def queue_init(entries: int, ring: Any, flags: int, cq_entries: int) -> None: ...
+prep_recv: Prep
+prep_send: Prep
+prep_read: Prep
+prep_write: Prep
+prep_nop: Prep
+prep_cancel: Prep
+prep_timeout: Prep
+prep_openat: Prep
+prep_close: Prep
+prep_fsync: Prep
+prep_accept: Prep
+prep_connect: Prep
+prep_shutdown: Prep
+prep_statx: Prep
+prep_renameat: Prep
+prep_unlinkat: Prep
+prep_mkdirat: Prep
+prep_splice: Prep
+prep_sendto: Prep
+prep_poll_add: Prep
+prep_recv_multishot: Prep

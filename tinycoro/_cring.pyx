@@ -1,92 +1,195 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""The hot half of :class:`tinycoro.uring.Ring`, compiled: queue operations, submit, reap.
+"""The hot half of :class:`tinycoro.uring.Ring`, compiled: ring setup, queue operations,
+submit, reap.
 
-Each method here is one Python call that does its whole job in C. It cimports the ``liburing``
-binding's declarations, so it fills SQEs and reads CQEs through the C structs themselves: no
-``liburing.name`` lookup, no SQE or CQE wrapper object and no property call per operation.
-Nothing is linked against liburing itself: the binding's module does the system calls, and the
-inline ``io_uring_prep_*`` / ``io_uring_get_sqe`` helpers come from its bundled header.
+Each method here is one Python call that does its whole job in C: it fills SQEs and reads
+CQEs through the kernel's structs themselves, with liburing's ``static inline`` helpers
+(``io_uring_prep_*``, ``io_uring_get_sqe``, ...) from the header the ``liburing`` binding
+bundles, used at build time only.
+
+Why this module imports no module of the binding at run time: none of the binding's compiled
+modules declares that it runs without the GIL, so on a free-threaded CPython importing any of
+them turns the GIL back on for the whole process. The few things liburing does in its library
+rather than its header (setting a ring up and tearing it down, registering the eventfd,
+flushing the CQ overflow list) are a handful of system calls, made here (the "ring setup"
+section, as liburing's setup.c does them); the prep functions, ``timespec`` and ``statx`` are
+this module's own (``Prep``), with the binding's names and argument orders, so the layer above
+reads the same on either ring.
 
 The completion contract is the pure ring's (``tinycoro/uring.py``): ``complete`` resolves
 user_data to op and hands ``(op, res)`` back, and never looks inside the op; each CQE of a
 multishot recv (which only this ring queues) is handed back apart, as
 ``(op, res, data, more)``, marked seen and its buffer given back before anything runs.
 
-Only the per-operation paths live here. Creating and closing the ring, the eventfd and the
-error messages stay in Python (``tinycoro/uring.py``), shared with the pure-Python ring, which
-implements the same methods with the same results (``PyRing``): keep the two in step.
+The eventfd, the setup flags tried and the error messages stay in Python
+(``tinycoro/uring.py``), shared with the pure-Python ring, which implements the same methods
+with the same results (``PyRing``): keep the two in step.
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.dict cimport PyDict_GetItem, PyDict_DelItem
 from cpython.object cimport PyObject
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
 from libc.errno cimport errno, EINTR, EINVAL
-from libc.stdint cimport uint16_t, uint32_t, uint64_t
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memset
 
 import errno as _errno
 import os as _os
-import liburing as _L
 
-from liburing.lib.uring cimport (
-    __io_uring,
-    __io_uring_sq,
-    __io_uring_sqe,
-    __io_uring_get_sqe,
-    __io_uring_sqe_set_data64,
-    __io_uring_prep_nop,
-    __io_uring_prep_recv,
-    __io_uring_prep_recv_multishot,
-    __io_uring_prep_send,
-    __io_uring_prep_read,
-    __io_uring_prep_write,
-    __io_uring_prep_cancel64,
-    __io_uring_prep_timeout,
-)
-from liburing.queue cimport (
-    io_uring,
-    io_uring_cqe,
-    io_uring_sqe,
-    io_uring_sq_ready,
-    io_uring_cq_ready,
-    io_uring_peek_cqe,
-    io_uring_cqe_seen,
-    io_uring_cq_eventfd_toggle,
-    io_uring_params,
-    io_uring_queue_init_params,
-)
-from liburing.time cimport timespec
-from liburing.lib.io_uring cimport (
-    __io_uring_params,
-    __IORING_SETUP_CQSIZE,
-    __IORING_SQ_CQ_OVERFLOW,
-    __IORING_SQ_TASKRUN,
-    __IORING_ENTER_GETEVENTS,
-    __IORING_SETUP_SQPOLL,
-    __IORING_SETUP_IOPOLL,
-)
+
+# -- the kernel's structs and liburing's inline helpers (header only: nothing is linked) ------
+cdef extern from "liburing.h" nogil:
+    struct io_uring_sqe:
+        uint8_t flags
+        uint64_t user_data
+        uint16_t buf_group
+
+    struct io_uring_cqe:
+        uint64_t user_data
+        int32_t res
+        uint32_t flags
+
+    struct io_uring_sq:
+        unsigned* khead
+        unsigned* ktail
+        unsigned* kring_mask
+        unsigned* kring_entries
+        unsigned* kflags
+        unsigned* kdropped
+        unsigned* array
+        io_uring_sqe* sqes
+        unsigned sqe_head
+        unsigned sqe_tail
+        size_t ring_sz
+        void* ring_ptr
+        unsigned ring_mask
+        unsigned ring_entries
+
+    struct io_uring_cq:
+        unsigned* khead
+        unsigned* ktail
+        unsigned* kring_mask
+        unsigned* kring_entries
+        unsigned* kflags
+        unsigned* koverflow
+        io_uring_cqe* cqes
+        size_t ring_sz
+        void* ring_ptr
+        unsigned ring_mask
+        unsigned ring_entries
+
+    struct io_uring:
+        io_uring_sq sq
+        io_uring_cq cq
+        unsigned flags
+        int ring_fd
+        unsigned features
+        int enter_ring_fd
+        uint8_t int_flags
+
+    struct io_sqring_offsets:
+        uint32_t head, tail, ring_mask, ring_entries, flags, dropped, array
+
+    struct io_cqring_offsets:
+        uint32_t head, tail, ring_mask, ring_entries, overflow, cqes, flags
+
+    struct io_uring_params:
+        uint32_t sq_entries, cq_entries, flags, features
+        io_sqring_offsets sq_off
+        io_cqring_offsets cq_off
+
+    struct __kernel_timespec:
+        int64_t tv_sec
+        long long tv_nsec
+
+    struct statx_timestamp:
+        int64_t tv_sec
+        uint32_t tv_nsec
+
+    struct c_statx "statx":
+        uint32_t stx_mask, stx_blksize, stx_nlink, stx_uid, stx_gid
+        uint16_t stx_mode
+        uint64_t stx_attributes, stx_ino, stx_size, stx_blocks
+        statx_timestamp stx_atime, stx_btime, stx_ctime, stx_mtime
+        uint32_t stx_rdev_major, stx_rdev_minor, stx_dev_major, stx_dev_minor
+
+    struct sockaddr:
+        pass
+    ctypedef unsigned int socklen_t
+
+    enum:
+        IORING_SETUP_CQSIZE
+        IORING_SETUP_SQPOLL
+        IORING_SETUP_IOPOLL
+        IORING_SETUP_CQE32
+        IORING_SETUP_SQE128
+        IORING_SETUP_NO_SQARRAY
+        IORING_FEAT_SINGLE_MMAP
+        IORING_SQ_CQ_OVERFLOW
+        IORING_SQ_TASKRUN
+        IORING_ENTER_GETEVENTS
+        IORING_REGISTER_EVENTFD
+        IORING_UNREGISTER_EVENTFD
+        IORING_CQ_EVENTFD_DISABLED
+    unsigned long long IORING_OFF_SQ_RING
+    unsigned long long IORING_OFF_CQ_RING
+    unsigned long long IORING_OFF_SQES
+
+    io_uring_sqe* io_uring_get_sqe(io_uring* ring)
+    void io_uring_sqe_set_data64(io_uring_sqe* sqe, uint64_t data)
+    unsigned io_uring_sq_ready(const io_uring* ring)
+    unsigned io_uring_cq_ready(const io_uring* ring)
+    int __io_uring_peek_cqe(io_uring* ring, io_uring_cqe** cqe_ptr, unsigned* nr_available)
+    void io_uring_cqe_seen(io_uring* ring, io_uring_cqe* cqe)
+    int io_uring_cq_eventfd_toggle(io_uring* ring, bint enabled)
+
+    void io_uring_prep_nop(io_uring_sqe* sqe)
+    void io_uring_prep_read(io_uring_sqe* sqe, int fd, void* buf, unsigned nbytes, uint64_t offset)
+    void io_uring_prep_write(io_uring_sqe* sqe, int fd, const void* buf, unsigned nbytes,
+                             uint64_t offset)
+    void io_uring_prep_recv(io_uring_sqe* sqe, int fd, void* buf, size_t len, int flags)
+    void io_uring_prep_recv_multishot(io_uring_sqe* sqe, int fd, void* buf, size_t len, int flags)
+    void io_uring_prep_send(io_uring_sqe* sqe, int fd, const void* buf, size_t len, int flags)
+    void io_uring_prep_sendto(io_uring_sqe* sqe, int fd, const void* buf, size_t len, int flags,
+                              const sockaddr* addr, socklen_t addrlen)
+    void io_uring_prep_cancel64(io_uring_sqe* sqe, uint64_t user_data, int flags)
+    void io_uring_prep_timeout(io_uring_sqe* sqe, __kernel_timespec* ts, unsigned count,
+                               unsigned flags)
+    void io_uring_prep_openat(io_uring_sqe* sqe, int dfd, const char* path, int flags,
+                              unsigned mode)
+    void io_uring_prep_close(io_uring_sqe* sqe, int fd)
+    void io_uring_prep_fsync(io_uring_sqe* sqe, int fd, unsigned flags)
+    void io_uring_prep_accept(io_uring_sqe* sqe, int fd, sockaddr* addr, socklen_t* addrlen,
+                              int flags)
+    void io_uring_prep_connect(io_uring_sqe* sqe, int fd, const sockaddr* addr,
+                               socklen_t addrlen)
+    void io_uring_prep_shutdown(io_uring_sqe* sqe, int fd, int how)
+    void io_uring_prep_statx(io_uring_sqe* sqe, int dfd, const char* path, int flags,
+                             unsigned mask, c_statx* buf)
+    void io_uring_prep_renameat(io_uring_sqe* sqe, int olddfd, const char* oldpath, int newdfd,
+                                const char* newpath, unsigned flags)
+    void io_uring_prep_unlinkat(io_uring_sqe* sqe, int dfd, const char* path, int flags)
+    void io_uring_prep_mkdirat(io_uring_sqe* sqe, int dfd, const char* path, unsigned mode)
+    void io_uring_prep_splice(io_uring_sqe* sqe, int fd_in, int64_t off_in, int fd_out,
+                              int64_t off_out, unsigned nbytes, unsigned flags)
+    void io_uring_prep_poll_add(io_uring_sqe* sqe, int fd, unsigned poll_mask)
 
 
 cdef extern from "<unistd.h>" nogil:
     long syscall(long number, ...)
+    int close(int fd)
 
 
 cdef extern from "<sys/syscall.h>" nogil:
+    long SYS_io_uring_setup
     long SYS_io_uring_enter
+    long SYS_io_uring_register
 
 
 cdef extern from "<signal.h>" nogil:
     int _NSIG
-
-
-# -- the provided-buffer ring (multishot recv) ---------------------------------------------------
-# Declared here, not taken from the binding: its io_uring_buf_ring is declared twice as two
-# types and its io_uring_setup_buf_ring raises MemoryError even when it succeeds (DESIGN 6), and
-# its SQE struct names no buf_group. These are the kernel's layouts (include/uapi io_uring.h).
-cdef extern from "<sys/syscall.h>" nogil:
-    long SYS_io_uring_register
 
 
 cdef extern from "<sys/mman.h>" nogil:
@@ -95,20 +198,156 @@ cdef extern from "<sys/mman.h>" nogil:
     int PROT_READ
     int PROT_WRITE
     int MAP_PRIVATE
+    int MAP_SHARED
+    int MAP_POPULATE
     int MAP_ANONYMOUS
     void* MAP_FAILED
 
 
+# -- ring setup: what liburing does in its library (setup.c), not its header ------------------
+# Rings here are set up with COOP_TASKRUN/TASKRUN_FLAG at most (tinycoro.uring._WANTED_FLAGS) and
+# a CQ size: never SQPOLL, IOPOLL, 32-byte CQEs, 128-byte SQEs or no SQ array, which _ring_open
+# refuses, so the mappings below are the plain ones.
+cdef int _ring_open(io_uring* ring, unsigned entries, unsigned flags,
+                    unsigned cq_entries) noexcept nogil:
+    """``io_uring_queue_init_params``: 0, or ``-errno`` with *ring* left closed (ring_fd -1)."""
+    cdef io_uring_params p
+    cdef long fd
+    cdef int ret
+    cdef unsigned i
+    memset(&p, 0, sizeof(p))
+    memset(ring, 0, sizeof(io_uring))
+    ring.ring_fd = ring.enter_ring_fd = -1
+    if flags & (IORING_SETUP_SQPOLL | IORING_SETUP_IOPOLL | IORING_SETUP_CQE32
+                | IORING_SETUP_SQE128 | IORING_SETUP_NO_SQARRAY):
+        return -EINVAL
+    p.flags = flags
+    if cq_entries:
+        p.flags |= IORING_SETUP_CQSIZE
+        p.cq_entries = cq_entries
+    fd = syscall(SYS_io_uring_setup, entries, &p)
+    if fd < 0:
+        return -errno
+    ret = _ring_map(ring, <int>fd, &p)
+    if ret < 0:
+        close(<int>fd)
+        return ret
+    # Each SQ slot i always points at SQE i: io_uring_get_sqe hands SQEs out in ring order.
+    for i in range(ring.sq.ring_entries):
+        ring.sq.array[i] = i
+    ring.features = p.features
+    ring.flags = p.flags
+    ring.ring_fd = ring.enter_ring_fd = <int>fd
+    ring.int_flags = 0
+    return 0
+
+
+cdef int _ring_map(io_uring* ring, int fd, io_uring_params* p) noexcept nogil:
+    """Map the SQ and CQ rings (one mapping where the kernel shares them) and the SQE array,
+    and point the ring's fields into them, as the inline helpers expect."""
+    cdef io_uring_sq* sq = &ring.sq
+    cdef io_uring_cq* cq = &ring.cq
+    cdef char* sp
+    cdef char* cp
+    cdef int ret
+    sq.ring_sz = p.sq_off.array + p.sq_entries * sizeof(unsigned)
+    cq.ring_sz = p.cq_off.cqes + p.cq_entries * sizeof(io_uring_cqe)
+    if p.features & IORING_FEAT_SINGLE_MMAP:
+        if cq.ring_sz > sq.ring_sz:
+            sq.ring_sz = cq.ring_sz
+        cq.ring_sz = sq.ring_sz
+    sq.ring_ptr = mmap(NULL, sq.ring_sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                       IORING_OFF_SQ_RING)
+    if sq.ring_ptr == MAP_FAILED:
+        sq.ring_ptr = NULL
+        return -errno
+    if p.features & IORING_FEAT_SINGLE_MMAP:
+        cq.ring_ptr = sq.ring_ptr
+    else:
+        cq.ring_ptr = mmap(NULL, cq.ring_sz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                           fd, IORING_OFF_CQ_RING)
+        if cq.ring_ptr == MAP_FAILED:
+            ret = -errno
+            cq.ring_ptr = NULL
+            _ring_unmap(ring)
+            return ret
+    sq.sqes = <io_uring_sqe*>mmap(NULL, p.sq_entries * sizeof(io_uring_sqe),
+                                  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                                  IORING_OFF_SQES)
+    if <void*>sq.sqes == MAP_FAILED:
+        ret = -errno
+        sq.sqes = NULL
+        _ring_unmap(ring)
+        return ret
+    sp = <char*>sq.ring_ptr
+    cp = <char*>cq.ring_ptr
+    sq.khead = <unsigned*>(sp + p.sq_off.head)
+    sq.ktail = <unsigned*>(sp + p.sq_off.tail)
+    sq.kring_mask = <unsigned*>(sp + p.sq_off.ring_mask)
+    sq.kring_entries = <unsigned*>(sp + p.sq_off.ring_entries)
+    sq.kflags = <unsigned*>(sp + p.sq_off.flags)
+    sq.kdropped = <unsigned*>(sp + p.sq_off.dropped)
+    sq.array = <unsigned*>(sp + p.sq_off.array)
+    cq.khead = <unsigned*>(cp + p.cq_off.head)
+    cq.ktail = <unsigned*>(cp + p.cq_off.tail)
+    cq.kring_mask = <unsigned*>(cp + p.cq_off.ring_mask)
+    cq.kring_entries = <unsigned*>(cp + p.cq_off.ring_entries)
+    cq.koverflow = <unsigned*>(cp + p.cq_off.overflow)
+    cq.cqes = <io_uring_cqe*>(cp + p.cq_off.cqes)
+    if p.cq_off.flags:
+        cq.kflags = <unsigned*>(cp + p.cq_off.flags)
+    sq.ring_mask = sq.kring_mask[0]
+    sq.ring_entries = sq.kring_entries[0]
+    cq.ring_mask = cq.kring_mask[0]
+    cq.ring_entries = cq.kring_entries[0]
+    return 0
+
+
+cdef void _ring_unmap(io_uring* ring) noexcept nogil:
+    cdef io_uring_sq* sq = &ring.sq
+    cdef io_uring_cq* cq = &ring.cq
+    if sq.sqes != NULL:
+        munmap(sq.sqes, sq.ring_entries * sizeof(io_uring_sqe))
+        sq.sqes = NULL
+    if cq.ring_ptr != NULL and cq.ring_ptr != sq.ring_ptr:
+        munmap(cq.ring_ptr, cq.ring_sz)
+    cq.ring_ptr = NULL
+    if sq.ring_ptr != NULL:
+        munmap(sq.ring_ptr, sq.ring_sz)
+        sq.ring_ptr = NULL
+
+
+cdef int _ring_enter(io_uring* ring, unsigned to_submit, unsigned flags) noexcept nogil:
+    """One ``io_uring_enter``: how many SQEs it consumed, or ``-errno``."""
+    cdef long ret = syscall(SYS_io_uring_enter, ring.enter_ring_fd, to_submit, 0, flags, NULL,
+                            _NSIG // 8)
+    if ret < 0:
+        return -errno
+    return <int>ret
+
+
+cdef inline io_uring_cqe* _peek(io_uring* ring) noexcept nogil:
+    """The next ready CQE, or NULL. As liburing's ``io_uring_peek_cqe``: when none is ready
+    but the kernel holds completions back (its overflow list, or task work not run yet), enter
+    it with GETEVENTS to have them posted, and look once more, so none is ever lost."""
+    cdef io_uring_cqe* cqe = NULL
+    __io_uring_peek_cqe(ring, &cqe, NULL)
+    if cqe == NULL and ((<volatile unsigned*>ring.sq.kflags)[0]
+                        & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)):
+        _ring_enter(ring, 0, IORING_ENTER_GETEVENTS)
+        __io_uring_peek_cqe(ring, &cqe, NULL)
+    return cqe
+
+
+# -- the provided-buffer ring (multishot recv) ---------------------------------------------------
+# Declared here, not taken from the binding: its io_uring_buf_ring is declared twice as two
+# types and its io_uring_setup_buf_ring raises MemoryError even when it succeeds (DESIGN 6).
+# These are the kernel's layouts (include/uapi io_uring.h).
 cdef extern from *:
     """
-    /* an io_uring SQE's buffer-group field (liburing's io_uring_sqe, by another name) */
-    #define tc_sqe_set_buf_group(sqe, g) (((struct io_uring_sqe *)(sqe))->buf_group = (g))
-    #define tc_sqe_or_flags(sqe, f) (((struct io_uring_sqe *)(sqe))->flags |= (f))
     /* publish a buffer ring's tail (the kernel reads it without a system call) */
     #define tc_store_release_u16(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
     """
-    void tc_sqe_set_buf_group(void* sqe, uint16_t group) nogil
-    void tc_sqe_or_flags(void* sqe, uint16_t flags) nogil
     void tc_store_release_u16(uint16_t* p, uint16_t v) nogil
 
 
@@ -143,92 +382,290 @@ from tinycoro._ringdefs import RingBusy, SKIP_UD
 
 cdef unsigned long long _SKIP_UD = SKIP_UD
 
-# The binding's prep functions that queue() fills in C. Any other prep callable is called as
-# prep(sqe, *args) on a wrapper of the same SQE, exactly as the pure ring does.
-cdef object _RECV = _L.io_uring_prep_recv
-cdef object _SEND = _L.io_uring_prep_send
-cdef object _READ = _L.io_uring_prep_read
-cdef object _WRITE = _L.io_uring_prep_write
-cdef object _NOP = _L.io_uring_prep_nop
-cdef object _CANCEL = _L.io_uring_prep_cancel64
-cdef object _TIMEOUT = _L.io_uring_prep_timeout
+
+# -- the objects some operations point the kernel at ---------------------------------------------
+cdef class timespec:
+    """The kernel's ``__kernel_timespec``, as ``timespec(seconds)`` (the binding's name and
+    constructor). The op keeps it alive until its CQE: the kernel reads it then."""
+    cdef __kernel_timespec ts
+    cdef object _twin  # the binding's timespec of the same time, once a pure ring needs one
+
+    def __cinit__(self, double seconds=0):
+        if seconds < 0:
+            raise ValueError(f"timespec: seconds must be >= 0, got {seconds!r}")
+        self.ts.tv_sec = <int64_t>seconds
+        self.ts.tv_nsec = <long long>((seconds - <double>self.ts.tv_sec) * 1e9)
+
+    @property
+    def tv_sec(self):
+        return self.ts.tv_sec
+
+    @property
+    def tv_nsec(self):
+        return self.ts.tv_nsec
+
+    def twin(self, binding):
+        """The binding's timespec of this time, made once and kept as long as this one (an op
+        keeps this one alive until its CQE): for a pure ring's prep_timeout."""
+        if self._twin is None:
+            self._twin = binding.timespec()
+            self._twin.tv_sec = self.ts.tv_sec
+            self._twin.tv_nsec = self.ts.tv_nsec
+        return self._twin
+
+
+cdef inline double _stx_time(statx_timestamp t):
+    # As the binding and os.stat compute a float time (tinycoro.io.paths recovers the ns).
+    return t.tv_sec + t.tv_nsec * 0.000_000_001
+
+
+cdef class statx:
+    """The kernel's ``struct statx``, filled by a statx op; fields as the binding names them
+    (``stx_*``), times as float seconds."""
+    cdef c_statx buf
+
+    def __cinit__(self):
+        memset(&self.buf, 0, sizeof(c_statx))
+
+    @property
+    def stx_mask(self): return self.buf.stx_mask
+    @property
+    def stx_mode(self): return self.buf.stx_mode
+    @property
+    def stx_ino(self): return self.buf.stx_ino
+    @property
+    def stx_nlink(self): return self.buf.stx_nlink
+    @property
+    def stx_uid(self): return self.buf.stx_uid
+    @property
+    def stx_gid(self): return self.buf.stx_gid
+    @property
+    def stx_size(self): return self.buf.stx_size
+    @property
+    def stx_blksize(self): return self.buf.stx_blksize
+    @property
+    def stx_blocks(self): return self.buf.stx_blocks
+    @property
+    def stx_dev_major(self): return self.buf.stx_dev_major
+    @property
+    def stx_dev_minor(self): return self.buf.stx_dev_minor
+    @property
+    def stx_rdev_major(self): return self.buf.stx_rdev_major
+    @property
+    def stx_rdev_minor(self): return self.buf.stx_rdev_minor
+    @property
+    def stx_atime(self): return _stx_time(self.buf.stx_atime)
+    @property
+    def stx_mtime(self): return _stx_time(self.buf.stx_mtime)
+    @property
+    def stx_ctime(self): return _stx_time(self.buf.stx_ctime)
+    @property
+    def stx_btime(self): return _stx_time(self.buf.stx_btime)
+
+
+cdef class SQE:
+    """A free SQE of a compiled ring, handed out by :meth:`RingCore.get_sqe` for callers that
+    prepare it by hand: ``prep(sqe, *args)``, then ``sqe.user_data = ud``. Valid until the
+    ring's next submit."""
+    cdef io_uring_sqe* ptr
+
+    @property
+    def user_data(self):
+        return self.ptr.user_data
+
+    @user_data.setter
+    def user_data(self, unsigned long long ud):
+        io_uring_sqe_set_data64(self.ptr, ud)
+
+
+# -- the prep functions -------------------------------------------------------------------------
+cdef enum:  # what a Prep fills
+    P_RECV, P_SEND, P_READ, P_WRITE, P_NOP, P_CANCEL, P_TIMEOUT, P_RECV_MS, P_OPENAT, P_CLOSE,
+    P_FSYNC, P_ACCEPT, P_CONNECT, P_SHUTDOWN, P_STATX, P_RENAMEAT, P_UNLINKAT, P_MKDIRAT,
+    P_SPLICE, P_SENDTO, P_POLL_ADD
+
+
+cdef class Prep:
+    """One kind of SQE: ``prep(sqe, *args)`` fills *sqe* as liburing's function of the same
+    name (``__name__``) does, with the binding's argument order; :meth:`RingCore.queue` fills
+    it in C without the call. Called with an SQE of the binding's (a pure ring's), it hands
+    the call to the binding's function of that name."""
+    cdef readonly int code
+    cdef readonly str name
+    cdef readonly int nargs
+
+    def __cinit__(self, int code, str name, int nargs):
+        self.code = code
+        self.name = name
+        self.nargs = nargs
+
+    @property
+    def __name__(self):
+        return self.name
+
+    @property
+    def __qualname__(self):
+        return self.name
+
+    def __repr__(self):
+        return f"<tinycoro prep {self.name}>"
+
+    def __reduce__(self):  # a copy fills the same SQE: queue() dispatches on the code, not identity
+        return (Prep, (self.code, self.name, self.nargs))
+
+    def __call__(self, sqe, *args):
+        if type(sqe) is SQE:
+            _fill((<SQE>sqe).ptr, self, args)
+            return
+        from tinycoro.compiled import import_binding  # a pure ring's SQE: the binding's own
+        binding = import_binding()
+        if self.code == P_TIMEOUT and args and type(args[0]) is timespec:
+            args = ((<timespec>args[0]).twin(binding),) + args[1:]
+        getattr(binding, self.name)(sqe, *args)
+
+
+cdef object _path(object p):
+    """A path argument as the kernel reads it: bytes (a str is encoded as os.fsencode does);
+    the op keeps the object it was given, so the pointer into it stays valid."""
+    if type(p) is not bytes:
+        raise TypeError(f"path must be bytes, not {type(p).__name__}")
+    if b"\0" in p:
+        raise ValueError("embedded null byte in path")
+    return p
+
+
+cdef const sockaddr* _addr(object a, socklen_t* n) except NULL:
+    """A socket address built by tinycoro.uring.sockaddr_in/sockaddr_un: the kernel's bytes."""
+    if type(a) is not bytes:
+        raise TypeError(f"a socket address must be bytes (tinycoro.uring.sockaddr_in), "
+                        f"not {type(a).__name__}")
+    n[0] = <socklen_t>PyBytes_GET_SIZE(a)
+    return <const sockaddr*>PyBytes_AS_STRING(a)
+
+
+cdef int _fill(io_uring_sqe* sqe, Prep prep, tuple args) except -1:
+    """Fill *sqe* as *prep* says, from *args* (checked: a wrong count or type raises here)."""
+    cdef size_t n
+    cdef socklen_t alen
+    cdef const sockaddr* addr
+    cdef int code = prep.code
+    if len(args) != prep.nargs:
+        raise TypeError(f"{prep.name}() takes {prep.nargs} arguments after the SQE "
+                        f"({len(args)} given)")
+    if code == P_RECV:
+        n = args[2]
+        io_uring_prep_recv(sqe, args[0], _buffer(args[1], n, True), n, args[3])
+    elif code == P_SEND:
+        n = args[2]
+        io_uring_prep_send(sqe, args[0], _buffer(args[1], n, False), n, args[3])
+    elif code == P_READ:
+        n = <unsigned int>args[2]
+        io_uring_prep_read(sqe, args[0], _buffer(args[1], n, True), n, args[3])
+    elif code == P_WRITE:
+        n = <unsigned int>args[2]
+        io_uring_prep_write(sqe, args[0], _buffer(args[1], n, False), n, args[3])
+    elif code == P_NOP:
+        io_uring_prep_nop(sqe)
+    elif code == P_CANCEL:
+        io_uring_prep_cancel64(sqe, args[0], args[1])
+    elif code == P_TIMEOUT:
+        io_uring_prep_timeout(sqe, &(<timespec?>args[0]).ts, args[1], args[2])
+    elif code == P_OPENAT:  # (path, flags, mode, dfd)
+        io_uring_prep_openat(sqe, args[3], _path(args[0]), args[1], args[2])
+    elif code == P_CLOSE:
+        io_uring_prep_close(sqe, args[0])
+    elif code == P_FSYNC:
+        io_uring_prep_fsync(sqe, args[0], args[1])
+    elif code == P_ACCEPT:  # (fd, None, flags): the peer's address is not asked for
+        if args[1] is not None:
+            raise TypeError("io_uring_prep_accept: the address must be None")
+        io_uring_prep_accept(sqe, args[0], NULL, NULL, args[2])
+    elif code == P_CONNECT:
+        io_uring_prep_connect(sqe, args[0], _addr(args[1], &alen), alen)
+    elif code == P_SHUTDOWN:
+        io_uring_prep_shutdown(sqe, args[0], args[1])
+    elif code == P_STATX:  # (statx, path, flags, mask, dfd)
+        io_uring_prep_statx(sqe, args[4], _path(args[1]), args[2], args[3],
+                            &(<statx?>args[0]).buf)
+    elif code == P_RENAMEAT:  # (old, new, olddfd, newdfd, flags)
+        io_uring_prep_renameat(sqe, args[2], _path(args[0]), args[3], _path(args[1]), args[4])
+    elif code == P_UNLINKAT:  # (path, flags, dfd)
+        io_uring_prep_unlinkat(sqe, args[2], _path(args[0]), args[1])
+    elif code == P_MKDIRAT:  # (path, mode, dfd)
+        io_uring_prep_mkdirat(sqe, args[2], _path(args[0]), args[1])
+    elif code == P_SPLICE:  # (fd_in, off_in, fd_out, off_out, nbytes, flags)
+        io_uring_prep_splice(sqe, args[0], args[1], args[2], args[3], args[4], args[5])
+    elif code == P_SENDTO:  # (fd, buf, nbytes, addr, flags)
+        n = args[2]
+        addr = _addr(args[3], &alen)
+        io_uring_prep_sendto(sqe, args[0], _buffer(args[1], n, False), n, args[4], addr, alen)
+    elif code == P_POLL_ADD:
+        io_uring_prep_poll_add(sqe, args[0], args[1])
+    else:  # P_RECV_MS: only RingCore.queue fills it (it needs the ring's buffers)
+        raise RuntimeError("prep_recv_multishot is queued by the compiled ring only")
+    return 0
+
+
+prep_recv = Prep(P_RECV, "io_uring_prep_recv", 4)  # (fd, buf, nbytes, flags)
+prep_send = Prep(P_SEND, "io_uring_prep_send", 4)  # (fd, buf, nbytes, flags)
+prep_read = Prep(P_READ, "io_uring_prep_read", 4)  # (fd, buf, nbytes, offset)
+prep_write = Prep(P_WRITE, "io_uring_prep_write", 4)  # (fd, buf, nbytes, offset)
+prep_nop = Prep(P_NOP, "io_uring_prep_nop", 0)
+prep_cancel = Prep(P_CANCEL, "io_uring_prep_cancel64", 2)  # (user_data, flags)
+prep_timeout = Prep(P_TIMEOUT, "io_uring_prep_timeout", 3)  # (timespec, count, flags)
+prep_openat = Prep(P_OPENAT, "io_uring_prep_openat", 4)  # (path, flags, mode, dfd)
+prep_close = Prep(P_CLOSE, "io_uring_prep_close", 1)  # (fd)
+prep_fsync = Prep(P_FSYNC, "io_uring_prep_fsync", 2)  # (fd, flags)
+prep_accept = Prep(P_ACCEPT, "io_uring_prep_accept", 3)  # (fd, None, flags)
+prep_connect = Prep(P_CONNECT, "io_uring_prep_connect", 2)  # (fd, addr)
+prep_shutdown = Prep(P_SHUTDOWN, "io_uring_prep_shutdown", 2)  # (fd, how)
+prep_statx = Prep(P_STATX, "io_uring_prep_statx", 5)  # (statx, path, flags, mask, dfd)
+prep_renameat = Prep(P_RENAMEAT, "io_uring_prep_renameat", 5)  # (old, new, olddfd, newdfd, flags)
+prep_unlinkat = Prep(P_UNLINKAT, "io_uring_prep_unlinkat", 3)  # (path, flags, dfd)
+prep_mkdirat = Prep(P_MKDIRAT, "io_uring_prep_mkdirat", 3)  # (path, mode, dfd)
+prep_splice = Prep(P_SPLICE, "io_uring_prep_splice", 6)
+prep_sendto = Prep(P_SENDTO, "io_uring_prep_sendto", 5)  # (fd, buf, nbytes, addr, flags)
+prep_poll_add = Prep(P_POLL_ADD, "io_uring_prep_poll_add", 2)  # (fd, poll_mask)
+#: A multishot recv into the ring's provided buffers, ``(fd,)``: queued by
+#: :meth:`RingCore.queue`; ``complete`` hands back each of its CQEs apart, for the op that
+#: the owner's *standing* table holds under its user_data.
+prep_recv_multishot = Prep(P_RECV_MS, "prep_recv_multishot", 1)
 
 
 cdef char _EMPTY[1]
 
 
-def queue_init(unsigned int entries, io_uring ring not None, unsigned int flags,
-               unsigned int cq_entries):
-    """``io_uring_queue_init`` with a completion queue of *cq_entries* (IORING_SETUP_CQSIZE;
-    the kernel rounds it up to a power of two), which the binding's Python API cannot ask
-    for. Why a CQ larger than twice the SQ: every armed multishot recv may post a CQE in one
-    turn, and a kernel that finds the CQ full ends the multishot (no IORING_CQE_F_MORE), so
-    with 1,000 connections on a 512-entry CQ every turn ended hundreds of them, each armed
-    again by its next recv. Raises OSError as the binding does."""
-    cdef __io_uring_params params
-    cdef io_uring_params p = io_uring_params()  # the binding's wrapper: a pointer, here ours
-    memset(&params, 0, sizeof(params))
-    params.flags = flags | __IORING_SETUP_CQSIZE
-    params.cq_entries = cq_entries
-    p.ptr = &params
-    try:
-        io_uring_queue_init_params(entries, ring, p)
-    finally:
-        p.ptr = NULL
-
-
-def prep_recv_multishot(sqe, fd):
-    """A multishot recv into the ring's provided buffers, ``(sqe, fd)``: queued by
-    :meth:`RingCore.queue`; ``complete`` hands back each of its CQEs apart, for the op that
-    the owner's *standing* table holds under its user_data (the compiled ring only: this
-    Python form is never called)."""
-    raise RuntimeError("prep_recv_multishot is queued by the compiled ring only")
-
-
-cdef object _RECV_MS = prep_recv_multishot
-
-
-cdef int _submit_nogil(__io_uring* ring) noexcept nogil:
+cdef int _submit_nogil(io_uring* ring) noexcept nogil:
     """``io_uring_submit`` for our rings, callable without the GIL: the submitted count, or
     ``-errno``.
 
-    Why not the binding's ``io_uring_submit``, which is declared ``nogil`` too: Cython checks
-    for an exception after every call of it (``PyGILState_Ensure`` + ``PyErr_Occurred``), so
-    each submit would take the GIL twice on the way back, and on two contexts the second
-    take waits for the other thread's switch interval. Here the system call happens without
-    the GIL and only its result crosses back.
+    Only the system call happens without the GIL and only its result crosses back.
 
     Why it is released at all: for a socket operation ``io_uring_enter`` does the work inline
     (a loopback TCP send runs the whole TCP path, the receiver's wake-up included), for an
     O_DIRECT read it builds the bio and kicks the device. Microseconds during which another
     context's thread can run Python instead of waiting for this one.
 
-    This is liburing's ``__io_uring_submit`` (queue.c) for a ring set up with no flags, as
-    ``_Lifecycle._setup`` does (no SQPOLL, no IOPOLL, ring fd not registered), and only for
-    those: publish the SQ tail, then enter the kernel with the number of SQEs it has not
-    consumed yet. A plain store of the tail is enough without SQPOLL: only this thread
-    writes it and the kernel reads it inside the system call that follows. GETEVENTS is
-    added when the kernel asks for it (overflowed CQ, pending task work), as liburing does.
+    This is liburing's ``__io_uring_submit`` (queue.c) for a ring set up as ``_ring_open``
+    allows (no SQPOLL, no IOPOLL, ring fd not registered): publish the SQ tail, then enter
+    the kernel with the number of SQEs it has not consumed yet. A plain store of the tail is
+    enough without SQPOLL: only this thread writes it and the kernel reads it inside the
+    system call that follows. GETEVENTS is added when the kernel asks for it (overflowed CQ,
+    pending task work), as liburing does.
     """
-    cdef __io_uring_sq* sq = &ring.sq
+    cdef io_uring_sq* sq = &ring.sq
     cdef unsigned int tail = sq.sqe_tail
     cdef unsigned int flags = 0
     cdef unsigned int pending
-    cdef long ret
-    if ring.flags & (__IORING_SETUP_SQPOLL | __IORING_SETUP_IOPOLL) or ring.int_flags & 1:
-        return -EINVAL  # 1: liburing's INT_FLAG_REG_RING; none of these is ever set up here
     if sq.sqe_head != tail:
         sq.sqe_head = tail
         sq.ktail[0] = tail
     pending = tail - (<volatile unsigned int*>sq.khead)[0]
-    if (<volatile unsigned int*>sq.kflags)[0] & (__IORING_SQ_CQ_OVERFLOW | __IORING_SQ_TASKRUN):
-        flags = __IORING_ENTER_GETEVENTS
+    if (<volatile unsigned int*>sq.kflags)[0] & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN):
+        flags = IORING_ENTER_GETEVENTS
     if pending == 0 and flags == 0:
         return 0
-    ret = syscall(SYS_io_uring_enter, ring.enter_ring_fd, pending, 0, flags, NULL, _NSIG // 8)
-    if ret < 0:
-        return -errno
-    return <int>ret
+    return _ring_enter(ring, pending, flags)
 
 
 cdef inline void* _buffer(object obj, size_t nbytes, bint writable) except NULL:
@@ -251,14 +688,14 @@ cdef inline void* _buffer(object obj, size_t nbytes, bint writable) except NULL:
 
 
 cdef class RingCore:
-    """Per-operation methods over one ``liburing.io_uring``; the subclass in uring.py owns it.
+    """Per-operation methods over one io_uring instance; the subclass in uring.py owns it.
 
-    ``_ring`` is set once by the owner after ``io_uring_queue_init`` succeeded, and every
-    method below assumes it (the owner never calls them on a closed ring: rule 8).
+    The ring (``struct io_uring``) lives inside this object. :meth:`ring_open` sets it up and
+    :meth:`ring_exit` tears it down, both called by the owner's lifecycle; every per-operation
+    method below assumes an open ring (the owner never calls them on a closed one: rule 8).
     """
 
-    cdef public io_uring _ring
-    cdef io_uring_cqe _cqe
+    cdef io_uring _ring
     # Whether submit() enters the kernel without the GIL (see submit); its owner decides.
     cdef public bint release_gil
     # The provided-buffer ring (multishot recv): set up at the first multishot, kept until the
@@ -281,12 +718,64 @@ cdef class RingCore:
     cdef uint32_t* _pb_used
 
     def __cinit__(self, *args, **kwargs):
-        self._cqe = io_uring_cqe()
+        memset(&self._ring, 0, sizeof(io_uring))
+        self._ring.ring_fd = self._ring.enter_ring_fd = -1
+
+    def __dealloc__(self):
+        # An owner that never closed its ring (an exception between setup and use): the
+        # mappings and the descriptor go with the object, not with the process.
+        if self._ring.ring_fd >= 0:
+            _ring_unmap(&self._ring)
+            close(self._ring.ring_fd)
+
+    # -- lifecycle (called by tinycoro.uring._Lifecycle) --------------------------------------
+    def ring_open(self, unsigned int entries, unsigned int flags, unsigned int cq_entries):
+        """Set the ring up: *entries* SQEs, setup *flags*, a CQ of *cq_entries* (0: the
+        kernel's default, twice *entries*; else IORING_SETUP_CQSIZE, rounded up to a power of
+        two). Why a CQ larger than twice the SQ: every armed multishot recv may post a CQE in
+        one turn, and a kernel that finds the CQ full ends the multishot (no
+        IORING_CQE_F_MORE), so with 1,000 connections on a 512-entry CQ every turn ended
+        hundreds of them, each armed again by its next recv. Raises OSError with the kernel's
+        errno."""
+        cdef int ret
+        if self._ring.ring_fd >= 0:
+            raise RuntimeError("the ring is already set up")
+        ret = _ring_open(&self._ring, entries, flags, cq_entries)
+        if ret < 0:
+            raise OSError(-ret, _os.strerror(-ret))
+
+    def ring_exit(self):
+        """Tear the ring down (``io_uring_queue_exit``): unmap it and close its descriptor,
+        which unregisters its eventfd and buffer ring and cancels what is left in it."""
+        if self._ring.ring_fd < 0:
+            return
+        _ring_unmap(&self._ring)
+        close(self._ring.ring_fd)
+        self._ring.ring_fd = self._ring.enter_ring_fd = -1
+
+    def register_eventfd(self, int efd):
+        """Have completions signal *efd* (``io_uring_register_eventfd``); OSError if refused."""
+        self._register(IORING_REGISTER_EVENTFD, &efd, 1)
+
+    def unregister_eventfd(self):
+        self._register(IORING_UNREGISTER_EVENTFD, NULL, 0)
+
+    cdef int _register(self, unsigned opcode, void* arg, unsigned nr) except -1:
+        cdef long ret = syscall(SYS_io_uring_register, self._ring.ring_fd, opcode, arg, nr)
+        if ret < 0:
+            ret = errno
+            raise OSError(ret, _os.strerror(ret))
+        return 0
+
+    @property
+    def ring_fd(self):
+        """The ring's descriptor (-1 once closed)."""
+        return self._ring.ring_fd
 
     # -- submission -------------------------------------------------------------------------
-    cdef __io_uring_sqe* _take(self) except NULL:
+    cdef io_uring_sqe* _take(self) except NULL:
         """A free SQE; when the SQ is full, submit what is queued and take one again."""
-        cdef __io_uring_sqe* sqe = __io_uring_get_sqe(&self._ring.ptr)
+        cdef io_uring_sqe* sqe = io_uring_get_sqe(&self._ring)
         if sqe is NULL:
             try:
                 self.submit()
@@ -294,7 +783,7 @@ cdef class RingCore:
                 if e.errno in (_errno.EBUSY, _errno.EAGAIN):
                     raise RingBusy(e.errno, e.strerror) from None
                 raise
-            sqe = __io_uring_get_sqe(&self._ring.ptr)
+            sqe = io_uring_get_sqe(&self._ring)
             if sqe is NULL:  # the kernel consumed nothing; cannot happen
                 raise RuntimeError("io_uring SQ still full after submit")
         return sqe
@@ -302,57 +791,41 @@ cdef class RingCore:
     def queue(self, prep, tuple args not None, unsigned long long ud):
         """Queue one SQE as ``prep(sqe, *args)`` would fill it, with ``user_data`` *ud*.
 
-        The common operations (recv, send, read, write, nop, cancel, timeout) are filled here
-        in C; any other prep function runs in Python on a wrapper of the same SQE. If the prep
-        raises, the SQE (already taken, maybe half-filled) becomes a NOP with ``SKIP_UD`` and
-        the error propagates: the kernel never sees a half-prepared operation (rule 11).
+        Every :class:`Prep` of this module is filled here in C, with no call; any other
+        callable runs in Python on an :class:`SQE` of the same slot. If the prep raises, the
+        SQE (already taken, maybe half-filled) becomes a NOP with ``SKIP_UD`` and the error
+        propagates: the kernel never sees a half-prepared operation (rule 11).
         Raises :class:`RingBusy`, having queued nothing, when the kernel takes no more SQEs.
         """
-        cdef __io_uring_sqe* sqe = self._take()
-        cdef io_uring_sqe wrapper
-        cdef size_t n
+        cdef io_uring_sqe* sqe = self._take()
+        cdef SQE view
         try:
-            if prep is _RECV:
-                n = args[2]
-                __io_uring_prep_recv(sqe, args[0], _buffer(args[1], n, True), n, args[3])
-            elif prep is _SEND:
-                n = args[2]
-                __io_uring_prep_send(sqe, args[0], _buffer(args[1], n, False), n, args[3])
-            elif prep is _READ:
-                n = <unsigned int>args[2]
-                __io_uring_prep_read(sqe, args[0], _buffer(args[1], n, True), n, args[3])
-            elif prep is _WRITE:
-                n = <unsigned int>args[2]
-                __io_uring_prep_write(sqe, args[0], _buffer(args[1], n, False), n, args[3])
-            elif prep is _NOP and len(args) == 0:
-                __io_uring_prep_nop(sqe)
-            elif prep is _CANCEL:
-                __io_uring_prep_cancel64(sqe, args[0], args[1])
-            elif prep is _TIMEOUT:
-                __io_uring_prep_timeout(sqe, (<timespec?>args[0]).ptr, args[1], args[2])
-            elif prep is _RECV_MS:
-                if self._pb_state != 1:
-                    raise RuntimeError("multishot recv queued on a ring without buffers")
-                __io_uring_prep_recv_multishot(sqe, args[0], NULL, 0, 0)
-                tc_sqe_or_flags(sqe, _IOSQE_BUFFER_SELECT)
-                tc_sqe_set_buf_group(sqe, _BGID)
+            if type(prep) is Prep:
+                if (<Prep>prep).code == P_RECV_MS:
+                    if self._pb_state != 1:
+                        raise RuntimeError("multishot recv queued on a ring without buffers")
+                    io_uring_prep_recv_multishot(sqe, args[0], NULL, 0, 0)
+                    sqe.flags |= _IOSQE_BUFFER_SELECT
+                    sqe.buf_group = _BGID
+                else:
+                    _fill(sqe, <Prep>prep, args)
             else:
-                wrapper = io_uring_sqe(0)  # 0: a view of a ring SQE, not memory of its own
-                wrapper.ptr = sqe
-                prep(wrapper, *args)
+                view = SQE.__new__(SQE)
+                view.ptr = sqe
+                prep(view, *args)
         except BaseException:
-            __io_uring_prep_nop(sqe)
-            __io_uring_sqe_set_data64(sqe, _SKIP_UD)
+            io_uring_prep_nop(sqe)
+            io_uring_sqe_set_data64(sqe, _SKIP_UD)
             raise
-        __io_uring_sqe_set_data64(sqe, ud)
+        io_uring_sqe_set_data64(sqe, ud)
 
     def get_sqe(self):
-        """A free SQE as the binding's object, for callers that prepare it in Python.
+        """A free SQE, for callers that prepare it by hand (``prep(sqe, *args)``).
 
-        A fresh ``io_uring_sqe`` view each time, so an SQE handed out earlier stays valid
-        until it is submitted, as with the Python ring.
+        A fresh :class:`SQE` each time, so an SQE handed out earlier stays valid until it is
+        submitted, as with the Python ring.
         """
-        cdef io_uring_sqe sqe = io_uring_sqe(0)
+        cdef SQE sqe = SQE.__new__(SQE)
         sqe.ptr = self._take()
         return sqe
 
@@ -366,7 +839,7 @@ cdef class RingCore:
         asks for a switch. A context busy enough to submit more often than every switch
         interval then starved the process's other threads (the main thread unwinding a
         Ctrl-C waited up to seconds); only a peer context gains from the release."""
-        cdef __io_uring* ring = &self._ring.ptr
+        cdef io_uring* ring = &self._ring
         cdef int n
         while True:
             if self.release_gil:
@@ -381,24 +854,26 @@ cdef class RingCore:
             PyErr_CheckSignals()  # raises what a signal handler raised (KeyboardInterrupt)
 
     def sq_ready(self):
-        return io_uring_sq_ready(self._ring)
+        return io_uring_sq_ready(&self._ring)
 
     # -- completion -------------------------------------------------------------------------
     def reap(self, list out not None):
         """Append ``(user_data, res)`` for each ready CQE to *out*; return how many. The
         by-hand interface (notebooks/10_io_uring.ipynb); the engine uses ``complete``.
 
-        ``io_uring_peek_cqe`` flushes the kernel's CQ overflow list when it has to, so no
-        completion beyond the CQ's 2 x entries is lost (same as the Python ring).
+        ``_peek`` flushes the kernel's CQ overflow list when it has to, so no completion
+        beyond the CQ's 2 x entries is lost (same as the Python ring).
         """
-        cdef io_uring ring = self._ring
-        cdef io_uring_cqe cqe = self._cqe
+        cdef io_uring* ring = &self._ring
+        cdef io_uring_cqe* cqe
         cdef Py_ssize_t n = 0
-        while io_uring_peek_cqe(ring, cqe) == 0:
-            out.append((cqe.ptr.user_data, cqe.ptr.res))
+        while True:
+            cqe = _peek(ring)
+            if cqe == NULL:
+                return n
+            out.append((cqe.user_data, cqe.res))
             io_uring_cqe_seen(ring, cqe)
             n += 1
-        return n
 
     def complete(self, dict inflight not None, dict standing not None, list done not None,
                  list shots not None):
@@ -416,8 +891,8 @@ cdef class RingCore:
         ``IORING_CQE_F_MORE``) takes the op out of both tables. The owner's table is the one
         record of which ops complete many times: the ring keeps no copy of it.
         """
-        cdef io_uring ring = self._ring
-        cdef io_uring_cqe cqe = self._cqe
+        cdef io_uring* ring = &self._ring
+        cdef io_uring_cqe* cqe
         cdef Py_ssize_t n = 0
         cdef unsigned long long ud
         cdef int res
@@ -427,10 +902,13 @@ cdef class RingCore:
         cdef object data
         cdef uint16_t bid
         cdef bint more
-        while io_uring_peek_cqe(ring, cqe) == 0:
-            ud = cqe.ptr.user_data
-            res = cqe.ptr.res
-            flags = cqe.ptr.flags
+        while True:
+            cqe = _peek(ring)
+            if cqe == NULL:
+                return n
+            ud = cqe.user_data
+            res = cqe.res
+            flags = cqe.flags
             key = ud
             if standing:  # a multishot recv is in the kernel: is this one of its CQEs?
                 found = PyDict_GetItem(standing, key)
@@ -469,7 +947,6 @@ cdef class RingCore:
                 continue
             done.append((<object>found, res))
             PyDict_DelItem(inflight, key)
-        return n
 
     # -- the provided-buffer ring ---------------------------------------------------------------
     cdef void _pb_give(self, uint16_t bid) noexcept nogil:
@@ -536,12 +1013,12 @@ cdef class RingCore:
         ret = -EINVAL
         if incremental:
             reg.flags = _PBUF_RING_INC
-            ret = syscall(SYS_io_uring_register, self._ring.ptr.ring_fd, _REGISTER_PBUF_RING,
+            ret = syscall(SYS_io_uring_register, self._ring.ring_fd, _REGISTER_PBUF_RING,
                           &reg, 1)
         self.incremental = ret >= 0
         if ret < 0:  # not asked for, or a kernel older than 6.12: whole buffers
             reg.flags = 0
-            ret = syscall(SYS_io_uring_register, self._ring.ptr.ring_fd, _REGISTER_PBUF_RING,
+            ret = syscall(SYS_io_uring_register, self._ring.ring_fd, _REGISTER_PBUF_RING,
                           &reg, 1)
         if ret < 0:
             ret = -errno
@@ -597,8 +1074,8 @@ cdef class RingCore:
         self._pb_state = -1  # closed: no multishot any more
 
     def cq_ready(self):
-        return io_uring_cq_ready(self._ring)
+        return io_uring_cq_ready(&self._ring)
 
     def notify_on(self, bint enabled):
         """Let completions write the eventfd (before sleeping) or not (while awake)."""
-        io_uring_cq_eventfd_toggle(self._ring, enabled)
+        io_uring_cq_eventfd_toggle(&self._ring, enabled)

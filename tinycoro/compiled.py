@@ -31,9 +31,10 @@ own build.
 
 **Free-threaded CPython.** Every module the build compiles declares that it runs without the
 GIL (``setup.py``). Importing an extension module that does not declare it turns the GIL on for
-the whole process; :func:`note_gil` (called after the package is imported) warns when that
-happened during tinycoro's import, naming the extension modules that loaded then (in practice
-the liburing binding built without ``-DCYTHON_FREETHREADING_COMPATIBLE=1``: docs/design.md,
+the whole process; :func:`note_gil` (called after the package is imported, and when a pure ring
+first imports the binding) warns when that happened since tinycoro's import began, naming the
+extension modules that loaded then (in practice the liburing binding, which only the
+pure-Python ring imports, built without ``-DCYTHON_FREETHREADING_COMPATIBLE=1``: docs/design.md,
 "The liburing binding"), and :func:`gil_state` says which build runs, for a banner.
 
 This module imports nothing of tinycoro's and nothing outside the standard library, so that
@@ -350,8 +351,9 @@ def note_gil() -> None:
     what = []
     if binding:
         more = f" and {len(binding) - 1} more" if len(binding) > 1 else ""
-        what.append(f"the liburing binding ({binding[0]}{more}) was built without declaring that "
-                    f"it runs without the GIL; rebuild it: {BINDING_FIX}")
+        what.append(f"the liburing binding ({binding[0]}{more}), which the pure-Python ring "
+                    f"drives, was built without declaring that it runs without the GIL; "
+                    f"rebuild it: {BINDING_FIX} (the compiled ring needs none of it)")
     if others:
         what.append(f"one of these extension modules does not declare it: {', '.join(others)}")
     warnings.warn("tinycoro: importing tinycoro turned the GIL on in this free-threaded "

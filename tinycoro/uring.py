@@ -1,13 +1,19 @@
-"""The io_uring binding: the pure-Python ring over ``liburing`` (the compiled ring, ``_cring``,
-cimports the same binding) and the choice of the ring the engine uses.
+"""The io_uring binding: the pure-Python ring over ``liburing``, the compiled ring (``_cring``,
+which needs no module of the binding at run time) and the choice of the ring the engine uses.
 Size: the two rings' one interface, lifecycle and setup flags, in one place to stay in step.
 
 Everything above this module speaks in terms of :class:`Ring` (one io_uring instance plus the
 eventfd it signals) and the ``prep_*`` functions, which fill one SQE each.
 
 There are two rings with one interface. ``CRing`` compiles the per-operation methods
-(``get_sqe``, ``submit``, ``complete``, ...) in ``tinycoro/_cring.pyx``, which cimports the binding's
-declarations and so pays no Python call per completion; ``PyRing`` is the same in pure Python.
+(``get_sqe``, ``submit``, ``complete``, ...) and the ring's setup in ``tinycoro/_cring.pyx``,
+over liburing's header (build time only), and so pays no Python call per completion and
+imports no module of the binding: the ``prep_*`` functions, ``timespec`` and ``statx`` here are
+then ``_cring``'s, with the binding's names and argument orders, and socket addresses are the
+kernel's bytes. ``PyRing`` is the same in pure Python over the binding, which it imports when
+the first one is made (and at import when it is the ring in use). Why: the binding's compiled
+modules do not declare that they run without the GIL, so on a free-threaded CPython importing
+one turns the GIL on for the whole process (docs/design.md, "The liburing binding").
 ``Ring`` is ``CRing`` when the extension was built, else ``PyRing``; ``TINYCORO_PURE=1``
 forces ``PyRing`` (:mod:`tinycoro.compiled` makes that choice for every compiled module).
 ``COMPILED`` says which is in use and ``WHY_PURE`` why, when it is the pure one. Both create
@@ -74,6 +80,9 @@ import os
 from socket import AF_UNIX as _AF_UNIX
 from typing import TYPE_CHECKING, Any
 
+import socket as _socket
+import struct as _struct
+
 from . import compiled
 from ._ringdefs import (
     CQ_ENTRIES,
@@ -87,7 +96,11 @@ from ._ringdefs import (
     multishot_wanted,
 )
 
-_L = compiled.import_binding()  # import liburing, one process at a time (compiled.py says why)
+_cring = compiled.load("_cring")
+#: Why the ring is the pure-Python one (None when it is the compiled one).
+WHY_PURE: str | None = compiled.fallbacks.get("_cring")
+
+_L: Any = None  # the liburing binding, once a pure ring needs it (_bind)
 
 
 __all__ = [
@@ -133,16 +146,36 @@ __all__ = [
     "sockaddr_un",
 ]
 
-# -- bound once (see the dynamic_import note above) ---------------------------------------------
-_get_sqe = _L.io_uring_get_sqe
-_submit = _L.io_uring_submit
-_sq_ready = _L.io_uring_sq_ready
-_cq_ready = _L.io_uring_cq_ready
-_peek_cqe = _L.io_uring_peek_cqe
-_cqe_seen = _L.io_uring_cqe_seen
-_eventfd_toggle = _L.io_uring_cq_eventfd_toggle
+# -- bound once (see the dynamic_import note above), by the first pure ring --------------------
+_get_sqe: Any = None
+_submit: Any = None
+_sq_ready: Any = None
+_cq_ready: Any = None
+_peek_cqe: Any = None
+_cqe_seen: Any = None
+_eventfd_toggle: Any = None
 _errno_location = ctypes.PyDLL(None).__errno_location  # C errno; PyDLL: the call keeps the GIL
 _errno_location.restype = ctypes.POINTER(ctypes.c_int)
+
+
+def _bind() -> Any:
+    """Import the binding (one process at a time: compiled.py says why) and bind the pure
+    ring's hot functions once; the binding. On a free-threaded CPython this turns the GIL on
+    (the binding's modules do not declare that they run without it), which
+    :func:`tinycoro.compiled.note_gil` reports; the compiled ring never calls this."""
+    global _L, _get_sqe, _submit, _sq_ready, _cq_ready, _peek_cqe, _cqe_seen, _eventfd_toggle
+    if _L is None:
+        binding = compiled.import_binding()
+        _get_sqe = binding.io_uring_get_sqe
+        _submit = binding.io_uring_submit
+        _sq_ready = binding.io_uring_sq_ready
+        _cq_ready = binding.io_uring_cq_ready
+        _peek_cqe = binding.io_uring_peek_cqe
+        _cqe_seen = binding.io_uring_cqe_seen
+        _eventfd_toggle = binding.io_uring_cq_eventfd_toggle
+        _L = binding
+        compiled.note_gil()  # a free-threaded CPython whose GIL that import turned on: say so
+    return _L
 
 
 def _clear_errno() -> None:
@@ -151,46 +184,77 @@ def _clear_errno() -> None:
 
 
 # -- SQE preparation. Each takes the SQE first; the engine sets user_data afterwards. -----------
-prep_nop = _L.io_uring_prep_nop
-prep_read = _L.io_uring_prep_read  # (sqe, fd, buf, nbytes, offset)
-prep_write = _L.io_uring_prep_write  # (sqe, fd, buf, nbytes, offset)
-prep_openat = _L.io_uring_prep_openat  # (sqe, path: bytes, flags, mode, dfd)
-prep_close = _L.io_uring_prep_close  # (sqe, fd)
-prep_fsync = _L.io_uring_prep_fsync  # (sqe, fd, flags)
-prep_timeout = _L.io_uring_prep_timeout  # (sqe, timespec, count, flags)
-prep_cancel = _L.io_uring_prep_cancel64  # (sqe, user_data, flags)
-prep_accept = _L.io_uring_prep_accept  # (sqe, fd, sockaddr|None, flags)
-prep_connect = _L.io_uring_prep_connect  # (sqe, fd, sockaddr)
-prep_recv = _L.io_uring_prep_recv  # (sqe, fd, buf, nbytes, flags)
-prep_send = _L.io_uring_prep_send  # (sqe, fd, buf, nbytes, flags)
-prep_shutdown = _L.io_uring_prep_shutdown  # (sqe, fd, how)
-timespec = _L.timespec  # timespec(seconds: float); keep it alive until the CQE arrives
+# Where the compiled ring runs, its own (filled in C, same names and argument orders as the
+# binding's); else the binding's. Every path, statx buffer and sockaddr passed here must stay
+# alive until the CQE arrives (the Op keeps it).
+if _cring is None:
+    _bind()  # the pure ring is the one in use: its binding now, as every import did
 
-# -- I/O breadth (files by path, splice, datagrams, readiness). Same rule as openat: every path,
-# statx buffer and sockaddr passed here must stay alive until the CQE arrives (the Op keeps it).
-prep_statx = _L.io_uring_prep_statx  # (sqe, statx, path: bytes, flags, mask, dfd)
-statx = _L.statx  # the kernel's struct statx; fields as stx_* properties, times as floats only
-prep_renameat = _L.io_uring_prep_renameat  # (sqe, old: bytes, new: bytes, olddfd, newdfd, flags)
-prep_unlinkat = _L.io_uring_prep_unlinkat  # (sqe, path: bytes, flags, dfd)
-prep_mkdirat = _L.io_uring_prep_mkdirat  # (sqe, path: bytes, mode, dfd)
-prep_splice = _L.io_uring_prep_splice  # (sqe, fd_in, off_in, fd_out, off_out, nbytes, flags)
-prep_sendto = _L.io_uring_prep_sendto  # (sqe, fd, buf, nbytes, sockaddr, flags)
+
+def _prep(name: str, binding_name: str = "") -> Any:
+    if _cring is not None:
+        return getattr(_cring, name)
+    return getattr(_L, binding_name or "io_uring_" + name)
+
+
+prep_nop = _prep("prep_nop")
+prep_read = _prep("prep_read")  # (sqe, fd, buf, nbytes, offset)
+prep_write = _prep("prep_write")  # (sqe, fd, buf, nbytes, offset)
+prep_openat = _prep("prep_openat")  # (sqe, path: bytes, flags, mode, dfd)
+prep_close = _prep("prep_close")  # (sqe, fd)
+prep_fsync = _prep("prep_fsync")  # (sqe, fd, flags)
+prep_timeout = _prep("prep_timeout")  # (sqe, timespec, count, flags)
+prep_accept = _prep("prep_accept")  # (sqe, fd, None, flags)
+prep_connect = _prep("prep_connect")  # (sqe, fd, sockaddr)
+prep_recv = _prep("prep_recv")  # (sqe, fd, buf, nbytes, flags)
+prep_send = _prep("prep_send")  # (sqe, fd, buf, nbytes, flags)
+prep_shutdown = _prep("prep_shutdown")  # (sqe, fd, how)
+prep_cancel = _prep("prep_cancel", "io_uring_prep_cancel64")  # (sqe, user_data, flags)
+#: timespec(seconds: float); keep it alive until the CQE arrives
+timespec = _cring.timespec if _cring is not None else _L.timespec
+
+# -- I/O breadth (files by path, splice, datagrams, readiness).
+prep_statx = _prep("prep_statx")  # (sqe, statx, path: bytes, flags, mask, dfd)
+#: the kernel's struct statx; fields as stx_* properties, times as floats only
+statx = _cring.statx if _cring is not None else _L.statx
+prep_renameat = _prep("prep_renameat")  # (sqe, old: bytes, new: bytes, olddfd, newdfd, flags)
+prep_unlinkat = _prep("prep_unlinkat")  # (sqe, path: bytes, flags, dfd)
+prep_mkdirat = _prep("prep_mkdirat")  # (sqe, path: bytes, mode, dfd)
+prep_splice = _prep("prep_splice")  # (sqe, fd_in, off_in, fd_out, off_out, nbytes, flags)
+prep_sendto = _prep("prep_sendto")  # (sqe, fd, buf, nbytes, sockaddr, flags)
 # The binding's msghdr cannot hold an iovec (its msg_iov setter is commented out: "TODO"), so
 # recvmsg/recvfrom is unusable through it; datagrams are received after an io_uring poll.
-prep_poll_add = _L.io_uring_prep_poll_add  # (sqe, fd, poll_mask)
+prep_poll_add = _prep("prep_poll_add")  # (sqe, fd, poll_mask)
 AT_REMOVEDIR = 0x200
 STATX_BASIC_STATS = 0x7FF
 SPLICE_F_MOVE = 1
 
 
-def sockaddr_un(path: bytes):
+def sockaddr_un(path: bytes) -> Any:
     """A kernel AF_UNIX address for ``connect``; keep it alive until the CQE arrives."""
-    return _L.sockaddr(_AF_UNIX, path)
+    if _cring is None:
+        return _L.sockaddr(_AF_UNIX, path)
+    # struct sockaddr_un as the binding fills it: the path NUL-padded to its 108 bytes, the
+    # length the struct's (the kernel stops at the first NUL of a pathname address).
+    if not path or len(path) > 108 or b"\0" in path:
+        raise ValueError(f"sockaddr_un: a path of 1 to 108 bytes without NUL, got {path!r}")
+    return _struct.pack("=H108s", _AF_UNIX, path)
 
 
-def sockaddr_in(family: int, host: str, port: int):
+def sockaddr_in(family: int, host: str, port: int) -> Any:
     """A kernel socket address for ``connect``; keep it alive until the CQE arrives."""
-    return _L.sockaddr(family, host.encode(), port)
+    if _cring is None:
+        return _L.sockaddr(family, host.encode(), port)
+    # struct sockaddr_in / sockaddr_in6: the family in host order, port and address in
+    # network order (what inet_pton gives), the rest zero.
+    try:
+        raw = _socket.inet_pton(family, host)
+    except (OSError, ValueError):
+        raise ValueError(f"sockaddr_in: {host!r} is not a numeric address of family "
+                         f"{family!r}") from None
+    if family == _socket.AF_INET:
+        return _struct.pack("=H", family) + _struct.pack("!H4s8x", port, raw)
+    return _struct.pack("=H", family) + _struct.pack("!HI16s", port, 0, raw) + bytes(4)
 
 
 class IoUringUnavailable(RuntimeError):
@@ -237,28 +301,29 @@ def _flags_wanted() -> list[tuple[str, int]]:
 
 def _queue_init(entries: int, ring: Any, flags: int, cq_entries: int) -> None:
     """The one call that asks the kernel for a ring (the seam a test of the kernel's refusal
-    replaces): through the compiled ring with a CQ of *cq_entries* where asked, else the
-    binding's own ``io_uring_queue_init``."""
-    if cq_entries and _cring is not None:
-        _cring.queue_init(entries, ring, flags, max(cq_entries, 2 * entries))
+    replaces): *ring* is a compiled ring (its own setup, with a CQ of *cq_entries* where
+    asked) or holds the binding's ``io_uring`` in ``_ring``, a new one for each attempt (the
+    binding refuses to set up one twice, even after a failure)."""
+    if _cring is not None and isinstance(ring, _cring.RingCore):
+        ring.ring_open(entries, flags, cq_entries and max(cq_entries, 2 * entries))
     else:
-        _L.io_uring_queue_init(entries, ring, flags)
+        ring._ring = _L.io_uring()
+        _L.io_uring_queue_init(entries, ring._ring, flags)
 
 
-def _new_ring(entries: int, cq_entries: int = 0) -> Any:
-    """``io_uring_queue_init`` with every wanted setup flag the kernel takes: one it refuses
-    (EINVAL, e.g. COOP_TASKRUN before Linux 5.19) is dropped, remembered, and the ring set
-    up without it. *cq_entries*: a CQ of that size (compiled ring; 0: twice *entries*)."""
+def _new_ring(ring: Any, entries: int, cq_entries: int = 0) -> None:
+    """Set *ring* up with every wanted setup flag the kernel takes: one it refuses (EINVAL,
+    e.g. COOP_TASKRUN before Linux 5.19) is dropped, remembered, and the ring set up without
+    it. *cq_entries*: a CQ of that size (compiled ring; 0: twice *entries*)."""
     wanted = _flags_wanted()
     while True:
-        ring = _L.io_uring()
         flags = 0
         for _, bits in wanted:
             flags |= bits
         try:
             _clear_errno()
             _queue_init(entries, ring, flags, cq_entries)
-            return ring
+            return
         except OSError as exc:
             if exc.errno == errno.EINVAL and wanted:
                 _refused_flags.add(wanted.pop()[0])  # the last one added goes first
@@ -272,24 +337,45 @@ def ring_flags() -> tuple[str, ...]:
     """The names of the setup flags this process's rings get (for ``python -m tinycoro``'s
     first line): each is tried once on a small ring the first time this is asked, so the
     answer is the kernel's, also before any scheduler runs."""
-    wanted = _flags_wanted()
-    if wanted:
-        ring = _new_ring(2)  # drops what the kernel refuses
-        _L.io_uring_queue_exit(ring)
+    if _flags_wanted():
+        if _cring is not None:
+            core = _cring.RingCore()
+            _new_ring(core, 2)  # drops what the kernel refuses
+            core.ring_exit()
+        else:
+            holder = _BindingRing()
+            _new_ring(holder, 2)
+            _L.io_uring_queue_exit(holder._ring)
     return tuple(name for name, _ in _flags_wanted())
 
 
-class _Lifecycle:
-    """Creating and closing one io_uring instance and its eventfd: shared by both rings.
+class _BindingRing:
+    """Where ``_queue_init`` puts the binding's ``io_uring`` it sets up (``ring_flags``' probe)."""
 
-    A subclass provides ``__slots__`` for ``_ring``, ``efd`` and ``_open``: this class has none
+    __slots__ = ("_ring",)
+    if TYPE_CHECKING:
+        _ring: Any
+
+
+class _Lifecycle:
+    """Creating and closing one io_uring instance and its eventfd: shared by both rings, each
+    of which provides the four kernel calls (``_ring_open``, ``_ring_exit``,
+    ``_register_eventfd``, ``_unregister_eventfd``) and ``notify_on``.
+
+    A subclass provides ``__slots__`` for ``efd`` and ``_open``: this class has none
     of its own at run time, so that it can be mixed into the compiled ring, whose layout is C's.
     """
 
     if TYPE_CHECKING:  # what the subclasses' slots hold, for the type checker
-        _ring: Any
         efd: int
         _open: bool
+        release_gil: bool
+
+        def _ring_open(self, entries: int, cq_entries: int) -> None: ...
+        def _ring_exit(self) -> None: ...
+        def _register_eventfd(self, efd: int) -> None: ...
+        def _unregister_eventfd(self) -> None: ...
+        def notify_on(self, enabled: bool) -> None: ...
     else:
         __slots__ = ()
 
@@ -297,24 +383,23 @@ class _Lifecycle:
         # (not tinycoro.core.checks: this bottom layer imports nothing of tinycoro's)
         if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
             raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
-        ring = _new_ring(entries, cq_entries)
+        self._ring_open(entries, cq_entries)
         try:
             efd = os.eventfd(0, os.EFD_CLOEXEC)
         except BaseException:
-            _L.io_uring_queue_exit(ring)
+            self._ring_exit()
             raise
         try:
             _clear_errno()
-            _L.io_uring_register_eventfd(ring, efd)
+            self._register_eventfd(efd)
         except BaseException:
             os.close(efd)
-            _L.io_uring_queue_exit(ring)
+            self._ring_exit()
             raise
-        self._ring = ring
         self.efd = efd
         self._open = self.release_gil = True  # (release_gil: read by CRing.submit only)
         # Completions post to the eventfd only while the owner sleeps (see notify_on).
-        _L.io_uring_cq_eventfd_toggle(ring, False)
+        self.notify_on(False)
 
     def close(self) -> None:
         """Unregister and close. The caller first waits for every in-flight CQE (rule 8)."""
@@ -322,10 +407,10 @@ class _Lifecycle:
             return
         self._open = False
         try:
-            _L.io_uring_unregister_eventfd(self._ring)
+            self._unregister_eventfd()
         except OSError:
             pass
-        _L.io_uring_queue_exit(self._ring)
+        self._ring_exit()
         self._released()
         # Forget the number before closing it: a late wake() from another thread must not
         # write into whatever file reuses this descriptor number next.
@@ -333,7 +418,7 @@ class _Lifecycle:
         os.close(efd)
 
     def _released(self) -> None:
-        """After io_uring_queue_exit: free what only the kernel could still have written into."""
+        """After the ring's exit: free what only the kernel could still have written into."""
 
     @property
     def closed(self) -> bool:
@@ -348,10 +433,31 @@ class PyRing(_Lifecycle):
     """
 
     __slots__ = ("_ring", "_cqe", "efd", "_open", "release_gil")
+    if TYPE_CHECKING:
+        _ring: Any  # the binding's io_uring (set by _queue_init)
 
     def __init__(self, entries: int) -> None:
+        _bind()
         self._setup(entries)
         self._cqe = _L.io_uring_cqe()
+
+    # -- lifecycle: the binding's calls ---------------------------------------------------------
+    def _ring_open(self, entries: int, cq_entries: int) -> None:
+        _new_ring(self, entries)  # sets self._ring; the binding cannot size the CQ
+
+    def _ring_exit(self) -> None:
+        _L.io_uring_queue_exit(self._ring)
+
+    def _register_eventfd(self, efd: int) -> None:
+        _L.io_uring_register_eventfd(self._ring, efd)
+
+    def _unregister_eventfd(self) -> None:
+        _L.io_uring_unregister_eventfd(self._ring)
+
+    @property
+    def ring_fd(self) -> int:
+        """The ring's descriptor (as the compiled ring's ``ring_fd``)."""
+        return self._ring.ring_fd
 
     # -- submission ---------------------------------------------------------------------------
     def get_sqe(self):
@@ -381,7 +487,7 @@ class PyRing(_Lifecycle):
         try:
             prep(sqe, *args)
         except BaseException:
-            prep_nop(sqe)
+            _L.io_uring_prep_nop(sqe)
             sqe.user_data = SKIP_UD
             raise
         sqe.user_data = ud
@@ -456,10 +562,6 @@ class PyRing(_Lifecycle):
         pass
 
 
-_cring = compiled.load("_cring")
-#: Why the ring is the pure-Python one (None when it is the compiled one).
-WHY_PURE: str | None = compiled.fallbacks.get("_cring")
-
 if TYPE_CHECKING:  # pragma: no cover - the stub, tinycoro/_cring.pyi
     from ._cring import RingCore as _RingCore
 elif _cring is not None:
@@ -477,6 +579,19 @@ if _cring is not None:
             self._setup(entries, CQ_ENTRIES)
             if not multishot_wanted():
                 self.multishot_off()
+
+        # -- lifecycle: the compiled ring's own calls (no module of the binding) ------------
+        def _ring_open(self, entries: int, cq_entries: int) -> None:
+            _new_ring(self, entries, cq_entries)
+
+        def _ring_exit(self) -> None:
+            self.ring_exit()
+
+        def _register_eventfd(self, efd: int) -> None:
+            self.register_eventfd(efd)
+
+        def _unregister_eventfd(self) -> None:
+            self.unregister_eventfd()
 
         def multishot_ready(self) -> bool:
             """True when a multishot recv may be queued here: the provided-buffer ring is
