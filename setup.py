@@ -123,9 +123,10 @@ class OptionalBuildExt(build_ext):
         self._write_build_record()
 
     def _write_build_record(self) -> None:
-        """Write ``tinycoro/_built_from.json``: each built module's name -> the hash of its
-        source (``compiled.source_hash``). The run time judges an in-place build stale by it,
-        never by file times, which an install rewrites. It goes beside the built modules in
+        """Write this Python's entry of ``tinycoro/_built_from.json`` (``compiled.build_key``):
+        each built module's name -> the hash of its source (``compiled.source_hash``). The run
+        time judges an in-place build stale by it, never by file times, which an install
+        rewrites. It goes beside the built modules in
         the build folder (so a wheel carries it) and, for an in-place or editable build, into
         the source tree too."""
         compiled = _compiled_module()
@@ -135,14 +136,23 @@ class OptionalBuildExt(build_ext):
             for ext in getattr(self, "extensions")
             if ext.name.startswith("tinycoro.")
         }
-        text = json.dumps(record, indent=1, sort_keys=True) + "\n"
         folders = {os.path.join(self.build_lib, "tinycoro")}
         if self.inplace:
             folders.add(source_dir)
         for folder in folders:
             os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, compiled.BUILD_RECORD), "w") as f:
-                f.write(text)
+            path = os.path.join(folder, compiled.BUILD_RECORD)
+            # other Pythons' builds in the same tree keep their entries (compiled.build_key)
+            try:
+                with open(path) as f:
+                    builds = json.load(f)
+            except (OSError, ValueError):
+                builds = {}
+            if not isinstance(builds, dict) or not all(isinstance(v, dict) for v in builds.values()):
+                builds = {}  # a record from before it was kept per Python
+            builds[compiled.build_key()] = record
+            with open(path, "w") as f:
+                f.write(json.dumps(builds, indent=1, sort_keys=True) + "\n")
 
     def _try_build(self, ext: Any) -> Exception | None:
         try:

@@ -152,7 +152,7 @@ def _fake_build(package: Path, name: str, source: str) -> None:
 
 
 def _record(package: Path, **hashes: str) -> None:
-    package.joinpath(compiled.BUILD_RECORD).write_text(json.dumps(hashes))
+    package.joinpath(compiled.BUILD_RECORD).write_text(json.dumps({compiled.build_key(): hashes}))
 
 
 def test_a_source_tree_build_is_judged_by_the_hash_of_its_source_not_file_times(tmp_path):
@@ -172,6 +172,29 @@ def test_a_source_tree_build_is_judged_by_the_hash_of_its_source_not_file_times(
     assert why is not None and f"{name} changed since it was built" in why
     assert f"rebuild: cd {tmp_path} && python setup.py build_ext --inplace" in why
     package.joinpath(compiled.BUILD_RECORD).unlink()  # a build from before records existed
+    why = compiled._judge_build(str(package))
+    assert why is not None and f"{name} has no build record" in why
+
+
+def test_each_python_is_judged_by_its_own_build_of_a_shared_source_tree(tmp_path):
+    # Two Pythons build their modules side by side in one checkout (foo.cpython-311-*.so and
+    # foo.cpython-312-*.so). A rebuild for one must not vouch for the other's older modules,
+    # which would then run code that is no longer the source while calling themselves current.
+    (tmp_path / "setup.py").write_text("")
+    (tmp_path / "pyproject.toml").write_text("")
+    package = tmp_path / "tinycoro"
+    name = compiled.SOURCE_MODULES[0]
+    _fake_build(package, name, "x = 1\n")
+    old = compiled.source_hash(str(package), name)
+    package.joinpath(*name.split(".")[1:]).with_suffix(".py").write_text("x = 2\n")
+    new = compiled.source_hash(str(package), name)
+    package.joinpath(compiled.BUILD_RECORD).write_text(json.dumps({
+        compiled.build_key(): {name: old},  # this Python built before the edit
+        ".cpython-399-other.so": {name: new},  # another one rebuilt since
+    }))
+    why = compiled._judge_build(str(package))
+    assert why is not None and f"{name} changed since it was built" in why
+    package.joinpath(compiled.BUILD_RECORD).write_text(json.dumps({name: new}))  # one record for all
     why = compiled._judge_build(str(package))
     assert why is not None and f"{name} has no build record" in why
 

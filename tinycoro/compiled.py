@@ -23,7 +23,7 @@ its full name, with the reason).
 
 **What a build was built from.** The build writes :data:`BUILD_RECORD` beside the package: the
 SHA-256 of each compiled module's source (its ``.py`` or ``.pyx`` and its ``.pxd``), taken when
-it was compiled. Staleness is judged by those hashes, never by file times (an install writes
+it was compiled, kept per interpreter (:func:`build_key`). Staleness is judged by those hashes, never by file times (an install writes
 the ``.py`` files after the built modules, so times say nothing there), and only where a source
 tree is present: a checkout built in place or installed editable, where an edit can outrun the
 build. An installed wheel or ``pip install .`` has no source tree beside it and trusts its
@@ -56,7 +56,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
     "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
-    "source_hash", "source_files", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
+    "source_hash", "source_files", "build_key", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
     "import_binding",
 ]
 
@@ -138,9 +138,17 @@ class _SourceFinder:
         return None
 
 
-#: The file, in the package folder, that maps each compiled module's full name to the hash of
-#: the source it was compiled from (written by setup.py's build_ext, read by :func:`_stale`).
+#: The file, in the package folder, that maps each interpreter's :func:`build_key` to its
+#: compiled modules' full names -> the hash of the source each was compiled from (written by
+#: setup.py's build_ext, read by :func:`_stale`).
 BUILD_RECORD = "_built_from.json"
+
+
+def build_key() -> str:
+    """This interpreter's key in :data:`BUILD_RECORD`: its extension-module suffix
+    (``.cpython-312-x86_64-linux-gnu.so``). Each Python builds its own modules side by side in
+    one source tree, so each is judged by the record of its own build."""
+    return sysconfig.get_config_var("EXT_SUFFIX") or importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
 def source_files(package_dir: str, name: str) -> list[str]:
@@ -252,9 +260,11 @@ def _judge_build(package_dir: str) -> str | None:
 
     try:
         with open(os.path.join(package_dir, BUILD_RECORD)) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
-        record = {}
+            record = json.load(f).get(build_key())
+    except (OSError, ValueError, AttributeError):
+        record = None
+    if not isinstance(record, dict):
+        record = {}  # no build by this Python recorded (or a record from before keys existed)
     for name in built:
         if record.get(name) != source_hash(package_dir, name):
             what = "changed since it was built" if name in record else "has no build record"
