@@ -458,6 +458,7 @@ def test_a_foreign_thread_reads_the_wait_its_owner_reads(contexts):
             park = t.waiting_on()
             assert type(park) is Park and _owner_view(t) is park
             assert [i.state for i in s.tasks() if i.id == t.id] == ["parked"]
+            assert "waiting on" in repr(t)  # a repr taken here reads the tables too
             t.engine.call_soon(ev.set)
             wait_until(lambda: isinstance(t.waiting_on(), Op), what="waiter reading the pipe")
             op = t.waiting_on()

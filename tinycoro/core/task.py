@@ -213,8 +213,8 @@ class Task:
 
     def __repr__(self) -> str:
         state = self._state
-        if state is not DONE and self._waiting is not None:
-            w = self._waiting
+        w = self.waiting_on() if state is not DONE else None  # a repr may be taken anywhere
+        if w is not None:
             what = getattr(w, "what", None) or w
             # A task waiting on a task is named briefly: a join cycle must not recurse.
             state = f"waiting on {describe(what) if type(what) is Task else repr(what)}"
