@@ -19,6 +19,8 @@ from .traps import Op, Park, ops_waited_by
 from .waits import SLEEP, park_words, sleep_words
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections import deque
+
     from .engine import Engine
     from .task import Task
 
@@ -35,7 +37,7 @@ def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) ->
     through them, so a live task not yet running is found in one of the two."""
     live = list(engine.live)
     first = {id(t) for t in list(starting)}
-    ready = {id(t) for t in list(engine.ready)}
+    ready = _ids(engine.ready)
     waits = _waits(engine, live)
     out = []
     for t, waiting in zip(live, waits):
@@ -59,6 +61,19 @@ def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) ->
             state, what = "parked" if type(waiting) is Park else "io", type(e).__name__
         out.append(TaskInfo(t.id, t.name, engine.id, state, what, max(0.0, now - t._born)))
     return out
+
+
+def _ids(tasks: "deque[Task]") -> set[int]:
+    """The ids of the tasks in a deque its owner appends to and pops from meanwhile. Under
+    the GIL ``list()`` copies it in one step; without the GIL the copy iterates it (so does
+    ``deque.copy()``) and fails when the owner changes it between two items: a few tries,
+    then none (its tasks then read "running", a snapshot's error, never an exception)."""
+    for _ in range(8):
+        try:
+            return {id(t) for t in list(tasks)}
+        except RuntimeError:  # "deque mutated during iteration"
+            continue
+    return set()
 
 
 def _waits(engine: "Engine", tasks: list[Task]) -> list:
