@@ -11,7 +11,7 @@ import pytest
 
 import tinycoro as tc
 from tinycoro import uring
-from tinycoro.core.traps import Op
+from tinycoro.core.traps import Op, Park
 from tinycoro.testing import wait_blocked
 from helpers.runtime import cancel_and_wait, open_fds, opened_since, tinycoro_threads, wait_until
 from helpers.sync import spawn_here
@@ -421,3 +421,53 @@ def test_stats_is_pure_and_the_first_snapshot_already_shows_busy():
         done = threading.Event()
         t.add_done_callback(lambda _t: done.set())
         assert done.wait(10)
+
+
+
+# -- a task's wait, read from another thread: the owner's tables, never Task._waiting ----------
+
+
+def _owner_view(task: tc.Task) -> object:
+    """``task.waiting_on()`` read on its own engine's thread (the direct read)."""
+    box: list = []
+    seen = threading.Event()
+    task.engine.call_soon(lambda: (box.append(task.waiting_on()), seen.set()))
+    assert seen.wait(30), "the owner never ran the call"
+    return box[0]
+
+
+@pytest.mark.timeout(60)
+def test_a_foreign_thread_reads_the_wait_its_owner_reads(contexts):
+    # Another thread reads a task's wait from its engine's tables (engine.parked and
+    # engine.inflight; docs/freethreading-tsan.md, finding 12): the same Park or Op the owner
+    # reads from the task, for a primitive and for I/O, and nothing once it is done.
+    r, w = os.pipe()
+    try:
+        with tc.Scheduler(contexts) as s:
+            ev = tc.Event()
+            buf = bytearray(1)
+
+            async def waiter():
+                await ev.wait()
+                return await Op(uring.prep_read, r, buf, 1, 0)
+
+            t = s.submit(waiter())
+            finished = threading.Event()
+            t.add_done_callback(lambda _t: finished.set())
+            wait_until(lambda: t.waiting_on() is not None, what="waiter parked")
+            park = t.waiting_on()
+            assert type(park) is Park and _owner_view(t) is park
+            assert [i.state for i in s.tasks() if i.id == t.id] == ["parked"]
+            assert "waiting on" in repr(t)  # a repr taken here reads the tables too
+            t.engine.call_soon(ev.set)
+            wait_until(lambda: isinstance(t.waiting_on(), Op), what="waiter reading the pipe")
+            op = t.waiting_on()
+            assert _owner_view(t) is op
+            assert [i.state for i in s.tasks() if i.id == t.id] == ["io"]
+            os.write(w, b"x")
+            assert finished.wait(30), "the read never completed"
+            assert t.result() == 1 and buf == b"x"
+            assert t.waiting_on() is None
+    finally:
+        os.close(r)
+        os.close(w)

@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Collection
 from .deadlines import Sleep
 from .stats import ContextStats, TaskInfo
 from .timeshare import awake_share
-from .traps import Op, Park
+from .traps import Op, Park, ops_waited_by
 from .waits import SLEEP, park_words, sleep_words
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections import deque
+
     from .engine import Engine
     from .task import Task
 
-__all__ = ["task_infos", "sleeps", "busy", "thread_times", "context_stats", "guest_stats"]
+__all__ = ["task_infos", "waiting_of", "sleeps", "busy", "thread_times", "context_stats", "guest_stats"]
 
 
 def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) -> list[TaskInfo]:
@@ -35,10 +37,10 @@ def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) ->
     through them, so a live task not yet running is found in one of the two."""
     live = list(engine.live)
     first = {id(t) for t in list(starting)}
-    ready = {id(t) for t in list(engine.ready)}
+    ready = _ids(engine.ready)
+    waits = _waits(engine, live)
     out = []
-    for t in live:
-        waiting = t._waiting
+    for t, waiting in zip(live, waits):
         try:
             if isinstance(waiting, Op):
                 sleep = getattr(waiting.prep, "__name__", "") == SLEEP
@@ -59,6 +61,44 @@ def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) ->
             state, what = "parked" if type(waiting) is Park else "io", type(e).__name__
         out.append(TaskInfo(t.id, t.name, engine.id, state, what, max(0.0, now - t._born)))
     return out
+
+
+def _ids(tasks: "deque[Task]") -> set[int]:
+    """The ids of the tasks in a deque its owner appends to and pops from meanwhile. Under
+    the GIL ``list()`` copies it in one step; without the GIL the copy iterates it (so does
+    ``deque.copy()``) and fails when the owner changes it between two items: a few tries,
+    then none (its tasks then read "running", a snapshot's error, never an exception)."""
+    for _ in range(8):
+        try:
+            return {id(t) for t in list(tasks)}
+        except RuntimeError:  # "deque mutated during iteration"
+            continue
+    return set()
+
+
+def _waits(engine: "Engine", tasks: list[Task]) -> list:
+    """The ``Park`` or ``Op`` each of *tasks* waits on (None: ready or running), from the
+    owner's tables, never from ``Task._waiting``: the owner allocates what it stores there
+    and drops it at the task's next step, so another thread that loads the field and then
+    takes a reference may take it on a freed object (a free-threaded build;
+    docs/freethreading-tsan.md, finding 12). A copy of a dict is taken under the dict's own
+    lock and holds references, and the owner puts a task's ``Park`` or ``Op`` in its table
+    before it stores ``_waiting``, so what is read here was whole when it was published.
+    Costs the owner nothing: it keeps those tables anyway."""
+    parked = dict(engine.parked)
+    out = [parked.get(t) for t in tasks]
+    rest = [i for i, w in enumerate(out) if w is None]
+    if rest:
+        ops = ops_waited_by([tasks[i] for i in rest], list(engine.inflight.values()))
+        for i, op in zip(rest, ops):
+            out[i] = op
+    return out
+
+
+def waiting_of(engine: "Engine", task: Task) -> object:
+    """``Task.waiting_on()`` read from a thread other than *engine*'s: the same as
+    ``task._waiting``, through the owner's tables (:func:`_waits` says why)."""
+    return _waits(engine, [task])[0]
 
 
 def sleeps(engine: "Engine") -> int:

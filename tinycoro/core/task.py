@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, Generator, Protocol, runtime_ch
 from . import fence
 from .errors import Cancelled
 from .local import _local
+from .readers import waiting_of
 from .traps import Park, consume_budget, join_outside
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -212,8 +213,8 @@ class Task:
 
     def __repr__(self) -> str:
         state = self._state
-        if state is not DONE and self._waiting is not None:
-            w = self._waiting
+        w = self.waiting_on() if state is not DONE else None  # a repr may be taken anywhere
+        if w is not None:
             what = getattr(w, "what", None) or w
             # A task waiting on a task is named briefly: a join cycle must not recurse.
             state = f"waiting on {describe(what) if type(what) is Task else repr(what)}"
@@ -229,7 +230,11 @@ class Task:
     def waiting_on(self) -> Any:
         """The ``Op`` or ``Park`` the task is suspended on; None while it is ready or
         running (read from any thread: a snapshot)."""
-        return self._waiting
+        if _local.engine is self._engine:  # the owner's thread: its own field, as it stands
+            return self._waiting
+        # Another thread reads what the owner published in its tables, never the field it
+        # replaces at every suspension (core/readers.py, waiting_of).
+        return waiting_of(self._engine, self)
 
     def abandoning(self) -> bool:
         """True while this task's engine abandons it (a shutdown closes its coroutine, rule

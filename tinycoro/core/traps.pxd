@@ -3,6 +3,8 @@
 # cimports them, reads and writes an op's fields directly. Attributes are public: the I/O layer
 # (Python subclasses of Op) and the asyncio host use them.
 
+cimport cython
+
 cdef class _CoroutineProtocol:
     cdef public object _gen
 
@@ -37,3 +39,6 @@ cdef class _Yield:
 cdef class _Spend:
     cdef object task
     cdef bint yielded
+
+@cython.locals(i=Py_ssize_t, op=Op)
+cpdef list ops_waited_by(list tasks, list ops)

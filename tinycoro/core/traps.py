@@ -334,6 +334,24 @@ async def await_op(aw: Any) -> Any:
     return await aw
 
 
+def ops_waited_by(tasks: list, ops: list) -> list:
+    """For each of *tasks*, the op of *ops* whose ``task`` it is, or None: how another thread
+    finds the I/O a task waits on from a copy of its engine's in-flight table (core/readers.py)
+    without reading ``Task._waiting``, which the owner replaces at every suspension. Compiled,
+    ``op.task is t`` compares two pointers and takes no reference, so a field the owner
+    rewrites (an op reused for another task) is never a pointer this thread increments; the
+    ops and tasks themselves are held by the caller's copies. A nested loop: a snapshot's,
+    never the engine's, cost."""
+    out: list = [None] * len(tasks)
+    for i in range(len(tasks)):
+        t = tasks[i]
+        for op in ops:
+            if op.task is t:
+                out[i] = op
+                break
+    return out
+
+
 def perform_raw(op: Op) -> _Raw:
     """``await perform_raw(op)``: run *op* like ``await op``, but the result is the negative
     errno instead of an exception (a timeout's ``-ETIME``, a close's outcome)."""
