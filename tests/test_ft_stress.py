@@ -233,9 +233,11 @@ def test_semaphore_permits_survive_cancels_across_contexts(contexts):
                     with count:
                         inside[0] += 1
                         inside[1] = max(inside[1], inside[0])
-                    await tc.yield_now()
-                    with count:
-                        inside[0] -= 1
+                    try:
+                        await tc.yield_now()  # where a cancel may land while a permit is held
+                    finally:
+                        with count:
+                            inside[0] -= 1
                 finally:
                     sem.release()
 
