@@ -129,6 +129,11 @@ def _overrides(
     another one's), and the environment that configures the default scheduler (validated
     here, before anything is written); and whether that interpreter is free-threaded."""
     env = _scheduler_env(contexts, dispatch)
+    if python is not None:
+        # Jupyter starts kernels from its own working directory: a path typed relative to
+        # the clone would name nothing there (absolute, not resolved: a venv's python is a
+        # symlink whose own path is what selects the venv)
+        python = os.path.abspath(python)
     extra: dict[str, Any] = {}
     free_threaded = False
     # Another interpreter, or a free-threaded one (this 3.13t venv included): start it once to

@@ -116,6 +116,17 @@ def test_python_option_writes_that_interpreters_kernel(tmp_path, capsys):
     assert spec["env"] == {"TINYCORO_CONTEXTS": "2"}  # no PYTHON_GIL: never without being asked
 
 
+def test_python_option_given_relative_writes_the_absolute_path(tmp_path, monkeypatch):
+    # Jupyter starts a kernel from its own working directory: a kernelspec naming the
+    # interpreter as `.venv-ft/bin/python`, as typed in the clone, would start nothing there.
+    (tmp_path / "venv").symlink_to(sys.prefix)  # this venv under a second name: kept, not resolved
+    link = tmp_path / "venv" / "bin" / os.path.basename(sys.executable)
+    monkeypatch.chdir(tmp_path)
+    assert main(["install", "--prefix", str(tmp_path / "p"), "--python", os.path.relpath(link)]) == 0
+    spec = json.loads((tmp_path / "p" / "share" / "jupyter" / "kernels" / NAME / "kernel.json").read_text())
+    assert spec["argv"][0] == str(link)
+
+
 def test_python_option_refuses_an_interpreter_that_cannot_run_the_kernel(tmp_path, capsys):
     no_site = tmp_path / "python-no-site"  # this Python without its site-packages: no ipykernel
     no_site.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
