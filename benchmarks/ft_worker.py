@@ -53,9 +53,16 @@ async def cpu_bound(tasks: int, chunks: int, iters: int) -> dict[str, Any]:
 
     async def crunch() -> int:
         x = 0
+        # The modulus is made by each task, not read from the code's constants: on 3.13t a
+        # constant of an imported module's code is one object whose reference count every
+        # thread changes at each use, and those atomic updates from two cores ping-pong one
+        # cache line (2 contexts ran at 0.61x one with the constant; 1.8-2.0x with a small
+        # int or a per-task modulus). That is the interpreter's cost of sharing an object,
+        # not the scheduler's; docs/benchmarks.md, "Free-threaded Python", tells users.
+        modulus = int("1000003")
         for _ in range(chunks):
             for i in range(iters):
-                x = (x * 31 + i) % 1_000_003
+                x = (x * 31 + i) % modulus
             await tc.sleep(0)
         return x
 
