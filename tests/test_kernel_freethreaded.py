@@ -28,7 +28,8 @@ pytestmark = [pytest.mark.kernel, pytest.mark.timeout(240)]
 
 def _ft_python() -> str | None:
     if os.environ.get("TINYCORO_FT_PYTHON"):
-        return os.environ["TINYCORO_FT_PYTHON"]
+        # absolute, as the kernelspec installer writes it and as the kernel's sys.executable is
+        return os.path.abspath(os.environ["TINYCORO_FT_PYTHON"])
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return sys.executable
     return None  # the repository's .venv-ft only when asked: see the module docstring
