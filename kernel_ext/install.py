@@ -29,6 +29,7 @@ import sys
 import tempfile
 from typing import Any, Sequence
 
+from tinycoro.compiled import FREE_THREADED
 from tinycoro.core.checks import DISPATCH, check_contexts, check_dispatch
 
 __all__ = [
@@ -44,7 +45,9 @@ EXTRA_ARGUMENTS = ["--ext=tinycoro"]  # appended to ipykernel's own launch comma
 KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "tinycoro", "tinycoro.kernel_ext.extension")
 
 # Run in the kernel's interpreter: which of KERNEL_MODULES are missing, and which module (if
-# any) turned the GIL on -- CPython names it in a RuntimeWarning as it loads the module.
+# any) turned the GIL on -- CPython names it in a RuntimeWarning as it loads the module. Its
+# own reading of the build and the GIL, not tinycoro.compiled's: that interpreter may lack
+# tinycoro, which is what the probe is there to report.
 _PROBE = """
 import importlib, json, sys, sysconfig, warnings
 out = {"version": "%d.%d" % sys.version_info[:2], "missing": [], "warnings": [],
@@ -138,7 +141,7 @@ def _overrides(
     free_threaded = False
     # Another interpreter, or a free-threaded one (this 3.13t venv included): start it once to
     # see what it is and that the GIL stays off in it. A GIL build's own kernel needs no probe.
-    if python is not None or force_gil_off or _free_threaded():
+    if python is not None or force_gil_off or FREE_THREADED:
         interp = probe(python or sys.executable)
         env.update(_check_gil(interp, force_gil_off))
         free_threaded = interp.free_threaded
@@ -159,12 +162,6 @@ def _scheduler_env(contexts: int | None, dispatch: str | None) -> dict[str, str]
     if dispatch is not None:
         env["TINYCORO_DISPATCH"] = check_dispatch(dispatch)
     return env
-
-
-def _free_threaded() -> bool:
-    import sysconfig
-
-    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def kernel_json(
