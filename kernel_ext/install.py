@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tinycoro.compiled import FREE_THREADED
@@ -66,16 +67,15 @@ print(json.dumps(out))
 _GIL_WARNING = re.compile(r"interpreter lock \(GIL\) has been enabled to load module '([^']+)'")
 
 
+@dataclass
 class Interpreter:
     """What :func:`probe` found about a kernel's interpreter."""
 
-    def __init__(self, python: str, version: str, free_threaded: bool, gil: bool,
-                 gil_on_by: list[str]) -> None:
-        self.python = python
-        self.version = version
-        self.free_threaded = free_threaded
-        self.gil = gil  # the GIL is on after importing what the kernel imports, no override
-        self.gil_on_by = gil_on_by  # the modules that turned it on (free-threaded builds)
+    python: str
+    version: str  # "3.13"
+    free_threaded: bool
+    gil: bool  # the GIL is on after importing what the kernel imports, no override
+    gil_on_by: list[str]  # the modules that turned it on (free-threaded builds)
 
     def display_name(self, forced: bool) -> str:
         if not self.free_threaded:
