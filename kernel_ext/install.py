@@ -27,8 +27,10 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tinycoro.compiled import FREE_THREADED
 from tinycoro.core.checks import DISPATCH, check_contexts, check_dispatch
 
 __all__ = [
@@ -44,7 +46,9 @@ EXTRA_ARGUMENTS = ["--ext=tinycoro"]  # appended to ipykernel's own launch comma
 KERNEL_MODULES = ("ipykernel.kernelapp", "ipykernel.ipkernel", "tinycoro", "tinycoro.kernel_ext.extension")
 
 # Run in the kernel's interpreter: which of KERNEL_MODULES are missing, and which module (if
-# any) turned the GIL on -- CPython names it in a RuntimeWarning as it loads the module.
+# any) turned the GIL on -- CPython names it in a RuntimeWarning as it loads the module. Its
+# own reading of the build and the GIL, not tinycoro.compiled's: that interpreter may lack
+# tinycoro, which is what the probe is there to report.
 _PROBE = """
 import importlib, json, sys, sysconfig, warnings
 out = {"version": "%d.%d" % sys.version_info[:2], "missing": [], "warnings": [],
@@ -63,16 +67,15 @@ print(json.dumps(out))
 _GIL_WARNING = re.compile(r"interpreter lock \(GIL\) has been enabled to load module '([^']+)'")
 
 
+@dataclass
 class Interpreter:
     """What :func:`probe` found about a kernel's interpreter."""
 
-    def __init__(self, python: str, version: str, free_threaded: bool, gil: bool,
-                 gil_on_by: list[str]) -> None:
-        self.python = python
-        self.version = version
-        self.free_threaded = free_threaded
-        self.gil = gil  # the GIL is on after importing what the kernel imports, no override
-        self.gil_on_by = gil_on_by  # the modules that turned it on (free-threaded builds)
+    python: str
+    version: str  # "3.13"
+    free_threaded: bool
+    gil: bool  # the GIL is on after importing what the kernel imports, no override
+    gil_on_by: list[str]  # the modules that turned it on (free-threaded builds)
 
     def display_name(self, forced: bool) -> str:
         if not self.free_threaded:
@@ -138,7 +141,7 @@ def _overrides(
     free_threaded = False
     # Another interpreter, or a free-threaded one (this 3.13t venv included): start it once to
     # see what it is and that the GIL stays off in it. A GIL build's own kernel needs no probe.
-    if python is not None or force_gil_off or _free_threaded():
+    if python is not None or force_gil_off or FREE_THREADED:
         interp = probe(python or sys.executable)
         env.update(_check_gil(interp, force_gil_off))
         free_threaded = interp.free_threaded
@@ -159,12 +162,6 @@ def _scheduler_env(contexts: int | None, dispatch: str | None) -> dict[str, str]
     if dispatch is not None:
         env["TINYCORO_DISPATCH"] = check_dispatch(dispatch)
     return env
-
-
-def _free_threaded() -> bool:
-    import sysconfig
-
-    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
 def kernel_json(

@@ -492,7 +492,9 @@ def test_the_dashboards_fit_900_px_and_cut_no_word(chromium, tmp_path):
                 page.set_content(
                     '<body style="margin:20px;font-family:system-ui,-apple-system,sans-serif;'
                     f'font-size:13px"><div id="box" style="width:900px">{body}</div></body>')
-                page.screenshot(path=str(shots / f"{name}-900px.png"), full_page=True)
+                # "-widest": the JupyterLab tests write dashboard-900px.png and
+                # cluster-dashboard-900px.png into the same directory
+                page.screenshot(path=str(shots / f"{name}-widest-900px.png"), full_page=True)
                 box = page.locator("#box")
                 assert box.evaluate(_OVERFLOWING) == [], name
                 assert box.evaluate("b => b.scrollWidth") <= 900, name

@@ -9,12 +9,12 @@ import re
 import socket
 import threading
 import time
-from dataclasses import dataclass
 
 import pytest
 
 pytest.importorskip("ipywidgets")
 
+from helpers.cluster import Engine
 from helpers.runtime import wait_until
 
 import tinycoro as tc
@@ -24,15 +24,6 @@ from tinycoro.kernel_ext.cluster_dashboard import (
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass(frozen=True)
-class Engine:
-    """An engine as ``tc.cluster.EngineInfo`` describes one: id, host, pid."""
-
-    id: int
-    host: str
-    pid: int
 
 
 class SchedulersAsEngines:

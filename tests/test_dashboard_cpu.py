@@ -4,24 +4,18 @@ column and build line, and the cluster dashboard's flags on engines with and wit
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import pytest
 
 pytest.importorskip("ipywidgets")
+
+from helpers.cluster import Engine
 
 import tinycoro as tc
 from tinycoro.core.stats import ContextStats
 from tinycoro.kernel_ext.history import CpuMeter, History
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@dataclass(frozen=True)
-class Engine:
-    id: int
-    host: str
-    pid: int
 
 
 def _stats(t: float, busy: list[float], cpu: list[float], wait: list[float]) -> tc.SchedulerStats:

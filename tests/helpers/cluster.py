@@ -1,17 +1,29 @@
 """Fixture helpers for the cluster tests: a started cluster whose engines can import
-tests/helpers/cluster_tasks.py, and a look at every process and port a cluster holds."""
+tests/helpers/cluster_tasks.py, a look at every process and port a cluster holds, and an
+engine's description for the dashboards' tests."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import psutil
 
 TESTS = str(Path(__file__).resolve().parent.parent)  # tests/, holding the helpers package
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine as ``tc.cluster.EngineInfo`` describes one (id, host, pid), for the
+    dashboards' tests: ``tinycoro.cluster`` itself needs ipyparallel, which they do not."""
+
+    id: int
+    host: str
+    pid: int
 
 
 @contextlib.contextmanager
