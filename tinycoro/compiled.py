@@ -66,16 +66,12 @@ FREE_THREADED: bool = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 def gil_enabled() -> bool:
     """Whether the GIL is enabled now (always, on a build that has one)."""
-    return _gil_enabled()
-
-
-def _gil_enabled() -> bool:
     return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
 # What was loaded before tinycoro's own import began (this module is its first): the GIL's state
 # then, and the extension modules already there (not tinycoro's to answer for).
-_gil_at_start = _gil_enabled()
+_gil_at_start = gil_enabled()
 _modules_at_start = frozenset(sys.modules)
 
 #: The one command that rebuilds the liburing binding so that it declares it runs without the GIL.
@@ -341,14 +337,14 @@ def gil_state() -> str:
     """For a banner: "" on a GIL build; on a free-threaded one, whether the GIL is off now."""
     if not FREE_THREADED:
         return ""
-    return "free-threaded, GIL on" if _gil_enabled() else "free-threaded, GIL off"
+    return "free-threaded, GIL on" if gil_enabled() else "free-threaded, GIL off"
 
 
 def _turned_gil_on() -> list[str]:
     """The extension modules from outside the standard library loaded since tinycoro's import
     began, when the GIL was off then and is on now (one of them did not declare that it runs
     without it); else []. The standard library's all declare it."""
-    if not FREE_THREADED or _gil_at_start or not _gil_enabled():
+    if not FREE_THREADED or _gil_at_start or not gil_enabled():
         return []
     stdlib = tuple(os.path.join(sysconfig.get_path(k), "") for k in ("stdlib", "platstdlib"))
     return sorted(name for name, module in list(sys.modules.items())
