@@ -723,10 +723,12 @@ cdef class RingCore:
 
     def __dealloc__(self):
         # An owner that never closed its ring (an exception between setup and use): the
-        # mappings and the descriptor go with the object, not with the process.
+        # mappings and the descriptor go with the object, not with the process; the provided
+        # buffers only once the descriptor is closed (as multishot_free).
         if self._ring.ring_fd >= 0:
             _ring_unmap(&self._ring)
             close(self._ring.ring_fd)
+        self._pb_unmap()
 
     # -- lifecycle (called by tinycoro.uring._Lifecycle) --------------------------------------
     def ring_open(self, unsigned int entries, unsigned int flags, unsigned int cq_entries):
@@ -1064,6 +1066,10 @@ cdef class RingCore:
     def multishot_free(self):
         """Unmap the buffer ring's memory. Only after the ring has closed (io_uring_queue_exit
         unregisters it and the kernel writes into none of it any more)."""
+        self._pb_unmap()
+        self._pb_state = -1  # closed: no multishot any more
+
+    cdef void _pb_unmap(self) noexcept nogil:
         if self._pb_ring != NULL:
             munmap(self._pb_ring, self._pb_ring_bytes)
             munmap(self._pb_mem, self._pb_mem_bytes)
@@ -1071,7 +1077,6 @@ cdef class RingCore:
             self._pb_used = NULL
             self._pb_ring = NULL
             self._pb_mem = NULL
-        self._pb_state = -1  # closed: no multishot any more
 
     def cq_ready(self):
         return io_uring_cq_ready(&self._ring)
