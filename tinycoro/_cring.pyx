@@ -326,14 +326,20 @@ cdef int _ring_enter(io_uring* ring, unsigned to_submit, unsigned flags) noexcep
     return <int>ret
 
 
+cdef inline bint _kernel_holds_cqes(io_uring* ring) noexcept nogil:
+    """Whether the kernel holds completions back until it is entered with GETEVENTS: its
+    CQ overflow list, or task work not run yet (liburing's ``cq_ring_needs_flush``)."""
+    return ((<volatile unsigned*>ring.sq.kflags)[0]
+            & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) != 0
+
+
 cdef inline io_uring_cqe* _peek(io_uring* ring) noexcept nogil:
     """The next ready CQE, or NULL. As liburing's ``io_uring_peek_cqe``: when none is ready
     but the kernel holds completions back (its overflow list, or task work not run yet), enter
     it with GETEVENTS to have them posted, and look once more, so none is ever lost."""
     cdef io_uring_cqe* cqe = NULL
     __io_uring_peek_cqe(ring, &cqe, NULL)
-    if cqe == NULL and ((<volatile unsigned*>ring.sq.kflags)[0]
-                        & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)):
+    if cqe == NULL and _kernel_holds_cqes(ring):
         _ring_enter(ring, 0, IORING_ENTER_GETEVENTS)
         __io_uring_peek_cqe(ring, &cqe, NULL)
     return cqe
@@ -661,7 +667,7 @@ cdef int _submit_nogil(io_uring* ring) noexcept nogil:
         sq.sqe_head = tail
         sq.ktail[0] = tail
     pending = tail - (<volatile unsigned int*>sq.khead)[0]
-    if (<volatile unsigned int*>sq.kflags)[0] & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN):
+    if _kernel_holds_cqes(ring):
         flags = IORING_ENTER_GETEVENTS
     if pending == 0 and flags == 0:
         return 0
