@@ -977,8 +977,9 @@ cdef class RingCore:
 
         Why not the binding's io_uring_setup_buf_ring: DESIGN section 6. The ring's entries
         and the buffers are two anonymous private mappings: page-aligned as the kernel wants,
-        unmapped only by :meth:`multishot_free`, after the ring has closed, so no buffer the
-        kernel may still write into is ever given back to the allocator."""
+        unmapped only after the ring has closed (:meth:`multishot_free`, or the dealloc of a
+        core dropped unclosed), so no buffer the kernel may still write into is ever given
+        back to the allocator."""
         cdef _pbuf_reg reg
         cdef long ret
         cdef uint32_t i
