@@ -143,13 +143,7 @@ class OptionalBuildExt(build_ext):
             os.makedirs(folder, exist_ok=True)
             path = os.path.join(folder, compiled.BUILD_RECORD)
             # other Pythons' builds in the same tree keep their entries (compiled.build_key)
-            try:
-                with open(path) as f:
-                    builds = json.load(f)
-            except (OSError, ValueError):
-                builds = {}
-            if not isinstance(builds, dict) or not all(isinstance(v, dict) for v in builds.values()):
-                builds = {}  # a record from before it was kept per Python
+            builds = compiled.read_build_records(path)
             builds[compiled.build_key()] = record
             with open(path, "w") as f:
                 f.write(json.dumps(builds, indent=1, sort_keys=True) + "\n")

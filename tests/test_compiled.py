@@ -151,6 +151,17 @@ def _fake_build(package: Path, name: str, source: str) -> None:
     base.with_name(base.name + importlib.machinery.EXTENSION_SUFFIXES[0]).write_bytes(b"")
 
 
+def _built_checkout(root: Path) -> tuple[Path, str, Path]:
+    """A checkout at *root* (setup.py and pyproject.toml beside the package) with the first
+    source module built from ``x = 1``: its package folder, module name and source file."""
+    (root / "setup.py").write_text("")
+    (root / "pyproject.toml").write_text("")
+    package = root / "tinycoro"
+    name = compiled.SOURCE_MODULES[0]
+    _fake_build(package, name, "x = 1\n")
+    return package, name, package.joinpath(*name.split(".")[1:]).with_suffix(".py")
+
+
 def _record(package: Path, **hashes: str) -> None:
     package.joinpath(compiled.BUILD_RECORD).write_text(json.dumps({compiled.build_key(): hashes}))
 
@@ -158,13 +169,8 @@ def _record(package: Path, **hashes: str) -> None:
 def test_a_source_tree_build_is_judged_by_the_hash_of_its_source_not_file_times(tmp_path):
     # In a checkout, a .so beside a .py that changed since the build would run code that is no
     # longer the source: the build is stale, and the reason names the command that rebuilds.
-    (tmp_path / "setup.py").write_text("")
-    (tmp_path / "pyproject.toml").write_text("")
-    package = tmp_path / "tinycoro"
-    name = compiled.SOURCE_MODULES[0]
-    _fake_build(package, name, "x = 1\n")
+    package, name, source = _built_checkout(tmp_path)
     _record(package, **{name: compiled.source_hash(str(package), name)})
-    source = package.joinpath(*name.split(".")[1:]).with_suffix(".py")
     os.utime(source, (4_000_000_000, 4_000_000_000))  # newer than the build: times say nothing
     assert compiled._judge_build(str(package)) is None
     source.write_text("x = 2\n")
@@ -180,13 +186,9 @@ def test_each_python_is_judged_by_its_own_build_of_a_shared_source_tree(tmp_path
     # Two Pythons build their modules side by side in one checkout (foo.cpython-311-*.so and
     # foo.cpython-312-*.so). A rebuild for one must not vouch for the other's older modules,
     # which would then run code that is no longer the source while calling themselves current.
-    (tmp_path / "setup.py").write_text("")
-    (tmp_path / "pyproject.toml").write_text("")
-    package = tmp_path / "tinycoro"
-    name = compiled.SOURCE_MODULES[0]
-    _fake_build(package, name, "x = 1\n")
+    package, name, source = _built_checkout(tmp_path)
     old = compiled.source_hash(str(package), name)
-    package.joinpath(*name.split(".")[1:]).with_suffix(".py").write_text("x = 2\n")
+    source.write_text("x = 2\n")
     new = compiled.source_hash(str(package), name)
     package.joinpath(compiled.BUILD_RECORD).write_text(json.dumps({
         compiled.build_key(): {name: old},  # this Python built before the edit

@@ -211,7 +211,7 @@ def test_an_import_that_turned_the_gil_on_is_named_with_its_fix(monkeypatch):
     monkeypatch.setattr(compiled, "FREE_THREADED", True)
     monkeypatch.setattr(compiled, "_gil_at_start", False)
     monkeypatch.setattr(compiled, "_modules_at_start", frozenset())
-    monkeypatch.setattr(compiled, "_gil_enabled", lambda: True)
+    monkeypatch.setattr(compiled, "gil_enabled", lambda: True)
     monkeypatch.setattr(compiled, "_warned_gil", [])
     with pytest.warns(RuntimeWarning) as record:
         compiled.note_gil()
@@ -227,7 +227,7 @@ def test_no_warning_where_the_gil_was_on_before_tinycoro(monkeypatch, recwarn):
     # Another module (or PYTHON_GIL=1) turned it on first: not tinycoro's to report.
     monkeypatch.setattr(compiled, "FREE_THREADED", True)
     monkeypatch.setattr(compiled, "_gil_at_start", True)
-    monkeypatch.setattr(compiled, "_gil_enabled", lambda: True)
+    monkeypatch.setattr(compiled, "gil_enabled", lambda: True)
     monkeypatch.setattr(compiled, "_warned_gil", [])
     compiled.note_gil()
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

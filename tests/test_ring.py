@@ -392,3 +392,31 @@ def test_the_pure_ring_keeps_the_gil_while_it_resets_errno():
     import ctypes
 
     assert uring._errno_location._flags_ & ctypes._FUNCFLAG_PYTHONAPI
+
+
+def _address_space() -> int:
+    """This process's mapped address space, in bytes (VmSize)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmSize in /proc/self/status")
+
+
+@pytest.mark.skipif(not uring.COMPILED, reason="only the compiled ring maps provided buffers")
+def test_a_compiled_ring_dropped_unclosed_unmaps_its_buffer_ring_too():
+    # An owner that never closed its ring (an exception between setup and use): the ring's
+    # mappings and descriptor go with the object, and so must the provided buffers it mapped
+    # for multishot recvs, or each such ring leaks them for the life of the process.
+    rings, size = 8, 1 << 20  # 64 x 1 MiB of untouched address space per ring
+    before = _address_space()
+    fds = open_fds()
+    for _ in range(rings):
+        core = uring._cring.RingCore()
+        core.ring_open(8, 0, 0)
+        if core.multishot_setup(64, size) != 0:
+            pytest.skip("this kernel has no provided-buffer rings")
+        assert core.buffer_bytes == 64 * size
+        del core
+    assert not opened_since(fds)
+    assert _address_space() - before < rings * 64 * size // 2

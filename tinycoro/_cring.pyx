@@ -326,14 +326,20 @@ cdef int _ring_enter(io_uring* ring, unsigned to_submit, unsigned flags) noexcep
     return <int>ret
 
 
+cdef inline bint _kernel_holds_cqes(io_uring* ring) noexcept nogil:
+    """Whether the kernel holds completions back until it is entered with GETEVENTS: its
+    CQ overflow list, or task work not run yet (liburing's ``cq_ring_needs_flush``)."""
+    return ((<volatile unsigned*>ring.sq.kflags)[0]
+            & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) != 0
+
+
 cdef inline io_uring_cqe* _peek(io_uring* ring) noexcept nogil:
     """The next ready CQE, or NULL. As liburing's ``io_uring_peek_cqe``: when none is ready
     but the kernel holds completions back (its overflow list, or task work not run yet), enter
     it with GETEVENTS to have them posted, and look once more, so none is ever lost."""
     cdef io_uring_cqe* cqe = NULL
     __io_uring_peek_cqe(ring, &cqe, NULL)
-    if cqe == NULL and ((<volatile unsigned*>ring.sq.kflags)[0]
-                        & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)):
+    if cqe == NULL and _kernel_holds_cqes(ring):
         _ring_enter(ring, 0, IORING_ENTER_GETEVENTS)
         __io_uring_peek_cqe(ring, &cqe, NULL)
     return cqe
@@ -661,7 +667,7 @@ cdef int _submit_nogil(io_uring* ring) noexcept nogil:
         sq.sqe_head = tail
         sq.ktail[0] = tail
     pending = tail - (<volatile unsigned int*>sq.khead)[0]
-    if (<volatile unsigned int*>sq.kflags)[0] & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN):
+    if _kernel_holds_cqes(ring):
         flags = IORING_ENTER_GETEVENTS
     if pending == 0 and flags == 0:
         return 0
@@ -723,10 +729,12 @@ cdef class RingCore:
 
     def __dealloc__(self):
         # An owner that never closed its ring (an exception between setup and use): the
-        # mappings and the descriptor go with the object, not with the process.
+        # mappings and the descriptor go with the object, not with the process; the provided
+        # buffers only once the descriptor is closed (as multishot_free).
         if self._ring.ring_fd >= 0:
             _ring_unmap(&self._ring)
             close(self._ring.ring_fd)
+        self._pb_unmap()
 
     # -- lifecycle (called by tinycoro.uring._Lifecycle) --------------------------------------
     def ring_open(self, unsigned int entries, unsigned int flags, unsigned int cq_entries):
@@ -969,8 +977,9 @@ cdef class RingCore:
 
         Why not the binding's io_uring_setup_buf_ring: DESIGN section 6. The ring's entries
         and the buffers are two anonymous private mappings: page-aligned as the kernel wants,
-        unmapped only by :meth:`multishot_free`, after the ring has closed, so no buffer the
-        kernel may still write into is ever given back to the allocator."""
+        unmapped only after the ring has closed (:meth:`multishot_free`, or the dealloc of a
+        core dropped unclosed), so no buffer the kernel may still write into is ever given
+        back to the allocator."""
         cdef _pbuf_reg reg
         cdef long ret
         cdef uint32_t i
@@ -1064,6 +1073,10 @@ cdef class RingCore:
     def multishot_free(self):
         """Unmap the buffer ring's memory. Only after the ring has closed (io_uring_queue_exit
         unregisters it and the kernel writes into none of it any more)."""
+        self._pb_unmap()
+        self._pb_state = -1  # closed: no multishot any more
+
+    cdef void _pb_unmap(self) noexcept nogil:
         if self._pb_ring != NULL:
             munmap(self._pb_ring, self._pb_ring_bytes)
             munmap(self._pb_mem, self._pb_mem_bytes)
@@ -1071,7 +1084,6 @@ cdef class RingCore:
             self._pb_used = NULL
             self._pb_ring = NULL
             self._pb_mem = NULL
-        self._pb_state = -1  # closed: no multishot any more
 
     def cq_ready(self):
         return io_uring_cq_ready(&self._ring)

@@ -56,7 +56,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
     "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
-    "source_hash", "source_files", "build_key", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
+    "source_hash", "source_files", "build_key", "read_build_records", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
     "import_binding",
 ]
 
@@ -66,16 +66,12 @@ FREE_THREADED: bool = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 def gil_enabled() -> bool:
     """Whether the GIL is enabled now (always, on a build that has one)."""
-    return _gil_enabled()
-
-
-def _gil_enabled() -> bool:
     return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
 # What was loaded before tinycoro's own import began (this module is its first): the GIL's state
 # then, and the extension modules already there (not tinycoro's to answer for).
-_gil_at_start = _gil_enabled()
+_gil_at_start = gil_enabled()
 _modules_at_start = frozenset(sys.modules)
 
 #: The one command that rebuilds the liburing binding so that it declares it runs without the GIL.
@@ -149,6 +145,24 @@ def build_key() -> str:
     (``.cpython-312-x86_64-linux-gnu.so``). Each Python builds its own modules side by side in
     one source tree, so each is judged by the record of its own build."""
     return sysconfig.get_config_var("EXT_SUFFIX") or importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def read_build_records(path: str) -> dict[str, dict[str, str]]:
+    """The builds recorded in the :data:`BUILD_RECORD` file at *path*, by :func:`build_key`;
+    {} when it is missing or unreadable. An entry that is not one build's record (a file
+    written before records were kept per Python mapped names to hashes directly) is left out:
+    it vouches for no build. Read by the run time's staleness check and by setup.py, which
+    adds its own Python's entry and keeps the others'."""
+    import json
+
+    try:
+        with open(path) as f:
+            builds = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(builds, dict):
+        return {}
+    return {key: record for key, record in builds.items() if isinstance(record, dict)}
 
 
 def source_files(package_dir: str, name: str) -> list[str]:
@@ -256,15 +270,7 @@ def _judge_build(package_dir: str) -> str | None:
     built = [n for n in _ALL_COMPILED if _built(package_dir, n)]
     if not built:
         return None
-    import json
-
-    try:
-        with open(os.path.join(package_dir, BUILD_RECORD)) as f:
-            record = json.load(f).get(build_key())
-    except (OSError, ValueError, AttributeError):
-        record = None
-    if not isinstance(record, dict):
-        record = {}  # no build by this Python recorded (or a record from before keys existed)
+    record = read_build_records(os.path.join(package_dir, BUILD_RECORD)).get(build_key(), {})
     for name in built:
         if record.get(name) != source_hash(package_dir, name):
             what = "changed since it was built" if name in record else "has no build record"
@@ -331,14 +337,14 @@ def gil_state() -> str:
     """For a banner: "" on a GIL build; on a free-threaded one, whether the GIL is off now."""
     if not FREE_THREADED:
         return ""
-    return "free-threaded, GIL on" if _gil_enabled() else "free-threaded, GIL off"
+    return "free-threaded, GIL on" if gil_enabled() else "free-threaded, GIL off"
 
 
 def _turned_gil_on() -> list[str]:
     """The extension modules from outside the standard library loaded since tinycoro's import
     began, when the GIL was off then and is on now (one of them did not declare that it runs
     without it); else []. The standard library's all declare it."""
-    if not FREE_THREADED or _gil_at_start or not _gil_enabled():
+    if not FREE_THREADED or _gil_at_start or not gil_enabled():
         return []
     stdlib = tuple(os.path.join(sysconfig.get_path(k), "") for k in ("stdlib", "platstdlib"))
     return sorted(name for name, module in list(sys.modules.items())
