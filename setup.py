@@ -124,15 +124,15 @@ class OptionalBuildExt(build_ext):
 
     def _write_build_record(self) -> None:
         """Write this Python's entry of ``tinycoro/_built_from.json`` (``compiled.build_key``):
-        each built module's name -> the hash of its source (``compiled.source_hash``). The run
-        time judges an in-place build stale by it, never by file times, which an install
+        each built module's name -> the hash of its source when the build began
+        (``_HASHED_BEFORE_BUILD``, ``compiled.source_hash``). The run time judges an in-place build stale by it, never by file times, which an install
         rewrites. It goes beside the built modules in
         the build folder (so a wheel carries it) and, for an in-place or editable build, into
         the source tree too."""
         compiled = _compiled_module()
         source_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tinycoro")
         record = {
-            ext.name: compiled.source_hash(source_dir, ext.name)
+            ext.name: _HASHED_BEFORE_BUILD[ext.name]
             for ext in getattr(self, "extensions")
             if ext.name.startswith("tinycoro.")
         }
@@ -176,11 +176,22 @@ def _cimports(name: str) -> set[str]:
     return out
 
 
+#: Each compiled module's source hash, taken before cythonize reads any source: the build
+#: record holds these, so a source edited while the build runs is recorded as it was when it
+#: was compiled, and the edit makes the build stale (hashed after the compile, the record
+#: vouched for code the build never saw).
+_HASHED_BEFORE_BUILD: dict[str, str] = {}
+
+
 def _extensions() -> list:
-    var = _compiled_module().pure_requested()
+    compiled = _compiled_module()
+    var = compiled.pure_requested()
     if var is not None:
         _warn(f"{var} is set")
         return []
+    source_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tinycoro")
+    for ext_name in (*PLAIN_SOURCES, "tinycoro._cring", *compiled.SOURCE_MODULES):
+        _HASHED_BEFORE_BUILD[ext_name] = compiled.source_hash(source_dir, ext_name)
     return _ring_extension() + _plain_extensions() + _source_extensions()
 
 

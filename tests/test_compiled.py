@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 import time
 import urllib.parse
 import urllib.request
@@ -300,3 +301,32 @@ def test_every_augmenting_pxd_ships_in_the_sdist_and_the_wheel():
         patterns = data.get("*", []) + data.get(package, [])
         assert any(fnmatch.fnmatch(leaf + ".pxd", p) for p in patterns), (name, patterns)
         assert (root / Path(*name.split("."))).with_suffix(".pxd").exists(), name
+
+
+@pytest.mark.timeout(300)
+def test_the_build_record_holds_the_source_as_it_was_when_the_build_began(tmp_path, monkeypatch):
+    # A source edited while a build runs (cythonize has read it, the C compiler is busy) must
+    # leave that build stale: the record holds the hash taken before the build read anything,
+    # not one taken after the compile, which would vouch for code the build never saw.
+    import runpy
+
+    import setuptools
+
+    root = Path(__file__).resolve().parent.parent
+    name = "tinycoro._cring"
+    before = compiled.source_hash(str(root / "tinycoro"), name)
+    monkeypatch.chdir(root)
+    monkeypatch.delenv(compiled.PURE_VAR, raising=False)
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: kw)  # load setup.py, build nothing
+    build_ext = runpy.run_path(str(root / "setup.py"))["OptionalBuildExt"]
+    # the source changes now, after the build began: every later look at it sees the edit
+    at_build = build_ext._write_build_record.__globals__
+    edited = at_build["_compiled_module"]()
+    monkeypatch.setattr(edited, "source_hash", lambda *_a: "edited during the build")
+    monkeypatch.setitem(at_build, "_compiled_module", lambda: edited)
+    cmd = build_ext(setuptools.Distribution())
+    cmd.extensions = [types.SimpleNamespace(name=name)]
+    cmd.build_lib, cmd.inplace = str(tmp_path), False
+    cmd._write_build_record()
+    record = json.loads((tmp_path / "tinycoro" / compiled.BUILD_RECORD).read_text())
+    assert record[compiled.build_key()] == {name: before}
