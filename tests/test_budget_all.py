@@ -35,6 +35,7 @@ import tinycoro as tc
 from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.tls import TlsStream
 
+from helpers.budget import gaps, loop_beside_counter
 from helpers.sync import run, spawn_here
 from helpers.tls import tls_pair
 
@@ -595,31 +596,11 @@ def test_a_loop_of_it_lets_the_other_tasks_of_its_context_run(request, contexts,
     its bytes: not charged, it did suspend)."""
 
     async def body(once):
-        done = [0]
-        stop = [False]
-
-        async def looper():
-            while done[0] < LIMIT and not stop[0]:
-                await once()
-                done[0] += 1
-
-        async def counter():
-            seen = []
-            for _ in range(40):
-                seen.append(done[0])
-                await tc.yield_now()
-            stop[0] = True
-            return seen
-
-        lt = spawn_here(looper())
-        seen = await spawn_here(counter())
-        await lt
-        return done[0], seen
+        return await loop_beside_counter(once, LIMIT, steps=40)
 
     done, seen = _drive(request, kind, contexts, body)
     assert done < LIMIT, f"{kind}: the other task never ran while the loop did {LIMIT}"
-    gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET + 1, (kind, gaps)
+    assert max(gaps(seen)) <= INLINE_BUDGET + 1, (kind, gaps(seen))
 
 
 TICKS = 3
