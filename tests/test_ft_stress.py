@@ -25,6 +25,7 @@ import tinycoro as tc
 import tinycoro.lowlevel as ll
 from tinycoro.net import multishot
 from helpers.runtime import wait_until
+from helpers.streams import tcp_pair
 from helpers.sync import run, spawn_elsewhere
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("contexts", [2, 4])]
@@ -309,16 +310,8 @@ def test_multishot_recv_moving_between_contexts_against_its_completions(contexts
     n = 400 * SCALE
     want = b"".join(b"%06d" % i for i in range(n))
 
-    async def pair():
-        lst = await tc.net.listen("127.0.0.1", 0)
-        accepting = tc.spawn(lst.accept())
-        client = await tc.net.connect("127.0.0.1", lst.port)
-        server = await accepting
-        await lst.close()
-        return client, server
-
     async def main():
-        client, server = await pair()
+        client, server = await tcp_pair()
         read = [tc.Event() for _ in range(n)]  # read[k]: message k is all read
 
         async def send():
