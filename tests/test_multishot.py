@@ -10,6 +10,7 @@ which never has the buffer ring.
 from __future__ import annotations
 
 import errno
+import itertools
 import socket
 
 import pytest
@@ -29,6 +30,20 @@ MULTISHOT = multishot.AVAILABLE  # the compiled ring and the compiled multishot 
 def path(recv_path: str) -> str:
     """Which recv the streams of this test use (conftest's ``recv_path``)."""
     return recv_path
+
+
+async def _recv_to_eof(stream, sizes: tuple[int, ...]) -> bytearray:
+    """Every byte until EOF, asking recv for each of *sizes* in turn: no chunk is longer than
+    asked for."""
+    got = bytearray()
+    wants = itertools.cycle(sizes)
+    while True:
+        want = next(wants)
+        chunk = await stream.recv(want)
+        assert len(chunk) <= want
+        if not chunk:
+            return got
+        got += chunk
 
 
 def _armed(stream) -> bool:
@@ -106,17 +121,7 @@ def test_bulk_transfer_in_order_and_max_bytes(path, contexts):
             await client.shutdown_write()
 
         sender = tc.spawn(send())
-        got = bytearray()
-        sizes = (7, 65536, 1, 100000, 4096)
-        k = 0
-        while True:
-            want = sizes[k % len(sizes)]
-            k += 1
-            chunk = await server.recv(want)
-            assert len(chunk) <= want
-            if not chunk:
-                break
-            got += chunk
+        got = await _recv_to_eof(server, (7, 65536, 1, 100000, 4096))
         assert await server.recv() == b""  # EOF stays EOF
         await sender
         await client.close()
@@ -812,17 +817,7 @@ def test_large_and_small_recvs_interleaved_keep_order(path, contexts):
             await client.shutdown_write()
 
         sender = tc.spawn(send())
-        got = bytearray()
-        sizes = (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096)
-        k = 0
-        while True:
-            want = sizes[k % len(sizes)]
-            k += 1
-            chunk = await server.recv(want)
-            assert len(chunk) <= want
-            if not chunk:
-                break
-            got += chunk
+        got = await _recv_to_eof(server, (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096))
         await sender
         await client.close()
         await server.close()
