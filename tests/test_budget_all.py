@@ -222,32 +222,12 @@ async def _mutex_lock(stack, request) -> Once:
     return once
 
 
-async def _mutex_aenter(stack, request) -> Once:
-    m = tc.Mutex()
-
-    async def once():
-        async with m:
-            pass
-
-    return once
-
-
 async def _semaphore_acquire(stack, request) -> Once:
     s = tc.Semaphore(1)
 
     async def once():
         await s.acquire()
         s.release()
-
-    return once
-
-
-async def _semaphore_aenter(stack, request) -> Once:
-    s = tc.Semaphore(1)
-
-    async def once():
-        async with s:
-            pass
 
     return once
 
@@ -271,14 +251,19 @@ async def _condition_wait(stack, request) -> Once:
     return once
 
 
-async def _condition_aenter(stack, request) -> Once:
-    cv = tc.Condition()
+def _aenter(make: Callable[[], Any]) -> Callable[..., Awaitable[Once]]:
+    """The set-up of ``async with`` a primitive that *make* returns, free every time."""
 
-    async def once():
-        async with cv:
-            pass
+    async def setup(stack, request) -> Once:
+        prim = make()
 
-    return once
+        async def once():
+            async with prim:
+                pass
+
+        return once
+
+    return setup
 
 
 async def _when_all(stack, request) -> Once:
@@ -519,12 +504,12 @@ AT_ONCE: dict[str, Callable[..., Awaitable[Once]]] = {
     "Channel.recv": _channel_recv,
     "Channel.__anext__": _channel_anext,
     "Mutex.lock": _mutex_lock,
-    "Mutex.__aenter__": _mutex_aenter,
+    "Mutex.__aenter__": _aenter(tc.Mutex),
     "Semaphore.acquire": _semaphore_acquire,
-    "Semaphore.__aenter__": _semaphore_aenter,
+    "Semaphore.__aenter__": _aenter(lambda: tc.Semaphore(1)),
     "Event.wait": _event_wait,
     "Condition.wait": _condition_wait,
-    "Condition.__aenter__": _condition_aenter,
+    "Condition.__aenter__": _aenter(tc.Condition),
     "tc.when_all": _when_all,
     "UdpSocket.recvfrom": _udp_recvfrom,
     "UdpSocket.sendto": _udp_sendto_empty,
