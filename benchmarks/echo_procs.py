@@ -114,10 +114,12 @@ class EchoServer:
         env: dict[str, str] | None = None,
         wrap: list[str] | None = None,
         ready_timeout: float = 20.0,
+        module: str = "benchmarks.echo_server",
     ) -> None:
         self.kind = kind
-        # *wrap* runs the server under a tool (valgrind, for instructions per request)
-        cmd = list(wrap or []) + [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
+        # *wrap* runs the server under a tool (valgrind, for instructions per request); *module*
+        # is another server of the same command line (benchmarks.http_server)
+        cmd = list(wrap or []) + [sys.executable, "-m", module, kind, str(contexts)]
         penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         if kind in C_SERVERS:  # one thread whatever *contexts* says: the limit of one core
             try:
