@@ -26,7 +26,7 @@ import tinycoro.lowlevel as ll
 from tinycoro.net import multishot
 from helpers.runtime import wait_until
 from helpers.streams import tcp_pair
-from helpers.sync import run, spawn_elsewhere
+from helpers.sync import exclusive_turn, run, spawn_elsewhere
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("contexts", [2, 4])]
 
@@ -108,10 +108,7 @@ def test_mutex_fast_unlock_against_newcomers_never_strands_a_waiter(contexts):
         async def worker():
             for i in range(each):
                 async with m:
-                    state["inside"] += 1
-                    state["overlaps"] += state["inside"] != 1
-                    state["count"] += 1
-                    state["inside"] -= 1
+                    exclusive_turn(state)
                 if i % 5 == 0:
                     await tc.yield_now()
 
