@@ -7,6 +7,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def checkout_env() -> dict[str, str]:
+    """This process's environment with this checkout first on ``PYTHONPATH``: what every child
+    that runs ``python -m benchmarks.<module>`` (on this or another interpreter) is given."""
+    return dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
 BUILD_DIR = REPO / "build" / "benchmarks"  # git-ignored (build/)
 ECHO_LOAD_SRC = REPO / "benchmarks" / "echo_load.c"  # the project's own load generator
 # The C echo servers of the limit rows: server kind -> program (benchmarks/<program>.c)

@@ -20,9 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import BUILD_DIR, C_SERVERS, ECHO_LOAD_SRC, REPO
+from .config import BUILD_DIR, C_SERVERS, ECHO_LOAD_SRC, REPO, checkout_env
 from .harness import Sample
-from .peers import URINGIO, uringio_env, uringio_python
+from .peers import URINGIO, uringio_python
 
 __all__ = [
     "CProgramMissing",
@@ -114,11 +114,13 @@ class EchoServer:
         env: dict[str, str] | None = None,
         wrap: list[str] | None = None,
         ready_timeout: float = 20.0,
+        module: str = "benchmarks.echo_server",
     ) -> None:
         self.kind = kind
-        # *wrap* runs the server under a tool (valgrind, for instructions per request)
-        cmd = list(wrap or []) + [sys.executable, "-m", "benchmarks.echo_server", kind, str(contexts)]
-        penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        # *wrap* runs the server under a tool (valgrind, for instructions per request); *module*
+        # is another server of the same command line (benchmarks.http_server)
+        cmd = list(wrap or []) + [sys.executable, "-m", module, kind, str(contexts)]
+        penv = checkout_env()
         if kind in C_SERVERS:  # one thread whatever *contexts* says: the limit of one core
             try:
                 cmd = list(wrap or []) + [str(build_c_server(kind))]
@@ -128,7 +130,7 @@ class EchoServer:
             py, why = uringio_python()
             if py is None:
                 raise RuntimeError(why)
-            cmd, penv = [py, "-m", "benchmarks.uringio_peer", "echo"], uringio_env()
+            cmd = [py, "-m", "benchmarks.uringio_peer", "echo"]
         penv.update(env or {})
         self.proc = subprocess.Popen(
             cmd, cwd=str(REPO), env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 KINDS = ("tinycoro", "asyncio-streams", "asyncio-protocol", "uvloop-streams", "uvloop-protocol")
 HOST = "127.0.0.1"
@@ -53,10 +53,11 @@ async def tinycoro_echo(conn: Any) -> None:
         await conn.close()
 
 
-def serve_tinycoro(contexts: int) -> None:
+def serve_tinycoro(contexts: int, handle: Callable[[Any], Awaitable[None]] = tinycoro_echo) -> None:
+    """Listen, print ``READY <port>``, and serve each connection accepted with a task running
+    ``handle(conn)`` on *contexts* contexts (the echo by default; the request/response servers
+    pass theirs)."""
     import tinycoro as tc
-
-    handle = tinycoro_echo
 
     async def profile_for(path: str, seconds: float) -> None:
         import cProfile
@@ -111,9 +112,9 @@ class EchoProtocol(asyncio.Protocol):
         self.transport.write(data)  # type: ignore[attr-defined]
 
 
-async def _protocol_main() -> None:
+async def _protocol_main(protocol: Callable[[], asyncio.Protocol] = EchoProtocol) -> None:
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(EchoProtocol, HOST, 0, backlog=BACKLOG)
+    server = await loop.create_server(protocol, HOST, 0, backlog=BACKLOG)
     _ready(server.sockets[0].getsockname()[1])
     async with server:
         await server.serve_forever()

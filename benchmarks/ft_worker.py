@@ -46,6 +46,18 @@ async def _timed(body: Callable[[], Coroutine[Any, Any, int]]) -> dict[str, Any]
     return {"value": units / (t1 - t0), "units": units, "cpu": [c1[0] - c0[0], c1[1] - c0[1]]}
 
 
+async def _timed_tasks(one: Callable[[], Coroutine[Any, Any, Any]], tasks: int, each: int) -> dict[str, Any]:
+    """Time *tasks* tasks of ``one()`` (spread over the contexts by ``tc.spawn``), each doing
+    *each* units, from their spawn to the last one's end."""
+
+    async def body() -> int:
+        for t in [tc.spawn(one()) for _ in range(tasks)]:
+            await t
+        return tasks * each
+
+    return await _timed(body)
+
+
 # -- the workloads -----------------------------------------------------------------------------
 async def cpu_bound(tasks: int, chunks: int, iters: int) -> dict[str, Any]:
     """*tasks* coroutines, each *chunks* chunks of an *iters*-iteration loop of integer
@@ -66,12 +78,7 @@ async def cpu_bound(tasks: int, chunks: int, iters: int) -> dict[str, Any]:
             await tc.sleep(0)
         return x
 
-    async def body() -> int:
-        for t in [tc.spawn(crunch()) for _ in range(tasks)]:
-            await t
-        return tasks * chunks
-
-    return await _timed(body)
+    return await _timed_tasks(crunch, tasks, chunks)
 
 
 async def mutex_uncontended(tasks: int, pairs: int) -> dict[str, Any]:
@@ -85,12 +92,7 @@ async def mutex_uncontended(tasks: int, pairs: int) -> dict[str, Any]:
             await m.lock()
             m.unlock()
 
-    async def body() -> int:
-        for t in [tc.spawn(one()) for _ in range(tasks)]:
-            await t
-        return tasks * pairs
-
-    return await _timed(body)
+    return await _timed_tasks(one, tasks, pairs)
 
 
 async def mutex_contended(tasks: int, iters: int) -> dict[str, Any]:
@@ -105,12 +107,7 @@ async def mutex_contended(tasks: int, iters: int) -> dict[str, Any]:
             async with m:
                 await y()
 
-    async def body() -> int:
-        for t in [tc.spawn(one()) for _ in range(tasks)]:
-            await t
-        return tasks * iters
-
-    return await _timed(body)
+    return await _timed_tasks(one, tasks, iters)
 
 
 WORKLOADS: dict[str, Callable[..., Coroutine[Any, Any, dict[str, Any]]]] = {

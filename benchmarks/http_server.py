@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from typing import Any, Callable
 
-from .echo_server import BACKLOG, HOST, _ready
+from .echo_server import _protocol_main, serve_tinycoro
 
 KINDS = ("tinycoro", "uvloop-protocol")
 BODY = b"Hello, World!"
@@ -23,16 +23,21 @@ RESPONSE = (
 REQUEST_END = b"\r\n\r\n"
 
 
-def _answers(pending: bytes, data: bytes) -> tuple[bytes, bytes]:
-    """(what to send, what stays pending) once *data* has arrived after *pending*."""
+def _answers(pending: bytes, data: bytes, respond: Callable[[int], bytes] | None = None) -> tuple[bytes, bytes]:
+    """(what to send, what stays pending) once *data* has arrived after *pending*: for *n*
+    complete requests, ``respond(n)``, or without *respond* the fixed response *n* times
+    (inline: no call more on the measured rows' path than the peer's)."""
     buf = pending + data if pending else data
     n = buf.count(REQUEST_END)
     if not n:
         return b"", buf
-    return RESPONSE * n, buf[buf.rfind(REQUEST_END) + 4:]
+    return RESPONSE * n if respond is None else respond(n), buf[buf.rfind(REQUEST_END) + 4:]
 
 
-async def tinycoro_http(conn: Any) -> None:
+async def serve_requests(conn: Any, respond: Callable[[int], bytes] | None = None) -> None:
+    """Serve one tinycoro connection, a task per connection: each read's complete requests
+    are answered in one send (see :func:`_answers`). The skeleton of every request/response
+    server here; the JSON server passes its *respond*."""
     recv, sendall = conn.recv, conn.sendall
     pending = b""
     try:
@@ -40,26 +45,13 @@ async def tinycoro_http(conn: Any) -> None:
             data = await recv(65536)
             if not data:
                 break
-            out, pending = _answers(pending, data)
+            out, pending = _answers(pending, data, respond)
             if out:
                 await sendall(out)
     except OSError:
         pass  # the load generator resets its connections when a run ends
     finally:
         await conn.close()
-
-
-def serve_tinycoro(contexts: int) -> None:
-    import tinycoro as tc
-
-    async def main() -> None:
-        listener = await tc.net.listen(HOST, 0, backlog=BACKLOG)
-        _ready(listener.port)
-        while True:
-            conn = await listener.accept()
-            tc.spawn(tinycoro_http(conn))
-
-    tc.run(main(), contexts=contexts)
 
 
 class HttpProtocol(asyncio.Protocol):
@@ -73,24 +65,16 @@ class HttpProtocol(asyncio.Protocol):
             self.transport.write(out)  # type: ignore[attr-defined]
 
 
-async def _protocol_main() -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(HttpProtocol, HOST, 0, backlog=BACKLOG)
-    _ready(server.sockets[0].getsockname()[1])
-    async with server:
-        await server.serve_forever()
-
-
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in KINDS:
         raise SystemExit(f"usage: python -m benchmarks.http_server {{{','.join(KINDS)}}} [CONTEXTS]")
     if argv[0] == "tinycoro":
-        serve_tinycoro(int(argv[1]) if len(argv) > 1 else 1)
+        serve_tinycoro(int(argv[1]) if len(argv) > 1 else 1, serve_requests)
     else:
         import uvloop
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-        asyncio.run(_protocol_main())
+        asyncio.run(_protocol_main(HttpProtocol))
 
 
 if __name__ == "__main__":

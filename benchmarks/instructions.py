@@ -18,7 +18,7 @@ from pathlib import Path
 import tinycoro as tc
 
 from . import echo_procs
-from .config import REPO
+from .config import REPO, checkout_env
 
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.M)
 
@@ -105,7 +105,7 @@ def pingpong_instructions(n: tuple[int, int] = (1000, 5000)) -> tuple[float | No
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return None, "valgrind (callgrind) not installed"
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = checkout_env()
     totals = []
     with tempfile.TemporaryDirectory() as d:
         for count in n:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, Coroutine
 
-from .echo_server import BACKLOG, HOST, _ready
-from .http_server import REQUEST_END
+from .echo_server import serve_tinycoro
+from .http_server import serve_requests
 
 ITEMS = 64  # line items: a ~3.8 KiB compact document, ~150 us per request on Python 3.11
 
@@ -59,36 +59,17 @@ def handle(text: bytes) -> bytes:
 RESPONSE_BYTES = len(handle(DOCUMENT))
 
 
-async def serve_connection(conn: Any) -> None:
-    recv, sendall = conn.recv, conn.sendall
-    pending = b""
-    try:
-        while True:
-            data = await recv(65536)
-            if not data:
-                break
-            pending += data
-            n = pending.count(REQUEST_END)
-            if n:
-                pending = pending[pending.rfind(REQUEST_END) + len(REQUEST_END):]
-                await sendall(b"".join(handle(DOCUMENT) for _ in range(n)))
-    except OSError:
-        pass  # the load generator resets its connections when a run ends
-    finally:
-        await conn.close()
+def respond(n: int) -> bytes:
+    """The answer to *n* requests: each handles the document afresh."""
+    return b"".join(handle(DOCUMENT) for _ in range(n))
+
+
+def serve_connection(conn: Any) -> Coroutine[Any, Any, None]:
+    return serve_requests(conn, respond)
 
 
 def serve(contexts: int) -> None:
-    import tinycoro as tc
-
-    async def main() -> None:
-        listener = await tc.net.listen(HOST, 0, backlog=BACKLOG)
-        _ready(listener.port)
-        while True:
-            conn = await listener.accept()
-            tc.spawn(serve_connection(conn))
-
-    tc.run(main(), contexts=contexts)
+    serve_tinycoro(contexts, serve_connection)
 
 
 if __name__ == "__main__":

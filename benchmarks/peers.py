@@ -15,7 +15,7 @@ from typing import Any, Coroutine
 
 import tinycoro as tc
 
-from .config import BUILD_DIR
+from .config import BUILD_DIR, REPO
 
 ASYNCIO = "asyncio"
 UVLOOP = "uvloop"
@@ -101,12 +101,6 @@ def _make_uringio_venv(create: bool) -> tuple[str | None, str | None]:
     return str(py), None
 
 
-def uringio_env() -> dict[str, str]:
-    """The environment for ``python -m benchmarks.uringio_peer`` from this repository."""
-    repo = str(Path(__file__).resolve().parent.parent)
-    return dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
 # -- other Python versions -----------------------------------------------------------------------
 def pyenv_python(version: str) -> str | None:
     """pyenv's interpreter of *version* (``"3.12"``: its newest 3.12.x), or None."""
@@ -128,12 +122,18 @@ def is_free_threaded() -> bool:
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
+def _ft_cache() -> Path:
+    """Where tools/build_freethreaded_python.sh and .ci/run keep the free-threaded build and
+    its binding wheel."""
+    return Path(os.environ.get("TINYCORO_FT_CACHE") or os.path.expanduser("~/.cache/tinycoro"))
+
+
 def freethreaded_base() -> tuple[str | None, str | None]:
     """(python, None) for the cached free-threaded CPython 3.13 that
     ``tools/build_freethreaded_python.sh`` builds (under ``$TINYCORO_FT_CACHE`` or
     ``~/.cache/tinycoro``); or (None, why not). A benchmark run never builds it: that takes
     minutes and root (a deb-src entry)."""
-    cache = Path(os.environ.get("TINYCORO_FT_CACHE") or os.path.expanduser("~/.cache/tinycoro"))
+    cache = _ft_cache()
     py = cache / "python3.13t-release" / "bin" / "python3.13t"
     if not os.access(py, os.X_OK):
         return None, (f"no free-threaded Python 3.13 at {py} (build it once with "
@@ -148,7 +148,7 @@ def _freethreaded_install(py: Path, repo: str) -> None:
     it turns the GIL back on), then tinycoro without build isolation (an isolated build would
     build the binding once more). The peers' extras are not installed: uvloop and pyzmq have no
     3.13t wheels and do not build offline; their rows say they are missing."""
-    cache = Path(os.environ.get("TINYCORO_FT_CACHE") or os.path.expanduser("~/.cache/tinycoro"))
+    cache = _ft_cache()
     wheels = cache / "wheels-ft"
     pip = [str(py), "-m", "pip", "install", "-q"]
     run = dict(check=True, capture_output=True, text=True, timeout=3600, cwd=repo)
@@ -191,7 +191,7 @@ def version_python(version: str, create: bool = True) -> tuple[str | None, str |
         if ft and create and _interpreted(py):
             # the checkout changed since the build (a merge): a free-threaded figure of the
             # interpreted runtime would be compared against the compiled one of the GIL build
-            repo = str(Path(__file__).resolve().parent.parent)
+            repo = str(REPO)
             subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-build-isolation", "-e", repo],
                            capture_output=True, text=True, timeout=3600, cwd=repo)
         return str(py), None
@@ -205,7 +205,7 @@ def version_python(version: str, create: bool = True) -> tuple[str | None, str |
         base = pyenv_python(version)
     if base is None:
         return None, f"no Python {version} found under pyenv's versions (~/.pyenv/versions/{version}.*)"
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(REPO)
     try:
         py.parent.parent.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([base, "-m", "venv", "--clear", str(py.parent.parent)], check=True,

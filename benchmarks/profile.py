@@ -34,7 +34,7 @@ import tinycoro as tc
 
 from . import config, echo_procs, w_file, w_spawn, w_switch
 from .instructions import echo_instructions, pingpong, pingpong_instructions
-from .config import REPO, Config
+from .config import REPO, Config, checkout_env
 
 TARGETS = ("switch", "spawn", "file", "echo")
 TITLES = {
@@ -147,7 +147,7 @@ def _pyspy(name: str, cfg: Config, seconds: float, top: int, pyspy: str) -> str:
                 srv.close()
             head = f"echo_load during profiling: {sample.value:,.0f} req/s (py-spy slows the server)"
         else:
-            env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+            env = checkout_env()
             cmd = [sys.executable, "-m", "benchmarks.profile", "--target", name, "--seconds", f"{seconds:g}"]
             if cfg.mode == "tiny":
                 cmd.append("--tiny")

@@ -25,7 +25,6 @@ Targets (2-core machine): CPU-bound 2 engines >= 1.7x 1 process; echo 2 engines 
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import tinycoro as tc
 
 from . import echo_procs, w_echo
 from .echo_server import tinycoro_echo
-from .config import REPO, Config
+from .config import REPO, Config, checkout_env
 from .harness import Case, Ratio, Sample, Series
 from .peers import run_tc
 
@@ -114,7 +113,7 @@ class PlainWorker:
     and answers with a line when done; started once per run."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = checkout_env()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.w_cluster", "worker"], cwd=str(REPO), env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,

@@ -14,13 +14,10 @@ reported as skipped with the reason.
 
 from __future__ import annotations
 
-import os
 import resource
-import subprocess
-import sys
 from contextlib import ExitStack
 
-from .config import REPO, Config
+from .config import Config
 from .harness import Case, Ratio, Series
 from .http_server import RESPONSE
 from .echo_procs import EchoLoadMissing, EchoServer, build_echo_load, run_load
@@ -47,20 +44,6 @@ REQUEST = 128  # bytes of each HTTP-style request (a GET with a few headers)
 HTTP = "HTTP-style request/response"
 
 
-class HttpServer(EchoServer):
-    """The responder of :mod:`benchmarks.http_server` of one kind, started as an echo server is."""
-
-    def __init__(self, kind: str, contexts: int = 1, env: dict[str, str] | None = None) -> None:
-        self.kind = kind
-        penv = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        penv.update(env or {})
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.http_server", kind, str(contexts)],
-            cwd=str(REPO), env=penv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        self.port = self._wait_ready(timeout=20.0)
-
-
 def descriptors_for(conns: int) -> str | None:
     """None if this process (and so its children) may open *conns* sockets and some to
     spare, after raising the soft limit to the hard one; else why not."""
@@ -76,7 +59,7 @@ def descriptors_for(conns: int) -> str | None:
 
 def _servers(stack: ExitStack, contexts: int, http: bool) -> dict[str, EchoServer | str]:
     def start(kind: str, env: dict[str, str]) -> EchoServer:
-        return HttpServer(kind, contexts, env) if http else EchoServer(kind, contexts, env=env)
+        return EchoServer(kind, contexts, env=env, module="benchmarks.http_server" if http else "benchmarks.echo_server")
 
     return servers(stack, _SERVERS, start)
 

@@ -41,9 +41,9 @@ from typing import Any, Callable
 
 import tinycoro as tc
 
-from .config import Config
+from .config import Config, checkout_env
 from .harness import Case, Ratio, Sample, Series
-from .peers import ASYNCIO, URINGIO, missing, run_on, run_tc, uringio_env, uringio_python
+from .peers import ASYNCIO, URINGIO, missing, run_on, run_tc, uringio_python
 
 NAME = "file"
 WORKLOAD = "file 4 KiB random"
@@ -205,7 +205,7 @@ def _uringio_reads(path: str, offs_path: str, inflight: int) -> Sample:
         raise RuntimeError(why)
     out = subprocess.run(
         [py, "-m", "benchmarks.uringio_peer", "file", path, offs_path, str(inflight)],
-        env=uringio_env(), capture_output=True, text=True, timeout=300,
+        env=checkout_env(), capture_output=True, text=True, timeout=300,
     )
     if out.returncode != 0 or not out.stdout.startswith("rate="):
         raise RuntimeError(f"uringio reads failed ({out.returncode}): {out.stderr.strip()[-200:]}")

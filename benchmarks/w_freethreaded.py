@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import json_server
-from .config import REPO, Config
+from .config import REPO, Config, checkout_env
 from .echo_procs import EchoLoadMissing, EchoServer, build_echo_load, run_load
 from .harness import Case, CaseResult, Ratio, RatioResult, Sample, Series
 from .peers import FREE_THREADED, is_free_threaded, version_python
@@ -86,7 +86,7 @@ def builds(cfg: Config) -> dict[str, tuple[str | None, str | None]]:
 def child_env() -> dict[str, str]:
     """The environment of every child: this checkout importable, and no ``PYTHON_GIL``, so that
     the free-threaded build runs as a user's would (the GIL off unless an import turns it on)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = checkout_env()
     env.pop("PYTHON_GIL", None)
     return env
 

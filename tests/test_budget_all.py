@@ -35,6 +35,7 @@ import tinycoro as tc
 from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.tls import TlsStream
 
+from helpers.budget import gaps, loop_beside_counter
 from helpers.sync import run, spawn_here
 from helpers.tls import tls_pair
 
@@ -221,32 +222,12 @@ async def _mutex_lock(stack, request) -> Once:
     return once
 
 
-async def _mutex_aenter(stack, request) -> Once:
-    m = tc.Mutex()
-
-    async def once():
-        async with m:
-            pass
-
-    return once
-
-
 async def _semaphore_acquire(stack, request) -> Once:
     s = tc.Semaphore(1)
 
     async def once():
         await s.acquire()
         s.release()
-
-    return once
-
-
-async def _semaphore_aenter(stack, request) -> Once:
-    s = tc.Semaphore(1)
-
-    async def once():
-        async with s:
-            pass
 
     return once
 
@@ -270,14 +251,19 @@ async def _condition_wait(stack, request) -> Once:
     return once
 
 
-async def _condition_aenter(stack, request) -> Once:
-    cv = tc.Condition()
+def _aenter(make: Callable[[], Any]) -> Callable[..., Awaitable[Once]]:
+    """The set-up of ``async with`` a primitive that *make* returns, free every time."""
 
-    async def once():
-        async with cv:
-            pass
+    async def setup(stack, request) -> Once:
+        prim = make()
 
-    return once
+        async def once():
+            async with prim:
+                pass
+
+        return once
+
+    return setup
 
 
 async def _when_all(stack, request) -> Once:
@@ -518,12 +504,12 @@ AT_ONCE: dict[str, Callable[..., Awaitable[Once]]] = {
     "Channel.recv": _channel_recv,
     "Channel.__anext__": _channel_anext,
     "Mutex.lock": _mutex_lock,
-    "Mutex.__aenter__": _mutex_aenter,
+    "Mutex.__aenter__": _aenter(tc.Mutex),
     "Semaphore.acquire": _semaphore_acquire,
-    "Semaphore.__aenter__": _semaphore_aenter,
+    "Semaphore.__aenter__": _aenter(lambda: tc.Semaphore(1)),
     "Event.wait": _event_wait,
     "Condition.wait": _condition_wait,
-    "Condition.__aenter__": _condition_aenter,
+    "Condition.__aenter__": _aenter(tc.Condition),
     "tc.when_all": _when_all,
     "UdpSocket.recvfrom": _udp_recvfrom,
     "UdpSocket.sendto": _udp_sendto_empty,
@@ -595,31 +581,11 @@ def test_a_loop_of_it_lets_the_other_tasks_of_its_context_run(request, contexts,
     its bytes: not charged, it did suspend)."""
 
     async def body(once):
-        done = [0]
-        stop = [False]
-
-        async def looper():
-            while done[0] < LIMIT and not stop[0]:
-                await once()
-                done[0] += 1
-
-        async def counter():
-            seen = []
-            for _ in range(40):
-                seen.append(done[0])
-                await tc.yield_now()
-            stop[0] = True
-            return seen
-
-        lt = spawn_here(looper())
-        seen = await spawn_here(counter())
-        await lt
-        return done[0], seen
+        return await loop_beside_counter(once, LIMIT, steps=40)
 
     done, seen = _drive(request, kind, contexts, body)
     assert done < LIMIT, f"{kind}: the other task never ran while the loop did {LIMIT}"
-    gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET + 1, (kind, gaps)
+    assert max(gaps(seen)) <= INLINE_BUDGET + 1, (kind, gaps(seen))
 
 
 TICKS = 3

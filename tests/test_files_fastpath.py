@@ -4,6 +4,7 @@ file in a loop still lets the other tasks of its context run."""
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -15,6 +16,7 @@ from tinycoro.testing import wait_blocked
 from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.io import FILE_READS_ENV
 
+from helpers.budget import gaps, loop_beside_counter
 from helpers.pagecache import PAGE
 from helpers.pagecache import cached_file as _cached_file
 from helpers.pagecache import evict as _evict
@@ -255,17 +257,17 @@ def test_close_on_another_context_while_reading_inline(tmp_path):
 
 
 class _LoopReader:
-    """A task body that reads a cached file page after page in a tight loop, until *stop* is
-    set or *limit* reads are done (so a test cannot hang on it); ``started`` is set after the
-    first 100 reads."""
+    """A task body that reads a cached file page after page in a tight loop, until *limit*
+    reads are done (so a test cannot hang on it); ``started`` is set after the first 100
+    reads."""
 
-    def __init__(self, f, pages: int, limit: int, stop: tc.Event | None = None) -> None:
-        self.f, self.pages, self.limit, self.stop = f, pages, limit, stop
+    def __init__(self, f, pages: int, limit: int) -> None:
+        self.f, self.pages, self.limit = f, pages, limit
         self.reads = 0
         self.started = tc.Event()
 
     async def __call__(self) -> None:
-        while self.reads < self.limit and not (self.stop and self.stop.is_set()):
+        while self.reads < self.limit:
             await self.f.read_at(PAGE, (self.reads % self.pages) * PAGE)
             self.reads += 1
             if self.reads == 100:
@@ -285,37 +287,14 @@ def test_a_task_reading_a_cached_file_lets_its_context_run_others(contexts, tmp_
     with tc.Scheduler(contexts) as s:
         async def main():
             f = await tc.io.open(path)
-            done = tc.Event()
-            loop = _LoopReader(f, 64, limit, done)
-
-            async def counter():
-                seen = []
-                for _ in range(50):
-                    seen.append(loop.reads)
-                    await tc.yield_now()
-                if tc.current_context() == r.context:
-                    done.set()  # only the counter that shares the reader's context ends it
-                return seen
-
-            r = tc.spawn(loop())
-            # Round robin: within `contexts` spawns one counter lands on the reader's context.
-            others = []
-            while True:
-                c = tc.spawn(counter())
-                if c.context == r.context:
-                    break
-                others.append(c)
-            await r
-            seen = await c
-            for o in others:
-                await o
+            offsets = itertools.cycle(range(0, len(data), PAGE))  # page after page
+            reads, seen = await loop_beside_counter(lambda: f.read_at(PAGE, next(offsets)), limit)
             await f.close()
-            return loop.reads, seen
+            return reads, seen
 
         reads, seen = s.run_sync(main(), timeout=100)
     assert reads < limit, "the counter never ran while the reader read"
-    gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET, gaps
+    assert max(gaps(seen)) <= INLINE_BUDGET, gaps(seen)
 
 
 def test_cancel_reaches_a_task_reading_a_cached_file_in_a_loop(contexts, tmp_path):

@@ -19,6 +19,7 @@ from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.io import FILE_READS_ENV
 from tinycoro.testing import wait_blocked
 
+from helpers.budget import gaps, loop_beside_counter
 from helpers.pagecache import PAGE, cached_file, evict, page_cache_fs
 
 MiB = 1 << 20
@@ -283,41 +284,9 @@ def test_read_file_in_a_loop_lets_its_context_run_others(contexts, tmp_path):
     limit = 20_000  # bounds the test if the reader never let the counter run
 
     with tc.Scheduler(contexts) as s:
-        async def main():
-            done = tc.Event()
-            reads = [0]
-
-            async def reader():
-                while reads[0] < limit and not done.is_set():
-                    await tc.io.read_file(path)
-                    reads[0] += 1
-
-            async def counter():
-                seen = []
-                for _ in range(50):
-                    seen.append(reads[0])
-                    await tc.yield_now()
-                if tc.current_context() == r.context:
-                    done.set()  # only the counter that shares the reader's context ends it
-                return seen
-
-            r = tc.spawn(reader())
-            others = []
-            while True:  # round robin: within `contexts` spawns one lands on the reader's
-                c = tc.spawn(counter())
-                if c.context == r.context:
-                    break
-                others.append(c)
-            await r
-            seen = await c
-            for o in others:
-                await o
-            return reads[0], seen
-
-        n, seen = s.run_sync(main(), timeout=100)
+        n, seen = s.run_sync(loop_beside_counter(lambda: tc.io.read_file(path), limit), timeout=100)
     assert n < limit, "the counter never ran while the reader read"
-    gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET, gaps
+    assert max(gaps(seen)) <= INLINE_BUDGET, gaps(seen)
 
 
 def test_cancel_a_whole_file_read_on_the_ring(contexts, tmp_path):

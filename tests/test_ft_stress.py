@@ -25,7 +25,8 @@ import tinycoro as tc
 import tinycoro.lowlevel as ll
 from tinycoro.net import multishot
 from helpers.runtime import wait_until
-from helpers.sync import run, spawn_elsewhere
+from helpers.streams import tcp_pair
+from helpers.sync import exclusive_turn, run, spawn_elsewhere
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.parametrize("contexts", [2, 4])]
 
@@ -107,10 +108,7 @@ def test_mutex_fast_unlock_against_newcomers_never_strands_a_waiter(contexts):
         async def worker():
             for i in range(each):
                 async with m:
-                    state["inside"] += 1
-                    state["overlaps"] += state["inside"] != 1
-                    state["count"] += 1
-                    state["inside"] -= 1
+                    exclusive_turn(state)
                 if i % 5 == 0:
                     await tc.yield_now()
 
@@ -309,16 +307,8 @@ def test_multishot_recv_moving_between_contexts_against_its_completions(contexts
     n = 400 * SCALE
     want = b"".join(b"%06d" % i for i in range(n))
 
-    async def pair():
-        lst = await tc.net.listen("127.0.0.1", 0)
-        accepting = tc.spawn(lst.accept())
-        client = await tc.net.connect("127.0.0.1", lst.port)
-        server = await accepting
-        await lst.close()
-        return client, server
-
     async def main():
-        client, server = await pair()
+        client, server = await tcp_pair()
         read = [tc.Event() for _ in range(n)]  # read[k]: message k is all read
 
         async def send():

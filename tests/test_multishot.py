@@ -10,6 +10,7 @@ which never has the buffer ring.
 from __future__ import annotations
 
 import errno
+import itertools
 import socket
 
 import pytest
@@ -20,6 +21,7 @@ from tinycoro.net import multishot
 from tinycoro.testing import wait_blocked
 
 from helpers.runtime import cancel_and_wait
+from helpers.streams import tcp_pair
 
 MULTISHOT = multishot.AVAILABLE  # the compiled ring and the compiled multishot module
 
@@ -30,18 +32,23 @@ def path(recv_path: str) -> str:
     return recv_path
 
 
+async def _recv_to_eof(stream, sizes: tuple[int, ...]) -> bytearray:
+    """Every byte until EOF, asking recv for each of *sizes* in turn: no chunk is longer than
+    asked for."""
+    got = bytearray()
+    wants = itertools.cycle(sizes)
+    while True:
+        want = next(wants)
+        chunk = await stream.recv(want)
+        assert len(chunk) <= want
+        if not chunk:
+            return got
+        got += chunk
+
+
 def _armed(stream) -> bool:
     ms = stream._ms
     return ms is not None and ms.armed
-
-
-async def _pair():
-    lst = await tc.net.listen("127.0.0.1", 0)
-    accepting = tc.spawn(lst.accept())
-    client = await tc.net.connect("127.0.0.1", lst.port)
-    server = await accepting
-    await lst.close()
-    return client, server
 
 
 def test_echo_50_clients(path, contexts):
@@ -104,7 +111,7 @@ def test_bulk_transfer_in_order_and_max_bytes(path, contexts):
     blob = bytes(range(256)) * (4 * 4096)
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
 
         async def send():
             view = memoryview(blob)
@@ -114,17 +121,7 @@ def test_bulk_transfer_in_order_and_max_bytes(path, contexts):
             await client.shutdown_write()
 
         sender = tc.spawn(send())
-        got = bytearray()
-        sizes = (7, 65536, 1, 100000, 4096)
-        k = 0
-        while True:
-            want = sizes[k % len(sizes)]
-            k += 1
-            chunk = await server.recv(want)
-            assert len(chunk) <= want
-            if not chunk:
-                break
-            got += chunk
+        got = await _recv_to_eof(server, (7, 65536, 1, 100000, 4096))
         assert await server.recv() == b""  # EOF stays EOF
         await sender
         await client.close()
@@ -143,7 +140,7 @@ def test_queue_is_bounded_when_nobody_reads(path):
     blob = blob[:total]
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         sender = tc.spawn(client.sendall(blob))
         first = await server.recv(1)
         # The sender is blocked on a full socket once the stream stopped taking data.
@@ -170,7 +167,7 @@ def test_close_under_armed_multishot(path, contexts):
     stream's pending set is empty: nothing the kernel may still write into is let go."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         await client.sendall(b"one")
         assert await server.recv() == b"one"
         waiting = tc.spawn(server.recv())
@@ -192,7 +189,7 @@ def test_close_with_data_queued_and_nobody_waiting(path):
     a recv after close fails as on any closed stream."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         await client.sendall(b"a")
         assert await server.recv() == b"a"
         await client.sendall(b"b")  # arrives on the armed multishot, queued
@@ -215,7 +212,7 @@ def test_cancelled_recv_loses_no_data(path, contexts):
     cancelled in the kernel before taking anything), and the next recv gets what arrived."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         for i in range(20):
             waiting = tc.spawn(server.recv())
             await wait_blocked(waiting)
@@ -236,7 +233,7 @@ def test_readers_on_many_contexts_keep_order(path, contexts):
     n = 200
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
 
         async def send():
             for i in range(n):
@@ -267,7 +264,7 @@ def test_shutdown_with_armed_multishot(path, contexts):
     streams = []
 
     async def holder(ready):
-        client, server = await _pair()
+        client, server = await tcp_pair()
         streams.append(server)
         async with client, server:
             await client.sendall(b"x")
@@ -354,7 +351,7 @@ def test_run_ends_with_a_stream_left_open(path, contexts):
     with the stream still open (it hung before the engine counted such a context idle)."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         await client.sendall(b"x")
         assert await server.recv() == b"x"
         return client, server
@@ -372,7 +369,7 @@ def test_open_stream_does_not_hide_a_deadlock(path, contexts):
     watchdog raises DeadlockError, as it does on the single recv path."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             await client.sendall(b"x")
             assert await server.recv() == b"x"
@@ -441,7 +438,7 @@ def test_recv_1_over_a_queued_chunk_copies_each_byte_once(path):
     size = 16384
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             await client.sendall(b"x")
             assert await server.recv() == b"x"
@@ -463,7 +460,7 @@ def test_sendall_made_and_never_awaited_keeps_the_fast_path(path):
     sendalls still go through the stream's one reusable op."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             client.sendall(b"never sent")  # made, never awaited
             first = client.sendall(b"one")
@@ -504,7 +501,7 @@ def test_raising_completion_fails_the_stream(path, caplog):
         return res, data
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         engine = lowlevel.current_engine()
         async with client, server:
             await client.sendall(b"x")
@@ -558,7 +555,7 @@ def test_raising_final_completion_fails_the_stream(path, caplog):
         return res, data
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         engine = lowlevel.current_engine()
         async with client, server:
             await client.sendall(b"x")
@@ -587,7 +584,7 @@ def test_a_stream_holds_only_what_its_receive_path_uses(path):
     first recv. Bytes arrive either way."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             assert server._rbuf is None and server._recv_op is None
             assert (server._ms is not None) == (path == "multishot")
@@ -610,7 +607,7 @@ def test_tiny_buffer_pool_ends_and_rearms(path, contexts, monkeypatch):
     blobs = [bytes([i]) * 7 + bytes(range(256)) * (size // 256) for i in range(4)]
 
     async def pair_transfer(blob):
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             sender = tc.spawn(client.sendall(blob))
             got = bytearray()
@@ -662,7 +659,7 @@ def test_old_kernel_switches_to_single_recv(path, contexts):
 
     async def main():
         engine = lowlevel.current_engine()
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             engine.completion_hook = refuse
             try:
@@ -758,7 +755,7 @@ def test_parked_recv_keeps_its_own_limit(path, contexts):
     awaited after a recv(100) was made keeps its 5 too: each call's limit is its own."""
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             if path == "multishot":
                 await client.sendall(b"x")
@@ -785,7 +782,7 @@ def test_recv_returns_up_to_n_of_what_is_queued(path, contexts):
     msgs = [bytes([65 + i]) * 100 for i in range(3)]
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
         async with client, server:
             await client.sendall(b"x")
             assert await server.recv() == b"x"
@@ -811,7 +808,7 @@ def test_large_and_small_recvs_interleaved_keep_order(path, contexts):
     blob = bytes(range(251)) * (8 * 1024 * 1024 // 251)
 
     async def main():
-        client, server = await _pair()
+        client, server = await tcp_pair()
 
         async def send():
             view = memoryview(blob)
@@ -820,17 +817,7 @@ def test_large_and_small_recvs_interleaved_keep_order(path, contexts):
             await client.shutdown_write()
 
         sender = tc.spawn(send())
-        got = bytearray()
-        sizes = (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096)
-        k = 0
-        while True:
-            want = sizes[k % len(sizes)]
-            k += 1
-            chunk = await server.recv(want)
-            assert len(chunk) <= want
-            if not chunk:
-                break
-            got += chunk
+        got = await _recv_to_eof(server, (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096))
         await sender
         await client.close()
         await server.close()

@@ -16,6 +16,7 @@ from tinycoro.net import multishot
 
 from tinycoro.testing import wait_blocked
 
+from helpers.budget import gaps, loop_beside_counter
 from helpers.streams import tcp_pair
 from helpers.sync import spawn_here
 
@@ -88,34 +89,14 @@ def test_a_sender_that_never_blocks_cannot_starve_its_context(contexts):
     with tc.Scheduler(contexts) as sched:
         async def main():
             conn = await tc.net.connect("127.0.0.1", drain.port)
-            sent = [0]
-            done = tc.Event()
-
-            async def sender():
-                while sent[0] < limit and not done.is_set():
-                    await conn.sendall(MSG)
-                    sent[0] += 1
-
-            async def counter():
-                seen = []
-                for _ in range(50):
-                    seen.append(sent[0])
-                    await tc.yield_now()
-                done.set()
-                return seen
-
-            s = spawn_here(sender())
-            c = spawn_here(counter())
-            seen = await c
-            await s
+            sent, seen = await loop_beside_counter(lambda: conn.sendall(MSG), limit)
             await conn.close()
-            return sent[0], seen
+            return sent, seen
 
         sent, seen = sched.run_sync(main(), timeout=50)
     assert drain.join() == sent * len(MSG)
     assert sent < limit, "the counter never ran while the sender sent"
-    gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET, gaps
+    assert max(gaps(seen)) <= INLINE_BUDGET, gaps(seen)
 
 
 def test_a_task_woken_by_io_runs_within_a_budget_of_inline_sends(contexts):
@@ -202,8 +183,7 @@ def test_a_reader_of_queued_bytes_cannot_starve_its_context(contexts, path, monk
         assert ring_ops >= len(payload), f"only {ring_ops} ring ops for {len(payload)} recvs"
     else:
         assert ring_ops < len(payload) // 16, f"{ring_ops} ring ops: the recvs did not complete at once"
-    gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET + 1, max(gaps)
+    assert max(gaps(seen)) <= INLINE_BUDGET + 1, max(gaps(seen))
 
 
 def test_a_cancel_reaches_a_sender_that_never_blocks(contexts):

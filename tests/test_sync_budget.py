@@ -21,6 +21,7 @@ import pytest
 import tinycoro as tc
 from tinycoro.core.engine import INLINE_BUDGET
 
+from helpers.budget import gaps, loop_beside_counter
 from helpers.sync import run, spawn_elsewhere, spawn_here
 
 pytestmark = pytest.mark.timeout(60)
@@ -77,32 +78,11 @@ def test_a_task_looping_on_a_free_primitive_cannot_starve_its_context(contexts, 
 
     async def main():
         prim = make()
-        done = [0]
-        stop = [False]
-
-        async def looper():
-            while done[0] < LIMIT and not stop[0]:
-                await once(prim)
-                done[0] += 1
-
-        async def counter():
-            seen = []
-            for _ in range(50):
-                seen.append(done[0])
-                await tc.yield_now()
-            stop[0] = True
-            return seen
-
-        lt = spawn_here(looper())
-        ct = spawn_here(counter())
-        seen = await ct
-        await lt
-        return done[0], seen
+        return await loop_beside_counter(lambda: once(prim), LIMIT)
 
     done, seen = run(main(), contexts)
     assert done < LIMIT, "the counter never ran while the looper acquired"
-    gaps = [b - a for a, b in zip(seen, seen[1:])]
-    assert max(gaps) <= INLINE_BUDGET, gaps
+    assert max(gaps(seen)) <= INLINE_BUDGET, gaps(seen)
 
 
 @pytest.mark.parametrize("where", ["same-context", "other-context"])

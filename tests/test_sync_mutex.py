@@ -8,7 +8,7 @@ import pytest
 
 import tinycoro as tc
 from helpers.runtime import cancel_and_wait
-from helpers.sync import Cancelled, is_blocked, run, spawn_elsewhere, spawn_here, until, wait_blocked
+from helpers.sync import Cancelled, exclusive_turn, is_blocked, run, spawn_elsewhere, spawn_here, until, wait_blocked
 
 
 @pytest.mark.timeout(60)
@@ -338,18 +338,12 @@ def test_fast_path_races_across_threads_keep_exclusion_and_lose_no_waiter(contex
                 if i % 3 == 0:
                     await m.lock()
                     try:
-                        state["inside"] += 1
-                        state["overlaps"] += state["inside"] != 1
-                        state["count"] += 1
-                        state["inside"] -= 1
+                        exclusive_turn(state)
                     finally:
                         m.unlock()
                 else:
                     async with m:
-                        state["inside"] += 1
-                        state["overlaps"] += state["inside"] != 1
-                        state["count"] += 1
-                        state["inside"] -= 1
+                        exclusive_turn(state)
                 if i % 7 == 0:
                     await tc.yield_now()
 

@@ -9,7 +9,7 @@ import tinycoro as tc
 from tinycoro.core.local import thread_state as _local
 from tinycoro.testing import is_blocked, wait_blocked
 
-__all__ = ["run", "spawn_here", "spawn_elsewhere", "until", "wait_blocked", "is_blocked", "settle", "Cancelled"]
+__all__ = ["run", "exclusive_turn", "spawn_here", "spawn_elsewhere", "until", "wait_blocked", "is_blocked", "settle", "Cancelled"]
 
 Cancelled = tc.Cancelled
 DEADLOCK = 20.0  # a test that deadlocks fails with DeadlockError instead of hanging
@@ -33,6 +33,16 @@ async def yield_n(turns: int) -> None:
     """Yield *turns* times: a seeded stress test's way to vary where tasks interleave."""
     for _ in range(turns):
         await tc.yield_now()
+
+
+def exclusive_turn(state: dict[str, int]) -> None:
+    """One turn inside a critical section that checks itself: ``state["overlaps"]`` counts the
+    turns that found another inside, ``state["count"]`` every turn (both start at 0, as does
+    ``state["inside"]``, which is 0 again after a turn)."""
+    state["inside"] += 1
+    state["overlaps"] += state["inside"] != 1
+    state["count"] += 1
+    state["inside"] -= 1
 
 
 async def _noop() -> None:
