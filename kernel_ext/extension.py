@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 import tinycoro as tc
-from tinycoro.core.checks import check_contexts, check_dispatch
+from tinycoro.core.checks import check_contexts, check_dispatch, default_contexts
 from tinycoro.lowlevel import Engine, guest_engine
 
 from .runner import CellRunner
@@ -31,18 +31,16 @@ GUEST_RING_ENTRIES = 64  # a cell drives one coroutine; its ring never needs to 
 STOP_TIMEOUT = 5.0  # seconds for cancelled tasks to unwind when the scheduler stops
 
 
-def default_config() -> tuple[int | None, str]:
+def default_config() -> tuple[int, str]:
     """Contexts and dispatch for the scheduler started at load time.
 
-    ``TINYCORO_CONTEXTS`` (a positive int) and ``TINYCORO_DISPATCH`` (``round_robin`` or
-    ``least_loaded``) override the defaults (one context, round robin: rule 15); the
-    kernelspec installer writes them into the kernel's environment when asked to.
+    The contexts are what ``contexts=None`` means in this process
+    (:func:`tinycoro.core.checks.default_contexts`: ``TINYCORO_CONTEXTS`` when set, a positive
+    int, else rule 15's default); ``TINYCORO_DISPATCH`` (``round_robin`` or ``least_loaded``)
+    overrides round robin. The kernelspec installer writes both into the kernel's environment
+    when asked to. A bad value fails here, at load time, with the variable's name.
     """
-    raw = os.environ.get("TINYCORO_CONTEXTS", "").strip()
-    try:
-        contexts = check_contexts(int(raw)) if raw else None
-    except ValueError:  # not a number, or not positive
-        raise ValueError(f"TINYCORO_CONTEXTS must be a positive int, got {raw!r}") from None
+    contexts = default_contexts()
     try:
         dispatch = check_dispatch(os.environ.get("TINYCORO_DISPATCH", "").strip() or "round_robin")
     except ValueError as e:
