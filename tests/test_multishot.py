@@ -97,6 +97,21 @@ def test_echo_50_clients(path, contexts):
         assert not any(armed_seen)
 
 
+async def _recv_until_eof(stream, sizes):
+    """Everything *stream* receives up to the peer's EOF, each recv asking for the next of
+    *sizes* in turn (cycling), and none returning more than it asked for."""
+    got = bytearray()
+    k = 0
+    while True:
+        want = sizes[k % len(sizes)]
+        k += 1
+        chunk = await stream.recv(want)
+        assert len(chunk) <= want
+        if not chunk:
+            return bytes(got)
+        got += chunk
+
+
 def test_bulk_transfer_in_order_and_max_bytes(path, contexts):
     """4 MiB in odd-sized sends, read back with small and large max_bytes: nothing lost,
     nothing reordered, no recv returns more than it asked for (a chunk larger than max_bytes
@@ -114,22 +129,12 @@ def test_bulk_transfer_in_order_and_max_bytes(path, contexts):
             await client.shutdown_write()
 
         sender = tc.spawn(send())
-        got = bytearray()
-        sizes = (7, 65536, 1, 100000, 4096)
-        k = 0
-        while True:
-            want = sizes[k % len(sizes)]
-            k += 1
-            chunk = await server.recv(want)
-            assert len(chunk) <= want
-            if not chunk:
-                break
-            got += chunk
+        got = await _recv_until_eof(server, (7, 65536, 1, 100000, 4096))
         assert await server.recv() == b""  # EOF stays EOF
         await sender
         await client.close()
         await server.close()
-        return bytes(got)
+        return got
 
     assert tc.run(main(), contexts=contexts) == blob
 
@@ -820,20 +825,10 @@ def test_large_and_small_recvs_interleaved_keep_order(path, contexts):
             await client.shutdown_write()
 
         sender = tc.spawn(send())
-        got = bytearray()
-        sizes = (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096)
-        k = 0
-        while True:
-            want = sizes[k % len(sizes)]
-            k += 1
-            chunk = await server.recv(want)
-            assert len(chunk) <= want
-            if not chunk:
-                break
-            got += chunk
+        got = await _recv_until_eof(server, (1 << 20, 7, 300_000, 65536, 1, 1 << 20, 4096))
         await sender
         await client.close()
         await server.close()
-        return bytes(got)
+        return got
 
     assert tc.run(main(), contexts=contexts) == blob
