@@ -34,11 +34,11 @@ STOP_TIMEOUT = 5.0  # seconds for cancelled tasks to unwind when the scheduler s
 def default_config() -> tuple[int, str]:
     """Contexts and dispatch for the scheduler started at load time.
 
-    Contexts are what ``contexts=None`` means in this process,
-    :func:`tinycoro.core.checks.default_contexts` (``TINYCORO_CONTEXTS`` when set, refused with
-    its name when not a positive int); ``TINYCORO_DISPATCH`` (``round_robin`` or
-    ``least_loaded``) overrides round robin. The kernelspec installer writes both into the
-    kernel's environment when asked to. Both are checked here, so a bad value fails the load.
+    The contexts are what ``contexts=None`` means in this process
+    (:func:`tinycoro.core.checks.default_contexts`: ``TINYCORO_CONTEXTS`` when set, a positive
+    int, else rule 15's default); ``TINYCORO_DISPATCH`` (``round_robin`` or ``least_loaded``)
+    overrides round robin. The kernelspec installer writes both into the kernel's environment
+    when asked to. A bad value fails here, at load time, with the variable's name.
     """
     contexts = default_contexts()
     try:

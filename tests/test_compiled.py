@@ -284,6 +284,21 @@ def test_the_demo_says_which_runtime_runs_in_its_first_line(pure):
     assert first.endswith(", " + expected), first
 
 
+def test_every_compiled_module_that_imports_fence_cimports_it_too():
+    # ``if fence.FREE_THREADED: fence.full()`` compiles to nothing under the GIL only where
+    # the module's .pxd cimports fence (its names are then C macros); without it, every
+    # such line is a module global lookup, an attribute lookup and a truth test, compiled.
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    for name in compiled.SOURCE_MODULES:
+        source = (root / Path(*name.split("."))).with_suffix(".py")
+        if not re.search(r"^from \.+(core )?import fence$", source.read_text(), re.M):
+            continue
+        pxd = source.with_suffix(".pxd").read_text()
+        assert re.search(r"^from \.+(core )?cimport fence$", pxd, re.M), name
+
+
 def test_every_augmenting_pxd_ships_in_the_sdist_and_the_wheel():
     # setup.py compiles a module only with its .pxd beside it (without, it is slower than
     # interpreted), so a .pxd the package data leaves out makes every install from the sdist

@@ -126,7 +126,7 @@ def test_bulk_transfer_in_order_and_max_bytes(path, contexts):
         await sender
         await client.close()
         await server.close()
-        return bytes(got)
+        return got
 
     assert tc.run(main(), contexts=contexts) == blob
 
@@ -821,6 +821,6 @@ def test_large_and_small_recvs_interleaved_keep_order(path, contexts):
         await sender
         await client.close()
         await server.close()
-        return bytes(got)
+        return got
 
     assert tc.run(main(), contexts=contexts) == blob

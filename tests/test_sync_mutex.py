@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -124,8 +126,8 @@ def test_try_lock_and_misuse_errors():
 
 
 def test_acquisitions_held_at_once_are_distinct_and_each_takes_the_lock():
-    # A compiled build reuses the last acquisition once nothing holds it (sync/_refs.py); one
-    # still held, awaited or driven later, must stay its own object with its own state.
+    # Each lock() and acquire() is an acquisition of its own: one still held, awaited or
+    # driven later, keeps its own state.
     async def main():
         m, s = tc.Mutex(), tc.Semaphore(1)
         first, second = m.lock(), m.lock()
@@ -158,6 +160,39 @@ def test_acquisitions_held_at_once_are_distinct_and_each_takes_the_lock():
         assert order == ["first", "second"] and not m.locked()
 
     run(main(), 1)
+
+
+def test_a_primitive_taken_and_given_back_goes_with_its_last_reference():
+    # The acquisition that lock() and acquire() return is over once awaited: nothing the
+    # runtime keeps may hold the primitive after it (a finalizer or weak reference of the
+    # application's would wait for some later lock anywhere in the process).
+    class MyMutex(tc.Mutex):
+        pass
+
+    class MySemaphore(tc.Semaphore):
+        pass
+
+    async def awaited(aw):
+        await aw
+
+    async def main():
+        alive = []
+        for make, take, give, drive in (
+            (MyMutex, lambda p: p.lock(), lambda p: p.unlock(), awaited),
+            (MySemaphore, lambda p: p.acquire(), lambda p: p.release(), awaited),
+            # driven by send() as a task's coroutine (a mutex would be that task's to unlock)
+            (MySemaphore, lambda p: p.acquire(), lambda p: p.release(), tc.spawn),
+        ):
+            p = make()
+            await drive(take(p))
+            give(p)
+            gone = weakref.ref(p)
+            del p
+            gc.collect()  # a primitive and its parking lot form a cycle
+            alive.append(gone() is not None)
+        return alive
+
+    assert run(main(), 1) == [False] * 3
 
 
 def test_outside_a_task_try_lock_and_unlock_work_from_a_plain_thread():

@@ -40,5 +40,5 @@ cdef class _Spend:
     cdef object task
     cdef bint yielded
 
-@cython.locals(i=Py_ssize_t, op=Op)
+@cython.locals(op=Op, where=dict)
 cpdef list ops_waited_by(list tasks, list ops)

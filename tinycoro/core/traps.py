@@ -337,18 +337,17 @@ async def await_op(aw: Any) -> Any:
 def ops_waited_by(tasks: list, ops: list) -> list:
     """For each of *tasks*, the op of *ops* whose ``task`` it is, or None: how another thread
     finds the I/O a task waits on from a copy of its engine's in-flight table (core/readers.py)
-    without reading ``Task._waiting``, which the owner replaces at every suspension. Compiled,
-    ``op.task is t`` compares two pointers and takes no reference, so a field the owner
-    rewrites (an op reused for another task) is never a pointer this thread increments; the
-    ops and tasks themselves are held by the caller's copies. A nested loop: a snapshot's,
-    never the engine's, cost."""
+    without reading ``Task._waiting``, which the owner replaces at every suspension. One pass
+    over each list: the tasks by address, then each op's ``task`` looked up there. Compiled,
+    ``id(op.task)`` passes the field's pointer to ``id`` and takes no reference, so a field
+    the owner rewrites (an op reused for another task) is never a pointer this thread
+    increments; the ops and tasks themselves are held by the caller's copies."""
+    where = {id(t): i for i, t in enumerate(tasks)}
     out: list = [None] * len(tasks)
-    for i in range(len(tasks)):
-        t = tasks[i]
-        for op in ops:
-            if op.task is t:
-                out[i] = op
-                break
+    for op in ops:
+        i = where.get(id(op.task))
+        if i is not None and out[i] is None:  # the first op found, as a scan would
+            out[i] = op
     return out
 
 

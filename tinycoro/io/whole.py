@@ -13,7 +13,7 @@ from typing import Any
 from ..buffers import as_bytes_view, path_bytes
 from ..core.engine import spend_inline
 from ..core.local import thread_state as _local
-from ..core.traps import yield_now
+from ..core.traps import consume_budget
 from .file import FILL_CHUNK, AsyncFile, open
 from .pagecache import inline_reads, read_cached_file
 from .paths import PathLike
@@ -31,8 +31,7 @@ async def read_file(path: PathLike) -> bytes:
     task = _local.task
     if task is not None and read_cached_file is not None:  # (asyncio tasks: their loop's ring)
         if not spend_inline(task):
-            await yield_now()  # budget spent, or an interrupt is due (see AsyncFile._cached)
-            spend_inline(task)
+            await consume_budget()  # budget spent, or an interrupt is due (see AsyncFile._cached)
         got = read_cached_file(path, FILL_CHUNK)
         if got is not None:
             if isinstance(got, bytes):

@@ -6,6 +6,7 @@
 
 cimport cython
 
+from ..core cimport fence
 from ..core.traps cimport Op
 from .ops cimport InlineOp
 

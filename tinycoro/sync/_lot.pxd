@@ -21,9 +21,6 @@ cdef class ParkingLot:
 # Acquisitions that complete at once (rule 16, the module doc): the budget check is a C call of
 # the engine's spend_inline, and the shared traps.DONE finishes an await with no allocation.
 from ..core.engine cimport spend_inline
-from . cimport _refs
-
-cdef object _spare
 
 cpdef bint spend()
 

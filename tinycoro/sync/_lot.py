@@ -48,7 +48,6 @@ from ..core.engine import spend_inline
 from ..core.local import thread_state
 from ..core.task import Waker, describe
 from ..core.traps import DONE, Park, foreign_waiter, park, thrown
-from . import _refs
 
 _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
 
@@ -76,23 +75,14 @@ class Acquirable:
         raise NotImplementedError
 
 
-# The last Acquisition made, kept for reuse: ``await m.lock()`` drops its acquisition as soon
-# as the await has called ``__await__``, so in a loop of uncontended locks the spare is free
-# again by the next ``lock()``. (Cython ignores ``@cython.freelist`` declared in an augmenting
-# .pxd; this is a free list of one that works there.)
-_spare: Any = None
-
-
 def acquisition(prim: Acquirable) -> "Acquisition":
-    """An :class:`Acquisition` of *prim*, with no ``__init__`` call (compiled, a C call). The
-    spare when nothing else holds it (``_refs.unshared``: compiled under the GIL), which is then
-    indistinguishable from a fresh one; otherwise a fresh one, which becomes the spare."""
-    global _spare
-    acq = _spare
-    if not _refs.unshared(acq):  # held by _spare and acq alone, or make one
-        acq = Acquisition.__new__(Acquisition)
-        if _refs.REUSE:
-            _spare = acq
+    """A fresh :class:`Acquisition` of *prim*, with no ``__init__`` call (compiled, a C call).
+
+    Fresh every time: no spare is kept for reuse, as a spare would keep its last primitive
+    alive until some later acquisition anywhere in the process (a free list at the type's
+    allocation is the depth for that saving, and Cython makes none for a class declared in an
+    augmenting .pxd)."""
+    acq = Acquisition.__new__(Acquisition)
     acq._gen = None
     acq.prim = prim
     return acq
