@@ -198,8 +198,25 @@ def publish_version(page: Path, version: str, record: dict[str, Any]) -> list[Pa
     runs = load_runs(page)
     runs["versions"][version] = record
     _store(page, runs)
+    _drop_old_part(page, version)
     _replace(page, latest_runs(runs, page), RUNS, _HEAD, heading=RUNS_HEADING, markers=(begin_part(RUNS), end_part(RUNS)))
     return [page, full_path(page), runs_path(page)]
+
+
+def _drop_old_part(page: Path, version: str) -> None:
+    """Remove Python *version*'s run in the page's former layout (all its rows between
+    :func:`begin` and :func:`end`, under ``## Python X.Y``), which the run just published
+    supersedes: a branch written before the layout changed may bring one back."""
+    if not page.exists():
+        return
+    text = page.read_text()
+    a, b = text.find(begin(version)), text.find(end(version))
+    if a == -1 or b < a:
+        return
+    heading = f"## Python {version}\n\n"
+    if text[:a].endswith(heading):
+        a -= len(heading)
+    page.write_text(text[:a].rstrip("\n") + "\n\n" + text[b + len(end(version)) :].lstrip("\n"))
 
 
 def publish_part(page: Path, key: str, heading: str, record: dict[str, Any]) -> list[Path]:

@@ -25,7 +25,8 @@ WORKLOADS: dict[str, ModuleType] = {
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 # A run writes its report to the build folder unless asked to publish it: an exploratory run
-# must not rewrite the tracked docs/benchmarks.md (and its plot) that the README quotes.
+# must not rewrite the tracked docs/benchmarks.md (its plot, full page and stored runs) that the
+# README quotes.
 DRAFT = config.BUILD_DIR / "benchmarks.md"
 PUBLISHED = config.REPO / "docs" / "benchmarks.md"
 

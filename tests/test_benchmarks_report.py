@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -87,6 +88,17 @@ def test_a_page_without_the_block_gets_it_and_a_new_page_is_made(tmp_path) -> No
     assert "## Free-threaded Python" in full and "## Python 3.11" in full
 
 
+def test_a_version_s_run_in_the_former_layout_goes_when_that_version_publishes(tmp_path) -> None:
+    page = tmp_path / "bench.md"
+    old = "\n".join([report.begin("3.12"), "| old 3.12 row |", report.end("3.12")])
+    page.write_text(f"# Title\n\nhead\n\n## Python 3.12\n\n{old}\n\ntail\n")
+    report.publish_version(page, "3.11", _record(_run(1.0), "today"))
+    assert "old 3.12 row" in page.read_text()  # another version's: not this run's to drop
+    report.publish_version(page, "3.12", _record(_run(1.0), "today"))
+    text = page.read_text()
+    assert "old 3.12 row" not in text and "## Python 3.12" not in text and "\n\n\n" not in text
+    assert text.index("head") < text.index(report.begin_part(report.RUNS)) < text.index("tail")
+
 def test_the_page_grows_by_targeted_ratios_only(tmp_path) -> None:
     lengths = []
     for info_series in (1, 8):  # 8 x more medians and informational ratios
@@ -126,6 +138,14 @@ def test_the_published_page_is_within_budget_and_agrees_with_its_stored_runs() -
     assert report.full_path(PAGE).read_text() == report.full_page(runs, PAGE)
     assert "](benchmarks.png)" in text and (REPO / "docs" / "benchmarks.png").exists()  # the chart the README links
 
+
+def test_the_readme_links_the_page_the_chart_and_the_rows() -> None:
+    """The README's speed table quotes the page: the files it links must be there."""
+    readme = (REPO / "README.md").read_text()
+    linked = set(re.findall(r"\]\((docs/benchmarks[^)#]*)", readme))
+    assert {"docs/benchmarks.md", "docs/benchmarks.png", "docs/benchmarks-full.md"} <= linked
+    assert all((REPO / f).exists() for f in linked), linked
+    assert "docs/benchmarks.md#free-threaded-python" in readme and "\n## Free-threaded Python\n" in PAGE.read_text()
 
 def test_the_stored_runs_read_row_by_row(tmp_path) -> None:
     page = tmp_path / "bench.md"
