@@ -13,7 +13,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = [
     "Sample",
@@ -28,6 +28,10 @@ __all__ = [
     "format_tables",
     "medians_rows",
     "ratio_rows",
+    "median_records",
+    "ratio_records",
+    "median_row",
+    "ratio_row",
 ]
 
 
@@ -190,36 +194,80 @@ def _fmt_value(v: float) -> str:
     return f"{v:.1f}"
 
 
-def _fmt_target(t: float | None) -> str:
+def fmt_target(t: float | None) -> str:
     return "-" if t is None else f">= {t:g}x"
+
+
+def median_records(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
+    """One record per series: the numbers of a medians row, as stored between runs (the page
+    of every Python version is rendered again from them, see :mod:`benchmarks.report`)."""
+    out: list[dict[str, Any]] = []
+    for cr in results:
+        for s in cr.series:
+            rec: dict[str, Any] = {"workload": cr.case.workload, "case": cr.case.case, "runtime": s.label,
+                                   "unit": cr.case.unit}
+            if s.skip:
+                rec["skip"] = s.skip
+            else:
+                lo, hi = s.spread  # type: ignore[misc]
+                cpu = s.cpu_us
+                rec.update(median=_keep(s.median), min=_keep(lo), max=_keep(hi), reps=len(s.samples),
+                           p99_us=_keep(s.p99_us), cpu_us=None if cpu is None else [_keep(cpu[0]), _keep(cpu[1])],
+                           instructions=_keep(s.instructions))
+            out.append(rec)
+    return out
+
+
+def ratio_records(results: Sequence[CaseResult]) -> list[dict[str, Any]]:
+    """One record per ratio: workload, case, ``num / den``, value, target, status (and why skipped)."""
+    out: list[dict[str, Any]] = []
+    for cr in results:
+        for r in cr.ratios:
+            rec: dict[str, Any] = {"workload": cr.case.workload, "case": cr.case.case,
+                                   "ratio": f"{r.ratio.num} / {r.ratio.den}", "value": _keep(r.value),
+                                   "target": r.ratio.target, "status": r.status}
+            if r.value is None:
+                rec["skip"] = r.skip or "no samples"
+            out.append(rec)
+    return out
+
+
+def _keep(v: float | None) -> float | None:
+    """Six significant digits: more than any table shows, few enough to keep the stored runs readable."""
+    return None if v is None else float(f"{v:.6g}")
+
+
+def median_row(rec: dict[str, Any]) -> list[str]:
+    """The medians row of a record of :func:`median_records` (columns of :data:`MEDIAN_HEADER`)."""
+    head = [rec["workload"], rec["case"], rec["runtime"]]
+    if rec.get("skip"):
+        return head + [f"skipped: {rec['skip']}", "", "", "", "", "", ""]
+    cpu, instr, p99 = rec.get("cpu_us"), rec.get("instructions"), rec.get("p99_us")
+    return head + [
+        _fmt_value(rec["median"]),
+        rec["unit"],
+        "-" if p99 is None else f"{p99:.0f}",
+        "-" if cpu is None else f"{cpu[0]:.1f} + {cpu[1]:.1f}",
+        "-" if instr is None else f"{instr / 1e3:.1f} k",
+        f"{_fmt_value(rec['min'])} - {_fmt_value(rec['max'])}",
+        str(rec["reps"]),
+    ]
+
+
+def fmt_ratio(rec: dict[str, Any]) -> str:
+    """``"0.89x"``, or ``"skipped: why"``."""
+    return f"skipped: {rec.get('skip')}" if rec["value"] is None else f"{rec['value']:.2f}x"
+
+
+def ratio_row(rec: dict[str, Any]) -> list[str]:
+    """The ratios row of a record of :func:`ratio_records` (columns of :data:`RATIO_HEADER`)."""
+    return [rec["workload"], rec["case"], rec["ratio"], fmt_ratio(rec), fmt_target(rec["target"]), rec["status"]]
 
 
 def medians_rows(results: Sequence[CaseResult]) -> list[list[str]]:
     """Rows: workload, case, runtime, median, unit, p99, server CPU, instructions per request,
     min-max over reps, reps."""
-    rows = []
-    for cr in results:
-        for s in cr.series:
-            if s.skip:
-                rows.append([cr.case.workload, cr.case.case, s.label, f"skipped: {s.skip}", "", "", "", "", "", ""])
-                continue
-            lo, hi = s.spread  # type: ignore[misc]
-            p99, cpu = s.p99_us, s.cpu_us
-            rows.append(
-                [
-                    cr.case.workload,
-                    cr.case.case,
-                    s.label,
-                    _fmt_value(s.median),  # type: ignore[arg-type]
-                    cr.case.unit,
-                    "-" if p99 is None else f"{p99:.0f}",
-                    "-" if cpu is None else f"{cpu[0]:.1f} + {cpu[1]:.1f}",
-                    "-" if s.instructions is None else f"{s.instructions / 1e3:.1f} k",
-                    f"{_fmt_value(lo)} - {_fmt_value(hi)}",
-                    str(len(s.samples)),
-                ]
-            )
-    return rows
+    return [median_row(r) for r in median_records(results)]
 
 
 MEDIAN_HEADER = [
@@ -231,16 +279,7 @@ RATIO_HEADER = ["workload", "case", "ratio", "value", "target", "status"]
 
 def ratio_rows(results: Sequence[CaseResult]) -> list[list[str]]:
     """Rows: workload, case, ``num / den``, value, target, met / missed / info / skipped."""
-    rows = []
-    for cr in results:
-        for r in cr.ratios:
-            name = f"{r.ratio.num} / {r.ratio.den}"
-            if r.value is None:
-                value = f"skipped: {r.skip}"
-            else:
-                value = f"{r.value:.2f}x"
-            rows.append([cr.case.workload, cr.case.case, name, value, _fmt_target(r.ratio.target), r.status])
-    return rows
+    return [ratio_row(r) for r in ratio_records(results)]
 
 
 def _text_table(header: list[str], rows: list[list[str]]) -> str:

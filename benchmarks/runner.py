@@ -25,7 +25,8 @@ WORKLOADS: dict[str, ModuleType] = {
 }
 PROFILED = ("switch", "spawn", "file", "echo")  # the tinycoro hot paths profiled on full runs
 # A run writes its report to the build folder unless asked to publish it: an exploratory run
-# must not rewrite the tracked docs/benchmarks.md (and its plot) that the README quotes.
+# must not rewrite the tracked docs/benchmarks.md (its plot, full page and stored runs) that the
+# README quotes.
 DRAFT = config.BUILD_DIR / "benchmarks.md"
 PUBLISHED = config.REPO / "docs" / "benchmarks.md"
 
@@ -143,12 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     wrote: list[Path] = []
     if ft:
         ft_notes = [*w_freethreaded.notes(), f"Load average (1/5/15 min) at start / end: {load}."]
-        part = report.part_section(
-            w_freethreaded.PART, ft, command=command, date=date, wall_seconds=wall,
-            lead=w_freethreaded.summary(ft), notes=ft_notes,
-        )
-        report.write_part(out, part, w_freethreaded.PART, w_freethreaded.HEADING)
-        wrote.append(out)
+        record = report.run_record(ft, command=command, date=date, wall_seconds=wall,
+                                   lead=w_freethreaded.summary(ft), notes=ft_notes)
+        wrote += report.publish_part(out, w_freethreaded.PART, w_freethreaded.HEADING, record)
     if rest or not ft:
         wrote += _write_version_part(rest, out, version, cfg, command, date, wall, load, profiles)
     print("wrote " + " and ".join(dict.fromkeys(str(w) for w in wrote)))
@@ -159,7 +157,8 @@ def _write_version_part(
     results: list[CaseResult], out: Path, version: str, cfg: config.Config, command: str, date: str,
     wall: float, load: str, profiles: dict[str, tuple[str, str]],
 ) -> list[Path]:
-    """Write Python *version*'s part of *out*, its plot and its profiles; return what was written."""
+    """Publish Python *version*'s run to *out* (the page, the full page and the stored runs
+    beside it), with its chart and its profiles; return what was written."""
     image = out.with_suffix(".png") if version == config.REFERENCE_PYTHON else out.with_name(f"{out.stem}-py{version}.png")
     image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode, Python {version}")
     profiles_page = out.with_name(f"{out.stem}-profiles.md")
@@ -178,7 +177,7 @@ def _write_version_part(
     ]
     if any(r.case.workload == w_freethreaded.WORKLOAD for r in results):
         notes += w_freethreaded.notes()
-    section = report.generated_section(
+    record = report.run_record(
         results,
         command=command,
         date=date,
@@ -188,11 +187,10 @@ def _write_version_part(
         image_skip=image_skip,
         profiles_page=profiles_page if profiles else None,
         notes=notes,
-        version=version,
     )
     if profiles:
         report.write_profiles(
             profiles_page, report.profiles_section(profiles, date=date, command=command, version=version), version
         )
-    report.write(out, section, version)
-    return [out] + ([] if image_skip else [image]) + ([profiles_page] if profiles else [])
+    wrote = report.publish_version(out, version, record)
+    return wrote + ([] if image_skip else [image]) + ([profiles_page] if profiles else [])

@@ -106,7 +106,10 @@ def test_quick_tiny_run_produces_a_complete_table(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "Ratios" in proc.stdout and "Medians" in proc.stdout
-    md = out.read_text()
+    # Every row is on the full page; the page itself shows the targeted ratios, one column per version.
+    md = (tmp_path / "bench-full.md").read_text()
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert f"| workload | case | ratio | target | {version} |" in out.read_text()
 
     assert "instructions/req (callgrind)" in md.split("### Medians", 1)[1]  # its column
     medians = _table(md, "### Medians")
@@ -194,11 +197,13 @@ def test_freethreaded_workload_runs_both_builds_side_by_side(tmp_path: Path) -> 
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    part = _part(out.read_text(), "free-threaded")
+    part = _part(out.read_text(), "free-threaded")  # the page: what the run says
+    rows_md = (tmp_path / "bench-full.md").read_text()  # the full page: its every row
+    rows_md = rows_md[rows_md.index("## Free-threaded Python"):]
     gil = f"{sys.version_info.major}.{sys.version_info.minor}"
-    assert "## Python" not in out.read_text()  # run alone on its own: no version part written
+    assert "latest runs" not in out.read_text() and "## Python" not in rows_md  # alone: no version's run
 
-    medians = _rows_after(part, "| workload | case | runtime |")
+    medians = _rows_after(rows_md, "| workload | case | runtime |")
     rows = {(case.split(",")[0].split(" (")[0], runtime): median for _w, case, runtime, median, *_ in medians}
     for case in FT_CASES:
         for build in (gil, "3.13t"):
@@ -206,7 +211,7 @@ def test_freethreaded_workload_runs_both_builds_side_by_side(tmp_path: Path) -> 
                 median = rows.get((case, f"{build} {n} ctx"))
                 assert median is not None and NUMBER.match(median), (case, build, n, median)
 
-    ratios = _rows_after(part, "| workload | case | ratio |")
+    ratios = _rows_after(rows_md, "| workload | case | ratio |")
     got = {(case.split(",")[0].split(" (")[0], name): (value, target) for _w, case, name, value, target, _s in ratios}
     for case in FT_CASES:
         for name in ("3.13t 2 ctx / 3.13t 1 ctx", f"{gil} 2 ctx / {gil} 1 ctx", f"3.13t 1 ctx / {gil} 1 ctx"):
@@ -215,4 +220,4 @@ def test_freethreaded_workload_runs_both_builds_side_by_side(tmp_path: Path) -> 
             want = FT_TARGETS.get(case) if name.startswith("3.13t 2") else None
             assert target == (f">= {want}x" if want else "-"), (case, name, target)
     assert "**2 contexts / 1 context.**" in part and "**One context, 3.13t /" in part
-    assert "3.13t: CPython 3.13" in part and "free-threaded, the GIL off after importing tinycoro" in part
+    assert "3.13t: CPython 3.13" in rows_md and "free-threaded, the GIL off after importing tinycoro" in rows_md
