@@ -32,7 +32,7 @@ from ..core import fence
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside
-from .ops import InlineOp, already_receiving, peer_of
+from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
 
@@ -395,6 +395,8 @@ class MultishotRecv(InlineOp):
         if stream is None:  # pragma: no cover - the awaiting task holds the stream
             raise ClosedResourceError(CLOSED_WHILE_WAITING)
         op = stream._single_recv(want)
+        if type(op) is BulkRecvOp:
+            return (yield from op.receive(engine))  # straight into the bytes returned
         pending = self.pending
         op._enter()
         try:
