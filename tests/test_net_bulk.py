@@ -166,3 +166,35 @@ def test_receiving_buffer_is_taken_once_and_shrunk():
     assert _cfile.receiving(7).take(0) == b""
     with pytest.raises(ValueError):
         _cfile.receiving(0)
+
+
+def test_bulk_recv_stops_an_armed_multishot(path, contexts):
+    """A bulk recv on a stream whose multishot a small recv armed, with nothing queued: the
+    multishot is stopped and the bulk recv is one single recv (all the socket holds, in one
+    copy), not a wait for the multishot's next 64 KiB chunk; the bytes stay whole and in
+    order, and a small recv after it arms the multishot again."""
+    if path != "multishot":
+        pytest.skip("a multishot recv's decision only")
+    blob = bytes(range(251)) * 400  # less than the queue's limit: no back-pressure stop
+
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            await client.sendall(b"x")
+            assert await server.recv(100) == b"x"
+            assert server._ms.armed
+            waiting = tc.spawn(server.recv(MIB))
+            await wait_blocked(waiting)
+            await client.sendall(blob)
+            got = bytearray(await waiting)
+            armed_after_bulk = server._ms.armed
+            while len(got) < len(blob):
+                got += await server.recv(MIB)
+            await client.sendall(b"z")
+            assert await server.recv(100) == b"z"
+            return bytes(got), armed_after_bulk, server._ms.armed
+
+    got, armed_after_bulk, armed_again = tc.run(main(), contexts=contexts)
+    assert got == blob
+    assert not armed_after_bulk
+    assert armed_again

@@ -323,9 +323,12 @@ class MultishotRecv(InlineOp):
                     if self.queue:
                         again = True  # queued meanwhile: loop to take it
                     elif self.armed:
-                        if engine is not self.engine and not self.stopping:
+                        if (engine is not self.engine or want >= QUEUE_LIMIT) and not self.stopping:
                             # armed on another context's ring: stopped there (its chunks so
-                            # far come first), then armed on this one
+                            # far come first), then armed on this one. A bulk read stops it
+                            # too, and then takes the single recv below (its chunks so far
+                            # first): parked on the multishot, a reader faster than the
+                            # sender got one buffer-sized chunk per recv, copied twice.
                             self.stopping = True
                             stop = self.engine
                     elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
