@@ -198,3 +198,25 @@ def test_bulk_recv_stops_an_armed_multishot(path, contexts):
     assert got == blob
     assert not armed_after_bulk
     assert armed_again
+
+
+def test_bulk_recv_cancelled_while_it_stops_the_multishot(path, contexts):
+    """A bulk recv cancelled while the multishot it stopped winds down (or while its single
+    recv waits): nothing is lost, and the recvs after it, small and bulk, get what arrived."""
+    if path != "multishot":
+        pytest.skip("a multishot recv's decision only")
+
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            for i in range(10):
+                await client.sendall(b"a")
+                assert await server.recv(100) == b"a"  # arms the multishot
+                waiting = tc.spawn(server.recv(MIB))
+                await wait_blocked(waiting)
+                await cancel_and_wait(waiting)
+                msg = b"m%d" % i
+                await client.sendall(msg)
+                assert await server.recv(MIB if i % 2 else 100) == msg
+
+    tc.run(main(), contexts=contexts)
