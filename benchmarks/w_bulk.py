@@ -5,12 +5,15 @@ series, so what differs is only the receiver: tinycoro's default receive path (t
 *n* of what is queued), tinycoro's single recv (``TINYCORO_MULTISHOT=0``), and a blocking
 socket read in a thread, the limit row (``sock.recv(1 MiB)`` in a loop: one copy into
 a new bytes object per call, as a tinycoro recv returns one). Sizes: 1 GiB in a full run,
-less in quick and tiny runs; the rate is MB/s of payload received.
+less in quick and tiny runs; the rate is MB/s of payload received. The CPU column is this
+process's (the receiver's, every thread) user and system time per MiB over the transfer alone:
+on a loaded machine the rate moves with the neighbours, the CPU per byte much less.
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -65,12 +68,22 @@ class _Sender:
         self.proc.wait(60)
 
 
-async def _tc_receive(total: int) -> float:
+def _cpu_per_mib(start: resource.struct_rusage, total: int) -> tuple[float, float]:
+    """The process's (user, system) CPU since *start*, in us per MiB of *total*. getrusage, not
+    os.times: its total is the scheduler's exact runtime (os.times counts 10 ms ticks, 39 us per
+    MiB of a quick run's 256 MiB), though the user/system split is still apportioned by ticks."""
+    end = resource.getrusage(resource.RUSAGE_SELF)
+    mib = total / MIB
+    return ((end.ru_utime - start.ru_utime) / mib * 1e6, (end.ru_stime - start.ru_stime) / mib * 1e6)
+
+
+async def _tc_receive(total: int) -> tuple[float, tuple[float, float]]:
     lst = await tc.net.listen("127.0.0.1", 0)
     sender = _Sender(lst.port, total)
     conn = await lst.accept()
     await lst.close()
     got = 0
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     sender.go()
     async with conn:
@@ -81,9 +94,10 @@ async def _tc_receive(total: int) -> float:
                 break
             got += len(data)
     elapsed = time.perf_counter() - t0
+    used = _cpu_per_mib(cpu, total)
     sender.join()
     assert got == total, (got, total)
-    return elapsed
+    return elapsed, used
 
 
 def _tc(total: int, contexts: int, multishot: bool) -> Sample:
@@ -92,13 +106,13 @@ def _tc(total: int, contexts: int, multishot: bool) -> Sample:
     if not multishot:
         os.environ["TINYCORO_MULTISHOT"] = "0"
     try:
-        elapsed = tc.run(_tc_receive(total), contexts=contexts)
+        elapsed, cpu = tc.run(_tc_receive(total), contexts=contexts)
     finally:
         if old is None:
             os.environ.pop("TINYCORO_MULTISHOT", None)
         else:
             os.environ["TINYCORO_MULTISHOT"] = old
-    return Sample(total / elapsed / 1e6)
+    return Sample(total / elapsed / 1e6, cpu_us=cpu)
 
 
 def _blocking(total: int) -> Sample:
@@ -106,6 +120,7 @@ def _blocking(total: int) -> Sample:
         sender = _Sender(lst.getsockname()[1], total)
         conn, _ = lst.accept()
     got = 0
+    cpu = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     sender.go()
     with conn:
@@ -115,9 +130,10 @@ def _blocking(total: int) -> Sample:
                 break
             got += len(data)
     elapsed = time.perf_counter() - t0
+    used = _cpu_per_mib(cpu, total)
     sender.join()
     assert got == total, (got, total)
-    return Sample(total / elapsed / 1e6)
+    return Sample(total / elapsed / 1e6, cpu_us=used)
 
 
 def build(cfg: Config, stack: ExitStack) -> list[Case]:
@@ -126,7 +142,7 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
     return [
         Case(
             WORKLOAD,
-            f"{total // MIB:,} MiB, recv({CHUNK // MIB} MiB)",
+            f"{total // MIB:,} MiB, recv({CHUNK // MIB} MiB); CPU per MiB",
             "MB/s",
             [
                 Series("tinycoro", lambda: _tc(total, ctx, True)),

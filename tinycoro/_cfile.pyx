@@ -192,6 +192,71 @@ cdef class _Filling:
         pass
 
 
+cdef extern from "Python.h":
+    int _PyBytes_Resize(PyObject **bytes, Py_ssize_t newsize) except -1
+    Py_ssize_t Py_REFCNT(PyObject *o)
+    void Py_DECREF(PyObject *o)
+
+
+@cython.final
+cdef class Receiving:
+    """A new bytes object of some size (its content undefined) that one receive fills in
+    place, exported as a writable buffer with no view left behind: a ring op takes its address
+    and lets go of the export at once. :meth:`take` then hands out the bytes, shrunk in place to
+    what arrived, as ``socket.recv`` shrinks its own: the kernel's copy is the only one.
+
+    The op that receives into it keeps it (so the storage) until its completion; only then is
+    it taken, and a taken one exports nothing more (rule 8: no buffer the kernel may write into
+    outlives its op, none is shown to anyone while the kernel may write into it)."""
+
+    cdef object data  # the bytes, None once taken
+    cdef Py_ssize_t exports  # buffers exported and not released: take() refuses while any is
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        if self.data is None:
+            raise BufferError("this receive buffer has been taken")
+        PyBuffer_FillInfo(view, self, PyBytes_AS_STRING(self.data), len(self.data), 0, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer *view):
+        self.exports -= 1
+
+    def __len__(self):
+        return 0 if self.data is None else len(self.data)
+
+    def take(self, Py_ssize_t size):
+        """The bytes, its first *size* (at most its length) only; the buffer is empty after."""
+        cdef PyObject* p
+        if self.data is None:
+            raise BufferError("this receive buffer has been taken")
+        if self.exports:
+            raise BufferError("the receive buffer is still exported")
+        if not 0 <= size <= len(self.data):
+            raise ValueError(f"size {size} is out of range for {len(self.data)} bytes")
+        data = self.data
+        self.data = None
+        if size == len(data):
+            return data
+        p = <PyObject*>data
+        if Py_REFCNT(p) != 1:  # someone else holds it too (never, in tinycoro): copy
+            return PyBytes_FromStringAndSize(PyBytes_AS_STRING(data), size)
+        Py_INCREF(data)  # the reference the resize consumes (freed with the old object on error)
+        del data  # now p holds the only reference
+        _PyBytes_Resize(&p, size)  # in place (realloc), or a new object: p says which
+        result = <object>p
+        Py_DECREF(p)
+        return result
+
+
+def receiving(Py_ssize_t size):
+    """A :class:`Receiving` of *size* bytes (at least 1)."""
+    if size < 1:
+        raise ValueError(f"size must be at least 1, got {size}")
+    cdef Receiving r = Receiving.__new__(Receiving)
+    r.data = PyBytes_FromStringAndSize(NULL, size)
+    return r
+
+
 def filling(Py_ssize_t size):
     """A new ``bytes`` of *size* (its content undefined) and a writable memoryview of it, which
     the reads of a whole file fill at offsets, as the builtin read fills its one buffer: the

@@ -32,7 +32,7 @@ from ..core import fence
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside
-from .ops import InlineOp, already_receiving, peer_of
+from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
 
@@ -323,9 +323,12 @@ class MultishotRecv(InlineOp):
                     if self.queue:
                         again = True  # queued meanwhile: loop to take it
                     elif self.armed:
-                        if engine is not self.engine and not self.stopping:
+                        if (engine is not self.engine or want >= QUEUE_LIMIT) and not self.stopping:
                             # armed on another context's ring: stopped there (its chunks so
-                            # far come first), then armed on this one
+                            # far come first), then armed on this one. A bulk read stops it
+                            # too, and then takes the single recv below (its chunks so far
+                            # first): parked on the multishot, a reader faster than the
+                            # sender got one buffer-sized chunk per recv, copied twice.
                             self.stopping = True
                             stop = self.engine
                     elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
@@ -395,6 +398,8 @@ class MultishotRecv(InlineOp):
         if stream is None:  # pragma: no cover - the awaiting task holds the stream
             raise ClosedResourceError(CLOSED_WHILE_WAITING)
         op = stream._single_recv(want)
+        if type(op) is BulkRecvOp:
+            return (yield from op.receive(engine))  # straight into the bytes returned
         pending = self.pending
         op._enter()
         try:

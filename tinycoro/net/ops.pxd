@@ -13,6 +13,10 @@ cdef class RecvOp(ResourceOp):
     cdef public object token
     cdef public object owner
 
+cdef class BulkRecvOp(ResourceOp):
+    cdef public object token
+    cdef public object owner
+
 cdef class SendallOp(InlineOp):
     cdef public object spare
     cdef public object owner

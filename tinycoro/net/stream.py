@@ -22,7 +22,9 @@ from ..uring import prep_connect, prep_shutdown, prep_splice
 from . import multishot
 from .base import SocketBase
 from .multishot import MultishotRecv, RecvCall
-from .ops import MSG_DONTWAIT, MSG_NOSIGNAL, RecvOp, SendallOp
+from .ops import (
+    BULK_RECV, MSG_DONTWAIT, MSG_NOSIGNAL, BulkRecvOp, RecvOp, SendallOp, bulk_recv_available,
+)
 from .resolve import resolve_all
 
 __all__ = ["Stream", "TcpStream", "UnixStream", "connect", "connect_unix", "unix_path"]
@@ -136,9 +138,12 @@ class Stream(SocketBase):
             return call
         return self._single_recv(max_bytes)
 
-    def _single_recv(self, max_bytes: int) -> RecvOp:
+    def _single_recv(self, max_bytes: int) -> RecvOp | BulkRecvOp:
         """The stream's reused single recv, made again for a new *max_bytes* (also the
-        multishot's fallback)."""
+        multishot's fallback); for a bulk read, one of its own that receives straight into
+        the bytes it returns, where it can (BulkRecvOp)."""
+        if max_bytes >= BULK_RECV and bulk_recv_available():
+            return BulkRecvOp(self, max_bytes)
         op = self._recv_op
         if op is None or op.args[2] != max_bytes:
             rbuf = self._rbuf
