@@ -393,6 +393,13 @@ def test_outcomes_waiting_for_the_engines_iopub_thread_come_home_as_one_message(
     assert len(batches) == 1, f"5 outcomes waiting at once came home as {len(batches)} messages"
 
 
+def test_tasks_ending_in_one_turn_wake_the_engines_iopub_thread_once_after_the_turn(cluster):
+    # Asking for the IOPub thread hands the GIL over (a message on its event pipe); asked at
+    # each task end, it sent the first outcome alone while the turn's other tasks waited for
+    # the GIL to end. Asked once the turn is over, the turn's outcomes go together.
+    assert cluster.submit(h.iopub_wakes_for_tasks_ending_in_one_turn, 3, engine=1).result(T) == [3]
+
+
 def test_tasks_of_a_function_that_does_not_unpack_each_fail_with_the_same_traceback(cluster):
     # The tasks of one request share a function, unpacked once: one that does not unpack on
     # the engine fails each task calling it with the same outcome, not with one exception

@@ -310,3 +310,41 @@ async def end_once_iopub_is_held(key, i):
         await tc.sleep(0.001)
     STATE[key].add(i)  # type: ignore[attr-defined]
     return i
+
+
+async def _end_at_the_gate(i):
+    await STATE["turn-gate"].wait()  # type: ignore[attr-defined]
+    STATE["turn-ended"].append(i)  # type: ignore[attr-defined]
+    return i
+
+
+async def iopub_wakes_for_tasks_ending_in_one_turn(n):
+    """On an engine: start *n* tasks (as a request of submits does) that end in one turn, and
+    say how many of them had ended at each time an outcome asked for the IOPub thread."""
+    from tinycoro.cluster import engine as engine_side
+    from tinycoro.cluster import internals
+    from tinycoro.cluster.messages import pack
+
+    ended: list = []
+    wakes: list = []
+    real = internals.on_iopub_thread
+
+    def recording(kernel, fn):
+        wakes.append(len(ended))
+        real(kernel, fn)
+
+    STATE["turn-gate"], STATE["turn-ended"] = tc.Event(), ended  # type: ignore[assignment]
+    internals.on_iopub_thread = recording
+    try:
+        items = [(f"no client waits {i}", 0, pack(((i,), {}))) for i in range(n)]
+        started = engine_side._agent.start_many([pack(_end_at_the_gate)], items)
+        assert all(isinstance(s, int) for s in started), started
+        await tc.yield_now()  # they were made ready before this step ended: they wait at the
+        await tc.yield_now()  # gate once this task runs again
+        STATE["turn-gate"].set()  # type: ignore[attr-defined]
+        while not wakes or len(ended) < n:
+            await tc.sleep(0.001)
+        await tc.yield_now()
+    finally:
+        internals.on_iopub_thread = real
+    return wakes

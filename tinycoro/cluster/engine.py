@@ -37,6 +37,7 @@ from ipyparallel.serialize import serialize_object
 
 # From the defining modules, not the ``tinycoro`` facade, which imports this package
 # (``tc.cluster``).
+from .. import lowlevel
 from ..compiled import gil_enabled
 from ..combinators import when_all
 from ..core import Scheduler, Task, get_default_scheduler, spawn
@@ -185,7 +186,18 @@ class Agent:
             first = not self._outbox  # the first one queued since the last send asks for one
             self._outbox.append((parent, buffers))
         if first:
-            internals.on_iopub_thread(self.kernel, self._send_outcomes)
+            # Once this turn's steps are over, not now: asking for the IOPub thread hands the
+            # GIL over (a message on its event pipe), and the turn's other tasks, which end
+            # with this one when a round's tasks are alike, would wait for it and then go
+            # in a message of their own. Off a context (a stop finishing tasks): now.
+            engine = lowlevel.current_engine()
+            if engine is None:
+                self._wake_iopub()
+            else:
+                engine.defer(self._wake_iopub)
+
+    def _wake_iopub(self) -> None:
+        internals.on_iopub_thread(self.kernel, self._send_outcomes)
 
     def _send_outcomes(self) -> None:
         """On the IOPub thread: send every queued outcome in one ``data_message``, each
