@@ -358,6 +358,48 @@ def test_submits_made_together_travel_to_their_engine_as_one_request(cluster, mo
     assert len({t.msg_id for t in tasks + [failing, refused, cancelled]}) == 1
 
 
+def test_outcomes_waiting_for_the_engines_iopub_thread_come_home_as_one_message(cluster, monkeypatch):
+    # Every message costs the engine's IOPub thread, the controller's relay and Hub, and this
+    # client's IO thread a fraction of a millisecond of CPU, on the cores the engines compute
+    # on: the outcomes of tasks that end while the IOPub thread is busy (the tasks of one
+    # round end in one turn) go together. The engine holds its IOPub thread until 4 tasks have
+    # ended behind it, which makes "together" certain here; each task still gets its own.
+    batches: list[int] = []
+    decode = cluster._seam.decode
+
+    def counting(frames):
+        msg = decode(frames)
+        if msg["header"]["msg_type"] == "data_message":
+            batches.append(len(msg["buffers"]))
+        return msg
+
+    monkeypatch.setattr(cluster._seam, "decode", counting)
+    key = "outcomes-together"
+    held, release = threading.Event(), threading.Event()
+
+    def hold():  # on the client's IO thread: the 5 submits leave as one request
+        held.set()
+        release.wait(T)
+
+    cluster.client._io_loop.add_callback(hold)
+    assert held.wait(T)
+    try:
+        holder = cluster.submit(h.hold_iopub_until_ended, key, 4, engine=0)
+        tasks = [cluster.submit(h.end_once_iopub_is_held, key, i, engine=0) for i in range(4)]
+    finally:
+        release.set()
+    assert holder.result(T) == "held"
+    assert [t.result(T) for t in tasks] == [0, 1, 2, 3]
+    assert len(batches) == 1, f"5 outcomes waiting at once came home as {len(batches)} messages"
+
+
+def test_tasks_ending_in_one_turn_wake_the_engines_iopub_thread_once_after_the_turn(cluster):
+    # Asking for the IOPub thread hands the GIL over (a message on its event pipe); asked at
+    # each task end, it sent the first outcome alone while the turn's other tasks waited for
+    # the GIL to end. Asked once the turn is over, the turn's outcomes go together.
+    assert cluster.submit(h.iopub_wakes_for_tasks_ending_in_one_turn, 3, engine=1).result(T) == [3]
+
+
 def test_tasks_of_a_function_that_does_not_unpack_each_fail_with_the_same_traceback(cluster):
     # The tasks of one request share a function, unpacked once: one that does not unpack on
     # the engine fails each task calling it with the same outcome, not with one exception

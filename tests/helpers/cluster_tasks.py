@@ -267,3 +267,84 @@ class FunctionRefusedOnTheEngine:
 
     def __reduce__(self):
         return (_refuse_unpickling, ("this function does not unpack here",))
+
+
+async def hold_iopub_until_ended(key, n):
+    """On an engine: hold the kernel's IOPub thread until *n* tasks of
+    :func:`end_once_iopub_is_held` (same *key*) have ended on this context and their done
+    callbacks have run, so that every outcome of them (and this task's own) is waiting for
+    IOPub at once; then let it go."""
+    import threading
+    import time
+
+    from IPython import get_ipython
+
+    from tinycoro.cluster import internals
+    from tinycoro.core import get_default_scheduler
+
+    sched = get_default_scheduler()
+    held = threading.Event()
+    ended: set = STATE.setdefault(key, set())  # type: ignore[assignment]
+
+    def hold():  # on the IOPub thread
+        held.set()
+        STATE[key + ":held"] = "yes"
+        deadline = time.monotonic() + 60  # only a broken build waits this long
+        while len(ended) < n and time.monotonic() < deadline:
+            time.sleep(0.001)
+        # A task submitted now runs after the turn of the steps that ended those tasks, so
+        # once it is over their done callbacks (which queue the outcomes) have run.
+        after = threading.Event()
+        sched.submit(_quick()).add_done_callback(lambda _t: after.set())
+        after.wait(60)
+
+    internals.on_iopub_thread(get_ipython().kernel, hold)
+    while not held.is_set():
+        await tc.sleep(0.001)
+    return "held"
+
+
+async def end_once_iopub_is_held(key, i):
+    """Returns *i* once :func:`hold_iopub_until_ended` holds IOPub, noting that it ended."""
+    while key + ":held" not in STATE:
+        await tc.sleep(0.001)
+    STATE[key].add(i)  # type: ignore[attr-defined]
+    return i
+
+
+async def _end_at_the_gate(i):
+    await STATE["turn-gate"].wait()  # type: ignore[attr-defined]
+    STATE["turn-ended"].append(i)  # type: ignore[attr-defined]
+    return i
+
+
+async def iopub_wakes_for_tasks_ending_in_one_turn(n):
+    """On an engine: start *n* tasks (as a request of submits does) that end in one turn, and
+    say how many of them had ended at each time an outcome asked for the IOPub thread."""
+    from tinycoro.cluster import engine as engine_side
+    from tinycoro.cluster import internals
+    from tinycoro.cluster.messages import pack
+
+    ended: list = []
+    wakes: list = []
+    real = internals.on_iopub_thread
+
+    def recording(kernel, fn):
+        wakes.append(len(ended))
+        real(kernel, fn)
+
+    STATE["turn-gate"], STATE["turn-ended"] = tc.Event(), ended  # type: ignore[assignment]
+    internals.on_iopub_thread = recording
+    try:
+        items = [(f"no client waits {i}", 0, pack(((i,), {}))) for i in range(n)]
+        started = engine_side._agent.start_many([pack(_end_at_the_gate)], items)
+        assert all(isinstance(s, int) for s in started), started
+        await tc.yield_now()  # they were made ready before this step ended: they wait at the
+        await tc.yield_now()  # gate once this task runs again
+        STATE["turn-gate"].set()  # type: ignore[attr-defined]
+        while not wakes or len(ended) < n:
+            await tc.sleep(0.001)
+        await tc.yield_now()
+    finally:
+        internals.on_iopub_thread = real
+    return wakes

@@ -11,8 +11,9 @@ back, both on its IO thread:
 
 * its IOPub stream: a task's output (``stream`` and ``display_data`` messages) is written
   again here inside the ``contextvars.Context`` captured at submit, so in a notebook it lands
-  in the cell that submitted the task, also after that cell ended; its outcome (a
-  ``data_message``) completes the :class:`RemoteTask`. Every other message (and the status
+  in the cell that submitted the task, also after that cell ended; its outcome (in a
+  ``data_message`` with the outcomes of the engine's other tasks that ended meanwhile)
+  completes the :class:`RemoteTask`. Every other message (and the status
   messages of ours) goes on to ipyparallel's own handler.
 * its registration callbacks: an engine that leaves the cluster fails its tasks with
   :class:`EngineLost`. For a cluster started here the engine pids are also watched
@@ -524,11 +525,14 @@ class Cluster:
         except Exception:  # noqa: BLE001 - as ipyparallel does with a bad message
             log.error("tinycoro.cluster: invalid IOPub message", exc_info=True)
             return
-        # A task's output and outcome come under a parent of its own, named by its token
+        kind = msg["header"]["msg_type"]
+        if kind == "data_message" and RESULT_KEY in msg["content"].get("keys", ()):
+            self._on_outcomes(msg["buffers"])  # several tasks' outcomes, whatever the parent
+            return
+        # A task's output comes under a parent of its own, named by its token
         # (messages.task_parent); the requests' own messages (status) under the request's.
         msg_id = msg["parent_header"].get("msg_id")
         task = self._by_token.get(msg_id) if msg_id else None
-        kind = msg["header"]["msg_type"]
         if task is None and homes.is_token(msg_id):  # a task that ended: its children's output
             homes.route(msg_id, kind, msg["content"])  # goes home; never to ipyparallel, which
             return  # would keep it in Client.metadata for the client's life
@@ -541,13 +545,27 @@ class Cluster:
                 task._in_submitter(write_output, msg["content"]["name"], msg["content"]["text"])
             elif kind in ("display_data", "update_display_data"):
                 task._in_submitter(display_output, msg["content"], kind == "update_display_data")
-            elif kind == "data_message" and RESULT_KEY in msg["content"].get("keys", ()):
-                data, _ = deserialize_object(msg["buffers"])
-                token, outcome = data[RESULT_KEY]
-                if token == task._token:
-                    task._resolve(outcome)
         except Exception:  # noqa: BLE001 - never into ipyparallel's IO loop
             log.error("tinycoro.cluster: handling %s for %r failed", kind, task, exc_info=True)
+
+    def _on_outcomes(self, buffers: list) -> None:
+        """An engine's ``data_message`` of outcomes: each one's buffers after the one before
+        (``engine.Agent._send_outcomes``), each naming its task by token. An outcome for a
+        task that has ended here (lost, or stopped) is dropped."""
+        while buffers:
+            try:
+                data, buffers = deserialize_object(buffers)
+                token, outcome = data[RESULT_KEY]
+            except Exception:  # noqa: BLE001 - never into ipyparallel's IO loop
+                log.error("tinycoro.cluster: an outcome did not unpack", exc_info=True)
+                return  # where the next one starts is lost with it
+            task = self._by_token.get(token)
+            if task is None:
+                continue
+            try:
+                task._resolve(outcome)
+            except Exception:  # noqa: BLE001 - the other outcomes still go to their tasks
+                log.error("tinycoro.cluster: the outcome of %r failed", task, exc_info=True)
 
     def _on_registration(self, event: dict) -> None:
         if event.get("event") == "unregister":

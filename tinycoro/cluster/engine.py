@@ -37,6 +37,7 @@ from ipyparallel.serialize import serialize_object
 
 # From the defining modules, not the ``tinycoro`` facade, which imports this package
 # (``tc.cluster``).
+from .. import lowlevel
 from ..compiled import gil_enabled
 from ..combinators import when_all
 from ..core import Scheduler, Task, get_default_scheduler, spawn
@@ -71,6 +72,10 @@ class Agent:
         self.kernel = shell.kernel
         self._lock = threading.Lock()
         self._tasks: dict[str, Task] = {}  # token -> task, while it runs
+        # Outcomes packed on the context thread and waiting for the IOPub thread, which sends
+        # all of them in one message (:meth:`_send_outcomes`): (parent, buffers) each.
+        self._outbox: list[tuple[dict, list]] = []
+        self._outbox_lock = threading.Lock()
         internals.add_control_handler(self.kernel, CONTROL_REQUEST, self._on_control)
 
     # -- scheduler ---------------------------------------------------------------------------
@@ -151,15 +156,21 @@ class Agent:
         ctx.run(self._publish, token, parent, task)
 
     def _publish(self, token: str, parent: dict, task: Task) -> None:
-        """Send *task*'s outcome home. Packed here; sent from the IOPub thread, after what the
-        task printed (the client completes the task on the outcome, so the output goes first).
+        """Queue *task*'s outcome for home. Packed here; sent from the IOPub thread, after what
+        the task printed (the client completes the task on the outcome, so the output goes
+        first), together with every other outcome queued by then (:meth:`_send_outcomes`).
 
         The context never waits for the IOPub thread: that thread needs the GIL, which a busy
         context holds for a switch interval at a time, and a flush from here (``stream.flush()``
         on a thread other than IOPub's) blocks until IOPub has done it, twice per task (stdout,
         stderr), while the context's other tasks wait. Queued on the IOPub thread instead, the
         flushes and the send run there in order: a flush on that thread queues the output's
-        messages at once, and the outcome's message is queued after them."""
+        messages at once, and the outcomes' message is queued after them.
+
+        Why together: each message costs this engine's IOPub thread, the controller's relay
+        and Hub, and the client's IO thread a fraction of a millisecond of CPU, on the cores
+        the engines compute on; the tasks of one round of submits end in one turn, so their
+        outcomes (one message each before) make one message."""
         exc = task.exception()
         outcome = outcome_of(exc, None if exc is not None else task.result())
         session = self.kernel.session
@@ -171,27 +182,45 @@ class Agent:
             )
         except Exception as e:  # noqa: BLE001 - e.g. an instance of a class a notebook defined
             buffers = serialize_object({RESULT_KEY: (token, self._packed(task, outcome, e))})
-        kernel = self.kernel
+        with self._outbox_lock:
+            first = not self._outbox  # the first one queued since the last send asks for one
+            self._outbox.append((parent, buffers))
+        if first:
+            # Once this turn's steps are over, not now: asking for the IOPub thread hands the
+            # GIL over (a message on its event pipe), and the turn's other tasks, which end
+            # with this one when a round's tasks are alike, would wait for it and then go
+            # in a message of their own. Off a context (a stop finishing tasks): now.
+            engine = lowlevel.current_engine()
+            if engine is None:
+                self._wake_iopub()
+            else:
+                engine.defer(self._wake_iopub)
 
-        def send() -> None:  # on the IOPub thread
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:  # noqa: BLE001 - a closed stream must not lose the outcome
-                    pass
+    def _wake_iopub(self) -> None:
+        internals.on_iopub_thread(self.kernel, self._send_outcomes)
+
+    def _send_outcomes(self) -> None:
+        """On the IOPub thread: send every queued outcome in one ``data_message``, each
+        outcome's buffers after the one before (the client unpacks them in turn), under the
+        parent of the first (the client routes each outcome by the token inside it)."""
+        with self._outbox_lock:  # taken before the flush: what a task queued printed before
+            batch, self._outbox = self._outbox, []  # it ended, so this flush sends it first
+        for stream in (sys.stdout, sys.stderr):
             try:
-                session.send(
-                    kernel.iopub_socket,
-                    "data_message",
-                    content={"keys": [RESULT_KEY]},
-                    parent=parent,
-                    buffers=buffers,
-                    ident=internals.datapub_ident(kernel),
-                )
-            except Exception:  # noqa: BLE001 - never into the IOPub thread's loop
-                log.error("tinycoro.cluster: the outcome of %r was not sent", task, exc_info=True)
-
-        internals.on_iopub_thread(kernel, send)
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed stream must not lose the outcomes
+                pass
+        try:
+            self.kernel.session.send(
+                self.kernel.iopub_socket,
+                "data_message",
+                content={"keys": [RESULT_KEY]},
+                parent=batch[0][0],
+                buffers=[b for _, buffers in batch for b in buffers],
+                ident=internals.datapub_ident(self.kernel),
+            )
+        except Exception:  # noqa: BLE001 - never into the IOPub thread's loop
+            log.error("tinycoro.cluster: %d outcomes were not sent", len(batch), exc_info=True)
 
     @staticmethod
     def _packed(task: Task, outcome: tuple, why: BaseException) -> tuple:

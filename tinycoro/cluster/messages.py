@@ -7,10 +7,13 @@
   cloudpickle (:func:`pack`), so a function defined in a notebook travels with the globals it
   names; a function several tasks call travels once. The engine replies at once, when the
   tasks are started, with each one's task id or why it did not start.
-* Each task's output and its outcome travel on IOPub under a parent header of the task's own
+* Each task's output travels on IOPub under a parent header of the task's own
   (:func:`task_parent`: the request's, with the task's token as msg_id), so the client routes
-  them per task although the tasks shared a request. The outcome is a ``data_message``
-  (ipyparallel's own message for data an engine publishes) under ``RESULT_KEY``.
+  it per task although the tasks shared a request. Outcomes travel in ``data_message``
+  messages (ipyparallel's own message for data an engine publishes), each ``{RESULT_KEY: (token,
+  outcome)}`` serialised by ipyparallel, several in one message: those of every task of an
+  engine that ended while its IOPub thread was busy (the tasks of a round end in one turn),
+  one outcome's buffers after the other's.
 * Stats probes and cancels are ``CONTROL_REQUEST`` messages on the control channel, which an
   engine serves on its control thread: they never queue behind a busy shell.
 """
