@@ -335,7 +335,7 @@ class RingOwner:
         subclass's describe reads ``args`` once; the op may then have completed after the
         look, and the words are of its next use, whole."""
         with self._flight_lock:
-            if self.inflight.get(ud) is not op:
+            if ud not in self.inflight or self.inflight[ud] is not op:
                 return None
             return getattr(op.prep, "__name__", ""), op.describe()
 
