@@ -420,3 +420,23 @@ def test_a_compiled_ring_dropped_unclosed_unmaps_its_buffer_ring_too():
         del core
     assert not opened_since(fds)
     assert _address_space() - before < rings * 64 * size // 2
+
+
+def test_a_ring_dropped_unclosed_releases_every_kernel_resource(ring_cls):
+    # An owner that never closed its ring (an exception between setup and use, a test that
+    # forgot): its descriptor, its eventfd, its mappings and (compiled) its provided-buffer
+    # ring go with the object, not with the process. Each is a descriptor or mapped memory
+    # that no later code can name again.
+    rings = 8
+    before = _address_space()
+    fds = open_fds()
+    for _ in range(rings):
+        ring = ring_cls(8)
+        buffers = ring_cls is uring.CRing and ring.multishot_ready()  # maps the buffer ring
+        ring.queue(uring.prep_nop, (), 1)  # one op in flight: the drop also ends it
+        ring.submit()
+        del ring
+    assert not opened_since(fds)
+    if buffers:  # a leak of the eight buffer rings would add their whole pools
+        pool = uring.MULTISHOT_BUFFERS * uring.MULTISHOT_BUFFER_SIZE
+        assert _address_space() - before < rings * pool // 2

@@ -417,6 +417,14 @@ class _Lifecycle:
         efd, self.efd = self.efd, -1
         os.close(efd)
 
+    def __del__(self) -> None:
+        # Dropped without close() (an owner that failed between setup and use): the ring's
+        # descriptor and mappings, its eventfd and (compiled) its provided-buffer ring stay the
+        # process's until closed, and nothing can name them once this object is gone. The
+        # compiled core's __dealloc__ could free only what it holds, not the eventfd.
+        if getattr(self, "_open", False):  # (unset: __init__ failed before or inside _setup)
+            self.close()
+
     def _released(self) -> None:
         """After the ring's exit: free what only the kernel could still have written into."""
 

@@ -2,9 +2,11 @@
 
 Plain reads of an engine's counters and tables from any thread, without the engine's locks: a
 snapshot may be a step behind, never an inconsistent object (the engine replaces what it
-updates as a whole, such as its busy samples; that replacement, and only it, is taken under a
-short lock the engine holds once per ``BUSY_STEP``: docs/design.md, "Synchronisation"). Nothing here runs on the engine's own path, so none of
-it is compiled or costs the engine anything.
+updates as a whole, such as its busy samples; that replacement is taken under a short lock
+the engine holds once per ``BUSY_STEP``; and an op in flight is described under the lock its
+owner holds while ops leave the in-flight table, ``RingOwner.describe_inflight``, since the
+owner refills a reused op's fields in place: docs/design.md, "Synchronisation"). Nothing here
+runs on the engine's own path, so none of it is compiled or costs the engine anything.
 """
 
 from __future__ import annotations
@@ -38,13 +40,16 @@ def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) ->
     live = list(engine.live)
     first = {id(t) for t in list(starting)}
     ready = _ids(engine.ready)
-    waits = _waits(engine, live)
+    uds: dict[int, int] = {}
+    waits = _waits(engine, live, uds)
     out = []
     for t, waiting in zip(live, waits):
         try:
-            if isinstance(waiting, Op):
-                sleep = getattr(waiting.prep, "__name__", "") == SLEEP
-                state, what = ("sleeping" if sleep else "io"), waiting.describe()
+            # An op is described only while still in flight (RingOwner.describe_inflight):
+            # a stream's ops are refilled for their next use once their CQE is in.
+            seen = engine.describe_inflight(uds[id(waiting)], waiting) if isinstance(waiting, Op) else None
+            if seen is not None:
+                state, what = ("sleeping" if seen[0] == SLEEP else "io"), seen[1]
             elif type(waiting) is Park:
                 if type(waiting.what) is Sleep:  # tc.sleep: a deadline in the engine's heap
                     state, what = "sleeping", sleep_words(waiting.what.seconds, waiting.what.when)
@@ -53,7 +58,7 @@ def task_infos(engine: "Engine", now: float, starting: Collection[Task] = ()) ->
                     state, what = "io", waiting.what.describe()
                 else:
                     state, what = "parked", park_words(waiting.what)
-            else:
+            else:  # ready or running; or its op completed since the table was copied
                 key = id(t)
                 state = "ready" if key in ready else "starting" if key in first else "running"
                 what = ""
@@ -76,7 +81,7 @@ def _ids(tasks: "deque[Task]") -> set[int]:
     return set()
 
 
-def _waits(engine: "Engine", tasks: list[Task]) -> list:
+def _waits(engine: "Engine", tasks: list[Task], uds: dict[int, int] | None = None) -> list:
     """The ``Park`` or ``Op`` each of *tasks* waits on (None: ready or running), from the
     owner's tables, never from ``Task._waiting``: the owner allocates what it stores there
     and drops it at the task's next step, so another thread that loads the field and then
@@ -84,14 +89,19 @@ def _waits(engine: "Engine", tasks: list[Task]) -> list:
     docs/freethreading-tsan.md, finding 12). A copy of a dict is taken under the dict's own
     lock and holds references, and the owner puts a task's ``Park`` or ``Op`` in its table
     before it stores ``_waiting``, so what is read here was whole when it was published.
-    Costs the owner nothing: it keeps those tables anyway."""
+    Costs the owner nothing: it keeps those tables anyway. *uds*, if given, gets the
+    user_data each op found was in flight under (``id(op)`` -> its key in the table copy),
+    never read from the op, whose ``ud`` the owner rewrites at each use."""
     parked = dict(engine.parked)
     out = [parked.get(t) for t in tasks]
     rest = [i for i, w in enumerate(out) if w is None]
     if rest:
-        ops = ops_waited_by([tasks[i] for i in rest], list(engine.inflight.values()))
+        table = list(engine.inflight.items())
+        ops = ops_waited_by([tasks[i] for i in rest], [op for _, op in table])
         for i, op in zip(rest, ops):
             out[i] = op
+        if uds is not None:
+            uds.update((id(op), ud) for ud, op in table)
     return out
 
 

@@ -6,6 +6,7 @@ cdef object _prep_cancel
 cdef object _prep_close
 cdef object _SKIP_UD
 cdef object _RingBusy
+cdef bint _LOCKED_REAP
 
 cdef class RingOwner:
     cdef public object ring
@@ -20,6 +21,7 @@ cdef class RingOwner:
     cdef public Py_ssize_t rearms
     cdef public Py_ssize_t nobufs_endings
     cdef public object completion_hook
+    cdef public object _flight_lock
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)

@@ -43,9 +43,12 @@ import errno
 import itertools
 import logging
 import os
+import sys
+import threading
 from typing import Any, Callable, Optional, Protocol
 
-from .. import uring
+from .. import compiled, uring
+from . import fence
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
 
@@ -53,6 +56,10 @@ log = logging.getLogger("tinycoro")
 _prep_cancel = uring.prep_cancel
 _prep_close = uring.prep_close
 _SKIP_UD = uring.SKIP_UD
+# Whether the owner holds ``RingOwner._flight_lock`` while ops leave the table: without the GIL
+# (a field read is not one step), and interpreted (a refill is several bytecodes, between which
+# the GIL may switch); not compiled under the GIL (RingOwner.describe_inflight says why).
+_LOCKED_REAP: bool = fence.FREE_THREADED or not compiled.is_compiled(sys.modules[__name__])
 _RingBusy = uring.RingBusy
 
 
@@ -157,7 +164,8 @@ class RingOwner:
     """
 
     __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done",
-                 "standing", "_shots", "rearms", "nobufs_endings", "completion_hook")
+                 "standing", "_shots", "rearms", "nobufs_endings", "completion_hook",
+                 "_flight_lock")
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
@@ -172,6 +180,10 @@ class RingOwner:
         self.rearms = 0
         self.nobufs_endings = 0
         self.completion_hook: Optional[Callable[[Any, int, Any, bool], tuple]] = None
+        # Held while ops leave ``inflight`` (:meth:`_reap`) on a free-threaded build, and by a
+        # reader that describes an op in flight (:meth:`describe_inflight`): an op may be
+        # refilled for its next use only after it left, so under this lock its fields stay.
+        self._flight_lock = threading.Lock()
 
     # -- what the owner provides ---------------------------------------------------------------
     def _deliver(self, done: list[tuple[Any, int]]) -> None:
@@ -282,7 +294,11 @@ class RingOwner:
         done = self._done
         shots = self._shots
         try:
-            n = self.ring.complete(self.inflight, self.standing, done, shots)
+            if _LOCKED_REAP:  # describe_inflight says why
+                with self._flight_lock:
+                    n = self.ring.complete(self.inflight, self.standing, done, shots)
+            else:
+                n = self.ring.complete(self.inflight, self.standing, done, shots)
         except BaseException:
             done.clear()  # pragma: no cover - the ring raises only on memory exhaustion
             shots.clear()
@@ -300,6 +316,28 @@ class RingOwner:
                 self._deliver(done)
             finally:
                 done.clear()
+
+    def describe_inflight(self, ud: int, op: Any) -> tuple[str, str] | None:
+        """Any thread: the prep's name and ``op.describe()`` of *op* while it is still in
+        flight here under *ud* (a key of ``inflight`` the caller copied), else None (it
+        completed meanwhile: its task is ready or running).
+
+        Why here: an op is reused once its CQE is in (a stream's recv and sendall), and its
+        owner refills ``prep``, ``args`` and ``what`` then, so a reader that held the op from
+        a copy of the table could see two operations' fields mixed, and, without the GIL,
+        take a reference to a field the owner has just let go (compiled, a field is a plain
+        pointer). While the op is in flight nothing writes those fields, so the reader looks
+        it up under ``_flight_lock``, which the owner holds while ops leave the table
+        (:meth:`_reap`), and reads it there: it stays in flight until the lock is let go.
+        Compiled under the GIL the owner takes no lock (``_LOCKED_REAP``: nothing on its
+        path): there a refill is one C step that no thread switch splits (``Op._fill``, or one
+        store of ``args``), ``Op.describe`` reads the prep, args and what in one C call and a
+        subclass's describe reads ``args`` once; the op may then have completed after the
+        look, and the words are of its next use, whole."""
+        with self._flight_lock:
+            if ud not in self.inflight or self.inflight[ud] is not op:
+                return None
+            return getattr(op.prep, "__name__", ""), op.describe()
 
     def _complete_multi(self, shots: list) -> None:
         """Hand each CQE of a :class:`MultiOp` (already marked seen by the ring, and at the

@@ -22,6 +22,7 @@ that says why, instead of confusing the foreign event loop.
 from __future__ import annotations
 
 import contextlib
+import operator
 from typing import Any, Callable, ContextManager, Generator
 
 from .errors import oserror
@@ -101,7 +102,10 @@ class Op(_CoroutineProtocol):
         (``TaskInfo.waits_on``); never on the hot path."""
         from .waits import op_words  # only snapshots need it
 
-        return op_words(self.prep, self.args, self.what)
+        # The three in one C call: a thread switch cannot fall between them, so under the
+        # GIL a reader (RingOwner.describe_inflight) never mixes two uses of a reused op.
+        prep, args, what = _FIELDS(self)
+        return op_words(prep, args, what)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._kind()} ud={self.ud}>"
@@ -122,6 +126,9 @@ class Op(_CoroutineProtocol):
         if res < 0:
             raise oserror(res, self.what)
         return res
+
+
+_FIELDS = operator.attrgetter("prep", "args", "what")  # Op.describe
 
 
 class _Raw(_CoroutineProtocol):
