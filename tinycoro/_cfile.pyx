@@ -61,7 +61,7 @@ cdef extern from "linux/fs.h":
 DEF HOLD_GIL_MAX = 65536
 
 
-def pread_nowait(int fd, Py_ssize_t size, long long offset):
+cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset):
     """Up to *size* bytes at *offset* from the page cache, never waiting for the disk.
 
     Returns the bytes (short at EOF, or when a later page is not cached: a short result is not
@@ -226,6 +226,7 @@ cdef extern from "Python.h":
 
 
 @cython.freelist(16)
+@cython.no_gc  # holds a read's bytes only: no cycle through it, so no GC tracking per read
 cdef class Done:
     """An awaitable whose result is there already: a page-cache read that ``read_at`` did at
     its call. Awaiting it never suspends and costs no generator: the interpreter's ``await``
@@ -236,10 +237,7 @@ cdef class Done:
     coroutine (``send``/``throw``/``close``), so that ``tc.spawn`` and
     ``asyncio.create_task`` take it."""
 
-    cdef readonly object value
-
-    def __cinit__(self, value):
-        self.value = value
+    # value: its one field, declared in _cfile.pxd
 
     def __await__(self):
         return self
@@ -260,6 +258,14 @@ cdef class Done:
 
     def close(self):
         pass
+
+
+cpdef object done(object value):
+    """The finished awaitable of *value* (a :class:`Done`): a C call from the compiled read
+    path (``_cfile.pxd``), with no argument parsing and no ``__cinit__``."""
+    cdef Done d = Done.__new__(Done)
+    d.value = value
+    return d
 
 
 cdef int _done_send(PyObject *self, PyObject *arg, PyObject **result) noexcept:

@@ -7,6 +7,9 @@
 # Attributes are public: the tests switch a file to ring-only reads through _inline.
 
 from ..closing cimport PendingOps
+# The names file.py imports from .pagecache, which picks these or their Python twins: compiled,
+# the cimport wins, and the page-cache read and its finished awaitable are C calls.
+from .._cfile cimport done, pread_nowait
 from ..core.engine cimport spend_inline
 
 cpdef bint _whole(bytes data, Py_ssize_t size)

@@ -70,7 +70,7 @@ pread_nowait: Callable[[int, int, int], bytes | None] = (
 # A read finished at its call, as the awaitable the call returns: the compiled one is awaited
 # through a C slot, with no generator (~600 instructions less per cached read_at); traps'
 # Ready, the same contract, runs where _cfile is not built or TINYCORO_PURE is set.
-done: Callable[[Any], Awaitable[Any]] = _cfile.Done if _cfile is not None else Ready
+done: Callable[[Any], Awaitable[Any]] = _cfile.done if _cfile is not None else Ready
 
 # A whole cached file in one call (openat2 with RESOLVE_CACHED, fstat, preadv2, close), and
 # the buffer a whole-file read fills, the very bytes object it returns; see _cfile. Python's
