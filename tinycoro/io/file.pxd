@@ -7,9 +7,11 @@
 # Attributes are public: the tests switch a file to ring-only reads through _inline.
 
 from ..closing cimport PendingOps
-# The names file.py imports from .pagecache, which picks these or their Python twins: compiled,
-# the cimport wins, and the page-cache read and its finished awaitable are C calls.
+# The names file.py imports from .pagecache and ..core.local, which pick these or their Python
+# twins: compiled, the cimport wins, and the running task's read, the page-cache read and its
+# finished awaitable are C calls.
 from .._cfile cimport done, pread_nowait
+from .._clocal cimport running_task
 from ..core.engine cimport spend_inline
 
 cpdef bint _whole(bytes data, Py_ssize_t size)

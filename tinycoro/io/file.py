@@ -23,7 +23,7 @@ from ..closing import PendingOps, ResourceOp, close_fd
 from ..core.checks import check_int
 from ..core.engine import spend_inline
 from ..core.errors import ClosedResourceError
-from ..core.local import thread_state as _local
+from ..core.local import running_task
 from ..core.traps import Op, Ready, consume_budget
 from .direct import aligned_buffer, check_direct
 from .ops import CURRENT_POSITION, RingRead, RingWrite
@@ -207,7 +207,7 @@ class AsyncFile:
             size = check_int("size", size, min=0, max=MAX_OFFSET)
             offset = _check_offset(offset)
         if self._inline and size:  # open, readable, a regular file, not O_DIRECT
-            task = _local.task
+            task = running_task()
             if task is not None:  # (an asyncio task's reads go to its loop's hosted ring)
                 if spend_inline(task):
                     return self._read_cached(size, offset)
@@ -302,7 +302,7 @@ class AsyncFile:
         if size == 0:
             return 0
         if self._inline:
-            task = _local.task
+            task = running_task()
             if task is not None:
                 if not spend_inline(task):
                     await consume_budget()  # budget spent, or an interrupt is due (see _cached)
@@ -385,7 +385,7 @@ class AsyncFile:
         """The next line from the current position, with its ``b"\\n"``; ``b""`` at EOF."""
         self._check_readable()
         # A line in the read-ahead completes at once: rule 16's gate, asked as read_at asks
-        task = _local.task
+        task = running_task()
         if task is not None and not spend_inline(task):
             await consume_budget()
         pos = self._pos
