@@ -12,6 +12,8 @@ from ..closing cimport PendingOps
 # finished awaitable are C calls.
 from .._cfile cimport done, pread_nowait
 from .._clocal cimport running_task
+from .direct cimport check_direct
+from .ops cimport ring_read
 from ..core.engine cimport spend_inline
 
 cpdef bint _whole(bytes data, Py_ssize_t size)

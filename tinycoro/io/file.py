@@ -26,7 +26,7 @@ from ..core.errors import ClosedResourceError
 from ..core.local import running_task
 from ..core.traps import Op, Ready, consume_budget
 from .direct import aligned_buffer, check_direct
-from .ops import CURRENT_POSITION, RingRead, RingWrite
+from .ops import CURRENT_POSITION, RingWrite, ring_read
 from .pagecache import RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv
 from .paths import AT_FDCWD, PathLike
 
@@ -271,7 +271,7 @@ class AsyncFile:
             return _ZERO
         if self.direct:
             check_direct(view, size, offset)
-        return RingRead(self._ops, self._fd, self.name, self.direct, view, offset)
+        return ring_read(self._ops, self._fd, self.name, self.direct, view, offset)
 
     def _pread(self, size: int, offset: int) -> Awaitable[bytes]:
         if size == 0:
@@ -287,7 +287,7 @@ class AsyncFile:
             # real copy is bytes() below (a bytes object cannot be filled in place).
             buf = bytearray(size)
         if not self._inline:  # the ring only: its read op is the awaitable, and makes bytes
-            return RingRead(self._ops, self._fd, self.name, self.direct, memoryview(buf), offset, 0, buf)
+            return ring_read(self._ops, self._fd, self.name, self.direct, memoryview(buf), offset, 0, buf)
         return self._pread_inline(buf, size, offset)
 
     async def _pread_inline(self, buf: Any, size: int, offset: int) -> bytes:
@@ -379,7 +379,7 @@ class AsyncFile:
     def _ring_read(self, view: memoryview, offset: int, got: int) -> Awaitable[int]:
         """Fill *view* from *offset* through the ring, its first *got* bytes being there
         already; the total, short only at EOF (see RingRead)."""
-        return RingRead(self._ops, self._fd, self.name, self.direct, view, offset, got)
+        return ring_read(self._ops, self._fd, self.name, self.direct, view, offset, got)
 
     async def readline(self) -> bytes:
         """The next line from the current position, with its ``b"\\n"``; ``b""`` at EOF."""
