@@ -283,10 +283,8 @@ class AsyncFile:
             check_direct(None, size, offset)
             buf = view = aligned_buffer(size)
         else:
-            # The bytes object returned, filled in place (pagecache.filling), as os.pread
-            # fills its own: no zero-fill and no copy when the read is whole (a bytearray
-            # cost both: ~8,000 instructions per 4 KiB ring read, callgrind). The pure
-            # runtime's is a bytearray, and bytes() below its one copy.
+            # The bytes object returned, filled in place as os.pread fills its own: no zero-fill
+            # and no copy when whole (pagecache.filling; the pure runtime's: a bytearray, copied)
             buf, view = filling(size)
         if not self._inline:  # the ring only: its read op is the awaitable, and makes bytes
             return ring_read(self._ops, self._fd, self.name, self.direct, view, offset, 0, buf)
