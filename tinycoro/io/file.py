@@ -264,7 +264,11 @@ class AsyncFile:
         if not (type(offset) is int and 0 <= offset <= MAX_OFFSET):  # (read_at's fast path)
             offset = _check_offset(offset)
         self._check_readable()
-        if self._inline:
+        if self._inline:  # a cached range is read at the call, as read_at does: no coroutine
+            task = running_task()
+            if task is not None and len(view) and spend_inline(task):
+                got = self._cached(view, len(view), offset)
+                return done(got) if got >= 0 else self._ring_read(view, offset, ~got)
             return self._read_into(view, offset)
         size = len(view)
         if not size:
@@ -278,13 +282,11 @@ class AsyncFile:
             if self.direct:
                 check_direct(None, 0, offset)
             return _EMPTY
-        buf: Any
         if self.direct:
             check_direct(None, size, offset)
             buf = view = aligned_buffer(size)
         else:
-            # The bytes object returned, filled in place as os.pread fills its own: no zero-fill
-            # and no copy when whole (pagecache.filling; the pure runtime's: a bytearray, copied)
+            # the bytes returned, filled in place (pagecache.filling): no zero-fill, no copy
             buf, view = filling(size)
         if not self._inline:  # the ring only: its read op is the awaitable, and makes bytes
             return ring_read(self._ops, self._fd, self.name, self.direct, view, offset, 0, buf)
@@ -336,10 +338,9 @@ class AsyncFile:
         system without RWF_NOWAIT) switches the file to ring-only reads for good.
 
         Fairness and interrupts: the callers ask ``spend_inline(task)`` before each read and
-        await rule 16's gate (``consume_budget()``: one yield) on False, so a task reading a cached file in a loop lets
-        the other tasks of its context run every INLINE_BUDGET reads, and a cancel or an
-        expired ``tc.timeout`` still lands at the read's await, as on the ring. A yield
-        (~1 us) is the cheapest suspension; a ring read would cost ~4 us to the same end.
+        await rule 16's gate (``consume_budget()``: one yield) on False, so a task reading a
+        cached file in a loop lets the other tasks of its context run every INLINE_BUDGET
+        reads, and a cancel or an expired ``tc.timeout`` still lands at the read's await.
         """
         fd = self._fd
         while True:
