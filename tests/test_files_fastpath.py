@@ -427,3 +427,30 @@ def test_a_finished_read_hands_its_value_back_and_holds_no_reference():
     del finished
     gc.collect()  # the pure runtime's raised exceptions and frames form cycles; a leaked
     assert sys.getrefcount(value) == before  # reference would survive the collection
+
+
+def test_the_inline_read_into_a_buffer_agrees_with_its_python_twin(tmp_path):
+    """pagecache.pread_nowait_into (compiled: _cfile's C read; pure: os.preadv) fills a
+    buffer from a byte on, whole, short at EOF, 0 past it, and both spellings agree."""
+    from tinycoro import compiled
+    from tinycoro.io import pagecache
+
+    data = os.urandom(2 * PAGE + 10)
+    path = tmp_path / "into"
+    _cached_file(path, data)
+    twins = [pagecache.pread_nowait_into_py]
+    cfile = compiled.load("_cfile")
+    if cfile is not None:
+        twins.append(cfile.pread_nowait_into)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for into in twins:
+            buf = bytearray(3 * PAGE)
+            view = memoryview(buf)
+            assert into(fd, view[:PAGE], 0, PAGE) == PAGE, into
+            assert buf[:PAGE] == data[PAGE:2 * PAGE]
+            assert into(fd, buf, PAGE, 2 * PAGE) == 10  # from byte PAGE of buf: short at EOF
+            assert buf[PAGE:PAGE + 10] == data[2 * PAGE:]
+            assert into(fd, buf, 0, 3 * PAGE) == 0  # past EOF
+    finally:
+        os.close(fd)

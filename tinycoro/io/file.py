@@ -27,7 +27,7 @@ from ..core.local import running_task
 from ..core.traps import Op, Ready, consume_budget
 from .direct import aligned_buffer, check_direct
 from .ops import CURRENT_POSITION, RingWrite, ring_read
-from .pagecache import RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv
+from .pagecache import done, filling, inline_reads, pread_nowait, pread_nowait_into
 from .paths import AT_FDCWD, PathLike
 
 __all__ = ["AsyncFile", "open"]
@@ -345,12 +345,11 @@ class AsyncFile:
         fd = self._fd
         while True:
             try:
-                n = preadv(fd, (memoryview(buf)[got:] if got else buf,),  # type: ignore[misc]
-                            offset + got, RWF_NOWAIT)  # (None: _inline is never set)
-            except BlockingIOError:
-                return ~got
+                n = pread_nowait_into(fd, buf, got, offset + got)  # -1: not cached
             except OSError as e:
                 self._refused(e)
+                return ~got
+            if n < 0:
                 return ~got
             if self._ops.closed:
                 raise ClosedResourceError("the file was closed while this read ran")
