@@ -77,6 +77,32 @@ def test_the_switch_sends_cached_reads_through_the_ring(tmp_path, monkeypatch):
     assert used == 4
 
 
+def test_ring_reads_fill_the_bytes_they_return(contexts, tmp_path, monkeypatch):
+    """Through the ring, a read fills the bytes object it returns (compiled) or a buffer it
+    copies (pure): whole, short at EOF, empty past it; each result its own object."""
+    monkeypatch.setenv(FILE_READS_ENV, "ring")
+    data = os.urandom(3 * PAGE + 100)
+    path = tmp_path / "ring"
+    _cached_file(path, data)
+
+    async def main():
+        async with await tc.io.open(path) as f:
+            whole = [await f.read_at(PAGE, i * PAGE) for i in range(3)]
+            again = await f.read_at(PAGE, 0)
+            short = await f.read_at(PAGE, 3 * PAGE)
+            past = await f.read_at(PAGE, 10 * PAGE)
+            positioned = await f.read(2 * PAGE), await f.read(2 * PAGE), await f.read(PAGE)
+            return whole, again, short, past, positioned
+
+    with tc.Scheduler(contexts) as s:
+        whole, again, short, past, positioned = s.run_sync(main(), timeout=30)
+    assert [type(b) for b in (*whole, again, short, past, *positioned)] == [bytes] * 9
+    assert whole == [data[i * PAGE:(i + 1) * PAGE] for i in range(3)]
+    assert again == whole[0] and again is not whole[0]
+    assert short == data[3 * PAGE:] and past == b""
+    assert positioned == (data[:2 * PAGE], data[2 * PAGE:], b"")
+
+
 def test_an_uncached_page_is_read_right(contexts, tmp_path):
     """A page not in the cache: the inline attempt misses and one io_uring read does it. Here
     the miss itself starts read-ahead (RWF_NOWAIT does not imply IOCB_NOIO on this kernel),
@@ -401,3 +427,30 @@ def test_a_finished_read_hands_its_value_back_and_holds_no_reference():
     del finished
     gc.collect()  # the pure runtime's raised exceptions and frames form cycles; a leaked
     assert sys.getrefcount(value) == before  # reference would survive the collection
+
+
+def test_the_inline_read_into_a_buffer_agrees_with_its_python_twin(tmp_path):
+    """pagecache.pread_nowait_into (compiled: _cfile's C read; pure: os.preadv) fills a
+    buffer from a byte on, whole, short at EOF, 0 past it, and both spellings agree."""
+    from tinycoro import compiled
+    from tinycoro.io import pagecache
+
+    data = os.urandom(2 * PAGE + 10)
+    path = tmp_path / "into"
+    _cached_file(path, data)
+    twins = [pagecache.pread_nowait_into_py]
+    cfile = compiled.load("_cfile")
+    if cfile is not None:
+        twins.append(cfile.pread_nowait_into)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for into in twins:
+            buf = bytearray(3 * PAGE)
+            view = memoryview(buf)
+            assert into(fd, view[:PAGE], 0, PAGE) == PAGE, into
+            assert buf[:PAGE] == data[PAGE:2 * PAGE]
+            assert into(fd, buf, PAGE, 2 * PAGE) == 10  # from byte PAGE of buf: short at EOF
+            assert buf[PAGE:PAGE + 10] == data[2 * PAGE:]
+            assert into(fd, buf, 0, 3 * PAGE) == 0  # past EOF
+    finally:
+        os.close(fd)

@@ -73,3 +73,20 @@ def test_the_compiled_state_is_used_when_built():
     built = importlib.util.find_spec("tinycoro._clocal") is not None
     forced_pure = compiled.pure_requested() is not None
     assert local.COMPILED is (built and not forced_pure)
+
+
+def test_running_task_reads_the_task_this_thread_runs():
+    # running_task() is the call spelling of thread_state.task that compiled hot paths
+    # cimport: the same value, on every runtime, per thread, None outside a step.
+    import tinycoro as tc
+
+    assert local.running_task() is None
+
+    async def main():
+        return local.running_task(), local.thread_state.task, tc.current_task()
+
+    for contexts in (1, 2):
+        with tc.Scheduler(contexts) as s:
+            seen, state, task = s.run_sync(main(), timeout=30)
+        assert seen is state is task is not None
+    assert _in_thread(local.running_task) is None

@@ -13,7 +13,9 @@ not built, or when ``TINYCORO_PURE`` asks for the pure-Python paths (``tinycoro.
 """
 
 cimport cython
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_FillInfo, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.buffer cimport (
+    PyObject_GetBuffer, PyBuffer_FillInfo, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE,
+)
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF
 from libc.errno cimport EAGAIN, E2BIG, EINVAL, ENOSYS, EPERM, errno
@@ -61,7 +63,7 @@ cdef extern from "linux/fs.h":
 DEF HOLD_GIL_MAX = 65536
 
 
-def pread_nowait(int fd, Py_ssize_t size, long long offset):
+cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset):
     """Up to *size* bytes at *offset* from the page cache, never waiting for the disk.
 
     Returns the bytes (short at EOF, or when a later page is not cached: a short result is not
@@ -87,6 +89,37 @@ def pread_nowait(int fd, Py_ssize_t size, long long offset):
     if n == size:
         return data
     return data[:n]
+
+
+cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long long offset) except -2:
+    """Read from the page cache into *buf* (a writable, contiguous buffer) from its byte *start*
+    on, at file *offset*, never waiting for the disk: the byte count (short at EOF or before a
+    page that is not cached; 0 at EOF), or -1 when the first page is not cached (EAGAIN);
+    OSError with the errno for anything else. What ``os.preadv(fd, (view[start:],), offset,
+    RWF_NOWAIT)`` does, without the iovec sequence, the slice and the exception on a miss."""
+    cdef Py_buffer view
+    cdef iovec iov
+    cdef ssize_t n
+    cdef int err
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    try:
+        if start < 0 or start > view.len:
+            raise ValueError(f"start {start} is outside the buffer of {view.len} bytes")
+        iov.iov_base = <char *>view.buf + start
+        iov.iov_len = <size_t>(view.len - start)
+        if iov.iov_len <= HOLD_GIL_MAX:
+            n = preadv2(fd, &iov, 1, offset, RWF_NOWAIT)
+        else:
+            with nogil:  # the buffer stays exported meanwhile: nobody can resize or free it
+                n = preadv2(fd, &iov, 1, offset, RWF_NOWAIT)
+        if n < 0:
+            err = errno
+            if err == EAGAIN:
+                return -1
+            raise OSError(err, _os.strerror(err))
+        return n
+    finally:
+        PyBuffer_Release(&view)
 
 
 # -- a whole file, in one call --------------------------------------------------------------
@@ -291,6 +324,7 @@ cdef extern from "Python.h":
 
 
 @cython.freelist(16)
+@cython.no_gc  # holds a read's bytes only: no cycle through it, so no GC tracking per read
 cdef class Done:
     """An awaitable whose result is there already: a page-cache read that ``read_at`` did at
     its call. Awaiting it never suspends and costs no generator: the interpreter's ``await``
@@ -301,10 +335,7 @@ cdef class Done:
     coroutine (``send``/``throw``/``close``), so that ``tc.spawn`` and
     ``asyncio.create_task`` take it."""
 
-    cdef readonly object value
-
-    def __cinit__(self, value):
-        self.value = value
+    # value: its one field, declared in _cfile.pxd
 
     def __await__(self):
         return self
@@ -325,6 +356,14 @@ cdef class Done:
 
     def close(self):
         pass
+
+
+cpdef object done(object value):
+    """The finished awaitable of *value* (a :class:`Done`): a C call from the compiled read
+    path (``_cfile.pxd``), with no argument parsing and no ``__cinit__``."""
+    cdef Done d = Done.__new__(Done)
+    d.value = value
+    return d
 
 
 cdef int _done_send(PyObject *self, PyObject *arg, PyObject **result) noexcept:

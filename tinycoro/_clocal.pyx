@@ -59,3 +59,11 @@ cdef class Local:
     @task.setter
     def task(self, value):
         _store(&tinycoro_local_task, value)
+
+
+cpdef object running_task():
+    """This thread's ``task``, as a C call for the compiled hot paths that cimport it
+    (``_clocal.pxd``): ~20 instructions against ~150 for the attribute read through the
+    descriptor. ``tinycoro.core.local.running_task`` is its name for the source; it is this
+    function, or the same read of the ``threading.local`` where this module is not used."""
+    return _get(tinycoro_local_task)

@@ -19,7 +19,7 @@ which is in use.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from .. import compiled
 
@@ -39,3 +39,18 @@ def _make() -> tuple[Any, bool]:
 _local, COMPILED = _make()
 thread_state = _local
 """This thread's ``engine`` and ``task`` (``None`` outside tinycoro): see the module doc."""
+
+
+def _running_task_py() -> Any:
+    return _local.task
+
+
+def _running_task() -> Callable[[], Any]:
+    module = compiled.load("_clocal") if COMPILED else None
+    return module.running_task if module is not None else _running_task_py
+
+
+running_task = _running_task()
+"""``thread_state.task`` as a call: a compiled hot path that cimports ``_clocal.running_task``
+under this name reads the C thread-local directly (~20 instructions, not ~150; the page-cache
+read_at does, once per read)."""

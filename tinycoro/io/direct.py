@@ -63,7 +63,7 @@ address: Callable[[memoryview], int] = _cfile.buffer_address if _cfile is not No
 
 def check_direct(view: memoryview | None, size: int, offset: int) -> None:
     """ValueError unless *view*'s address (when given), *size* and *offset* suit O_DIRECT."""
-    a = DIRECT_ALIGN
+    a = DIRECT_ALIGN  # (compiled: C integers, direct.pxd; the checks are C arithmetic)
     if view is not None and address(view) % a:
         raise ValueError(f"direct=True: the buffer's address must be aligned to {a} bytes; "
                          "use tc.io.aligned_buffer(size)")

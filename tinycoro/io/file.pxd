@@ -7,6 +7,13 @@
 # Attributes are public: the tests switch a file to ring-only reads through _inline.
 
 from ..closing cimport PendingOps
+# The names file.py imports from .pagecache and ..core.local, which pick these or their Python
+# twins: compiled, the cimport wins, and the running task's read, the page-cache read and its
+# finished awaitable are C calls.
+from .._cfile cimport done, pread_nowait, pread_nowait_into
+from .._clocal cimport running_task
+from .direct cimport check_direct
+from .ops cimport ring_read
 from ..core.engine cimport spend_inline
 
 cpdef bint _whole(bytes data, Py_ssize_t size)

@@ -23,11 +23,11 @@ from ..closing import PendingOps, ResourceOp, close_fd
 from ..core.checks import check_int
 from ..core.engine import spend_inline
 from ..core.errors import ClosedResourceError
-from ..core.local import thread_state as _local
+from ..core.local import running_task
 from ..core.traps import Op, Ready, consume_budget
 from .direct import aligned_buffer, check_direct
-from .ops import CURRENT_POSITION, RingRead, RingWrite
-from .pagecache import RWF_NOWAIT, done, filling, inline_reads, pread_nowait, preadv
+from .ops import CURRENT_POSITION, RingWrite, ring_read
+from .pagecache import done, filling, inline_reads, pread_nowait, pread_nowait_into
 from .paths import AT_FDCWD, PathLike
 
 __all__ = ["AsyncFile", "open"]
@@ -207,7 +207,7 @@ class AsyncFile:
             size = check_int("size", size, min=0, max=MAX_OFFSET)
             offset = _check_offset(offset)
         if self._inline and size:  # open, readable, a regular file, not O_DIRECT
-            task = _local.task
+            task = running_task()
             if task is not None:  # (an asyncio task's reads go to its loop's hosted ring)
                 if spend_inline(task):
                     return self._read_cached(size, offset)
@@ -264,37 +264,39 @@ class AsyncFile:
         if not (type(offset) is int and 0 <= offset <= MAX_OFFSET):  # (read_at's fast path)
             offset = _check_offset(offset)
         self._check_readable()
-        if self._inline:
+        if self._inline:  # a cached range is read at the call, as read_at does: no coroutine
+            task = running_task()
+            if task is not None and len(view) and spend_inline(task):
+                got = self._cached(view, len(view), offset)
+                return done(got) if got >= 0 else self._ring_read(view, offset, ~got)
             return self._read_into(view, offset)
         size = len(view)
         if not size:
             return _ZERO
         if self.direct:
             check_direct(view, size, offset)
-        return RingRead(self._ops, self._fd, self.name, self.direct, view, offset)
+        return ring_read(self._ops, self._fd, self.name, self.direct, view, offset)
 
     def _pread(self, size: int, offset: int) -> Awaitable[bytes]:
         if size == 0:
             if self.direct:
                 check_direct(None, 0, offset)
             return _EMPTY
-        buf: memoryview | bytearray
         if self.direct:
             check_direct(None, size, offset)
-            buf = aligned_buffer(size)
+            buf = view = aligned_buffer(size)
         else:
-            # bytearray(n) is calloc'd: large ones come as untouched zero pages, so the one
-            # real copy is bytes() below (a bytes object cannot be filled in place).
-            buf = bytearray(size)
+            # the bytes returned, filled in place (pagecache.filling): no zero-fill, no copy
+            buf, view = filling(size)
         if not self._inline:  # the ring only: its read op is the awaitable, and makes bytes
-            return RingRead(self._ops, self._fd, self.name, self.direct, memoryview(buf), offset, 0, buf)
-        return self._pread_inline(buf, size, offset)
+            return ring_read(self._ops, self._fd, self.name, self.direct, view, offset, 0, buf)
+        return self._pread_inline(buf, view, size, offset)
 
-    async def _pread_inline(self, buf: Any, size: int, offset: int) -> bytes:
-        got = await self._read_into(memoryview(buf), offset, checked=True)
+    async def _pread_inline(self, buf: Any, view: memoryview, size: int, offset: int) -> bytes:
+        got = await self._read_into(view, offset, checked=True)
         if got == size and not self.direct:
-            return bytes(buf)
-        return bytes(buf[:got])
+            return bytes(buf)  # (compiled: buf itself, a bytes object)
+        return bytes(view[:got])
 
     async def _read_into(self, view: memoryview, offset: int, checked: bool = False) -> int:
         """Fill *view* from *offset*; short only at EOF. The kernel writes into *view*."""
@@ -302,7 +304,7 @@ class AsyncFile:
         if size == 0:
             return 0
         if self._inline:
-            task = _local.task
+            task = running_task()
             if task is not None:
                 if not spend_inline(task):
                     await consume_budget()  # budget spent, or an interrupt is due (see _cached)
@@ -336,20 +338,18 @@ class AsyncFile:
         system without RWF_NOWAIT) switches the file to ring-only reads for good.
 
         Fairness and interrupts: the callers ask ``spend_inline(task)`` before each read and
-        await rule 16's gate (``consume_budget()``: one yield) on False, so a task reading a cached file in a loop lets
-        the other tasks of its context run every INLINE_BUDGET reads, and a cancel or an
-        expired ``tc.timeout`` still lands at the read's await, as on the ring. A yield
-        (~1 us) is the cheapest suspension; a ring read would cost ~4 us to the same end.
+        await rule 16's gate (``consume_budget()``: one yield) on False, so a task reading a
+        cached file in a loop lets the other tasks of its context run every INLINE_BUDGET
+        reads, and a cancel or an expired ``tc.timeout`` still lands at the read's await.
         """
         fd = self._fd
         while True:
             try:
-                n = preadv(fd, (memoryview(buf)[got:] if got else buf,),  # type: ignore[misc]
-                            offset + got, RWF_NOWAIT)  # (None: _inline is never set)
-            except BlockingIOError:
-                return ~got
+                n = pread_nowait_into(fd, buf, got, offset + got)  # -1: not cached
             except OSError as e:
                 self._refused(e)
+                return ~got
+            if n < 0:
                 return ~got
             if self._ops.closed:
                 raise ClosedResourceError("the file was closed while this read ran")
@@ -366,26 +366,26 @@ class AsyncFile:
     async def _read_rest(self, size: int, offset: int, head: bytes | None) -> bytes:
         """read_at's end when the page cache held only *head* (None: not even the first
         page): on inline while the cache has it, then through the ring."""
-        buf = bytearray(size)
+        buf, view = filling(size)  # (see _pread)
         got = ~0  # nothing yet: the ring reads from 0
         if head:
             n = len(head)
-            buf[:n] = head
-            got = self._cached(buf, size, offset, n)
+            view[:n] = head
+            got = self._cached(view, size, offset, n)
         if got < 0:
-            got = await self._ring_read(memoryview(buf), offset, ~got)
-        return bytes(buf) if got == size else bytes(memoryview(buf)[:got])
+            got = await self._ring_read(view, offset, ~got)
+        return bytes(buf) if got == size else bytes(view[:got])
 
     def _ring_read(self, view: memoryview, offset: int, got: int) -> Awaitable[int]:
         """Fill *view* from *offset* through the ring, its first *got* bytes being there
         already; the total, short only at EOF (see RingRead)."""
-        return RingRead(self._ops, self._fd, self.name, self.direct, view, offset, got)
+        return ring_read(self._ops, self._fd, self.name, self.direct, view, offset, got)
 
     async def readline(self) -> bytes:
         """The next line from the current position, with its ``b"\\n"``; ``b""`` at EOF."""
         self._check_readable()
         # A line in the read-ahead completes at once: rule 16's gate, asked as read_at asks
-        task = _local.task
+        task = running_task()
         if task is not None and not spend_inline(task):
             await consume_budget()
         pos = self._pos

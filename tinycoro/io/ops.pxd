@@ -2,7 +2,9 @@
 # file beside it). The .py is the source: this declares the layouts of a file's ring read and
 # write awaitables, whose __await__ runs once per ring read or write (every O_DIRECT read).
 
-from ..closing cimport ResourceOp
+cimport cython
+
+from ..closing cimport PendingOps, ResourceOp
 
 cdef class RingRead(ResourceOp):
     cdef public object view
@@ -11,6 +13,13 @@ cdef class RingRead(ResourceOp):
     cdef public bint direct
     cdef public object out
     cdef public object name
+
+    cdef _setup(self, PendingOps pending, object fd, object name, bint direct, object view,
+                object offset, object got, object out)
+
+@cython.locals(op=RingRead)
+cpdef RingRead ring_read(PendingOps pending, object fd, object name, bint direct, object view,
+                         object offset, object got=*, object out=*)
 
 cdef class RingWrite(ResourceOp):
     cdef public object view

@@ -11,7 +11,7 @@ from ..closing import PendingOps, ResourceOp
 from ..core.traps import run_outside
 from ..uring import prep_read, prep_write
 
-__all__ = ["CURRENT_POSITION", "RingRead", "RingWrite"]
+__all__ = ["CURRENT_POSITION", "RingRead", "RingWrite", "ring_read"]
 
 CURRENT_POSITION = (1 << 64) - 1  # offset -1 as the kernel's u64: "use the file position"
 
@@ -32,6 +32,12 @@ class RingRead(ResourceOp):
     def __init__(
         self, pending: PendingOps, fd: int, name: str, direct: bool, view: memoryview,
         offset: int, got: int = 0, out: Any = None,
+    ) -> None:
+        self._setup(pending, fd, name, direct, view, offset, got, out)
+
+    def _setup(
+        self, pending: PendingOps, fd: int, name: str, direct: bool, view: memoryview,
+        offset: int, got: int, out: Any,
     ) -> None:
         want = min(len(view) - got, MAX_RW)
         self._fill_for(pending, prep_read, (fd, view[got:] if got else view, want, offset + got))
@@ -79,6 +85,17 @@ class RingRead(ResourceOp):
         if got == size and not self.direct:
             return bytes(out)
         return bytes(out[:got])
+
+
+def ring_read(
+    pending: PendingOps, fd: int, name: str, direct: bool, view: memoryview, offset: int,
+    got: int = 0, out: Any = None,
+) -> RingRead:
+    """``RingRead(...)``, for the file's read path: compiled, a C call that makes the op
+    without a type call and its arguments parsed (~600 instructions per O_DIRECT read)."""
+    op = RingRead.__new__(RingRead)
+    op._setup(pending, fd, name, direct, view, offset, got, out)
+    return op
 
 
 class RingWrite(ResourceOp):

@@ -20,8 +20,8 @@ from .. import compiled
 from ..core.traps import Ready
 
 __all__ = [
-    "FILE_READS_ENV", "RWF_NOWAIT", "done", "filling", "inline_reads", "pread_nowait", "preadv",
-    "read_cached_file",
+    "FILE_READS_ENV", "RWF_NOWAIT", "done", "filling", "inline_reads", "pread_nowait",
+    "pread_nowait_into", "preadv", "read_cached_file",
 ]
 
 # preadv2(RWF_NOWAIT): Linux >= 4.14. Where os lacks it, every read goes through the ring.
@@ -53,6 +53,17 @@ def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
     return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
 
 
+def pread_nowait_into_py(fd: int, buf: Any, start: int, offset: int) -> int:
+    """What ``tinycoro._cfile.pread_nowait_into`` does, in Python: read from the page cache
+    into *buf* from its byte *start* on, at *offset*; the count (short at EOF or before a page
+    that is not cached), or -1 when the first page is not cached; OSError otherwise."""
+    try:
+        view = memoryview(buf)[start:] if start else buf
+        return preadv(fd, (view,), offset, RWF_NOWAIT)  # type: ignore[misc]  # None: never called
+    except BlockingIOError:
+        return -1
+
+
 def filling_py(size: int) -> tuple[Any, memoryview]:
     """What ``tinycoro._cfile.filling`` does, in Python: a bytearray of *size* and a view of it.
     The result is then a copy of it (a bytes object cannot be filled in place from Python):
@@ -67,10 +78,14 @@ pread_nowait: Callable[[int, int, int], bytes | None] = (
     _cfile.pread_nowait if _cfile is not None else pread_nowait_py
 )
 
+pread_nowait_into: Callable[[int, Any, int, int], int] = (
+    _cfile.pread_nowait_into if _cfile is not None else pread_nowait_into_py
+)
+
 # A read finished at its call, as the awaitable the call returns: the compiled one is awaited
 # through a C slot, with no generator (~600 instructions less per cached read_at); traps'
 # Ready, the same contract, runs where _cfile is not built or TINYCORO_PURE is set.
-done: Callable[[Any], Awaitable[Any]] = _cfile.Done if _cfile is not None else Ready
+done: Callable[[Any], Awaitable[Any]] = _cfile.done if _cfile is not None else Ready
 
 # A whole cached file in one call (openat2 with RESOLVE_CACHED, fstat, preadv2, close), and
 # the buffer a whole-file read fills, the very bytes object it returns; see _cfile. Python's
