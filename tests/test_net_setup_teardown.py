@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import threading
 
 import pytest
 
@@ -114,8 +115,6 @@ _TRACKED_PER_STREAM = {True: 19, False: 17}
 def _tracked_per_open_stream(n: int) -> float:
     """Collector-tracked objects per open server-side stream, *n* connections from plain
     sockets of another thread, each served by its own task parked in recv."""
-    import threading
-
     clients: list[socket.socket] = []
     counts: list[int] = []
 
@@ -171,8 +170,16 @@ def _tracked_per_open_stream(n: int) -> float:
 
 
 def test_an_open_stream_keeps_few_objects_for_the_collector():
+    from tinycoro.core import fence
     from tinycoro.net import multishot
 
     per_stream = _tracked_per_open_stream(100)
     budget = _TRACKED_PER_STREAM[multishot.AVAILABLE]
+    # Where the interpreter tracks them (the C socket type on 3.13, say), the socket object and
+    # the multishot's lock of a free-threaded build count too.
+    probe = socket.SocketType()
+    budget += gc.is_tracked(probe)
+    probe.close()
+    if multishot.AVAILABLE and fence.FREE_THREADED:
+        budget += gc.is_tracked(threading.Lock())
     assert per_stream <= budget + 0.5, (per_stream, budget)

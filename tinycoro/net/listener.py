@@ -122,7 +122,7 @@ class TcpListener(Listener):
                 await raw.close()
 
 
-def _adopt(listening: socket.socket, fd: int, proto: int) -> socket.SocketType:
+def _adopt(listening: socket.SocketType, fd: int, proto: int) -> socket.SocketType:
     """A socket object for *fd*, a connection accepted on *listening*, of protocol *proto*.
     Family, type and protocol given, Python asks the kernel only whether *fd* is a socket: a
     bare ``socket.socket(fileno=fd)`` made two more system calls per connection (getsockopt
