@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import threading
 
 import pytest
 
@@ -96,3 +97,89 @@ def test_an_accepted_socket_has_its_family_type_and_protocol(family, tmp_path):
                 await s.close()
 
     tc.run(main(), contexts=1)
+
+
+# What the cyclic collector tracks per open connection of a server that spawns a task per
+# accepted stream and parks it in recv (the echo's steady state), with the multishot receive
+# (compiled runtime: True) and with the single one. Every full collection walks each of them,
+# and at 10,000 connections full collections were most of the server's CPU
+# (docs/benchmarks-profiles.md, "The connection-count axis"). Measured 21.96 and 18.93 before
+# the accepted socket object, the multishot's bound abort method and each task's empty joiner
+# list went; what is left: the stream, PendingOps and its dict, the receive token, the stream's
+# weak reference, the multishot with its deque and parking ticket, the spare recv call and
+# sendall op and their lists; the task, its coroutine, context and bound send; the parked
+# recv's generator and closure.
+_TRACKED_PER_STREAM = {True: 19, False: 17}
+
+
+def _tracked_per_open_stream(n: int) -> float:
+    """Collector-tracked objects per open server-side stream, *n* connections from plain
+    sockets of another thread, each served by its own task parked in recv."""
+    clients: list[socket.socket] = []
+    counts: list[int] = []
+
+    async def main():
+        lst = await tc.net.listen("127.0.0.1", 0, backlog=n)
+        served = tc.Event()
+        echoed = [0]
+
+        async def handle(conn):
+            try:
+                while True:
+                    data = await conn.recv(100)
+                    if not data:
+                        break
+                    await conn.sendall(data)
+                    echoed[0] += 1  # parks in recv within this step: nothing more is sent
+                    if echoed[0] == n:
+                        served.set()
+            finally:
+                await conn.close()
+
+        async def accept():
+            for _ in range(n):
+                tc.spawn(handle(await lst.accept()))
+
+        gc.collect()
+        counts.append(len(gc.get_objects()))
+
+        def dial():
+            for _ in range(n):
+                s = socket.create_connection(("127.0.0.1", lst.port))
+                s.sendall(b"x")
+                clients.append(s)
+
+        dialer = threading.Thread(target=dial)
+        acceptor = tc.spawn(accept())
+        dialer.start()
+        await served.wait()
+        await acceptor
+        dialer.join(30)  # its last sendall is done: every echo has been sent
+        for s in clients:
+            assert s.recv(10) == b"x"
+        gc.collect()
+        counts.append(len(gc.get_objects()))
+        for s in clients:
+            s.close()
+        await lst.close()
+
+    with tc.Scheduler(1) as sched:
+        sched.run_sync(main(), timeout=50)
+    # the dialer's own sockets (socket.socket objects, tracked) are not the server's
+    return (counts[1] - counts[0] - n) / n
+
+
+def test_an_open_stream_keeps_few_objects_for_the_collector():
+    from tinycoro.core import fence
+    from tinycoro.net import multishot
+
+    per_stream = _tracked_per_open_stream(100)
+    budget = _TRACKED_PER_STREAM[multishot.AVAILABLE]
+    # Where the interpreter tracks them (the C socket type on 3.13, say), the socket object and
+    # the multishot's lock of a free-threaded build count too.
+    probe = socket.SocketType()
+    budget += gc.is_tracked(probe)
+    probe.close()
+    if multishot.AVAILABLE and fence.FREE_THREADED:
+        budget += gc.is_tracked(threading.Lock())
+    assert per_stream <= budget + 0.5, (per_stream, budget)

@@ -24,3 +24,5 @@ cdef class Task:
     cdef public object _lock
     cdef public object _context
     cdef object __weakref__
+
+    cdef void _join(self, list joiners, object joiner)

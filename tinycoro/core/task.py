@@ -32,6 +32,8 @@ _STRIPES = 64
 _locks = tuple(threading.Lock() for _ in range(_STRIPES))
 _Context = contextvars.Context
 _copy_context = contextvars.copy_context
+# the joiner list of a task nobody has joined yet (Task._joiners): shared, never appended to
+_NO_JOINERS: list = []
 
 PENDING, DONE = "pending", "done"
 
@@ -135,8 +137,11 @@ class Task:
         # one the engine tests on every trap). One is delivered per await.
         self._interrupts: list[BaseException] | None = None
         # Tasks parked in our await, and done callbacks; None once done (nothing may join).
+        # _NO_JOINERS (shared, never appended to) until the first: most tasks (a connection's
+        # handler) are never joined, and a list each was one more object per open connection
+        # for every full collection of the cyclic collector to walk.
         self._joiners: list[Task | Callable[[Task], None]] | None = (
-            [] if on_done is None else [on_done]
+            _NO_JOINERS if on_done is None else [on_done]
         )
         self._retrieved = False
         self._born = _perf()
@@ -201,7 +206,7 @@ class Task:
             with self._lock:
                 joiners = self._joiners  # None once DONE (set under this lock)
                 if joiners is not None:
-                    joiners.append(me)
+                    self._join(joiners, me)
             if joiners is not None:
                 yield from Park(lambda: self.remove_done_callback(me), self).__await__()
                 return self.result()
@@ -322,9 +327,17 @@ class Task:
         with self._lock:
             joiners = self._joiners  # None once DONE (set under this lock)
             if joiners is not None:
-                joiners.append(fn)
+                self._join(joiners, fn)
         if joiners is None:
             self._run_callback(fn)
+
+    def _join(self, joiners: list, joiner: Any) -> None:
+        """Add *joiner* to *joiners*, the task's list read under its lock (held here): the
+        task's own list made now if it had none yet."""
+        if joiners is _NO_JOINERS:
+            self._joiners = [joiner]
+        else:
+            joiners.append(joiner)
 
     def _run_callback(self, fn: Callable[["Task"], None]) -> None:
         """``fn(self)``; what it raises is reported, not passed on (rule 17): a callback runs

@@ -22,7 +22,7 @@ class SocketBase:
     """Owns one socket: its descriptor, its pending operations, an io_uring close, and
     ``async with``."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.SocketType) -> None:
         self._sock = sock
         self._fd = sock.fileno()
         self._ops = PendingOps(_closed_error(type(self).__name__))

@@ -27,7 +27,7 @@ class Listener(SocketBase):
 
     _stream = Stream
 
-    def _wrap(self, fd: int) -> socket.socket:
+    def _wrap(self, fd: int) -> socket.SocketType:
         return _adopt(self._sock, fd, 0)
 
     def accept(self) -> Awaitable[Stream]:
@@ -75,7 +75,7 @@ class TcpListener(Listener):
             check_context(ssl)
         return cls(sock, ssl)
 
-    def _wrap(self, fd: int) -> socket.socket:
+    def _wrap(self, fd: int) -> socket.SocketType:
         sock = _adopt(self._sock, fd, socket.IPPROTO_TCP)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return sock
@@ -122,12 +122,15 @@ class TcpListener(Listener):
                 await raw.close()
 
 
-def _adopt(listening: socket.socket, fd: int, proto: int) -> socket.socket:
+def _adopt(listening: socket.SocketType, fd: int, proto: int) -> socket.SocketType:
     """A socket object for *fd*, a connection accepted on *listening*, of protocol *proto*.
     Family, type and protocol given, Python asks the kernel only whether *fd* is a socket: a
     bare ``socket.socket(fileno=fd)`` made two more system calls per connection (getsockopt
-    of ``SO_TYPE`` and ``SO_PROTOCOL``)."""
-    return socket.socket(listening.family, socket.SOCK_STREAM, proto, fd)
+    of ``SO_TYPE`` and ``SO_PROTOCOL``). The C socket type (``socket.SocketType``), not its
+    Python subclass: a stream needs none of what the subclass adds (makefile, dup, enum-typed
+    ``family``), and the subclass's instances are tracked by the cyclic collector, one more
+    object per open connection for every full collection to walk."""
+    return socket.SocketType(listening.family, socket.SOCK_STREAM, proto, fd)
 
 
 def _peer(stream: Stream) -> Any:

@@ -90,7 +90,10 @@ class MultishotRecv(InlineOp):
         self.was_armed = False  # armed before: the next arm is a re-arm (statistics)
         self.engine: Any = None
         self.waiter: Any = None  # the task parked for the next chunk
-        self.ticket: Any = Park(self._abort, self)  # None once the stream is closed (let_go)
+        # The parking ticket, whose abort is this object itself (``__call__``): a bound method
+        # would be one more object per open stream for every full collection to walk. None
+        # once the stream is closed (let_go).
+        self.ticket: Any = Park(self, self)
         # Set when a completion raised (failed): the exception, queued behind the bytes that
         # came before it; from then on every recv raises instead of returning bytes after a hole.
         self.broken: Any = None
@@ -107,8 +110,9 @@ class MultishotRecv(InlineOp):
     def __repr__(self) -> str:
         return f"<recv (multishot) from {peer_of(self.owner)}>"
 
-    def _abort(self) -> bool:
-        """The parked recv was cancelled: off the waiter slot, unless a wake is on its way."""
+    def __call__(self) -> bool:
+        """The ticket's abort: the parked recv was cancelled; off the waiter slot, unless a
+        wake is on its way."""
         return self._take_waiter() is not None
 
     def _take_waiter(self) -> Any:
@@ -216,7 +220,7 @@ class MultishotRecv(InlineOp):
 
     def let_go(self) -> None:
         """The stream is closed (``pending.closed`` set): drop the parking ticket, whose
-        ``abort`` (a bound method of this object) and ``what`` refer back to it, a cycle that
+        ``abort`` and ``what`` are this object, a cycle that
         only a full collection would free. Only while no recv runs: the receive token taken
         here means none parks now, and every later recv sees the close before it would park."""
         token = self.token

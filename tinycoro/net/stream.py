@@ -39,7 +39,7 @@ _ZERO = Ready(0)
 class Stream(SocketBase):
     """A connected stream socket (TCP or Unix). ``recv`` returns ``b""`` at EOF."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.SocketType) -> None:
         super().__init__(sock)
         # Sends are first tried inline with MSG_DONTWAIT through this socket object (see
         # SendallOp). With a timeout (socket.setdefaulttimeout) Python's send would poll for
@@ -263,7 +263,8 @@ async def connect(
     # each in the resolver's order, as socket.create_connection does; raise the last error.
     candidates = await resolve_all(host, port)
     for i, (family, numeric) in enumerate(candidates):
-        sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        # the C socket type, as an accepted stream's (listener._adopt says why)
+        sock = socket.SocketType(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             addr = uring.sockaddr_in(family, numeric, port)
             op = Op(prep_connect, sock.fileno(), addr)  # the op keeps `addr` alive
@@ -301,7 +302,7 @@ def unix_path(path: Any) -> bytes:
 async def connect_unix(path: Any) -> UnixStream:
     """A stream connected to the Unix-domain listener at *path* (an io_uring connect)."""
     raw = unix_path(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock = socket.SocketType(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         op = Op(prep_connect, sock.fileno(), uring.sockaddr_un(raw))
         op.what = os.fsdecode(raw)
