@@ -2,6 +2,9 @@
 receive path that completes many times, behind the core's seam for such operations
 (:class:`tinycoro.core.ring.MultiOp`: arm, each completion, the final one, cancel, whether
 anyone waits).
+Size: the multishot and the recv call that steps through it share fields a recv and a
+completion on two contexts meet in (below), declared together in one .pxd, and the call's
+steps are the multishot's look; apart, each would reach into the other's layout.
 
 Compiled from this source with ``multishot.pxd`` beside it, and used only so: a recv and a
 completion on two contexts meet in a few field reads and writes (the waiter slot, the armed
