@@ -226,6 +226,74 @@ def test_cancelled_recv_loses_no_data(path, contexts):
     tc.run(main(), contexts=contexts)
 
 
+def test_recv_call_awaits_as_its_own_iterator(path):
+    """On the multishot path a recv() call is its own awaitable's iterator (no generator per
+    recv): its await parks, wakes with the bytes and hands the call back to the stream's spare;
+    an iterator taken and closed before its first step leaves the call reusable."""
+    if path != "multishot":
+        pytest.skip("only the multishot path has the call iterate itself")
+
+    async def main():
+        client, server = await tcp_pair()
+        call = server.recv(64)
+        assert call.__await__() is call
+        call.close()  # not started: nothing taken, the call can be awaited again
+        waiting = tc.spawn(_await(call))
+        await wait_blocked(waiting)
+        await client.sendall(b"one")
+        assert await waiting == b"one"
+        assert server.recv(64) is call  # back in the spare once its await ended
+        await client.sendall(b"two")
+        assert await call == b"two"
+        await client.close()
+        await server.close()
+
+    tc.run(main(), contexts=1)
+
+
+async def _await(aw):
+    return await aw
+
+
+def test_recv_call_awaited_twice_at_once(path, contexts):
+    """The same recv() call awaited by two tasks at once: the second await is refused as
+    another receiver, the first still gets the bytes, and the stream receives on."""
+
+    async def main():
+        client, server = await tcp_pair()
+        call = server.recv(64)
+        first = tc.spawn(_await(call))
+        await wait_blocked(first)
+        with pytest.raises(RuntimeError, match="already receiving"):
+            await call
+        await client.sendall(b"x")
+        assert await first == b"x"
+        await client.sendall(b"y")
+        assert await server.recv(64) == b"y"
+        await client.close()
+        await server.close()
+
+    tc.run(main(), contexts=contexts)
+
+
+def test_recv_call_cancelled_before_its_bytes_then_reused(path, contexts):
+    """A parked recv cancelled (its call's throw): the token goes back, the call returns to
+    the spare, and the next recv (that same call, reused) gets the bytes."""
+
+    async def main():
+        client, server = await tcp_pair()
+        for i in range(5):
+            waiting = tc.spawn(_await(server.recv(16)))
+            await wait_blocked(waiting)
+            await cancel_and_wait(waiting)
+            await client.sendall(b"c%d" % i)
+            assert await server.recv(16) == b"c%d" % i
+        await client.close()
+        await server.close()
+
+    tc.run(main(), contexts=contexts)
+
+
 def test_readers_on_many_contexts_keep_order(path, contexts):
     """Successive recvs from tasks that may run on different contexts: the multishot moves
     to the ring of the context that receives (stopped on the old one first), and the bytes

@@ -7,6 +7,7 @@
 cimport cython
 
 from ..core cimport fence
+from . cimport _iterslots
 from ..core.traps cimport Op
 from .ops cimport InlineOp
 
@@ -20,7 +21,7 @@ cdef class MultishotRecv(InlineOp):
     cdef public object engine
     cdef public object waiter
     cdef public object ticket
-    cdef public object token
+    cdef public set token
     cdef public object owner
     cdef public bint waited
     cdef public object broken
@@ -32,9 +33,32 @@ cdef class MultishotRecv(InlineOp):
     cdef object _take(self, Py_ssize_t want)
     cdef object _take_locked(self, Py_ssize_t want)
     cdef object _take_waiter(self)
+    cdef int _look(self, object engine, Py_ssize_t want) except -1
 
 
 cdef class RecvCall(Op):
     cdef public MultishotRecv ms
     cdef public Py_ssize_t want
     cdef public object spare
+    # RecvCall's own steps (it is its own iterator: no generator per recv)
+    cdef public int state
+    cdef public Py_ssize_t limit
+    cdef public object engine
+    cdef public bint held
+    cdef public object sub
+    cdef public object result
+
+    cdef object _step(self, object value)
+    cdef object _forward(self, object value, object exc)
+    cdef void _end(self)
+
+
+# The C steps behind RecvCall's slots (_iterslots.install): object in, object out
+@cython.locals(c=RecvCall)
+cdef object _recv_step(object call, object value)
+@cython.locals(c=RecvCall)
+cdef object _recv_result(object call)
+
+# The step codes as C integers: as module objects, each compare with a C int boxed it
+cdef int _TAKE, _SPEND, _SINGLE, _PARK
+cdef int _IDLE, _HANDED, _SPENDING, _PARKED, _DELEGATED

@@ -2,6 +2,9 @@
 receive path that completes many times, behind the core's seam for such operations
 (:class:`tinycoro.core.ring.MultiOp`: arm, each completion, the final one, cancel, whether
 anyone waits).
+Size: the multishot and the recv call that steps through it share fields a recv and a
+completion on two contexts meet in (below), declared together in one .pxd, and the call's
+steps are the multishot's look; apart, each would reach into the other's layout.
 
 Compiled from this source with ``multishot.pxd`` beside it, and used only so: a recv and a
 completion on two contexts meet in a few field reads and writes (the waiter slot, the armed
@@ -31,7 +34,8 @@ from ..closing import CLOSED_WHILE_WAITING
 from ..core import fence
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside
+from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
+from . import _iterslots
 from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
@@ -48,6 +52,17 @@ _ENOBUFS = -errno.ENOBUFS
 _ECANCELED = -errno.ECANCELED
 _EINVAL = -errno.EINVAL
 _EIO = errno.EIO
+# What a recv does after a look at its stream (MultishotRecv._look)
+_TAKE = 0
+_SPEND = 1
+_SINGLE = 2
+_PARK = 3
+# Where a RecvCall's own steps are (RecvCall.state)
+_IDLE = 0  # not awaited (in the stream's spare, or made and not awaited yet)
+_HANDED = 1  # its __await__ returned it: the first step starts the recv
+_SPENDING = 2  # yielded once, its budget spent, before taking queued bytes
+_PARKED = 3  # parked on the multishot's ticket
+_DELEGATED = 4  # a generator runs it (``sub``): the single recv, or no engine on the thread
 
 
 def _stop_multishot(engine: Any, op: "MultishotRecv") -> None:
@@ -277,86 +292,102 @@ class MultishotRecv(InlineOp):
         self.queued -= got
         return b"".join(parts)
 
-    def recv(self, want: int, call: Any) -> Generator[Any, Any, bytes]:
-        """The receive of one ``recv(want)`` call, awaited through *call* (its
-        :class:`RecvCall`), which goes back to the stream's spare at the end."""
-        token = self.token
+    def _look(self, engine: Any, want: int) -> int:
+        """One look of a recv at the stream (the recv's every step goes through it, whoever
+        drives it: :class:`RecvCall` on a context, :meth:`recv` elsewhere): what the recv does
+        next, one of ``_TAKE`` (bytes are queued: take them), ``_SPEND`` (queued, but the
+        engine's budget is spent: yield once first), ``_SINGLE`` (take the single recv) and
+        ``_PARK`` (the waiter is set: park on ``ticket``); raises if the stream is closed."""
         pending = self.pending
+        while True:
+            if pending.closed:
+                if self.waited:
+                    raise ClosedResourceError(CLOSED_WHILE_WAITING)
+                raise pending._error()
+            if self.queue:
+                # Bytes queued when the recv began: it completes without suspending, and
+                # spends one unit of the engine's budget (rule 16); at zero it yields once
+                # first, so a task that reads queued bytes in a loop (recv(1) over a 64 KiB
+                # chunk, say) still lets its context's other tasks run, and a cancel due lands
+                # there, before a byte is taken. Then it looks again: the stream may have been
+                # closed meanwhile. A recv that parked and was woken with the bytes did
+                # suspend: no charge (the echo's every request, where the call cost ~300
+                # instructions).
+                if engine is not None and not self.waited and not self._spend(engine):
+                    return _SPEND
+                return _TAKE
+            # Nothing queued, as seen: the decision (arm, stop elsewhere, single recv, or
+            # park) and the waiter set, as one step with the completions' (under ``lock`` on a
+            # free-threaded build). The waiter is set before the stop below reaches the other
+            # context, and the state is looked at again after it is set: a last CQE handled on
+            # another context in between either finds the waiter (and its wake is on its way:
+            # park to take it) or left the state changed (take the waiter back and loop).
+            waiter = _local.task if engine is not None else foreign_waiter()
+            stop = None
+            single = again = False
+            if fence.FREE_THREADED:
+                self.lock.acquire()
+            try:
+                if self.queue:
+                    again = True  # queued meanwhile: loop to take it
+                elif self.armed:
+                    if (engine is not self.engine or want >= QUEUE_LIMIT) and not self.stopping:
+                        # armed on another context's ring: stopped there (its chunks so far
+                        # come first), then armed on this one. A bulk read stops it too, and
+                        # then takes the single recv (its chunks so far first): parked on the
+                        # multishot, a reader faster than the sender got one buffer-sized
+                        # chunk per recv, copied twice.
+                        self.stopping = True
+                        stop = self.engine
+                elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
+                    # A recv that asks for at least what the queue may hold (bulk reads:
+                    # recv(1 MiB)) takes the single recv while nothing is armed: the kernel
+                    # copies all the socket holds in one operation, where the multishot would
+                    # bring it in buffer-sized CQEs to be joined (half the rate).
+                    single = True
+                else:
+                    self._arm(engine)
+                if not (single or again):
+                    self.waited = True
+                    self.waiter = waiter
+            finally:
+                if fence.FREE_THREADED:
+                    self.lock.release()
+            if single:
+                return _SINGLE
+            if again:
+                continue
+            if stop is not None:
+                stop.call_soon(_stop_multishot, stop, self)
+            if (self.queue or not self.armed) and waiter is not None and self._take_waiter() is not None:
+                continue
+            return _PARK
+
+    def recv(self, want: int) -> Generator[Any, Any, bytes]:
+        """The receive of one ``recv(want)`` call as a generator: the path of a recv awaited
+        outside any context (an asyncio task) and of a call awaited twice at once; a task
+        on a context runs :class:`RecvCall`'s own steps instead (no generator to make)."""
+        token = self.token
         try:
             token.pop()
         except KeyError:
-            raise already_receiving(pending, self.owner) from None
+            raise already_receiving(self.pending, self.owner) from None
         # Looked up once: a task runs on one context for life (rule 1), and a recv awaited
         # outside any (an asyncio task) stays there.
         engine = _local.engine
         self.waited = False
         try:
             while True:
-                if pending.closed:
-                    if self.waited:
-                        raise ClosedResourceError(CLOSED_WHILE_WAITING)
-                    raise pending._error()
-                if self.queue:
-                    # Bytes queued when the recv began: it completes without suspending,
-                    # and spends one unit of the engine's budget (rule 16); at zero it
-                    # yields once first, so a task that reads queued bytes in a loop
-                    # (recv(1) over a 64 KiB chunk, say) still lets its context's other
-                    # tasks run, and a cancel due lands there, before a byte is taken. Then
-                    # it looks again: the stream may have been closed meanwhile. A recv
-                    # that parked and was woken with the bytes did suspend: no charge (the
-                    # echo's every request, where the call cost ~300 instructions).
-                    if engine is not None and not self.waited and not self._spend(engine):
-                        yield YIELD
-                        self._spend(engine)  # a new step: this recv counts in its budget
-                        self.waited = True  # once: the look below is not charged again
-                        continue  # the stream may have been closed meanwhile
+                step = self._look(engine, want)
+                if step == _TAKE:
                     return self._take_locked(want)
-                # Nothing queued, as seen: the decision (arm, stop elsewhere, single recv, or
-                # park) and the waiter set, as one step with the completions' (under ``lock``
-                # on a free-threaded build). The waiter is set before the stop below reaches
-                # the other context, and the state is looked at again after it is set: a last
-                # CQE handled on another context in between either finds the waiter (and its
-                # wake is on its way: park to take it) or left the state changed (take the
-                # waiter back and loop).
-                waiter = _local.task if engine is not None else foreign_waiter()
-                stop = None
-                single = again = False
-                if fence.FREE_THREADED:
-                    self.lock.acquire()
-                try:
-                    if self.queue:
-                        again = True  # queued meanwhile: loop to take it
-                    elif self.armed:
-                        if (engine is not self.engine or want >= QUEUE_LIMIT) and not self.stopping:
-                            # armed on another context's ring: stopped there (its chunks so
-                            # far come first), then armed on this one. A bulk read stops it
-                            # too, and then takes the single recv below (its chunks so far
-                            # first): parked on the multishot, a reader faster than the
-                            # sender got one buffer-sized chunk per recv, copied twice.
-                            self.stopping = True
-                            stop = self.engine
-                    elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
-                        # A recv that asks for at least what the queue may hold (bulk reads:
-                        # recv(1 MiB)) takes the single recv while nothing is armed: the kernel
-                        # copies all the socket holds in one operation, where the multishot
-                        # would bring it in buffer-sized CQEs to be joined (half the rate).
-                        single = True
-                    else:
-                        self._arm(engine)
-                    if not (single or again):
-                        self.waited = True
-                        self.waiter = waiter
-                finally:
-                    if fence.FREE_THREADED:
-                        self.lock.release()
-                if single:
+                if step == _SPEND:
+                    yield YIELD
+                    self._spend(engine)  # a new step: this recv counts in its budget
+                    self.waited = True  # once: the look after it is not charged again
+                    continue  # the stream may have been closed meanwhile
+                if step == _SINGLE:
                     return (yield from self._single(engine, want))
-                if again:
-                    continue
-                if stop is not None:
-                    stop.call_soon(_stop_multishot, stop, self)
-                if (self.queue or not self.armed) and waiter is not None and self._take_waiter() is not None:
-                    continue
                 try:
                     if engine is not None:
                         yield self.ticket
@@ -366,11 +397,6 @@ class MultishotRecv(InlineOp):
                     self.waiter = None
         finally:
             token.add(0)
-            # Awaited, not driven by the coroutine protocol (that one is still running it):
-            # the stream's next recv() reuses it. Its limit was read at the start above.
-            spare = call.spare
-            if spare is not None and call._gen is None and not spare:
-                spare.append(call)
 
     def _take_locked(self, want: int) -> bytes:
         """:meth:`_take`, as one step with the completions that append and count (under
@@ -440,19 +466,191 @@ class RecvCall(Op):
     takes operations (``tc.spawn(stream.recv())``, ``asyncio.create_task``), though never one
     the ring runs: its await runs the stream's multishot.
 
+    **Its own iterator.** ``__await__`` returns the call itself, whose steps (``__next__``,
+    ``send``, ``throw``, ``close``: those of a generator) run the recv: a look at the stream
+    (:meth:`MultishotRecv._look`), then the bytes, a park on the multishot's ticket or one
+    yield for the budget. A generator per recv (allocated, resumed, torn down) was ~1,400
+    instructions of the echo's every request (callgrind). Where the receive needs a
+    generator after all (the single recv, a recv outside any context) the call delegates to
+    it (``sub``), as ``yield from`` would; a call awaited a second time while its first
+    await runs gets a generator of its own (:meth:`MultishotRecv.recv`), as before.
+
     The stream keeps one spare (*spare*, a list, as its sendall does), taken by ``recv()``
     and given back when its await ends, so that the echo's every request allocates none: at
     10,000 connections each object a request allocates and parks is work for the cyclic
     garbage collector. A call is awaited once; one made and never awaited costs the stream
-    nothing but the next call's allocation."""
+    nothing but the next call's allocation. One driven through the coroutine protocol by
+    hand (``send``: ``tc.spawn(stream.recv())``, ``asyncio.create_task``) leaves the spare
+    for good, since its driver may still hold it."""
 
-    __slots__ = ("ms", "want", "spare")
+    __slots__ = ("ms", "want", "spare", "state", "limit", "engine", "held", "sub", "result")
 
     def __init__(self, ms: MultishotRecv, want: int, spare: Any = None) -> None:
         self._fill(_never_queued, ())  # no SQE of its own
         self.ms = ms
         self.want = want
         self.spare = spare
+        self.state = _IDLE
+        self.limit = 0  # the want of the recv running: recv() may refill `want` meanwhile
+        self.engine: Any = None
+        self.held = False  # holds the stream's receive token
+        self.sub: Any = None
+        self.result: Any = None  # the bytes of the recv just over, until its await takes them
 
-    def __await__(self) -> Generator[Any, Any, bytes]:
-        return self.ms.recv(self.want, self)
+    def __await__(self) -> Any:
+        if self.state != _IDLE:  # awaited already, and that await has not ended
+            return self.ms.recv(self.want)
+        self.state = _HANDED
+        return self
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        # Compiled, the C slots that _iterslots installs run instead (for ``await``); this
+        # is the same step, for a call by name and for the interpreted source.
+        return self._resume(None)
+
+    def send(self, value: Any) -> Any:
+        # The await's resumptions come through __next__ (every trap of its own is resumed
+        # with None), and through here only with an op's result for a delegated generator;
+        # any other send is a driver's by hand: the call is not the stream's spare any more.
+        if self.state != _DELEGATED:
+            self.spare = None
+        return self._resume(value)
+
+    def _resume(self, value: Any) -> Any:
+        y = _recv_step(self, value)
+        if y is self:
+            raise StopIteration(_recv_result(self))
+        return y
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        exc = thrown(typ, val, tb)
+        state = self.state
+        if state == _DELEGATED:
+            return self._throw_result(exc)
+        if state == _PARKED:
+            self.ms.waiter = None
+        if state >= _SPENDING:
+            self._end()
+        else:  # not started: nothing to undo, as with a generator not started
+            self.state = _IDLE
+        raise exc
+
+    def close(self) -> None:
+        state = self.state
+        if state == _DELEGATED:
+            sub = self.sub
+            self.sub = None
+            try:
+                sub.close()
+            finally:
+                self._end()
+        elif state >= _SPENDING:
+            if state == _PARKED:
+                self.ms.waiter = None
+            self._end()
+        else:
+            self.state = _IDLE
+
+    def _step(self, value: Any) -> Any:
+        """The recv's next step: the trap to yield, or the call itself once the recv is
+        over, its bytes in ``result``."""
+        state = self.state
+        if state == _DELEGATED:
+            return self._forward(value, None)
+        ms = self.ms
+        try:
+            if state == _PARKED:
+                ms.waiter = None  # woken (or looking again): off the slot
+            elif state == _SPENDING:
+                ms._spend(self.engine)  # a new step: this recv counts in its budget
+                ms.waited = True  # once: the look after it is not charged again
+            else:
+                engine = _local.engine
+                if engine is None:  # outside any context: the generator's run_outside
+                    self.sub = ms.recv(self.want)
+                    self.state = _DELEGATED
+                    return self._forward(None, None)
+                try:
+                    ms.token.pop()
+                except KeyError:
+                    raise already_receiving(ms.pending, ms.owner) from None
+                self.held = True
+                self.engine = engine
+                self.limit = self.want
+                ms.waited = False
+            step = ms._look(self.engine, self.limit)
+            if step == _TAKE:
+                data = ms._take_locked(self.limit)
+            elif step == _PARK:
+                self.state = _PARKED
+                return ms.ticket
+            elif step == _SPEND:
+                self.state = _SPENDING
+                return YIELD
+            else:
+                self.sub = ms._single(self.engine, self.limit)
+                self.state = _DELEGATED
+                return self._forward(None, None)
+        except BaseException:
+            self._end()
+            raise
+        self._end()
+        self.result = data
+        return self
+
+    def _throw_result(self, exc: Any) -> Any:
+        """``throw`` into a delegated recv: the trap it yields next, else its end."""
+        y = self._forward(None, exc)
+        if y is self:
+            raise StopIteration(_recv_result(self))
+        return y
+
+    def _forward(self, value: Any, exc: Any) -> Any:
+        """A step of the generator the call delegates to (``sub``): *exc* thrown into it, or
+        *value* sent; its end is the call's."""
+        try:
+            if exc is None:
+                return self.sub.send(value)
+            return self.sub.throw(exc)
+        except StopIteration as e:
+            self._end()
+            self.result = e.value
+            return self
+        except BaseException:
+            self._end()
+            raise
+
+    def _end(self) -> None:
+        """The recv is over: the token back (if this call took it), then the call back to
+        the stream's spare for its next recv()."""
+        self.sub = None
+        self.engine = None
+        self.state = _IDLE
+        if self.held:
+            self.held = False
+            self.ms.token.add(0)
+        spare = self.spare
+        if spare is not None and not spare:
+            spare.append(self)
+
+
+def _recv_step(call: Any, value: Any) -> Any:
+    """A :class:`RecvCall`'s next step, resumed with *value* (the trap to yield, or the call
+    itself once its recv is over): compiled, a C function that the call's C slots run
+    (_iterslots)."""
+    c = call
+    return c._step(value)
+
+
+def _recv_result(call: Any) -> Any:
+    """What the await of a :class:`RecvCall` whose recv is over returns, taken off it."""
+    c = call
+    data = c.result
+    c.result = None
+    return data
+
+
+_iterslots.install(RecvCall, _recv_step, _recv_result)

@@ -4,6 +4,7 @@
 
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
+from . cimport _nbsend
 
 cdef class InlineOp(ResourceOp):
     cdef bint _spend(self, Engine engine)

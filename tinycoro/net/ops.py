@@ -20,6 +20,7 @@ from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import DONE, YIELD, run_outside
+from . import _nbsend
 
 __all__ = [
     "AcceptOp", "BULK_RECV", "BulkRecvOp", "InlineOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp",
@@ -300,14 +301,15 @@ class SendallOp(InlineOp):
             self._release()
 
     def _send_inline(self) -> int:
-        """The inline attempt (class doc): one non-blocking send(2) of the args' data through
-        the socket object; the bytes it took, 0 when the socket took none."""
+        """The inline attempt (class doc): one non-blocking send(2) of the args' data (on the
+        descriptor itself where compiled: _nbsend); the bytes it took, 0 when the socket
+        took none."""
         pending = self.pending
         if pending.closed:
             raise pending._error()
-        _, data, _, flags = self.args
+        fd, data, _, flags = self.args
         try:
-            res = self.sock.send(data, flags | MSG_DONTWAIT)
+            res = _nbsend.send(self.sock, fd, data, flags | MSG_DONTWAIT)
         except BlockingIOError:
             if flags & MSG_DONTWAIT:  # send_nowait: "nothing now" is its answer
                 raise

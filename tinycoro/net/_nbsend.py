@@ -1,0 +1,21 @@
+"""The inline send of :class:`tinycoro.net.ops.SendallOp`: one non-blocking ``send(2)``.
+
+Through the socket object, ``sock.send(data, flags)`` looks the method up on the socket's
+Python class and parses its arguments with a format string: ~1,000 instructions of the echo's
+every reply (callgrind, 3.11), around a syscall that the kernel runs in about as many. Compiled
+code cimports ``_nbsend.pxd`` under this module's name (as ``core/fence``), where :func:`send`
+is a C function calling ``send(2)`` on the descriptor directly, the GIL released around it as
+the socket does, EINTR retried after a signal check, an error raised as the socket raises it
+(an ``OSError`` with its errno: ``BlockingIOError`` for EAGAIN). This is the pure-Python twin.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+
+def send(sock: socket.socket, fd: int, data: Any, flags: int) -> int:
+    """``sock.send(data, flags)``; compiled, ``send(2)`` on *fd* (the socket's descriptor):
+    the bytes the kernel took."""
+    return sock.send(data, flags)
