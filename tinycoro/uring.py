@@ -302,10 +302,13 @@ _COOP_TASKRUN = (1 << 8) | (1 << 9)  # IORING_SETUP_COOP_TASKRUN | IORING_SETUP_
 _R_DISABLED = 1 << 6  # IORING_SETUP_R_DISABLED
 _SINGLE_ISSUER = 1 << 12  # IORING_SETUP_SINGLE_ISSUER
 _DEFER_TASKRUN = 1 << 13  # IORING_SETUP_DEFER_TASKRUN
+_TASKRUN_FLAG = 1 << 9  # IORING_SETUP_TASKRUN_FLAG
 _WANTED_FLAGS: tuple[tuple[str, int], ...] = (
     ("COOP_TASKRUN", _COOP_TASKRUN),
     ("SINGLE_ISSUER", _R_DISABLED | _SINGLE_ISSUER),
-    ("DEFER_TASKRUN", _DEFER_TASKRUN),
+    # TASKRUN_FLAG too, whatever else is asked: without IORING_SQ_TASKRUN nothing shows
+    # that the kernel holds completions back, and the sleep point would sleep on them.
+    ("DEFER_TASKRUN", _DEFER_TASKRUN | _TASKRUN_FLAG),
 )
 #: Flags that only a ring with one owner thread, created elsewhere, may get (single_issuer).
 _OWNED_FLAGS = frozenset(("SINGLE_ISSUER", "DEFER_TASKRUN"))
