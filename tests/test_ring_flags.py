@@ -221,3 +221,13 @@ def test_ring_flags_names_a_chosen_subset_and_refuses_unknown_names(monkeypatch)
         monkeypatch.setenv(uring.RING_FLAGS_ENV, "DEFER_TASKRUN")  # brings SINGLE_ISSUER along
         assert set(uring.ring_flags()) <= {"SINGLE_ISSUER", "DEFER_TASKRUN"}
         assert _echo_once() == b"ping"
+
+
+def test_an_einval_about_something_else_costs_no_flag():
+    """A ring the kernel refuses for its size (EINVAL, as for a refused flag) was taken for a
+    refusal of every flag in turn, and the process's later rings got none."""
+    before = uring.ring_flags()
+    with pytest.raises(OSError) as info:
+        uring.Ring(1 << 20)  # more entries than any kernel takes
+    assert info.value.errno == errno.EINVAL
+    assert uring.ring_flags() == before

@@ -357,6 +357,7 @@ def _new_ring(ring: Any, entries: int, cq_entries: int = 0, single_issuer: bool 
     *entries*). *single_issuer*: the single-issuer flags are tried too. Returns the flags the
     ring got."""
     wanted = _flags_wanted(single_issuer)
+    dropped: list[str] = []
     while True:
         flags = 0
         for _, bits in wanted:
@@ -364,10 +365,13 @@ def _new_ring(ring: Any, entries: int, cq_entries: int = 0, single_issuer: bool 
         try:
             _clear_errno()
             _queue_init(entries, ring, flags, cq_entries)
+            # Only now is a flag known to be refused: an EINVAL that every attempt got was
+            # about something else (too many entries), and must not cost later rings a flag.
+            _refused_flags.update(dropped)
             return flags
         except OSError as exc:
             if exc.errno == errno.EINVAL and wanted:
-                _refused_flags.add(wanted.pop()[0])  # the last one added goes first
+                dropped.append(wanted.pop()[0])  # the last one added goes first
                 continue
             if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
                 raise _unavailable(exc) from None
