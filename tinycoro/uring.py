@@ -287,6 +287,9 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
 #: Measured on the 50-connection echo (docs/benchmarks-log.md, "Speed round 3"): the server's
 #: system time per request was lower in 5 of 6 alternating pairs on a loaded machine (4.0-5.7
 #: us against 5.0-10.6 us), with the same syscalls per request.
+_WANTED_FLAGS: tuple[tuple[str, int], ...] = (("COOP_TASKRUN", (1 << 8) | (1 << 9)),)
+#: Flags tried only when ``TINYCORO_RING_FLAGS`` names them: they did not measure better
+#: (docs/benchmarks-profiles.md, "Ring flags: SINGLE_ISSUER and DEFER_TASKRUN").
 #:
 #: SINGLE_ISSUER (6.0) and DEFER_TASKRUN (6.1, only with SINGLE_ISSUER) are for rings with one
 #: owner thread that is not the thread creating them (a scheduler's contexts: ``Ring(entries,
@@ -297,44 +300,43 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
 #: posted only when the owner enters the ring with GETEVENTS (the engine's submit and reap do,
 #: when IORING_SQ_TASKRUN says some wait), never at a random syscall; the eventfd is written
 #: for the first completion held back only, so the sleep point asks the ring whether the
-#: kernel holds any (``cq_ready``) as well as whether any is posted.
-_COOP_TASKRUN = (1 << 8) | (1 << 9)  # IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG
+#: kernel holds any (``cq_ready``) as well as whether any is posted. It always brings
+#: TASKRUN_FLAG: without IORING_SQ_TASKRUN nothing shows that the kernel holds completions
+#: back, and the sleep point slept on them.
 _R_DISABLED = 1 << 6  # IORING_SETUP_R_DISABLED
 _SINGLE_ISSUER = 1 << 12  # IORING_SETUP_SINGLE_ISSUER
-_DEFER_TASKRUN = 1 << 13  # IORING_SETUP_DEFER_TASKRUN
-_TASKRUN_FLAG = 1 << 9  # IORING_SETUP_TASKRUN_FLAG
-_WANTED_FLAGS: tuple[tuple[str, int], ...] = (
-    ("COOP_TASKRUN", _COOP_TASKRUN),
+_OPTIONAL_FLAGS: tuple[tuple[str, int], ...] = (
     ("SINGLE_ISSUER", _R_DISABLED | _SINGLE_ISSUER),
-    # TASKRUN_FLAG too, whatever else is asked: without IORING_SQ_TASKRUN nothing shows
-    # that the kernel holds completions back, and the sleep point would sleep on them.
-    ("DEFER_TASKRUN", _DEFER_TASKRUN | _TASKRUN_FLAG),
+    ("DEFER_TASKRUN", (1 << 13) | (1 << 9)),  # IORING_SETUP_DEFER_TASKRUN | TASKRUN_FLAG
 )
 #: Flags that only a ring with one owner thread, created elsewhere, may get (single_issuer).
 _OWNED_FLAGS = frozenset(("SINGLE_ISSUER", "DEFER_TASKRUN"))
 #: ``TINYCORO_RING_FLAGS=plain`` sets rings up with no flags (A/B runs, a kernel to rule out);
-#: a comma-separated list of names (``COOP_TASKRUN,SINGLE_ISSUER``) with only those.
+#: a comma-separated list of names (``COOP_TASKRUN,SINGLE_ISSUER,DEFER_TASKRUN``) with those.
 RING_FLAGS_ENV = "TINYCORO_RING_FLAGS"
 _refused_flags: set[str] = set()  # names the kernel refused (EINVAL): never tried again
 
 
 def _flags_wanted(single_issuer: bool = True) -> list[tuple[str, int]]:
-    """The flags to try, *single_issuer* or not (see ``_WANTED_FLAGS``); the pure ring gets
-    no single-issuer flags (``PyRing`` says why)."""
+    """The flags to try, *single_issuer* or not: ``_WANTED_FLAGS``, or those that
+    ``TINYCORO_RING_FLAGS`` names; the pure ring gets no single-issuer flags (``PyRing``
+    says why)."""
     setting = os.environ.get(RING_FLAGS_ENV, "").strip()
     if setting.lower() in ("plain", "none", "0", "off"):
         return []
-    names = {n.strip().upper() for n in setting.split(",") if n.strip()} if setting else None
-    if names is not None and not names <= {n for n, _ in _WANTED_FLAGS}:
-        known = ", ".join(n for n, _ in _WANTED_FLAGS)
-        raise ValueError(f"{RING_FLAGS_ENV}={setting!r}: give 'plain' or some of {known}")
-    if names is not None and "DEFER_TASKRUN" in names:
-        names.add("SINGLE_ISSUER")  # the kernel takes DEFER_TASKRUN only with it
+    known = _WANTED_FLAGS + _OPTIONAL_FLAGS
+    candidates = _WANTED_FLAGS
+    if setting:
+        names = {n.strip().upper() for n in setting.split(",") if n.strip()}
+        if not names <= {n for n, _ in known}:
+            listed = ", ".join(n for n, _ in known)
+            raise ValueError(f"{RING_FLAGS_ENV}={setting!r}: give 'plain' or some of {listed}")
+        if "DEFER_TASKRUN" in names:
+            names.add("SINGLE_ISSUER")  # the kernel takes DEFER_TASKRUN only with it
+        candidates = tuple(f for f in known if f[0] in names)
     return [
-        (n, bits) for n, bits in _WANTED_FLAGS
-        if n not in _refused_flags
-        and (names is None or n in names)
-        and (single_issuer or n not in _OWNED_FLAGS)
+        (n, bits) for n, bits in candidates
+        if n not in _refused_flags and (single_issuer or n not in _OWNED_FLAGS)
     ]
 
 
