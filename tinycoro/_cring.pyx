@@ -126,6 +126,7 @@ cdef extern from "liburing.h" nogil:
         IORING_SETUP_CQE32
         IORING_SETUP_SQE128
         IORING_SETUP_NO_SQARRAY
+        IORING_SETUP_DEFER_TASKRUN
         IORING_FEAT_SINGLE_MMAP
         IORING_SQ_CQ_OVERFLOW
         IORING_SQ_TASKRUN
@@ -205,8 +206,8 @@ cdef extern from "<sys/mman.h>" nogil:
 
 
 # -- ring setup: what liburing does in its library (setup.c), not its header ------------------
-# Rings here are set up with the flags of tinycoro.uring._WANTED_FLAGS at most (COOP_TASKRUN,
-# TASKRUN_FLAG, R_DISABLED, SINGLE_ISSUER, DEFER_TASKRUN) and a CQ size: never SQPOLL, IOPOLL,
+# Rings here are set up with the flags of tinycoro.uring._WANTED_FLAGS and _OPTIONAL_FLAGS at
+# most (COOP_TASKRUN, TASKRUN_FLAG, R_DISABLED, SINGLE_ISSUER, DEFER_TASKRUN) and a CQ size: never SQPOLL, IOPOLL,
 # 32-byte CQEs, 128-byte SQEs or no SQ array, which _ring_open refuses, so the mappings below
 # are the plain ones.
 cdef int _ring_open(io_uring* ring, unsigned entries, unsigned flags,
@@ -659,7 +660,9 @@ cdef int _submit_nogil(io_uring* ring) noexcept nogil:
     the kernel with the number of SQEs it has not consumed yet. A plain store of the tail is
     enough without SQPOLL: only this thread writes it and the kernel reads it inside the
     system call that follows. GETEVENTS is added when the kernel asks for it (overflowed CQ,
-    pending task work), as liburing does.
+    pending task work), as liburing does, and to every submit of a DEFER_TASKRUN ring: there
+    only an enter with GETEVENTS posts completions, and the one the submit makes anyway posts
+    those that came in meanwhile, where the reap after it would have entered again.
     """
     cdef io_uring_sq* sq = &ring.sq
     cdef unsigned int tail = sq.sqe_tail
@@ -669,7 +672,7 @@ cdef int _submit_nogil(io_uring* ring) noexcept nogil:
         sq.sqe_head = tail
         sq.ktail[0] = tail
     pending = tail - (<volatile unsigned int*>sq.khead)[0]
-    if _kernel_holds_cqes(ring):
+    if _kernel_holds_cqes(ring) or (pending and ring.flags & IORING_SETUP_DEFER_TASKRUN):
         flags = IORING_ENTER_GETEVENTS
     if pending == 0 and flags == 0:
         return 0
