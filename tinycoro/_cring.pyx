@@ -126,6 +126,7 @@ cdef extern from "liburing.h" nogil:
         IORING_SETUP_CQE32
         IORING_SETUP_SQE128
         IORING_SETUP_NO_SQARRAY
+        IORING_SETUP_DEFER_TASKRUN
         IORING_FEAT_SINGLE_MMAP
         IORING_SQ_CQ_OVERFLOW
         IORING_SQ_TASKRUN
@@ -205,9 +206,10 @@ cdef extern from "<sys/mman.h>" nogil:
 
 
 # -- ring setup: what liburing does in its library (setup.c), not its header ------------------
-# Rings here are set up with COOP_TASKRUN/TASKRUN_FLAG at most (tinycoro.uring._WANTED_FLAGS) and
-# a CQ size: never SQPOLL, IOPOLL, 32-byte CQEs, 128-byte SQEs or no SQ array, which _ring_open
-# refuses, so the mappings below are the plain ones.
+# Rings here are set up with the flags of tinycoro.uring._WANTED_FLAGS and _OPTIONAL_FLAGS at
+# most (COOP_TASKRUN, TASKRUN_FLAG, R_DISABLED, SINGLE_ISSUER, DEFER_TASKRUN) and a CQ size: never SQPOLL, IOPOLL,
+# 32-byte CQEs, 128-byte SQEs or no SQ array, which _ring_open refuses, so the mappings below
+# are the plain ones.
 cdef int _ring_open(io_uring* ring, unsigned entries, unsigned flags,
                     unsigned cq_entries) noexcept nogil:
     """``io_uring_queue_init_params``: 0, or ``-errno`` with *ring* left closed (ring_fd -1)."""
@@ -373,6 +375,7 @@ cdef struct _pbuf_reg:  # struct io_uring_buf_reg: IORING_(UN)REGISTER_PBUF_RING
 
 
 cdef enum:
+    _REGISTER_ENABLE_RINGS = 12
     _REGISTER_PBUF_RING = 22
     _IOSQE_BUFFER_SELECT = 32  # 1 << IOSQE_BUFFER_SELECT_BIT (5)
     _CQE_F_BUFFER = 1
@@ -657,7 +660,9 @@ cdef int _submit_nogil(io_uring* ring) noexcept nogil:
     the kernel with the number of SQEs it has not consumed yet. A plain store of the tail is
     enough without SQPOLL: only this thread writes it and the kernel reads it inside the
     system call that follows. GETEVENTS is added when the kernel asks for it (overflowed CQ,
-    pending task work), as liburing does.
+    pending task work), as liburing does, and to every submit of a DEFER_TASKRUN ring: there
+    only an enter with GETEVENTS posts completions, and the one the submit makes anyway posts
+    those that came in meanwhile, where the reap after it would have entered again.
     """
     cdef io_uring_sq* sq = &ring.sq
     cdef unsigned int tail = sq.sqe_tail
@@ -667,7 +672,7 @@ cdef int _submit_nogil(io_uring* ring) noexcept nogil:
         sq.sqe_head = tail
         sq.ktail[0] = tail
     pending = tail - (<volatile unsigned int*>sq.khead)[0]
-    if _kernel_holds_cqes(ring):
+    if _kernel_holds_cqes(ring) or (pending and ring.flags & IORING_SETUP_DEFER_TASKRUN):
         flags = IORING_ENTER_GETEVENTS
     if pending == 0 and flags == 0:
         return 0
@@ -767,6 +772,12 @@ cdef class RingCore:
 
     def unregister_eventfd(self):
         self._register(IORING_UNREGISTER_EVENTFD, NULL, 0)
+
+    def enable_rings(self):
+        """Enable a ring set up with ``IORING_SETUP_R_DISABLED`` (``io_uring_enable_rings``):
+        with ``IORING_SETUP_SINGLE_ISSUER`` the calling thread becomes the one thread that may
+        submit to it (and, with DEFER_TASKRUN, reap). OSError if refused."""
+        self._register(_REGISTER_ENABLE_RINGS, NULL, 0)
 
     cdef int _register(self, unsigned opcode, void* arg, unsigned nr) except -1:
         cdef long ret = syscall(SYS_io_uring_register, self._ring.ring_fd, opcode, arg, nr)
@@ -1086,7 +1097,16 @@ cdef class RingCore:
             self._pb_mem = NULL
 
     def cq_ready(self):
-        return io_uring_cq_ready(&self._ring)
+        """CQEs posted and not reaped yet; when there is none but the kernel holds completions
+        back (task work not run yet, its CQ overflow list), 1: reaping (``complete``) enters it
+        with GETEVENTS to post them. With DEFER_TASKRUN the sleep point depends on it: the
+        kernel writes the eventfd only for the first completion it holds back, so one held
+        while notifications were off would otherwise be slept on, and no later one would
+        write it either (a lost wake-up)."""
+        cdef unsigned n = io_uring_cq_ready(&self._ring)
+        if n == 0 and _kernel_holds_cqes(&self._ring):
+            return 1
+        return n
 
     def notify_on(self, bint enabled):
         """Let completions write the eventfd (before sleeping) or not (while awake)."""

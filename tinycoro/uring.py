@@ -277,26 +277,67 @@ def _unavailable(exc: OSError) -> IoUringUnavailable:
 
 
 #: Ring setup flags, tried when each ring is set up (see :func:`ring_flags`): a name and its
-#: bits. COOP_TASKRUN: the kernel does not interrupt the context's thread (an IPI, a trip
+#: bits, in the order they are given up in (the last first) when the kernel refuses them.
+#:
+#: COOP_TASKRUN (5.19): the kernel does not interrupt the context's thread (an IPI, a trip
 #: through the kernel) to post each completion; it posts them at the thread's next syscall,
 #: which the engine makes anyway (its submit, or the eventfd read it sleeps in, which the
 #: pending work wakes). TASKRUN_FLAG goes with it: the kernel raises IORING_SQ_TASKRUN while
 #: completions wait to be posted, and the submit then enters with GETEVENTS to post them.
 #: Measured on the 50-connection echo (docs/benchmarks-log.md, "Speed round 3"): the server's
 #: system time per request was lower in 5 of 6 alternating pairs on a loaded machine (4.0-5.7
-#: us against 5.0-10.6 us), with the same syscalls per request. SINGLE_ISSUER (and with it
-#: DEFER_TASKRUN) is not among them: a context's ring is set up on another thread than the
-#: one that submits to it, which SINGLE_ISSUER refuses (the first submit fails, EEXIST).
+#: us against 5.0-10.6 us), with the same syscalls per request.
 _WANTED_FLAGS: tuple[tuple[str, int], ...] = (("COOP_TASKRUN", (1 << 8) | (1 << 9)),)
-#: ``TINYCORO_RING_FLAGS=plain`` sets rings up with no flags (A/B runs, a kernel to rule out).
+#: Flags tried only when ``TINYCORO_RING_FLAGS`` names them: they did not measure better
+#: (docs/benchmarks-profiles.md, "Ring flags: SINGLE_ISSUER and DEFER_TASKRUN").
+#:
+#: SINGLE_ISSUER (6.0) and DEFER_TASKRUN (6.1, only with SINGLE_ISSUER) are for rings with one
+#: owner thread that is not the thread creating them (a scheduler's contexts: ``Ring(entries,
+#: single_issuer=True)``): such a ring is set up disabled (R_DISABLED, 5.10) and its owner
+#: enables it (:meth:`_Lifecycle.enable`), which makes that thread its one issuer; the
+#: kernel then refuses io_uring_enter with a submit (and, with DEFER_TASKRUN, any GETEVENTS)
+#: and io_uring_register from every other thread, EEXIST. DEFER_TASKRUN: completions are
+#: posted only when the owner enters the ring with GETEVENTS (the engine's submit and reap do,
+#: when IORING_SQ_TASKRUN says some wait), never at a random syscall; the eventfd is written
+#: for the first completion held back only, so the sleep point asks the ring whether the
+#: kernel holds any (``cq_ready``) as well as whether any is posted. It always brings
+#: TASKRUN_FLAG: without IORING_SQ_TASKRUN nothing shows that the kernel holds completions
+#: back, and the sleep point slept on them.
+_R_DISABLED = 1 << 6  # IORING_SETUP_R_DISABLED
+_SINGLE_ISSUER = 1 << 12  # IORING_SETUP_SINGLE_ISSUER
+_OPTIONAL_FLAGS: tuple[tuple[str, int], ...] = (
+    ("SINGLE_ISSUER", _R_DISABLED | _SINGLE_ISSUER),
+    ("DEFER_TASKRUN", (1 << 13) | (1 << 9)),  # IORING_SETUP_DEFER_TASKRUN | TASKRUN_FLAG
+)
+#: Flags that only a ring with one owner thread, created elsewhere, may get (single_issuer).
+_OWNED_FLAGS = frozenset(("SINGLE_ISSUER", "DEFER_TASKRUN"))
+#: ``TINYCORO_RING_FLAGS=plain`` sets rings up with no flags (A/B runs, a kernel to rule out);
+#: a comma-separated list of names (``COOP_TASKRUN,SINGLE_ISSUER,DEFER_TASKRUN``) with those.
 RING_FLAGS_ENV = "TINYCORO_RING_FLAGS"
 _refused_flags: set[str] = set()  # names the kernel refused (EINVAL): never tried again
 
 
-def _flags_wanted() -> list[tuple[str, int]]:
-    if os.environ.get(RING_FLAGS_ENV, "").strip().lower() in ("plain", "none", "0", "off"):
+def _flags_wanted(single_issuer: bool = True) -> list[tuple[str, int]]:
+    """The flags to try, *single_issuer* or not: ``_WANTED_FLAGS``, or those that
+    ``TINYCORO_RING_FLAGS`` names; the pure ring gets no single-issuer flags (``PyRing``
+    says why)."""
+    setting = os.environ.get(RING_FLAGS_ENV, "").strip()
+    if setting.lower() in ("plain", "none", "0", "off"):
         return []
-    return [(n, bits) for n, bits in _WANTED_FLAGS if n not in _refused_flags]
+    known = _WANTED_FLAGS + _OPTIONAL_FLAGS
+    candidates = _WANTED_FLAGS
+    if setting:
+        names = {n.strip().upper() for n in setting.split(",") if n.strip()}
+        if not names <= {n for n, _ in known}:
+            listed = ", ".join(n for n, _ in known)
+            raise ValueError(f"{RING_FLAGS_ENV}={setting!r}: give 'plain' or some of {listed}")
+        if "DEFER_TASKRUN" in names:
+            names.add("SINGLE_ISSUER")  # the kernel takes DEFER_TASKRUN only with it
+        candidates = tuple(f for f in known if f[0] in names)
+    return [
+        (n, bits) for n, bits in candidates
+        if n not in _refused_flags and (single_issuer or n not in _OWNED_FLAGS)
+    ]
 
 
 def _queue_init(entries: int, ring: Any, flags: int, cq_entries: int) -> None:
@@ -311,11 +352,14 @@ def _queue_init(entries: int, ring: Any, flags: int, cq_entries: int) -> None:
         _L.io_uring_queue_init(entries, ring._ring, flags)
 
 
-def _new_ring(ring: Any, entries: int, cq_entries: int = 0) -> None:
+def _new_ring(ring: Any, entries: int, cq_entries: int = 0, single_issuer: bool = False) -> int:
     """Set *ring* up with every wanted setup flag the kernel takes: one it refuses (EINVAL,
-    e.g. COOP_TASKRUN before Linux 5.19) is dropped, remembered, and the ring set up without
-    it. *cq_entries*: a CQ of that size (compiled ring; 0: twice *entries*)."""
-    wanted = _flags_wanted()
+    e.g. COOP_TASKRUN before Linux 5.19, DEFER_TASKRUN before 6.1) is dropped, remembered, and
+    the ring set up without it. *cq_entries*: a CQ of that size (compiled ring; 0: twice
+    *entries*). *single_issuer*: the single-issuer flags are tried too. Returns the flags the
+    ring got."""
+    wanted = _flags_wanted(single_issuer)
+    dropped: list[str] = []
     while True:
         flags = 0
         for _, bits in wanted:
@@ -323,10 +367,13 @@ def _new_ring(ring: Any, entries: int, cq_entries: int = 0) -> None:
         try:
             _clear_errno()
             _queue_init(entries, ring, flags, cq_entries)
-            return
+            # Only now is a flag known to be refused: an EINVAL that every attempt got was
+            # about something else (too many entries), and must not cost later rings a flag.
+            _refused_flags.update(dropped)
+            return flags
         except OSError as exc:
             if exc.errno == errno.EINVAL and wanted:
-                _refused_flags.add(wanted.pop()[0])  # the last one added goes first
+                dropped.append(wanted.pop()[0])  # the last one added goes first
                 continue
             if exc.errno in (errno.EPERM, errno.ENOSYS, errno.EACCES):
                 raise _unavailable(exc) from None
@@ -334,19 +381,21 @@ def _new_ring(ring: Any, entries: int, cq_entries: int = 0) -> None:
 
 
 def ring_flags() -> tuple[str, ...]:
-    """The names of the setup flags this process's rings get (for ``python -m tinycoro``'s
-    first line): each is tried once on a small ring the first time this is asked, so the
-    answer is the kernel's, also before any scheduler runs."""
-    if _flags_wanted():
+    """The names of the setup flags this process's context rings get (for ``python -m
+    tinycoro``'s first line): each is tried once on a small ring the first time this is asked,
+    so the answer is the kernel's, also before any scheduler runs. The pure ring takes no
+    single-issuer flag (``PyRing``), so under it those are left out."""
+    single_issuer = _cring is not None
+    if _flags_wanted(single_issuer):
         if _cring is not None:
             core = _cring.RingCore()
-            _new_ring(core, 2)  # drops what the kernel refuses
+            _new_ring(core, 2, single_issuer=True)  # drops what the kernel refuses
             core.ring_exit()
         else:
             holder = _BindingRing()
             _new_ring(holder, 2)
             _L.io_uring_queue_exit(holder._ring)
-    return tuple(name for name, _ in _flags_wanted())
+    return tuple(name for name, _ in _flags_wanted(single_issuer))
 
 
 class _BindingRing:
@@ -358,20 +407,23 @@ class _BindingRing:
 
 
 class _Lifecycle:
-    """Creating and closing one io_uring instance and its eventfd: shared by both rings, each
-    of which provides the four kernel calls (``_ring_open``, ``_ring_exit``,
-    ``_register_eventfd``, ``_unregister_eventfd``) and ``notify_on``.
+    """Creating, enabling and closing one io_uring instance and its eventfd: shared by both
+    rings, each of which provides the kernel calls (``_ring_open``, ``_ring_exit``,
+    ``_register_eventfd``, ``_unregister_eventfd``, ``_enable_rings``) and ``notify_on``.
 
-    A subclass provides ``__slots__`` for ``efd`` and ``_open``: this class has none
-    of its own at run time, so that it can be mixed into the compiled ring, whose layout is C's.
+    A subclass provides ``__slots__`` for ``efd``, ``_open`` and ``setup_flags``: this class
+    has none of its own at run time, so that it can be mixed into the compiled ring, whose
+    layout is C's.
     """
 
     if TYPE_CHECKING:  # what the subclasses' slots hold, for the type checker
         efd: int
         _open: bool
         release_gil: bool
+        setup_flags: int  # the IORING_SETUP_* flags the ring got (R_DISABLED: until enable())
 
-        def _ring_open(self, entries: int, cq_entries: int) -> None: ...
+        def _ring_open(self, entries: int, cq_entries: int) -> int: ...
+        def _enable_rings(self) -> None: ...
         def _ring_exit(self) -> None: ...
         def _register_eventfd(self, efd: int) -> None: ...
         def _unregister_eventfd(self) -> None: ...
@@ -383,7 +435,7 @@ class _Lifecycle:
         # (not tinycoro.core.checks: this bottom layer imports nothing of tinycoro's)
         if not isinstance(entries, int) or isinstance(entries, bool) or entries < 1:
             raise ValueError(f"ring_entries must be a positive int, got {entries!r}")
-        self._ring_open(entries, cq_entries)
+        self.setup_flags = self._ring_open(entries, cq_entries)
         try:
             efd = os.eventfd(0, os.EFD_CLOEXEC)
         except BaseException:
@@ -401,15 +453,30 @@ class _Lifecycle:
         # Completions post to the eventfd only while the owner sleeps (see notify_on).
         self.notify_on(False)
 
+    def enable(self) -> None:
+        """Owner thread, before it queues anything: a ring set up for one owner thread
+        (single_issuer, on a kernel that took SINGLE_ISSUER) is enabled here, which makes the
+        calling thread the one that may submit to it; until then the kernel refuses to
+        enter it (EBADFD). Nothing for any other ring, or once enabled."""
+        if self.setup_flags & _R_DISABLED:
+            self._enable_rings()
+            self.setup_flags &= ~_R_DISABLED
+
     def close(self) -> None:
-        """Unregister and close. The caller first waits for every in-flight CQE (rule 8)."""
+        """Close the ring and its eventfd: on any thread. The caller first waits for every
+        in-flight CQE (rule 8), on the owner thread.
+
+        The eventfd is unregistered first unless the ring has one issuer: closing the ring's
+        descriptor unregisters it too, and the kernel refuses io_uring_register to any other
+        thread of a SINGLE_ISSUER ring (EEXIST), which a scheduler's shutdown is."""
         if not self._open:
             return
         self._open = False
-        try:
-            self._unregister_eventfd()
-        except OSError:
-            pass
+        if not self.setup_flags & _SINGLE_ISSUER:
+            try:
+                self._unregister_eventfd()
+            except OSError:
+                pass
         self._ring_exit()
         self._released()
         # Forget the number before closing it: a late wake() from another thread must not
@@ -438,20 +505,28 @@ class PyRing(_Lifecycle):
 
     Created on any thread, then used only by the one thread that owns it (rule 2).
     The fallback when the compiled ring is not built, or forced by ``TINYCORO_PURE=1``.
+
+    *single_issuer* is taken and ignored: this ring never gets SINGLE_ISSUER nor
+    DEFER_TASKRUN. The sleep point must see completions the kernel holds back (``cq_ready``,
+    the compiled ring's), and the binding shows neither the SQ ring's flags nor a way to ask
+    but an enter, a system call per sleep.
     """
 
-    __slots__ = ("_ring", "_cqe", "efd", "_open", "release_gil")
+    __slots__ = ("_ring", "_cqe", "efd", "_open", "release_gil", "setup_flags")
     if TYPE_CHECKING:
         _ring: Any  # the binding's io_uring (set by _queue_init)
 
-    def __init__(self, entries: int) -> None:
+    def __init__(self, entries: int, single_issuer: bool = False) -> None:
         _bind()
         self._setup(entries)
         self._cqe = _L.io_uring_cqe()
 
     # -- lifecycle: the binding's calls ---------------------------------------------------------
-    def _ring_open(self, entries: int, cq_entries: int) -> None:
-        _new_ring(self, entries)  # sets self._ring; the binding cannot size the CQ
+    def _ring_open(self, entries: int, cq_entries: int) -> int:
+        return _new_ring(self, entries)  # sets self._ring; the binding cannot size the CQ
+
+    def _enable_rings(self) -> None:  # pragma: no cover - never set up disabled (see above)
+        _L.io_uring_enable_rings(self._ring)
 
     def _ring_exit(self) -> None:
         _L.io_uring_queue_exit(self._ring)
@@ -580,17 +655,25 @@ if _cring is not None:
     class CRing(_RingCore, _Lifecycle):
         """The same ring with its per-operation methods compiled (``tinycoro/_cring.pyx``)."""
 
-        __slots__ = ("efd", "_open", "_buffers")
+        __slots__ = ("efd", "_open", "_buffers", "setup_flags", "_single_issuer")
 
-        def __init__(self, entries: int) -> None:
+        def __init__(self, entries: int, single_issuer: bool = False) -> None:
+            """*single_issuer*: the ring will be used by one thread, which calls
+            :meth:`enable` before anything else (a scheduler's context, created on the
+            thread that makes the scheduler): it gets SINGLE_ISSUER and DEFER_TASKRUN where
+            the kernel takes them."""
             self._buffers = multishot_buffers()  # a bad value fails here, not at a recv
+            self._single_issuer = single_issuer
             self._setup(entries, CQ_ENTRIES)
             if not multishot_wanted():
                 self.multishot_off()
 
         # -- lifecycle: the compiled ring's own calls (no module of the binding) ------------
-        def _ring_open(self, entries: int, cq_entries: int) -> None:
-            _new_ring(self, entries, cq_entries)
+        def _ring_open(self, entries: int, cq_entries: int) -> int:
+            return _new_ring(self, entries, cq_entries, self._single_issuer)
+
+        def _enable_rings(self) -> None:
+            self.enable_rings()
 
         def _ring_exit(self) -> None:
             self.ring_exit()

@@ -161,7 +161,11 @@ class Engine(RingOwner):
         self.id = id
         self.scheduler = scheduler  # where tc.spawn from a task on this engine dispatches to
         self.guest = guest  # a borrowed thread (notebook cell): not part of the stop protocol
-        RingOwner.__init__(self, uring.Ring(ring_entries))
+        # A scheduler's context is run by its own thread only, not the one making it here:
+        # its ring is set up for one owner, which enables it as it starts running (run), and
+        # gets SINGLE_ISSUER/DEFER_TASKRUN where they are in use (tinycoro.uring). A guest's
+        # thread is borrowed and may change from one run to the next.
+        RingOwner.__init__(self, uring.Ring(ring_entries, single_issuer=not guest))
         self.ready: deque[Task] = deque()
         self.calls: deque[tuple[Callable[..., Any], tuple]] = deque()
         # What this thread's task steps asked to happen once their turn is over (defer), e.g.
@@ -287,6 +291,7 @@ class Engine(RingOwner):
             raise RuntimeError(f"{_local.engine!r} already runs on this thread")
         if self.ring.closed:
             raise RuntimeError(f"{self!r} is closed")
+        self.ring.enable()  # this thread becomes the ring's one issuer (if it has one)
         _local.engine = self
         self.thread_ident = threading.get_ident()
         ready = self.ready
@@ -446,8 +451,11 @@ class Engine(RingOwner):
         they are, and the context is then awake again and stays so: a task woken by what is
         reaped (a completion of an operation that completes many times, through push) needs
         no eventfd write."""
-        if ring.cq_ready():
+        if ring.cq_ready():  # posted, or held back by the kernel (DEFER_TASKRUN)
             self.sleeping = False
+            # Off before reaping: posting what the kernel held back would write the eventfd,
+            # and the next sleep would return at once for nothing.
+            ring.notify_on(False)
             self._reap()
             return True
         if self.unsubmitted:

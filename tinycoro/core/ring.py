@@ -117,7 +117,12 @@ class IoRing(Protocol):
         """SQEs queued and not yet handed to the kernel."""
 
     def cq_ready(self) -> int:
-        """CQEs posted and not yet reaped."""
+        """CQEs posted and not yet reaped; not 0 either when the kernel holds completions
+        back for the owner to have posted (the compiled ring: DEFER_TASKRUN's task work)."""
+
+    def enable(self) -> None:
+        """Owner thread, before anything is queued: make the calling thread the ring's one
+        issuer, if it was set up for one (``Ring(entries, single_issuer=True)``)."""
 
     def complete(self, inflight: dict, standing: dict, done: list, shots: list) -> int:
         """The completion contract (:mod:`tinycoro.uring`): reap every CQE, move each op of
