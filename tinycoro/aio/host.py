@@ -451,23 +451,15 @@ def _resolve(fut: asyncio.Future) -> None:
 
 def _sleep(trap: Sleep, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, None]:
     """``tc.sleep`` in an asyncio task: until ``trap.when`` (``perf_counter`` at the call), on
-    the loop's timers; again if the loop woke it early (uvloop counts whole milliseconds).
-
-    It waits on a timer at least once, also when the deadline passed before it got here (the
-    process was descheduled since the call): other sleeps whose earlier deadlines have passed
-    too are resumed by the loop's timers, and in one of its steps it would overtake them."""
-    delay = trap.when - _perf()
-    while True:
+    the loop's timers; again if the loop woke it early (uvloop counts whole milliseconds)."""
+    while True:  # on a timer even if already due: ending in this step passes earlier deadlines
         fut = loop.create_future()
-        handle = loop.call_later(
-            _LONGEST_WAIT if delay > _LONGEST_WAIT else delay if delay > 0 else 0, _resolve, fut
-        )
+        handle = loop.call_later(min(max(trap.when - _perf(), 0.0), _LONGEST_WAIT), _resolve, fut)
         try:
             yield from fut
         finally:  # after a cancel: nothing of it stays in the loop
             handle.cancel()
-        delay = trap.when - _perf()
-        if delay <= 0:
+        if trap.when <= _perf():
             return
 
 
