@@ -14,6 +14,7 @@ import pytest
 import tinycoro as tc
 import tinycoro.lowlevel as ll
 from tinycoro import uring
+from tinycoro.core.deadlines import Sleep
 from tinycoro.testing import wait_blocked
 from helpers.runtime import cancel_and_wait, run_as_cell, wait_until
 
@@ -377,8 +378,60 @@ def test_tc_sleep_in_asyncio_counts_from_the_call(run):
         return woken
 
     woken = run(main)
-    assert [role for role, _, _ in woken] == ["A", "C"]
-    assert all(resumed >= deadline for _, deadline, resumed in woken)
+    assert [role for role, _, _ in woken] == ["A", "C"], _timeline(woken)
+    assert all(resumed >= deadline for _, deadline, resumed in woken), _timeline(woken)
+
+
+def _timeline(woken):
+    start = min(deadline for _, deadline, _ in woken)
+    return ", ".join(f"{role}: deadline +{1e3 * (deadline - start):.1f} ms, resumed "
+                     f"+{1e3 * (resumed - start):.1f} ms" for role, deadline, resumed in woken)
+
+
+@pytest.mark.parametrize("run", [_run_asyncio, _run_uvloop], ids=["asyncio", "uvloop"])
+def test_tc_sleeps_in_asyncio_resume_in_deadline_order_after_a_stall(run):
+    # The loop is held past both deadlines, then a callback due before both timers holds it
+    # again, past C's deadline (the process descheduled on a loaded machine): A, due first,
+    # still resumes first. Both loops read their clock when a timer is armed, so the timers
+    # keep the deadlines' order whatever the loop's delays.
+    async def main():
+        woken = []
+
+        async def sleeper(role, seconds):
+            await tc.sleep(seconds)
+            woken.append(role)
+
+        async def computer():
+            _compute(0.1)
+            asyncio.get_running_loop().call_later(0.001, _compute, 0.03)
+
+        await asyncio.gather(sleeper("A", 0.05), computer(), sleeper("C", 0.01))
+        return woken
+
+    assert run(main) == ["A", "C"]
+
+
+@pytest.mark.parametrize("run", [_run_asyncio, _run_uvloop], ids=["asyncio", "uvloop"])
+def test_tc_sleep_in_asyncio_due_before_the_loop_sees_it_keeps_deadline_order(run):
+    # C's deadline passes between tc.sleep's call and the loop's driver (the process was
+    # descheduled there: C's step stalls 20 ms after taking it). A's, 60 ms earlier, passed
+    # too, but only the loop's timers know it: C must not resume before them, in its step.
+    async def main():
+        woken = []
+
+        async def sleeper(role, seconds, stall=0.0):
+            trap = Sleep(seconds, time.perf_counter() + seconds)  # what tc.sleep awaits
+            _compute(stall)
+            await trap
+            woken.append(role)
+
+        async def computer():
+            _compute(0.1)
+
+        await asyncio.gather(sleeper("A", 0.05), computer(), sleeper("C", 0.01, stall=0.02))
+        return woken
+
+    assert run(main) == ["A", "C"]
 
 
 def test_sleep_0_is_a_plain_yield():

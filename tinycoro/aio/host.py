@@ -452,13 +452,15 @@ def _resolve(fut: asyncio.Future) -> None:
 def _sleep(trap: Sleep, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, None]:
     """``tc.sleep`` in an asyncio task: until ``trap.when`` (``perf_counter`` at the call), on
     the loop's timers; again if the loop woke it early (uvloop counts whole milliseconds)."""
-    while (delay := trap.when - _perf()) > 0:
+    while True:  # on a timer even if already due: ending in this step passes earlier deadlines
         fut = loop.create_future()
-        handle = loop.call_later(delay if delay < _LONGEST_WAIT else _LONGEST_WAIT, _resolve, fut)
+        handle = loop.call_later(min(max(trap.when - _perf(), 0.0), _LONGEST_WAIT), _resolve, fut)
         try:
             yield from fut
         finally:  # after a cancel: nothing of it stays in the loop
             handle.cancel()
+        if trap.when <= _perf():
+            return
 
 
 def _yield() -> Generator[None, None, None]:
