@@ -18,8 +18,8 @@ reads the same on either ring.
 
 The completion contract is the pure ring's (``tinycoro/uring.py``): ``complete`` resolves
 user_data to op and hands ``(op, res)`` back, and never looks inside the op; each CQE of a
-multishot recv (which only this ring queues) is handed back apart, as
-``(op, res, data, more)``, marked seen and its buffer given back before anything runs.
+multishot recv (which only this ring queues) is handed back apart, as four entries
+``op, res, data, more``, marked seen and its buffer given back before anything runs.
 
 The eventfd, the setup flags tried and the error messages stay in Python
 (``tinycoro/uring.py``), shared with the pure-Python ring, which implements the same methods
@@ -903,7 +903,7 @@ cdef class RingCore:
         ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
         only counted. Nothing of the op is read or written here. A CQE whose user_data is a
         key of *standing* (the owner's multishots, also in *inflight*) is appended to *shots*
-        as ``(op, res, data, more)`` instead, uncounted (its op is handed to nobody, so the
+        as four entries, ``op, res, data, more``, instead, uncounted (its op is handed to nobody, so the
         owner must not take it for one of its own SQEs): its data copied out, its buffer given
         back and the CQE marked seen before the owner runs any handler, so a handler that
         raises can neither replay it nor lose or double a buffer (rule 17). Its last CQE (no
@@ -953,7 +953,12 @@ cdef class RingCore:
                                 self._pb_give(bid)
                     io_uring_cqe_seen(ring, cqe)
                     more = (flags & _CQE_F_MORE) != 0
-                    shots.append((<object>found, res, data, more))
+                    # four entries, not a tuple: a tuple per CQE, alive for the whole reap,
+                    # filled the collector's young generation at many connections
+                    shots.append(<object>found)
+                    shots.append(res)
+                    shots.append(data)
+                    shots.append(more)
                     if not more:
                         PyDict_DelItem(standing, key)
                         if PyDict_GetItem(inflight, key) is not NULL:

@@ -181,7 +181,7 @@ class RingOwner:
         self._ids = itertools.count(_SKIP_UD + 1)  # op ids; SKIP_UD marks our own SQEs
         self._done: list[tuple[Any, int]] = []  # what the ring's complete() hands back
         self.standing: dict[int, Any] = {}
-        self._shots: list[tuple[Any, int, Any, bool]] = []  # the multishot CQEs complete() hands back
+        self._shots: list[Any] = []  # the multishot CQEs complete() hands back, 4 entries each
         self.rearms = 0
         self.nobufs_endings = 0
         self.completion_hook: Optional[Callable[[Any, int, Any, bool], tuple]] = None
@@ -353,7 +353,12 @@ class RingOwner:
         change or raise in its place."""
         hook = self.completion_hook
         try:
-            for op, res, data, more in shots:
+            # op, res, data, more: four entries per CQE (uring.py, the completion contract)
+            for i in range(0, len(shots), 4):
+                op = shots[i]
+                res = shots[i + 1]
+                data = shots[i + 2]
+                more = shots[i + 3]
                 try:
                     if hook is not None:
                         res, data = hook(op, res, data, more)

@@ -2,9 +2,11 @@
 # file beside it). The .py is the source: this declares the layouts of a socket's operation
 # awaitables (recv, send and sendall, accept), whose __await__ runs once per I/O call.
 
+cimport cython
+
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
-from . cimport _nbsend
+from . cimport _iterslots, _nbsend
 
 cdef class InlineOp(ResourceOp):
     cdef bint _spend(self, Engine engine)
@@ -23,11 +25,25 @@ cdef class SendallOp(InlineOp):
     cdef public object owner
     cdef public object sock
     cdef public bint once
+    cdef public object waiting
 
     cdef bint _alone(self, Engine engine)
     cdef bint _sent(self, Py_ssize_t res) except -1
     cdef Py_ssize_t _send_inline(self) except -1
     cdef void _release(self)
+
+cdef class RingSend:
+    cdef public SendallOp op
+    cdef public int state
+
+    cdef object _step(self, object value)
+    cdef void _end(self)
+
+@cython.locals(w=RingSend)
+cdef object _send_step(object ring_send, object value)
+cdef object _send_result(object ring_send)
+
+cdef int _IDLE, _HANDED, _WAITING
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener

@@ -19,8 +19,8 @@ from ..buffers import MAX_RW
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core.traps import DONE, YIELD, run_outside
-from . import _nbsend
+from ..core.traps import DONE, YIELD, run_outside, thrown
+from . import _iterslots, _nbsend
 
 __all__ = [
     "AcceptOp", "BULK_RECV", "BulkRecvOp", "InlineOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp",
@@ -222,7 +222,7 @@ class SendallOp(InlineOp):
     have their own.
     """
 
-    __slots__ = ("spare", "owner", "sock", "once")
+    __slots__ = ("spare", "owner", "sock", "once", "waiting")
 
     def __init__(
         self, stream: Any, data: Any, spare: list | None = None, owner: Any = None,
@@ -235,6 +235,7 @@ class SendallOp(InlineOp):
         self.owner = owner
         self.sock = stream._sock
         self.once = once
+        self.waiting: Any = None  # its RingSend, made at the first send that joins a batch
 
     def describe(self) -> str:
         args = self.args
@@ -263,6 +264,25 @@ class SendallOp(InlineOp):
                 self._release()
                 return DONE
             return self._awaiting(engine, True)  # the ring sends the rest
+        if engine is not None and not self.once and self.args:
+            # Not alone: the send joins the turn's batch. Its await is the op's reused
+            # RingSend, not a generator: with many connections a generator per request lived
+            # until the batch's CQE, was promoted by the young collections of the turn, and
+            # filled the oldest generation (docs/benchmarks-profiles.md, "The
+            # connection-count axis").
+            waiting = self.waiting
+            if waiting is None or waiting.op is not None:
+                waiting = RingSend()
+                if self.waiting is None:
+                    self.waiting = waiting
+            try:
+                self._enter_on(engine)
+            except BaseException:
+                self._release()
+                raise
+            waiting.op = self
+            waiting.state = _HANDED
+            return waiting
         return self._awaiting(engine, False)
 
     def _awaiting(self, engine: Any, tried: bool) -> Generator[Any, Any, Any]:
@@ -349,6 +369,92 @@ class SendallOp(InlineOp):
         instructions per request on the echo."""
         return not engine.ready and not engine.unsubmitted
 
+
+# Where a RingSend's steps are (RingSend.state)
+_IDLE = 0  # not awaited
+_HANDED = 1  # its sendall's __await__ entered the op and returned it: not yet yielded
+_WAITING = 2  # the op is yielded to the ring: the next step gets its result
+
+
+class RingSend:
+    """The await of a :class:`SendallOp` that joins the turn's batch (the ring sends it): the
+    steps of :meth:`SendallOp._awaiting` from its ring loop on, as an iterator that the op
+    keeps and reuses, so that a request allocates no generator (class doc of
+    ``multishot.RecvCall``, which does the same for the recv). It yields the op until all of
+    the data went out, then ends the await with None; a throw or close ends the send as the
+    generator's ``finally`` does. Holds its op only while awaited (no cycle at rest)."""
+
+    __slots__ = ("op", "state")
+
+    def __init__(self) -> None:
+        self.op: Any = None
+        self.state = _IDLE
+
+    def __await__(self) -> Any:
+        return self
+
+    def __iter__(self) -> Any:
+        return self
+
+    def __next__(self) -> Any:
+        # Compiled, the C slots that _iterslots installs run instead (for ``await``).
+        return self.send(None)
+
+    def send(self, value: Any) -> Any:
+        if _send_step(self, value) is self:
+            raise StopIteration(None)
+        return self.op
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        exc = thrown(typ, val, tb)
+        self._end()
+        raise exc
+
+    def close(self) -> None:
+        self._end()
+
+    def _step(self, value: Any) -> Any:
+        """The send's next step: the op to yield, or this RingSend once the send is over."""
+        op = self.op
+        try:
+            if self.state == _HANDED:  # its first step (__await__ entered the op)
+                self.state = _WAITING
+            elif value < 0:
+                raise op._failure(value)
+            elif op._sent(value):  # else the kernel took part: send the rest
+                self._end()
+                return self
+            if op.pending.closed:
+                raise op.pending._error()
+        except BaseException:
+            self._end()
+            raise
+        return op
+
+    def _end(self) -> None:
+        """The send is over: out of the stream's pending set (if it went in), the op released
+        (back to the stream's spare), this RingSend back to the op."""
+        op = self.op
+        if op is None:
+            return
+        op.pending._ops.pop(op, None)  # entered by the op's __await__
+        self.state = _IDLE
+        self.op = None
+        op._release()
+
+
+def _send_step(ring_send: Any, value: Any) -> Any:
+    """A :class:`RingSend`'s next step (compiled, a C function its C slots run)."""
+    w = ring_send
+    return w._step(value)
+
+
+def _send_result(ring_send: Any) -> Any:
+    """What the await of a finished :class:`RingSend` returns: a sendall's None."""
+    return None
+
+
+_iterslots.install(RingSend, _send_step, _send_result)
 
 
 class AcceptOp(ResourceOp):
