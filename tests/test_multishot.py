@@ -355,8 +355,10 @@ def test_shutdown_with_armed_multishot(path, contexts):
     assert not opened_since(before)
 
 
-def test_peer_reset_is_an_oserror(path):
-    """An error CQE (the peer reset the connection) reaches the recv as OSError(ECONNRESET)."""
+@pytest.mark.parametrize("size", [65536, 1 << 20], ids=["recv", "bulk-recv"])
+def test_peer_reset_is_an_oserror(path, size):
+    """An error CQE (the peer reset the connection) reaches the recv as OSError(ECONNRESET):
+    a default-sized recv and a bulk one (1 MiB: its own op, straight into the bytes) alike."""
 
     async def main():
         lst = await tc.net.listen("127.0.0.1", 0)
@@ -365,11 +367,11 @@ def test_peer_reset_is_an_oserror(path):
         server = await accepting
         await lst.close()
         raw.sendall(b"hi")
-        assert await server.recv() == b"hi"
+        assert await server.recv(size) == b"hi"
         raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         raw.close()  # RST
         with pytest.raises(OSError) as info:
-            while await server.recv():
+            while await server.recv(size):
                 pass
         assert info.value.errno == errno.ECONNRESET
         await server.close()

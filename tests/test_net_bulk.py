@@ -5,8 +5,6 @@ both receive paths (multishot and single recv) and on 1, 2 and 4 contexts."""
 
 from __future__ import annotations
 
-import errno
-import socket
 
 import pytest
 
@@ -99,28 +97,6 @@ def test_close_under_waiting_bulk_recv(path, contexts):
         await client.close()
 
     tc.run(main(), contexts=contexts)
-
-
-def test_bulk_recv_peer_reset_keeps_errno(path):
-    """A reset connection reaches a bulk recv as OSError(ECONNRESET)."""
-
-    async def main():
-        lst = await tc.net.listen("127.0.0.1", 0)
-        accepting = tc.spawn(lst.accept())
-        raw = socket.create_connection(("127.0.0.1", lst.port))
-        server = await accepting
-        await lst.close()
-        raw.sendall(b"hi")
-        assert await server.recv(MIB) == b"hi"
-        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-        raw.close()  # RST
-        with pytest.raises(OSError) as info:
-            while await server.recv(MIB):
-                pass
-        assert info.value.errno == errno.ECONNRESET
-        await server.close()
-
-    tc.run(main(), contexts=1)
 
 
 def test_concurrent_bulk_recv_is_refused(path):
