@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import socket
+import sys
 import threading
 
 import pytest
@@ -184,4 +185,8 @@ def test_an_open_stream_keeps_few_objects_for_the_collector():
     probe.close()
     if multishot.AVAILABLE and fence.FREE_THREADED:
         budget += gc.is_tracked(threading.Lock())
+    # Before 3.11 two more objects are the interpreter's: a suspended coroutine's frame (3.11
+    # embeds it in the coroutine) and the stream's attribute dict (3.11 keeps attributes inline
+    # until someone asks for __dict__).
+    budget += 2 * (sys.version_info < (3, 11))
     assert per_stream <= budget + 0.5, (per_stream, budget)
