@@ -130,7 +130,26 @@ class ResourceOp(Op):
         return oserror(res, self.what)
 
     def __await__(self) -> Generator[Any, Any, Any]:
+        # The steps of _result_on, written out: this await stays one frame (it is every
+        # resource op's, on the engine's hot path).
         engine = self._enter()
+        try:
+            if engine is not None:
+                res = yield self
+            else:
+                res = yield from run_outside(self)
+        finally:
+            del self.pending._ops[self]
+        if res < 0:
+            raise self._failure(res)
+        return res
+
+    def _result_on(self, engine: Any) -> Generator[Any, Any, int]:
+        """The op's one wait on *engine* (None: an asyncio task), for a caller that prepares
+        the op and makes its own result of the count (a bulk recv's bytes, a fallback recv):
+        enter the pending set, yield, leave it, and the count, or the error for a negative
+        one."""
+        self._enter_on(engine)
         try:
             if engine is not None:
                 res = yield self

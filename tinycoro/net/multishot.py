@@ -430,17 +430,7 @@ class MultishotRecv(InlineOp):
         op = stream._single_recv(want)
         if type(op) is BulkRecvOp:
             return (yield from op.receive(engine))  # straight into the bytes returned
-        pending = self.pending
-        op._enter()
-        try:
-            if engine is not None:
-                res = yield op
-            else:
-                res = yield from run_outside(op)
-        finally:
-            del pending._ops[op]
-        if res < 0:
-            raise op._failure(res)
+        res = yield from op._result_on(engine)
         return bytes(op.view[:res])
 
 

@@ -172,18 +172,10 @@ class BulkRecvOp(ResourceOp):
         fd, _, n, flags = self.args
         buf = _receiving(n)
         self.args = (fd, buf, n, flags)
-        pending = self.pending
-        self._enter_on(engine)
         try:
-            if engine is not None:
-                res = yield self
-            else:
-                res = yield from run_outside(self)
+            res = yield from self._result_on(engine)
         finally:
-            del pending._ops[self]
-        self.args = (fd, None, n, flags)
-        if res < 0:
-            raise self._failure(res)
+            self.args = (fd, None, n, flags)
         return buf.take(res)
 
 
