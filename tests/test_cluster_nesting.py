@@ -41,8 +41,9 @@ def test_start_in_a_process_an_engine_started_is_refused_before_anything_starts(
 
     monkeypatch.setattr(api, "launch", _no_launch)
     monkeypatch.setenv(MARKER, "4242")
-    with pytest.raises(RuntimeError) as raised:
+    with pytest.raises(tc.cluster.NestedCluster) as raised:
         tc.cluster.start(1, progress=False)
+    assert isinstance(raised.value, RuntimeError)
     text = str(raised.value)
     assert "inside an engine" in text and "4242" in text  # what and whose
     assert "tc.spawn" in text and "cluster.submit" in text  # what to do instead
@@ -55,12 +56,13 @@ _SCENARIO = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import helpers.cluster as cs
     import helpers.cluster_tasks as h
+    import tinycoro as tc
     with cs.started_cluster(2, contexts=1, timeout=120) as (c, _):
         for without in (False, True):
             t = c.submit(h.start_a_cluster_here, without, engine=int(without))
             try:
                 print("returned:", t.result(150), flush=True)
-            except RuntimeError as e:
+            except tc.cluster.NestedCluster as e:
                 print("refused:", str(e).replace("\\n", " "), flush=True)
 """)
 

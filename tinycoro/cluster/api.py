@@ -685,8 +685,9 @@ def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIM
     not). *progress*: show engines as they come up (a bar in a notebook, a line per engine on
     stderr elsewhere). ``stop()`` ends every process.
 
-    Refused (RuntimeError) inside an engine, or in a process an engine of a cluster started
-    here runs: an engine starting a cluster of its own is how a chain of clusters begins."""
+    Refused (:class:`NestedCluster`, a RuntimeError) inside an engine, or in a process an
+    engine of a cluster started here runs: an engine starting a cluster of its own is how a
+    chain of clusters begins."""
     refuse_nested_start()  # first: before anything else is checked, let alone spawned
     n = check_int("n", (os.cpu_count() or 1) if n is None else n, min=1)
     contexts = check_int("contexts", contexts, min=1)

@@ -19,6 +19,7 @@ from typing import Any, Awaitable, Iterable, TypeVar
 import ipyparallel as ipp
 
 from . import internals
+from .errors import NestedCluster
 from .info import EngineInfo
 from .progress import StartProgress
 
@@ -40,11 +41,11 @@ ENGINE_MARKER = "TINYCORO_CLUSTER_ENGINE"
 
 
 def refuse_nested_start() -> None:
-    """Raise RuntimeError if this process is an engine, or was started by one of a tinycoro
-    cluster. Checked by start() before anything is spawned: an engine that starts a cluster
-    starts engines running the same code, which start clusters of their own; such a chain
-    once grew to ~270 engine processes before memory ran out. Connecting to a running
-    cluster starts no process and stays allowed."""
+    """Raise NestedCluster (a RuntimeError) if this process is an engine, or was started by
+    one of a tinycoro cluster. Checked by start() before anything is spawned: an engine that
+    starts a cluster starts engines running the same code, which start clusters of their
+    own; such a chain once grew to ~270 engine processes before memory ran out. Connecting
+    to a running cluster starts no process and stays allowed."""
     starter = os.environ.get(ENGINE_MARKER)
     if starter is not None:
         where = (f"inside an engine of a tinycoro cluster (or a process one started; the "
@@ -53,7 +54,7 @@ def refuse_nested_start() -> None:
         where = f"inside an engine (an ipyparallel engine, pid {os.getpid()})"
     else:
         return
-    raise RuntimeError(
+    raise NestedCluster(
         f"tc.cluster.start() refused: this code runs {where}. An engine that starts a "
         "cluster starts engines of its own, which may do the same: a chain of processes that "
         "grows until memory runs out. To do more work from a task on an engine, run it on "
