@@ -48,6 +48,7 @@ def test_start_in_a_process_an_engine_started_is_refused_before_anything_starts(
     assert "inside an engine" in text and "4242" in text  # what and whose
     assert "tc.spawn" in text and "cluster.submit" in text  # what to do instead
     assert MARKER in text  # how a process that must start one anyway does it
+    assert 'if __name__ == "__main__":' in text  # a script the engines import
     assert tc.cluster.latest() is None or tc.cluster.latest().stopped
 
 

@@ -60,8 +60,10 @@ def refuse_nested_start() -> None:
         "grows until memory runs out. To do more work from a task on an engine, run it on "
         "this engine's scheduler (tc.spawn, tc.when_all), or return it to the process that "
         "started the cluster and send it from there (cluster.submit, cluster.map), as Dask "
-        "does work from a worker with worker_client rather than a new cluster. A process that "
-        f"must start a cluster of its own anyway can unset {ENGINE_MARKER} first."
+        "does work from a worker with worker_client rather than a new cluster. If an engine "
+        "ran it by importing a module whose functions it was sent (a script that starts its "
+        "cluster at the top), start the cluster under `if __name__ == \"__main__\":`. A "
+        f"process that must start a cluster of its own anyway can unset {ENGINE_MARKER} first."
     )
 
 
