@@ -76,10 +76,9 @@ def _kill_marked(mark: str) -> list[int]:
         with contextlib.suppress(psutil.Error):
             if p.pid != os.getpid() and p.environ().get(TEST_MARK) == mark:
                 p.kill()
-                killed.append(p.pid)
-    psutil.wait_procs([psutil.Process(pid) for pid in killed if psutil.pid_exists(pid)],
-                      timeout=10)
-    return killed
+                killed.append(p)
+    psutil.wait_procs(killed, timeout=10)
+    return [p.pid for p in killed]
 
 
 @pytest.mark.timeout(400)
