@@ -159,7 +159,7 @@ class ClusterCommands:
         kwargs = {} if args.contexts is None else {"contexts": args.contexts}
         try:
             cluster = tcc.start(args.engines, **kwargs)
-        except ValueError as e:
+        except (ValueError, tcc.NestedCluster) as e:  # bad input; or this is an engine
             raise UsageError(f"%tinycoro cluster start: {e}") from None
         self._adopt(cluster)
         print(self._describe("started"))

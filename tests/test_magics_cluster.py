@@ -294,3 +294,18 @@ def test_cluster_help(shell, capsys):
         assert action in out
     shell.run_line_magic("tinycoro", "-h")
     assert "(%tinycoro cluster -h)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cluster_start_on_an_engine_is_a_usage_error_naming_why(shell, monkeypatch):
+    # As tc.cluster.start() there: refused before anything is spawned (tests/test_cluster_nesting.py
+    # runs it on real engines); the magic says so as a usage error, not a traceback.
+    import tinycoro.cluster.api as api
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("the magic went on to launch processes")
+
+    monkeypatch.setattr(api, "launch", no_launch)
+    monkeypatch.setenv("TINYCORO_CLUSTER_ENGINE", "4242")
+    with pytest.raises(UsageError, match=r"%tinycoro cluster start: .*inside an engine"):
+        shell.run_line_magic("tinycoro", "cluster start -n 1")
+    assert cluster_processes() == []

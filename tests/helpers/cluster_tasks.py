@@ -348,3 +348,27 @@ async def iopub_wakes_for_tasks_ending_in_one_turn(n):
     finally:
         internals.on_iopub_thread = real
     return wakes
+
+
+# The nesting test's own bound on a chain of clusters, checked before anything is spawned: the
+# engine that first runs start_a_cluster_here notes its pid here, and the processes a start
+# from there makes inherit it, so none of them starts anything (should the guard under test
+# be missing, one nested cluster at most, never a chain).
+CHAIN_ROOT = "TINYCORO_TEST_CHAIN_ROOT"
+
+
+async def start_a_cluster_here(without_tinycoro_marker: bool) -> str:
+    """``tc.cluster.start(1)`` from a task on this engine; *without_tinycoro_marker*: with the
+    environment marker of the engines tinycoro starts removed first, as on an engine of a
+    cluster started by ``ipcluster``. Returns what happened; the refusal is raised."""
+    root = os.environ.setdefault(CHAIN_ROOT, str(os.getpid()))
+    if root != str(os.getpid()):
+        return f"test guard: a process of a nested cluster (root engine {root}) started nothing"
+    saved = os.environ.pop("TINYCORO_CLUSTER_ENGINE", None) if without_tinycoro_marker else None
+    try:
+        nested = tc.cluster.start(1, timeout=90, progress=False)
+    finally:
+        if saved is not None:
+            os.environ["TINYCORO_CLUSTER_ENGINE"] = saved
+    nested.stop()
+    return "a nested cluster was started and stopped"

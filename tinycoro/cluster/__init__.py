@@ -35,7 +35,7 @@ except ImportError as e:  # pragma: no cover - exercised in a subprocess by the 
     ) from e
 
 from .api import Cluster, connect, latest, start
-from .errors import EngineLost, RemoteTraceback, UnsupportedVersion
+from .errors import EngineLost, NestedCluster, RemoteTraceback, UnsupportedVersion
 from .info import EngineInfo, EngineLoad
 from .remote import RemoteTask
 
@@ -44,6 +44,7 @@ __all__ = [
     "EngineInfo",
     "EngineLoad",
     "EngineLost",
+    "NestedCluster",
     "RemoteTask",
     "RemoteTraceback",
     "UnsupportedVersion",

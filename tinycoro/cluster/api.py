@@ -50,7 +50,7 @@ from .errors import EngineLost
 from .info import EngineInfo, EngineLoad
 from . import internals
 from .internals import ClientSeam
-from .local import LocalProcesses, launch
+from .local import LocalProcesses, launch, refuse_nested_start
 from . import homes, registry, shipped
 from .output import display_output, write_output
 from .messages import (CONTROL_REQUEST, RESULT_KEY, pack, pack_function, stats_from_dict,
@@ -683,7 +683,12 @@ def start(n: int | None = None, *, contexts: int = 1, timeout: float = START_TIM
     kernel with the tinycoro extension preloaded and a scheduler of *contexts* contexts; blocks
     until every engine is up (at most *timeout* seconds; the error names the engines that were
     not). *progress*: show engines as they come up (a bar in a notebook, a line per engine on
-    stderr elsewhere). ``stop()`` ends every process."""
+    stderr elsewhere). ``stop()`` ends every process.
+
+    Refused (:class:`NestedCluster`, a RuntimeError) inside an engine, or in a process an
+    engine of a cluster started here runs: an engine starting a cluster of its own is how a
+    chain of clusters begins."""
+    refuse_nested_start()  # first: before anything else is checked, let alone spawned
     n = check_int("n", (os.cpu_count() or 1) if n is None else n, min=1)
     contexts = check_int("contexts", contexts, min=1)
     internals.check_version("ipyparallel", internals.IPYPARALLEL)  # before any process starts

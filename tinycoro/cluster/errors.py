@@ -11,6 +11,13 @@ class EngineLost(RuntimeError):
     """
 
 
+class NestedCluster(RuntimeError):
+    """``start()`` was called inside an engine, or in a process an engine of a started cluster
+    runs: an engine starting a cluster starts engines of its own, which may do the same.
+    Raised before anything is spawned; the message says what to do instead.
+    """
+
+
 class RemoteTraceback(Exception):
     """The traceback of an exception raised on an engine, as text.
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from functools import partial
@@ -18,6 +19,7 @@ from typing import Any, Awaitable, Iterable, TypeVar
 import ipyparallel as ipp
 
 from . import internals
+from .errors import NestedCluster
 from .info import EngineInfo
 from .progress import StartProgress
 
@@ -31,6 +33,45 @@ T = TypeVar("T")
 # the same tasks in one process; with 0.5 ms at 0.82-0.85x (benchmark workload 7, and
 # docs/benchmarks-log.md). The cost is more GIL hand-overs while the kernel is busy, none when idle.
 ENGINE_SWITCH_INTERVAL = 0.0005
+
+# In the environment of the engines launch() starts, and so of every process they start in
+# turn (a script a task runs, say): its value is the pid of the process that started the
+# cluster. start() refuses to run where it is set (refuse_nested_start).
+ENGINE_MARKER = "TINYCORO_CLUSTER_ENGINE"
+
+
+def refuse_nested_start() -> None:
+    """Raise NestedCluster (a RuntimeError) if this process is an engine, or was started by
+    one of a tinycoro cluster. Checked by start() before anything is spawned: an engine that
+    starts a cluster starts engines running the same code, which start clusters of their
+    own; such a chain once grew to ~270 engine processes before memory ran out. Connecting
+    to a running cluster starts no process and stays allowed."""
+    starter = os.environ.get(ENGINE_MARKER)
+    if starter is not None:
+        where = (f"inside an engine of a tinycoro cluster (or a process one started; the "
+                 f"cluster of process {starter}: {ENGINE_MARKER} is set in its environment)")
+    elif _in_ipyparallel_engine():
+        where = f"inside an engine (an ipyparallel engine, pid {os.getpid()})"
+    else:
+        return
+    raise NestedCluster(
+        f"tc.cluster.start() refused: this code runs {where}. An engine that starts a "
+        "cluster starts engines of its own, which may do the same: a chain of processes that "
+        "grows until memory runs out. To do more work from a task on an engine, run it on "
+        "this engine's scheduler (tc.spawn, tc.when_all), or return it to the process that "
+        "started the cluster and send it from there (cluster.submit, cluster.map), as Dask "
+        "does work from a worker with worker_client rather than a new cluster. If an engine "
+        "ran it by importing a module whose functions it was sent (a script that starts its "
+        "cluster at the top), start the cluster under `if __name__ == \"__main__\":`. A "
+        f"process that must start a cluster of its own anyway can unset {ENGINE_MARKER} first."
+    )
+
+
+def _in_ipyparallel_engine() -> bool:
+    """Whether this process is an ipyparallel engine (``ipengine``, whoever launched it):
+    its application object exists. Only looked up if ipyparallel's engine was imported."""
+    app = sys.modules.get("ipyparallel.engine.app")
+    return app is not None and bool(app.IPEngine.initialized())
 
 
 class LoopThread:
@@ -142,7 +183,8 @@ def launch(n: int, contexts: int, timeout: float,
             n,
             engine_args=["--IPKernelApp.extensions=tinycoro"],
             environment={"TINYCORO_CONTEXTS": str(contexts),
-                         "TINYCORO_ENGINE_SWITCH_INTERVAL": str(ENGINE_SWITCH_INTERVAL)},
+                         "TINYCORO_ENGINE_SWITCH_INTERVAL": str(ENGINE_SWITCH_INTERVAL),
+                         ENGINE_MARKER: str(os.getpid())},
         ), timeout)
         client = owned.loop.run(owned.ipp_cluster.connect_client(), timeout)
         seam = internals.ClientSeam(client)
