@@ -1,6 +1,7 @@
 """A socket's operations, each the awaitable its call returns (rule 14): a stream's single
 ``recv`` and its ``sendall``, and a listener's ``accept``. Compiled from this source with
 ``ops.pxd`` beside it: their ``__await__`` runs once per I/O call.
+Size: one compiled module, so that the ops share InlineOp's typed calls of the engine.
 
 The multishot receive, an operation that completes many times, lives in
 :mod:`tinycoro.net.multishot`.
@@ -148,22 +149,14 @@ class BulkRecvOp(InlineOp):
     reused buffer instead, a second pass over every byte: on a 1 MiB loopback transfer that
     copy was ~80 us per MiB, about a third of the receiver's CPU.
 
-    **Inline first.** A reader of a bulk transfer finds bytes queued on most calls, as a
-    blocking ``recv`` does. So, when the recv is the only thing its context has to do now
-    (``_alone``) and the engine's budget allows one more inline completion (``_spend``, rule
-    16), the first attempt is one non-blocking ``recv(2)`` into the result's bytes, made right
-    here (``_nbsend.recv_into``): what is queued then costs one syscall and no SQE, no CQE,
-    no suspension and no task switch. Only an empty socket (EAGAIN) sends the recv to the
-    ring, with the same buffer. A recv never waits for more than is queued (no
-    ``MSG_WAITALL``): ``recv(n)`` returns up to *n* of what is there. The inline syscall is
-    over when it returns, so a cancel or a close that lands later finds no buffer the kernel
-    may write into; a close on another context during it reads as ``ClosedResourceError``
-    (the descriptor may have been reused: what came is not the stream's).
+    **Inline first.** A bulk reader finds bytes queued on most calls: alone on its context and
+    within the budget (as a sendall, :class:`InlineOp`), the recv first tries one non-blocking
+    ``recv(2)`` into the result (``_nbsend.recv_into``), with no SQE, CQE or task switch; only
+    an empty socket sends it to the ring. Never ``MSG_WAITALL``: it returns what is queued.
 
-    The buffer is made as the recv starts and held by the op (its args) until the kernel's
-    completion; a cancel is raised only after that completion (as for any op), so the kernel
-    never writes into memory that was handed out or freed. One op per call (a bulk read's
-    allocation dwarfs the op's)."""
+    The buffer is held by the op (its args) until the kernel's completion, and a cancel is
+    raised only after that completion, so the kernel never writes into memory handed out or
+    freed (the inline syscall is over at its return). One op per call."""
 
     __slots__ = ("token", "owner", "sock")
 
@@ -204,8 +197,9 @@ class BulkRecvOp(InlineOp):
         return buf.take(res)
 
     def _recv_inline(self, buf: Any) -> int:
-        """The inline attempt (class doc): the bytes one non-blocking recv(2) put into *buf*,
-        0 at EOF, negative when nothing was queued."""
+        """The inline attempt into *buf*: the bytes that came, 0 at EOF, negative for none
+        queued; errors as :meth:`SendallOp._send_inline`'s (after a close on another context
+        the descriptor may be another file's: ClosedResourceError, whatever came)."""
         pending = self.pending
         if pending.closed:
             raise pending._error()
@@ -213,7 +207,7 @@ class BulkRecvOp(InlineOp):
         try:
             got = _nbsend.recv_into(self.sock, fd, buf, n, flags | MSG_DONTWAIT)
         except OSError:
-            if pending.closed:  # the descriptor went with a close on another context
+            if pending.closed:
                 raise ClosedResourceError(CLOSED_WHILE_WAITING) from None
             raise
         if pending.closed:
