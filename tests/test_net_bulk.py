@@ -5,14 +5,19 @@ both receive paths (multishot and single recv) and on 1, 2 and 4 contexts."""
 
 from __future__ import annotations
 
+import select
+import socket
+import threading
 
 import pytest
 
 import tinycoro as tc
 from tinycoro import compiled
+from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.net import ops
 from tinycoro.testing import wait_blocked
 
+from helpers.budget import gaps, loop_beside_counter
 from helpers.runtime import cancel_and_wait
 from helpers.streams import tcp_pair
 
@@ -196,3 +201,92 @@ def test_bulk_recv_cancelled_while_it_stops_the_multishot(path, contexts):
                 assert await server.recv(MIB if i % 2 else 100) == msg
 
     tc.run(main(), contexts=contexts)
+
+
+def _readable(stream) -> None:
+    """Block (bounded) until the kernel has bytes or the EOF queued on *stream*'s socket."""
+    ready, _, _ = select.select([stream.fileno()], [], [], 30)
+    assert ready, "nothing arrived"
+
+
+@pytest.mark.skipif(not ops.bulk_recv_available(), reason="the bulk recv op, compiled only")
+def test_bulk_recv_of_queued_bytes_takes_no_ring_op(path, contexts):
+    """A bulk recv that finds bytes queued (as a bulk reader does on most calls) takes them
+    with one non-blocking recv(2) made at the call, into the bytes it returns: its context
+    completes no io_uring operation for it; the EOF that is queued likewise. A recv that
+    finds nothing still waits on the ring and gets what comes."""
+    blob = bytes(range(251)) * 1000
+
+    with tc.Scheduler(contexts) as sched:
+        async def main():
+            client, server = await tcp_pair()
+            here = tc.current_context()
+            await client.sendall(blob)
+            got = bytearray()
+            queued_ops = 0
+            while len(got) < len(blob):  # the kernel may queue the bytes in pieces
+                _readable(server)
+                before = sched.stats().contexts[here].ops
+                got += await server.recv(MIB)
+                queued_ops += sched.stats().contexts[here].ops - before
+            waiting = tc.spawn(server.recv(MIB))
+            await wait_blocked(waiting)
+            await client.sendall(b"late")
+            late = await waiting
+            await client.shutdown_write()
+            _readable(server)
+            before = sched.stats().contexts[here].ops
+            eof = await server.recv(MIB)
+            eof_ops = sched.stats().contexts[here].ops - before
+            await client.close()
+            await server.close()
+            return got, queued_ops, late, eof, eof_ops
+
+        got, queued_ops, late, eof, eof_ops = sched.run_sync(main(), timeout=50)
+    assert got == blob
+    assert queued_ops == 0, f"{queued_ops} ring ops for a recv of queued bytes"
+    assert late == b"late"
+    assert eof == b"" and eof_ops == 0
+
+
+def test_a_bulk_reader_of_queued_bytes_cannot_starve_its_context(path, contexts):
+    """A task reads a 64 MiB transfer (a thread sends it with a blocking socket, so bytes are
+    queued at most calls) with recv(1 MiB) beside a task of its context that counts its
+    steps: the counter keeps running, at most INLINE_BUDGET + 1 recvs between two of its
+    steps, and the bytes arrive whole."""
+    total = 64 * MIB
+    block = bytes(range(256)) * (MIB // 256)
+
+    async def main():
+        lst = await tc.net.listen()
+        plain = socket.create_connection(("127.0.0.1", lst.port))
+        server = await lst.accept()
+        await lst.close()
+
+        def send():
+            with plain:
+                for _ in range(total // MIB):
+                    plain.sendall(block)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        got = [0]
+        ok = [True]
+
+        async def recv():
+            data = await server.recv(MIB)
+            if data:
+                start = got[0] % 256
+                ok[0] = ok[0] and data[:1] == bytes([start])
+            got[0] += len(data)
+
+        reads, seen = await loop_beside_counter(recv, limit=total)
+        while got[0] < total:  # the counter may end first; the rest, alone
+            await recv()
+        await server.close()
+        sender.join(30)
+        return got[0], ok[0], reads, seen
+
+    got, ok, reads, seen = tc.run(main(), contexts=contexts)
+    assert got == total and ok
+    assert max(gaps(seen)) <= INLINE_BUDGET + 1, max(gaps(seen))

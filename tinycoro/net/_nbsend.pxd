@@ -1,4 +1,4 @@
-# What compiled modules use of _nbsend.py: its send() as a C function (the module doc says
+# What compiled modules use of _nbsend.py: its send() and recv_into() as C functions (the module doc says
 # why). A module cimports it under the name its .py imports it by (``from . cimport _nbsend``
 # beside ``from . import _nbsend``), as with core/fence.pxd. Not a compiled module itself.
 
@@ -34,5 +34,43 @@ cdef extern from *:
         }
         return n;
     }
+
+    /* recv(2) of at most n bytes into buf's writable buffer: the bytes that came (0 at EOF),
+       -2 for EAGAIN with no exception set (an empty socket is the common answer, not an
+       error), -1 with the OSError set for any other failure. */
+    static Py_ssize_t tc_nb_recv_into(PyObject *sock, int fd, PyObject *buf, Py_ssize_t n,
+                                      int flags) {
+        Py_buffer view;
+        Py_ssize_t got;
+        int err;
+        (void)sock;
+        if (PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE) < 0)
+            return -1;
+        if (n > view.len)
+            n = view.len;
+        for (;;) {
+            Py_BEGIN_ALLOW_THREADS
+            got = recv(fd, view.buf, (size_t)n, flags);
+            err = errno;
+            Py_END_ALLOW_THREADS
+            if (got >= 0 || err != EINTR)
+                break;
+            if (PyErr_CheckSignals() < 0) {
+                PyBuffer_Release(&view);
+                return -1;
+            }
+        }
+        PyBuffer_Release(&view);
+        if (got < 0) {
+            if (err == EAGAIN || err == EWOULDBLOCK)
+                return -2;
+            errno = err;
+            PyErr_SetFromErrno(PyExc_OSError);
+            return -1;
+        }
+        return got;
+    }
     """
     Py_ssize_t send "tc_nb_send"(object sock, int fd, object data, int flags) except -1
+    Py_ssize_t recv_into "tc_nb_recv_into"(object sock, int fd, object buf, Py_ssize_t n,
+                                           int flags) except -1

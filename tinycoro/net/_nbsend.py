@@ -1,4 +1,5 @@
-"""The inline send of :class:`tinycoro.net.ops.SendallOp`: one non-blocking ``send(2)``.
+"""The inline send of :class:`tinycoro.net.ops.SendallOp`, one non-blocking ``send(2)``, and
+the inline receive of :class:`tinycoro.net.ops.BulkRecvOp`, one non-blocking ``recv(2)``.
 
 Through the socket object, ``sock.send(data, flags)`` looks the method up on the socket's
 Python class and parses its arguments with a format string: ~1,000 instructions of the echo's
@@ -6,7 +7,9 @@ every reply (callgrind, 3.11), around a syscall that the kernel runs in about as
 code cimports ``_nbsend.pxd`` under this module's name (as ``core/fence``), where :func:`send`
 is a C function calling ``send(2)`` on the descriptor directly, the GIL released around it as
 the socket does, EINTR retried after a signal check, an error raised as the socket raises it
-(an ``OSError`` with its errno: ``BlockingIOError`` for EAGAIN). This is the pure-Python twin.
+(an ``OSError`` with its errno: ``BlockingIOError`` for EAGAIN). :func:`recv_into` is the same
+for a receive, except that EAGAIN, its common answer, is the result ``NOTHING`` and raises
+nothing. This is the pure-Python twin.
 """
 
 from __future__ import annotations
@@ -19,3 +22,16 @@ def send(sock: socket.socket, fd: int, data: Any, flags: int) -> int:
     """``sock.send(data, flags)``; compiled, ``send(2)`` on *fd* (the socket's descriptor):
     the bytes the kernel took."""
     return sock.send(data, flags)
+
+
+#: What :func:`recv_into` returns when nothing is queued (EAGAIN).
+NOTHING = -2
+
+
+def recv_into(sock: socket.socket, fd: int, buf: Any, n: int, flags: int) -> int:
+    """``sock.recv_into(buf, n, flags)``, :data:`NOTHING` for EAGAIN; compiled, ``recv(2)``
+    on *fd* into *buf*'s writable buffer: the bytes that came, 0 at EOF."""
+    try:
+        return sock.recv_into(buf, n, flags)
+    except BlockingIOError:
+        return NOTHING

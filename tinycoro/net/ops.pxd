@@ -10,15 +10,19 @@ from . cimport _iterslots, _nbsend
 
 cdef class InlineOp(ResourceOp):
     cdef bint _spend(self, Engine engine)
+    cdef bint _alone(self, Engine engine)
 
 cdef class RecvOp(ResourceOp):
     cdef public object view
     cdef public object token
     cdef public object owner
 
-cdef class BulkRecvOp(ResourceOp):
+cdef class BulkRecvOp(InlineOp):
     cdef public object token
     cdef public object owner
+    cdef public object sock
+
+    cdef Py_ssize_t _recv_inline(self, object buf) except? -1
 
 cdef class SendallOp(InlineOp):
     cdef public object spare
@@ -27,7 +31,6 @@ cdef class SendallOp(InlineOp):
     cdef public bint once
     cdef public object waiting
 
-    cdef bint _alone(self, Engine engine)
     cdef bint _sent(self, Py_ssize_t res) except -1
     cdef Py_ssize_t _send_inline(self) except -1
     cdef void _release(self)

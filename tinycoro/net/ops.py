@@ -1,6 +1,7 @@
 """A socket's operations, each the awaitable its call returns (rule 14): a stream's single
 ``recv`` and its ``sendall``, and a listener's ``accept``. Compiled from this source with
 ``ops.pxd`` beside it: their ``__await__`` runs once per I/O call.
+Size: one compiled module, so that the ops share InlineOp's typed calls of the engine.
 
 The multishot receive, an operation that completes many times, lives in
 :mod:`tinycoro.net.multishot`.
@@ -85,6 +86,14 @@ class InlineOp(ResourceOp):
         would not: the build compiles with annotation typing off)."""
         return engine.inline_ok()
 
+    def _alone(self, engine: Any) -> bool:
+        """Whether the op is the only thing its context has to do now: no other task ready,
+        no SQE waiting for the turn's submit (then an inline completion delays nobody; see
+        SendallOp and BulkRecvOp). Compiled, two reads of the engine's fields (ops.pxd
+        types *engine*); the attribute lookups cost ~400 instructions per request on the
+        echo."""
+        return not engine.ready and not engine.unsubmitted
+
 
 class RecvOp(ResourceOp):
     """A stream's ``recv(max_bytes)``: awaiting it receives into the stream's buffer and
@@ -133,24 +142,29 @@ class RecvOp(ResourceOp):
             token.add(0)
 
 
-class BulkRecvOp(ResourceOp):
+class BulkRecvOp(InlineOp):
     """A stream's ``recv(max_bytes)`` of a bulk size (:data:`BULK_RECV` or more): the kernel
     copies the bytes into a new bytes object of *max_bytes*, shrunk in place to what came and
     returned, as a blocking ``socket.recv`` does. :class:`RecvOp` copies out of the stream's
     reused buffer instead, a second pass over every byte: on a 1 MiB loopback transfer that
     copy was ~80 us per MiB, about a third of the receiver's CPU.
 
-    The buffer is made as the recv starts and held by the op (its args) until the kernel's
-    completion; a cancel is raised only after that completion (as for any op), so the kernel
-    never writes into memory that was handed out or freed. One op per call (a bulk read's
-    allocation dwarfs the op's)."""
+    **Inline first.** A bulk reader finds bytes queued on most calls: alone on its context and
+    within the budget (as a sendall, :class:`InlineOp`), the recv first tries one non-blocking
+    ``recv(2)`` into the result (``_nbsend.recv_into``), with no SQE, CQE or task switch; only
+    an empty socket sends it to the ring. Never ``MSG_WAITALL``: it returns what is queued.
 
-    __slots__ = ("token", "owner")
+    The buffer is held by the op (its args) until the kernel's completion, and a cancel is
+    raised only after that completion, so the kernel never writes into memory handed out or
+    freed (the inline syscall is over at its return). One op per call."""
+
+    __slots__ = ("token", "owner", "sock")
 
     def __init__(self, stream: Any, max_bytes: int) -> None:
         self._fill_for(stream._ops, prep_recv, (stream._fd, None, max_bytes, 0))
         self.token = stream._recv_token
         self.owner = weakref.ref(stream)
+        self.sock = stream._sock
 
     def describe(self) -> str:
         return f"recv from {peer_of(self.owner)}"
@@ -171,12 +185,34 @@ class BulkRecvOp(ResourceOp):
         multishot's bulk read) on *engine* (None: an asyncio task)."""
         fd, _, n, flags = self.args
         buf = _receiving(n)
+        if engine is not None and self._alone(engine) and self._spend(engine):
+            got = self._recv_inline(buf)
+            if got >= 0:
+                return buf.take(got)
         self.args = (fd, buf, n, flags)
         try:
             res = yield from self._result_on(engine)
         finally:
             self.args = (fd, None, n, flags)
         return buf.take(res)
+
+    def _recv_inline(self, buf: Any) -> int:
+        """The inline attempt into *buf*: the bytes that came, 0 at EOF, negative for none
+        queued; errors as :meth:`SendallOp._send_inline`'s (after a close on another context
+        the descriptor may be another file's: ClosedResourceError, whatever came)."""
+        pending = self.pending
+        if pending.closed:
+            raise pending._error()
+        fd, _, n, flags = self.args
+        try:
+            got = _nbsend.recv_into(self.sock, fd, buf, n, flags | MSG_DONTWAIT)
+        except OSError:
+            if pending.closed:
+                raise ClosedResourceError(CLOSED_WHILE_WAITING) from None
+            raise
+        if pending.closed:
+            raise ClosedResourceError(CLOSED_WHILE_WAITING)
+        return got
 
 
 class SendallOp(InlineOp):
@@ -353,13 +389,6 @@ class SendallOp(InlineOp):
         data = memoryview(data)[res:]
         self.args = (fd, data, min(len(data), MAX_RW), flags)
         return False
-
-    def _alone(self, engine: Any) -> bool:
-        """Whether the send is the only thing its context has to do now (class doc): no
-        other task ready, no SQE waiting for the turn's submit. Compiled, two reads of the
-        engine's fields (ops.pxd types *engine*); the attribute lookups cost ~400
-        instructions per request on the echo."""
-        return not engine.ready and not engine.unsubmitted
 
 
 # Where a RingSend's steps are (RingSend.state)
