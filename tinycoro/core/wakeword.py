@@ -36,6 +36,10 @@ __all__ = ["HAND_OVER_YIELDS", "hand_over", "needed", "wait"]
 #: loaded machine) costs one bounded pause, not a stall. The prototype measured with 1,000.
 HAND_OVER_YIELDS = 1000
 
+# Bound once, as the compiled twin calls the C function: a hand-over's yields are not the sleep
+# point's one yield before it sleeps (Engine._peer_awake), which tests watch through os.
+_sched_yield = os.sched_yield
+
 _LONGEST_POLL_MS = 2**31 - 1  # poll(2)'s timeout is a C int of milliseconds
 _SELECT_FDS = 1024  # FD_SETSIZE: select(2) watches descriptors below it only
 _LONGEST_SELECT = 86400.0  # a longer bound waits in poll(2), in milliseconds
@@ -89,5 +93,5 @@ def hand_over(word: bytearray, limit: int) -> bool:
     for _ in range(limit):
         if not word[0]:
             return True
-        os.sched_yield()
+        _sched_yield()
     return not word[0]
