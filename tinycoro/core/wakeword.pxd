@@ -25,7 +25,8 @@ cdef extern from *:
             if (timeout > 1e9)  /* ~31 years: the engine's loop waits again after that */
                 timeout = 1e9;
             ts.tv_sec = (time_t)timeout;
-            ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
+            /* one nanosecond more than the truncation: never before the bound */
+            ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9) + 1;
             if (ts.tv_nsec > 999999999L)
                 ts.tv_nsec = 999999999L;
             pfd.fd = efd;
