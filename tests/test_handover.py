@@ -6,6 +6,7 @@ GIL there is nothing to hand over."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -98,3 +99,24 @@ def test_a_context_woken_by_its_own_deadline_is_handed_the_gil(contexts):
     elsewhere, handovers = tc.run(main(), contexts=contexts)
     assert elsewhere > 0
     assert handovers > 0
+
+
+def test_the_interpreted_hand_over_is_bounded():
+    """A word nobody clears (a peer the machine never ran) ends the hand-over at its bound;
+    a clear one ends it at once."""
+    assert wakeword.hand_over(bytearray(b"\x00"), 3)
+    assert not wakeword.hand_over(bytearray(b"\x01"), 3)
+
+
+def test_the_interpreted_wait_consumes_the_count_or_ends_at_its_bound():
+    """The twin of the compiled sleep point: a written eventfd ends the wait and its count is
+    consumed (the next bounded wait finds nothing); a bound ends it otherwise."""
+    efd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    try:
+        os.eventfd_write(efd, 1)
+        wakeword.wait(bytearray(1), efd, -1.0)
+        wakeword.wait(bytearray(1), efd, 0.0)  # nothing left: returns at its bound
+        with pytest.raises(BlockingIOError):
+            os.eventfd_read(efd)
+    finally:
+        os.close(efd)
