@@ -103,7 +103,7 @@ time, `cumtime` includes its callees; a coroutine counts one call per resumption
 of `Engine.run` is not attributed; the per-call overhead of cProfile inflates small functions.
 py-spy: percentages of the context thread's samples; time inside a C call (e.g.
 `io_uring_submit`, which performs the socket sends inline) counts as self time of the Python
-function that made it, and the sleep point (`os.eventfd_read` in `_block` / `_sleep`) is idle
+function that made it, and the sleep point (`wakeword.wait` in `_sleep`) is idle
 waiting that py-spy counts as running.
 
 """

@@ -6,7 +6,7 @@
 
 cimport cython
 
-from . cimport fence
+from . cimport fence, wakeword
 from .deadlines cimport Deadlines
 from .ring cimport RingOwner
 from .task cimport Task
@@ -40,19 +40,23 @@ cdef class Engine(RingOwner):
     cdef public tuple _samples
     cdef public object _samples_lock
     cdef public Deadlines deadlines
-    cdef public object _poller
+    cdef public bytearray wake_word
+    cdef public Py_ssize_t handovers
     cdef public list watchers
     cdef public object thread_ident
     cdef public tuple _peers
+    cdef public tuple _hand_to
 
     # run's turn counts in C integers: as objects, `self.steps += n` boxed the step count
     # and `range(n)` made a range and its iterator every turn (~450 instructions per turn)
-    @cython.locals(n=Py_ssize_t, _=Py_ssize_t)
+    @cython.locals(n=Py_ssize_t, _=Py_ssize_t, hand_to=tuple)
     cpdef run(self, until=*)
     cpdef bint inline_ok(self)
     cpdef _submit(self)
     cdef _run_calls(self)
     cdef bint _peer_awake(self)
+    @cython.locals(e=Engine)
+    cdef _hand_over(self, tuple peers)
     cpdef _step(self, Task task)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)

@@ -4,10 +4,14 @@ the same fields, compiled as one class; split, each part would need the others' 
 
 Facts about waking a context, which the loop below is built around:
 
-* A context blocks only on its ring's eventfd (rule 3): ``os.eventfd_read`` in
-  :func:`_block`, or ``select(2)`` on the same eventfd when a deadline (a ``tc.timeout``
-  scope's, a ``tc.sleep``'s) bounds the wait (:meth:`Engine._block_until`). Both release the GIL; waiting inside the binding would not. A signal makes
-  it fail with EINTR, which counts as a wake-up.
+* A context blocks only on its ring's eventfd (rule 3), in :func:`wakeword.wait`: a read, or
+  a wait for it bounded by a deadline (a ``tc.timeout`` scope's, a ``tc.sleep``'s;
+  :meth:`Engine._block_until`). It releases the GIL; waiting inside the binding would not. A
+  signal makes it fail with EINTR, which counts as a wake-up.
+* Under the GIL a woken context then waits for the GIL. Its wake word says so (set as its
+  wait returns, and by whoever wakes it), and a busy peer hands the GIL over at its turn's
+  end (:meth:`Engine._hand_over`) instead of keeping it until the switch interval forces a
+  switch; no peer reads another's ring for that (core/wakeword.py).
 * Three things write that eventfd: the kernel when a CQE is posted (only while notifications
   are switched on, i.e. while the context sleeps), a thread that pushes a task or a call onto
   this engine while ``sleeping`` is set, and stop requests.
@@ -82,7 +86,6 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import threading
 import time
 import traceback
@@ -90,7 +93,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
-from . import fence
+from . import fence, wakeword
 from .errors import Cancelled, asyncio_in_task
 from .deadlines import Deadlines
 from .timeshare import STEP as BUSY_STEP
@@ -123,22 +126,6 @@ SUBMIT_EARLY = 16
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
 REFUSALS_KEPT = 100
-_LONGEST_POLL_MS = 2**31 - 1  # poll(2)'s timeout is a C int of milliseconds
-_SELECT_FDS = 1024  # FD_SETSIZE: select(2) watches descriptors below it only
-_LONGEST_SELECT = 86400.0  # a longer bound waits in poll(2), in milliseconds
-
-
-def _block(efd: int) -> None:
-    """The one sleep point: block on the eventfd, releasing the GIL.
-
-    Unlike ``os.read``, ``os.eventfd_read`` does not retry after EINTR: when a signal handler
-    runs and returns, it raises InterruptedError. That is just an early wake-up here (the loop
-    looks at its queues again). A handler that raises (KeyboardInterrupt) still propagates.
-    """
-    try:
-        os.eventfd_read(efd)
-    except InterruptedError:
-        pass
 
 
 def _is_asyncio_future(obj: object) -> bool:
@@ -202,12 +189,17 @@ class Engine(RingOwner):
         # Deadlines of the scopes (tc.timeout) entered and the sleeps (tc.sleep) made by tasks
         # on this engine; a sleep that ends puts its task back on this ready queue.
         self.deadlines = Deadlines(self.ready)
-        self._poller: select.poll | None = None
+        # "Woken, waiting for the GIL" (core/wakeword.py): set by this context's wait as it
+        # returns and by wake(), cleared when this context runs again; a busy peer reads it at
+        # its turn's end and hands the GIL over. A bytearray: C holds its address without the GIL.
+        self.wake_word = bytearray(1)
+        self.handovers = 0  # times this context let go of the GIL for a woken peer
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self.thread_ident: int | None = None
         # The other contexts of this engine's scheduler (Scheduler.peers), set as it starts
         # running: whether one is awake decides if a sleep yields first (_peer_awake).
         self._peers: tuple = ()
+        self._hand_to: tuple = ()  # the peers to hand the GIL to when woken: none without a GIL
 
     def __repr__(self) -> str:
         return f"<Engine {self.id} ready={len(self.ready)} io={len(self.inflight)} parked={len(self.parked)}>"
@@ -264,6 +256,9 @@ class Engine(RingOwner):
             efd = self.ring.efd
             if efd < 0:  # the ring is closed: the engine has stopped for good
                 return
+            # Before the write: a busy peer that reads it at its turn's end hands the GIL over.
+            # Interpreted, this is the only writer (wakeword's module doc says why).
+            self.wake_word[0] = 1
             try:
                 os.eventfd_write(efd, 1)
             except OSError:
@@ -302,6 +297,7 @@ class Engine(RingOwner):
         # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
         scheduler = None if self.guest else self.scheduler
         self._peers = () if scheduler is None else scheduler.peers(self)
+        hand_to = self._hand_to = self._peers if wakeword.needed() else ()
         try:
             while True:
                 if calls:
@@ -327,6 +323,8 @@ class Engine(RingOwner):
                     deadlines.fire()
                 if self.deferred:
                     self._run_deferred()
+                if hand_to:  # the turn's end: a woken peer waiting for the GIL gets it now
+                    self._hand_over(hand_to)
                 if until is not None and until._state is DONE:
                     # What other threads queued behind the task's last step runs now, not at
                     # the next run (a notebook's next cell, maybe never): RemoteTask's
@@ -392,7 +390,7 @@ class Engine(RingOwner):
                     if not self.calls and not self.ready:
                         self._block_until(when)
                 else:
-                    _block(ring.efd)
+                    wakeword.wait(self.wake_word, ring.efd, -1.0)
             finally:
                 # The total before the flag: a reader between the two counts this sleep twice
                 # for an instant (busy reads low), never not at all (busy reads high).
@@ -406,7 +404,19 @@ class Engine(RingOwner):
                         self._samples = samples
         finally:
             ring.notify_on(False)
+            self.wake_word[0] = 0  # running again: a peer's hand-over (see _hand_over) ends
             self.sleeping = False
+
+    def _hand_over(self, peers: tuple) -> None:
+        """At a turn's end: let go of the GIL until a peer that was woken from its sleep (its
+        wake word set, still in its sleep point) has taken it, instead of keeping it until this
+        context sleeps or the switch interval forces a switch (core/wakeword.py). One peer per
+        turn; its word clears as it runs again, or the bound ends the wait."""
+        for e in peers:
+            if e.wake_word[0] and e.sleeping:
+                self.handovers += 1
+                wakeword.hand_over(e.wake_word, wakeword.HAND_OVER_YIELDS)
+                return
 
     def _peer_awake(self) -> bool:
         """Whether another context of this scheduler is awake (not blocked in its sleep
@@ -464,35 +474,15 @@ class Engine(RingOwner):
 
     def _block_until(self, when: float | None) -> None:
         """The sleep point with a bound: wait for the eventfd, or until *when* at the latest
-        (the next deadline: a ``tc.timeout`` scope's or a ``tc.sleep``'s). Both waits release
-        the GIL like the read does, and neither ends before *when*.
-
-        select(2) takes the bound in microseconds: the wait ends within the kernel's timer
-        slack (~50 us) of the deadline, as the kernel timeout per sleep once did. poll(2) takes
-        whole milliseconds, rounded up (asyncio's and trio's waits do the same): up to 1 ms
-        late, a median 0.7 ms on 2-5 ms sleeps. So select, for the eventfd numbers it can
-        watch (below FD_SETSIZE) and bounds it can express; poll otherwise."""
+        (the next deadline: a ``tc.timeout`` scope's or a ``tc.sleep``'s), never ending before
+        it (:func:`wakeword.wait` says how, compiled and interpreted)."""
         if when is None:
-            _block(self.ring.efd)
+            wakeword.wait(self.wake_word, self.ring.efd, -1.0)
             return
         delay = when - _perf()
         if delay <= 0:
             return
-        efd = self.ring.efd
-        if efd < _SELECT_FDS and delay < _LONGEST_SELECT:
-            if select.select((efd,), (), (), delay)[0]:
-                _block(efd)  # readable: consume the count (only this thread reads it)
-            return
-        poller = self._poller
-        if poller is None:
-            poller = self._poller = select.poll()
-            poller.register(efd, select.POLLIN)
-        # poll(2) takes whole milliseconds (a C int): round up, so that the wait never ends
-        # before the deadline, and cap at ~24 days (a sleep(math.inf) waits again after that).
-        ms = delay * 1000
-        ms = _LONGEST_POLL_MS if ms >= _LONGEST_POLL_MS else int(ms) + (int(ms) < ms)
-        if poller.poll(ms):
-            _block(efd)  # readable: consume the count (only this thread reads it)
+        wakeword.wait(self.wake_word, self.ring.efd, delay)
 
     # -- tinycoro.testing.wait_blocked --------------------------------------------------------
     def watch_blocked(self, watch: Any) -> None:

@@ -1,0 +1,97 @@
+"""A context's sleep point and its wake word: the GIL handed over to a context that was woken.
+
+Under the GIL, a context woken from its sleep (its eventfd written by a completion of its ring,
+a push, a call) returns from the wait in C and then waits for the GIL. A peer busy with a long
+run of turns keeps it until it sleeps itself, or until the woken thread's switch request forces
+a switch after the interpreter's switch interval (5 ms): a ``call_soon`` onto a sleeping
+context ran after a p99 of 11.5-18.7 ms (docs/benchmarks-log.md).
+
+The wake word is one byte per context (a ``bytearray`` the engine owns, so that C holds its
+address without the GIL): 1 means "woken, waiting for the GIL". Two writers set it: the
+sleeper's own wait, from C as the wait returns and before it asks for the GIL (compiled), and
+whoever writes the sleeper's eventfd (``Engine.wake``, under the GIL; the only writer when
+interpreted, since Python code cannot run before the GIL is back). The sleeper clears it once
+it runs again. A busy peer reads it at the end of each turn and answers with
+:func:`hand_over`: it lets go of the GIL until the word is clear again (the woken context has
+the GIL and runs), at most :data:`HAND_OVER_YIELDS` ``sched_yield`` calls. No other thread's
+ring is read: a ring stays its owner's (docs/design.md, rule 2).
+
+Nothing is handed over on a free-threaded build running without the GIL (:func:`needed`): a
+woken context runs at once there.
+
+Compiled code cimports ``wakeword.pxd`` under this module's name (as ``core/fence``), where
+:func:`wait` and :func:`hand_over` are C functions; interpreted, these twins run.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import sys
+
+__all__ = ["HAND_OVER_YIELDS", "hand_over", "needed", "wait"]
+
+#: How many times a busy context yields the CPU at most, its GIL released, for a woken peer to
+#: take the GIL: a bound, so that a peer that never clears its word (its thread descheduled on a
+#: loaded machine) costs one bounded pause, not a stall. The prototype measured with 1,000.
+HAND_OVER_YIELDS = 1000
+
+# Bound once, as the compiled twin calls the C function: a hand-over's yields are not the sleep
+# point's one yield before it sleeps (Engine._peer_awake), which tests watch through os.
+_sched_yield = os.sched_yield
+
+_LONGEST_POLL_MS = 2**31 - 1  # poll(2)'s timeout is a C int of milliseconds
+_SELECT_FDS = 1024  # FD_SETSIZE: select(2) watches descriptors below it only
+_LONGEST_SELECT = 86400.0  # a longer bound waits in poll(2), in milliseconds
+
+
+def needed() -> bool:
+    """Whether hand-overs are needed: only while a GIL makes the contexts take turns."""
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+def wait(word: bytearray, efd: int, timeout: float) -> None:
+    """The sleep point: block on the eventfd *efd*, releasing the GIL, for at most *timeout*
+    seconds (never less; negative: no bound), and consume its count if it was written.
+
+    Compiled, the wait is a ``read`` (a ``ppoll`` first when bounded) and sets ``word[0]`` as it
+    returns, before it asks for the GIL. Here, Python's calls do the waiting and the GIL is
+    held again before anything could be set: *word* is left to the wakers.
+
+    A signal is an early return (the engine's loop looks at its queues again); a handler that
+    raises (KeyboardInterrupt) propagates. ``os.eventfd_read`` does not retry after EINTR.
+    select(2) ends within the kernel's timer slack (~50 us) of the bound; poll(2) takes whole
+    milliseconds, rounded up (asyncio's and trio's waits do the same), so it only waits for
+    descriptors select cannot watch and bounds it cannot express.
+    """
+    del word  # the compiled twin's; see above
+    try:
+        if timeout < 0:
+            os.eventfd_read(efd)
+        elif efd < _SELECT_FDS and timeout < _LONGEST_SELECT:
+            if select.select((efd,), (), (), timeout)[0]:
+                os.eventfd_read(efd)  # readable: consume the count (only this thread reads it)
+        else:
+            poller = select.poll()
+            poller.register(efd, select.POLLIN)
+            # round up, so that the wait never ends before the bound, and cap at ~24 days
+            # (a sleep(math.inf) waits again after that)
+            ms = timeout * 1000
+            ms = _LONGEST_POLL_MS if ms >= _LONGEST_POLL_MS else int(ms) + (int(ms) < ms)
+            if poller.poll(ms):
+                os.eventfd_read(efd)
+    except InterruptedError:
+        pass
+
+
+def hand_over(word: bytearray, limit: int) -> bool:
+    """Let go of the GIL until ``word[0]`` is clear (the woken context whose word it is holds
+    the GIL and runs), yielding the CPU at most *limit* times; whether it cleared in time.
+
+    Compiled, the GIL is released once around the whole loop. Here each ``sched_yield``
+    releases and takes it back: the woken context takes it in one of those gaps."""
+    for _ in range(limit):
+        if not word[0]:
+            return True
+        _sched_yield()
+    return not word[0]
