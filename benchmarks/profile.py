@@ -234,7 +234,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KIND",
         help="only count system calls per echo request of servers KIND (e.g. tinycoro c-uring) with strace",
     )
-    ap.add_argument("--contexts", type=int, default=1, help="contexts of the tinycoro server (--syscalls)")
+    ap.add_argument(
+        "--utilisation",
+        nargs="+",
+        metavar="KIND",
+        help="only measure CPU over wall, run-queue wait, sleeps and the client's CPU per echo "
+        "request of servers KIND, alternating (KIND:VAR=VALUE sets a server's environment)",
+    )
+    ap.add_argument("--contexts", type=int, default=1,
+                    help="contexts of the tinycoro server (--syscalls, --utilisation)")
     ap.add_argument("--pingpong", action="store_true",
                     help="only count instructions per one-connection echo round trip (callgrind)")
     ap.add_argument("--pingpong-run", type=int, help=argparse.SUPPRESS)  # callgrind's child
@@ -247,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tool = "perf" if args.tool == "perf" else "strace"
         return syscalls.main(args.syscalls, args.seconds, args.contexts, tool)
+    if args.utilisation:
+        from . import utilisation
+
+        return utilisation.main(args.utilisation, args.seconds, args.contexts)
     if args.pingpong:
         value, note = pingpong_instructions()
         print(f"ping-pong: {value:,.0f} instructions per round trip ({note})" if value else note)

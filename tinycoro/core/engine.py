@@ -99,6 +99,7 @@ from .deadlines import Deadlines
 from .timeshare import STEP as BUSY_STEP
 from .timeshare import keep
 from .stats import FailureInfo
+from .submitpolicy import submit_early
 from .local import _local
 from .ring import RingOwner
 from .task import DONE, Task, describe
@@ -122,7 +123,7 @@ INLINE_BUDGET = 16
 # gets any of them; the context then sleeps ~1 ms for the device, and slept 33-47% of the
 # time. With 16 it sleeps 5-8%. The price is one io_uring_enter per 16 SQEs instead of one per
 # turn: about 0.1 us per operation next to the 1-2 us an SQE costs in Python.
-SUBMIT_EARLY = 16
+SUBMIT_EARLY = submit_early()  # TINYCORO_SUBMIT_EARLY (core.submitpolicy) sets it
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
 REFUSALS_KEPT = 100
