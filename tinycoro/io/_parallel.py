@@ -5,8 +5,9 @@ Why: a cached read is a memory copy plus the page faults of a fresh destination 
 done by one thread in the builtin ``open().read()``. ``IOSQE_ASYNC`` sends a read straight
 to the ring's io-wq worker (a kernel thread of this process), so the back half is copied
 there while the front half is read inline from the page cache as before. Measured on the
-2-core machine (512 MiB cached, quiet-machine approximation): 0.65-0.70x the builtin's wall
-time for ~1.15x its CPU. io-wq runs such work on one worker (three ``IOSQE_ASYNC`` chunks
+2-core machine (cached, the process given the CPU to approximate a quiet machine): 512 MiB in
+159-166 ms against the builtin's 220-232 ms, 32-64 MiB 1.40-1.44x, 12 MiB 1.06x (0.82x
+unsplit), for ~1.15x the builtin's CPU. io-wq runs such work on one worker (three ``IOSQE_ASYNC`` chunks
 took one worker's time in a row), so a second async chunk gains nothing: two halves.
 
 Cancel safety (rule 8): the back half is a ring read, which holds its view (and so the
@@ -18,19 +19,19 @@ buffer, so nothing hands it out while either half may still write into it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable
 
 from ..core.runtime import spawn_watched
 from ..core.local import thread_state as _local
 from ..uring import prep_read
 from .ops import ring_read
 
-__all__ = ["PARALLEL_MIN", "fill"]
+__all__ = ["PARALLEL_MIN", "fill", "whole_fill"]
 
 #: Whole-file reads of at least this many bytes (from the position) are split in two halves;
-#: smaller ones are read as before. Below it the task and the extra turns cost more than the
-#: second core saves (see docs/io.md for the measurement).
-PARALLEL_MIN = 16 << 20
+#: smaller ones are read as before. Below it read_file reads a cached file at the call, and a
+#: split's task and turns (~0.1 ms) are what the second core saves (docs/io.md).
+PARALLEL_MIN = 8 << 20
 IOSQE_ASYNC = 1 << 4  # IOSQE_ASYNC_BIT (4): "go to io-wq at once, do not try inline"
 _PAGE = 4096
 
@@ -45,10 +46,13 @@ def _observed(task: Any) -> None:
     """The front task's outcome is its parent's (raised there, or moot after a failure)."""
 
 
-def wanted(size: int) -> bool:
-    """Whether a whole read of *size* bytes should be split (in a tinycoro task only: an
-    asyncio task's reads run on its loop's ring, where there is no task to spawn)."""
-    return size >= PARALLEL_MIN and _local.task is not None
+def whole_fill(file: Any, view: memoryview, offset: int) -> Awaitable[int]:
+    """What fills a whole read's buffer *view* from *offset* of *file*: :func:`fill`, split in
+    two, when it is big and the caller is a tinycoro task (an asyncio task's reads run on its
+    loop's ring, where there is no task to spawn); else ``file._fill``, as before."""
+    if len(view) >= PARALLEL_MIN and _local.task is not None:
+        return fill(file, view, offset)
+    return file._fill(view, offset)
 
 
 async def fill(file: Any, view: memoryview, offset: int) -> int:
