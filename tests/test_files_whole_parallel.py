@@ -176,3 +176,34 @@ def test_cancel_a_split_read_while_its_halves_wait_on_the_disk(contexts, split, 
         got = tc.run(main(), contexts=contexts)
         assert got is None or got == data
     assert tc.run(tc.io.read_file(path), contexts=1) == data
+
+
+def test_cancel_a_cached_split_read_at_every_stage(contexts, split, tmp_path):
+    """Cancelled after 0, 1, 2, ... turns of its context (the back half on the worker, the
+    front task reading or done): Cancelled or the whole file, never a short or torn one, and
+    the scheduler stops clean (no op left in flight, no failure nothing awaited)."""
+    data = os.urandom(24 * MiB + 3)
+    path = tmp_path / "cached"
+    cached_file(path, data)
+
+    async def main():
+        outcomes = []
+        for turns in range(12):
+            t = tc.spawn(tc.io.read_file(path))
+            for _ in range(turns):
+                await tc.yield_now()
+            t.cancel()
+            try:
+                got = await t
+            except tc.Cancelled:
+                outcomes.append(None)
+            else:
+                assert got == data
+                outcomes.append(len(got))
+        return outcomes
+
+    with tc.Scheduler(contexts) as s:
+        outcomes = s.run_sync(main(), timeout=100)
+        assert s.run_sync(tc.io.read_file(path), timeout=60) == data
+    assert None in outcomes
+    assert split
