@@ -486,6 +486,16 @@ cdef class SQE:
     def user_data(self, unsigned long long ud):
         io_uring_sqe_set_data64(self.ptr, ud)
 
+    @property
+    def flags(self):
+        """The SQE's ``IOSQE_*`` flags, as the binding's SQE has them: a prep of the layer
+        above sets one after filling the SQE (``IOSQE_ASYNC``: tinycoro.io._parallel)."""
+        return self.ptr.flags
+
+    @flags.setter
+    def flags(self, unsigned char value):
+        self.ptr.flags = value
+
 
 # -- the prep functions -------------------------------------------------------------------------
 cdef enum:  # what a Prep fills

@@ -26,6 +26,7 @@ from ..core.errors import ClosedResourceError
 from ..core.local import running_task
 from ..core.traps import Op, Ready, consume_budget
 from .direct import aligned_buffer, check_direct
+from ._parallel import whole_fill
 from .ops import CURRENT_POSITION, RingWrite, ring_read
 from .pagecache import done, filling, inline_reads, pread_nowait, pread_nowait_into
 from .paths import AT_FDCWD, PathLike
@@ -157,7 +158,7 @@ class AsyncFile:
         ring), then one read more for what the file gained meanwhile. A file that shrank ends
         early: the bytes before its new end."""
         out, view = filling(want)
-        got = await self._fill(view, self._pos)
+        got = await whole_fill(self, view, self._pos)  # a big one: half on the kernel's worker
         self._pos += got
         del view  # (the pure runtime's bytearray cannot be resized while a view is exported)
         if got < want:  # EOF came early: the file shrank
