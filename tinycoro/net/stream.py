@@ -14,12 +14,12 @@ from typing import Any, Awaitable
 
 from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
-from ..closing import ResourceOp
+from ..closing import PendingOps, ResourceOp
 from ..core.checks import check_int
 from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, consume_budget
 from ..uring import prep_connect, prep_shutdown, prep_splice
-from . import multishot
+from . import _untrack, multishot
 from .base import SocketBase
 from .multishot import MultishotRecv, RecvCall
 from .ops import (
@@ -36,7 +36,65 @@ _NONE = Ready(None)  # what sendall returns for nothing to send
 _ZERO = Ready(0)
 
 
-class Stream(SocketBase):
+class _StreamCore:
+    """What a stream's per-call steps read: in a C struct where compiled, so that ``recv`` and
+    ``sendall`` reach them as C fields (as attributes of the Python class, ~1,800 of a
+    ping-pong round trip's instructions went to looking them up). Only fields that are
+    written once, as the stream is made, live here (and the descriptor, a C int): on a
+    free-threaded build a field rewritten while another thread reads it could be freed
+    under that reader. :class:`Stream`, a Python class, derives from it, so a stream can
+    still be subclassed and given attributes."""
+
+    __slots__ = ()
+    # the fields' types, for the checker (stream.pxd declares them for Cython)
+    _sock: socket.SocketType
+    _fd: int
+    _ops: PendingOps
+    _ms: MultishotRecv | None
+    _recv_spare: list
+    _send_spare: list
+    _ref: weakref.ref
+    _recv_token: set
+
+    def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
+        """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
+
+        Returns the operation to await (no coroutine of its own: rule 14)."""
+        if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
+            check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
+        ms = self._ms
+        if ms is not None:
+            spare = self._recv_spare
+            try:
+                call = spare.pop()  # one C call: atomic under the GIL, as the token is
+            except IndexError:  # awaited elsewhere now, or made and never awaited
+                return RecvCall(ms, max_bytes, spare)
+            call.want = max_bytes
+            return call
+        return self._single_recv(max_bytes)
+
+    def sendall(self, data: Any) -> Awaitable[None]:
+        """Send all of *data*, however many operations that takes."""
+        if type(data) is bytes and len(data) <= MAX_RW:
+            # Fast path for what recv() returns: the bytes object itself goes to the kernel
+            # (no memoryview); a loopback send almost always takes everything at once.
+            if not data:
+                return _NONE
+            spare = self._send_spare
+            try:
+                op = spare.pop()  # one C call: atomic under the GIL, as recv's token is
+            except IndexError:  # another sendall holds it, or one was made and never awaited
+                op = SendallOp(self, None, spare, self._ref)
+            op.args = (self._fd, data, len(data), MSG_NOSIGNAL)
+            return op
+        view = as_bytes_view(data, "sendall")
+        self._ops.check()
+        if not view:
+            return _NONE
+        return SendallOp(self, view)
+
+
+class Stream(_StreamCore, SocketBase):
     """A connected stream socket (TCP or Unix). ``recv`` returns ``b""`` at EOF."""
 
     def __init__(self, sock: socket.SocketType) -> None:
@@ -60,7 +118,8 @@ class Stream(SocketBase):
         # task holds it), ``add(0)`` gives it back. Each is a single C call on a one-element
         # set, atomic under the GIL, so of two threads that pop at once exactly one gets it.
         # A threading.Lock did the same for ~200 ns more per recv (acquire + release).
-        self._recv_token = {0}
+        # It holds only an int, so it can be in no cycle: the collector need not walk it.
+        self._recv_token = _untrack.untracked({0})
         # The recv op is made once (with the buffer, by the first single recv) and reused
         # while max_bytes stays the same: building one cost ~0.5 us per recv here, about 5 %
         # of an echo request's Python time. Reusing it is safe: the holder of the token owns
@@ -77,6 +136,9 @@ class Stream(SocketBase):
         # refused one): where not, the stream receives with the single recv from the start.
         # Made outside any context (an asyncio task), it keeps the multishot, which each recv
         # still checks against the ring it runs on.
+        # The stream's weak reference (the spare sendall's owner, the multishot's), without
+        # a callback: it refers to nothing, so the collector need not walk it.
+        self._ref = _untrack.untracked(weakref.ref(self))
         engine = _local.engine
         self._ms = (
             MultishotRecv(self)
@@ -85,13 +147,12 @@ class Stream(SocketBase):
         )
         # Each recv() call on the multishot path is an awaitable of its own, holding that
         # call's max_bytes (the multishot is shared); one spare is reused (RecvCall says why).
-        self._recv_spare: list = [RecvCall(self._ms, 0, None)] if self._ms is not None else []
+        self._recv_spare = [RecvCall(self._ms, 0, None)] if self._ms is not None else []
         if self._recv_spare:
             self._recv_spare[0].spare = self._recv_spare
         # Likewise a spare sendall op, reused by one sendall at a time: the call that fills
         # it takes it off this list, its await puts it back (SendallOp says why a sendall
         # never awaited costs the stream nothing).
-        self._ref = weakref.ref(self)
         self._send_spare = [SendallOp(self, None, None, self._ref)]
         self._send_spare[0].spare = self._send_spare
 
@@ -120,23 +181,6 @@ class Stream(SocketBase):
             call.spare = None
         if self._ms is not None:
             self._ms.let_go()
-
-    def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
-        """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
-
-        Returns the operation to await (no coroutine of its own: rule 14)."""
-        if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
-            check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
-        ms = self._ms
-        if ms is not None:
-            spare = self._recv_spare
-            try:
-                call = spare.pop()  # one C call: atomic under the GIL, as the token is
-            except IndexError:  # awaited elsewhere now, or made and never awaited
-                return RecvCall(ms, max_bytes, spare)
-            call.want = max_bytes
-            return call
-        return self._single_recv(max_bytes)
 
     def _single_recv(self, max_bytes: int) -> RecvOp | BulkRecvOp:
         """The stream's reused single recv, made again for a new *max_bytes* (also the
@@ -171,26 +215,6 @@ class Stream(SocketBase):
         if not view:
             return _ZERO
         return SendallOp(self, view, None, self._ref, flags, True)
-
-    def sendall(self, data: Any) -> Awaitable[None]:
-        """Send all of *data*, however many operations that takes."""
-        if type(data) is bytes and len(data) <= MAX_RW:
-            # Fast path for what recv() returns: the bytes object itself goes to the kernel
-            # (no memoryview); a loopback send almost always takes everything at once.
-            if not data:
-                return _NONE
-            spare = self._send_spare
-            try:
-                op = spare.pop()  # one C call: atomic under the GIL, as recv's token is
-            except IndexError:  # another sendall holds it, or one was made and never awaited
-                op = SendallOp(self, None, spare, self._ref)
-            op.args = (self._fd, data, len(data), MSG_NOSIGNAL)
-            return op
-        view = as_bytes_view(data, "sendall")
-        self._check_open()
-        if not view:
-            return _NONE
-        return SendallOp(self, view)
 
     async def shutdown_write(self) -> None:
         """Half-close: the peer's recv returns b"" while we can still receive."""
