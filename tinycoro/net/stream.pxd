@@ -7,21 +7,22 @@
 cimport cython
 
 from . cimport _untrack
-from .multishot cimport MultishotRecv, RecvCall
 from .ops cimport SendallOp
 
 cdef class _StreamCore:
     cdef public object _sock
     cdef public int _fd
     cdef public object _ops
-    cdef public MultishotRecv _ms
+    # not the multishot's C type: a stream runs with an interpreted multishot module too (a
+    # partial build, tests/test_multishot.py), whose class has no C layout to cimport
+    cdef public object _ms
     cdef public list _recv_spare
     cdef public list _send_spare
     cdef public object _ref
     cdef public set _recv_token
 
-    # typed locals: the spare's fields (want, args) are written as C fields
-    @cython.locals(call=RecvCall, spare=list)
+    # typed locals: the spare sendall's args are written as a C field
+    @cython.locals(spare=list)
     cpdef recv(self, max_bytes=*)
     @cython.locals(op=SendallOp, spare=list)
     cpdef sendall(self, data)

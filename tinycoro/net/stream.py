@@ -97,6 +97,14 @@ class _StreamCore:
 class Stream(_StreamCore, SocketBase):
     """A connected stream socket (TCP or Unix). ``recv`` returns ``b""`` at EOF."""
 
+    # The single recv's buffer and op (__init__ says why each is made once, by the first single
+    # recv): class defaults until then, so that a stream receiving through the multishot has no
+    # attribute dict at all. Compiled, the C base's allocation skips the inline attribute
+    # values a plain instance gets: the first attribute set makes a dict (~300 bytes per
+    # connection when __init__ set these two).
+    _rbuf: bytearray | None = None
+    _recv_op: RecvOp | None = None
+
     def __init__(self, sock: socket.SocketType) -> None:
         super().__init__(sock)
         # Sends are first tried inline with MSG_DONTWAIT through this socket object (see
@@ -110,7 +118,7 @@ class Stream(_StreamCore, SocketBase):
         # docs/benchmarks-log.md. Made by the first single recv: a stream that receives through
         # the multishot (the ring's own buffers) never needs it, and zero-filling it cost
         # ~66k instructions per connection, a tenth of a short connection's whole cost.
-        self._rbuf: bytearray | None = None
+        # (_rbuf: a class default, None, until then.)
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
         # (a flag tested, then set, is not). The right to receive is a token, the one element
@@ -127,8 +135,7 @@ class Stream(_StreamCore, SocketBase):
         # uses it now; the engine gives it a new ud and task and clears a cancel's mark when
         # it starts it, and lets go of the task when it completes. A cancel that close()
         # queued for the previous recv finds a new ud on the op, not in flight: once closed,
-        # the op refuses before the ring.
-        self._recv_op: RecvOp | None = None
+        # the op refuses before the ring. (_recv_op: a class default, None, until then.)
         # Where the multishot can run (tinycoro.net.multishot.AVAILABLE), recv goes through
         # one multishot recv when the ring has provided buffers (it falls back to _recv_op
         # where not). The ring of the context that makes the stream says whether it may take
