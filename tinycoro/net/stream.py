@@ -71,7 +71,7 @@ class _StreamCore:
                 return RecvCall(ms, max_bytes, spare)
             call.want = max_bytes
             return call
-        return self._single_recv(max_bytes)
+        return self._single_recv(max_bytes)  # type: ignore[attr-defined]  # Stream's
 
     def sendall(self, data: Any) -> Awaitable[None]:
         """Send all of *data*, however many operations that takes."""
@@ -98,10 +98,10 @@ class Stream(_StreamCore, SocketBase):
     """A connected stream socket (TCP or Unix). ``recv`` returns ``b""`` at EOF."""
 
     # The single recv's buffer and op (__init__ says why each is made once, by the first single
-    # recv): class defaults until then, so that a stream receiving through the multishot has no
+    # recv): class defaults for a stream that receives through the multishot, which so has no
     # attribute dict at all. Compiled, the C base's allocation skips the inline attribute
     # values a plain instance gets: the first attribute set makes a dict (~300 bytes per
-    # connection when __init__ set these two).
+    # connection when __init__ set these two on every stream).
     _rbuf: bytearray | None = None
     _recv_op: RecvOp | None = None
 
@@ -162,6 +162,13 @@ class Stream(_StreamCore, SocketBase):
         # never awaited costs the stream nothing).
         self._send_spare = [SendallOp(self, None, None, self._ref)]
         self._send_spare[0].spare = self._send_spare
+        if self._ms is None:
+            # Receiving with the single recv from the start: its two fields set now, with the
+            # others. CPython shares a class's table of attribute names (the instances' inline
+            # values) only for the names its first few dozen instances set: set first by a
+            # later stream's first recv, they made that stream an attribute dict of its own.
+            self._rbuf = None
+            self._recv_op = None
 
     def __repr__(self) -> str:
         if self.closed:
