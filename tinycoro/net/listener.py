@@ -44,6 +44,10 @@ class TcpListener(Listener):
 
     def __init__(self, sock: socket.socket, ssl_context: Any = None) -> None:
         super().__init__(sock)
+        # Set on the listening socket, TCP_NODELAY is Linux's for every connection it accepts
+        # (the accepted socket is a copy of the listener's): one system call per listener,
+        # where a setsockopt per accepted connection was one more step of its set-up.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.host, self.port = sock.getsockname()[:2]
         self.ssl = ssl_context
         self._handshakes: set[Stream] = set()  # connections whose TLS handshake accept() runs
@@ -76,9 +80,7 @@ class TcpListener(Listener):
         return cls(sock, ssl)
 
     def _wrap(self, fd: int) -> socket.SocketType:
-        sock = _adopt(self._sock, fd, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return sock
+        return _adopt(self._sock, fd, socket.IPPROTO_TCP)  # TCP_NODELAY: see __init__
 
     def accept(self) -> Awaitable[Any]:
         """The next incoming connection (a TlsStream after its handshake, with ``ssl=``)."""

@@ -14,12 +14,12 @@ from typing import Any, Awaitable
 
 from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
-from ..closing import ResourceOp
+from ..closing import PendingOps, ResourceOp
 from ..core.checks import check_int
 from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, consume_budget
 from ..uring import prep_connect, prep_shutdown, prep_splice
-from . import multishot
+from . import _untrack, multishot
 from .base import SocketBase
 from .multishot import MultishotRecv, RecvCall
 from .ops import (
@@ -36,8 +36,74 @@ _NONE = Ready(None)  # what sendall returns for nothing to send
 _ZERO = Ready(0)
 
 
-class Stream(SocketBase):
+class _StreamCore:
+    """What a stream's per-call steps read: in a C struct where compiled, so that ``recv`` and
+    ``sendall`` reach them as C fields (as attributes of the Python class, ~1,800 of a
+    ping-pong round trip's instructions went to looking them up). Only fields that are
+    written once, as the stream is made, live here (and the descriptor, a C int): on a
+    free-threaded build a field rewritten while another thread reads it could be freed
+    under that reader. :class:`Stream`, a Python class, derives from it, so a stream can
+    still be subclassed and given attributes."""
+
+    __slots__ = ()
+    # the fields' types, for the checker (stream.pxd declares them for Cython)
+    _sock: socket.SocketType
+    _fd: int
+    _ops: PendingOps
+    _ms: MultishotRecv | None
+    _recv_spare: list
+    _send_spare: list
+    _ref: weakref.ref
+    _recv_token: set
+
+    def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
+        """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
+
+        Returns the operation to await (no coroutine of its own: rule 14)."""
+        if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
+            check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
+        ms = self._ms
+        if ms is not None:
+            spare = self._recv_spare
+            try:
+                call = spare.pop()  # one C call: atomic under the GIL, as the token is
+            except IndexError:  # awaited elsewhere now, or made and never awaited
+                return RecvCall(ms, max_bytes, spare)
+            call.want = max_bytes
+            return call
+        return self._single_recv(max_bytes)  # type: ignore[attr-defined]  # Stream's
+
+    def sendall(self, data: Any) -> Awaitable[None]:
+        """Send all of *data*, however many operations that takes."""
+        if type(data) is bytes and len(data) <= MAX_RW:
+            # Fast path for what recv() returns: the bytes object itself goes to the kernel
+            # (no memoryview); a loopback send almost always takes everything at once.
+            if not data:
+                return _NONE
+            spare = self._send_spare
+            try:
+                op = spare.pop()  # one C call: atomic under the GIL, as recv's token is
+            except IndexError:  # another sendall holds it, or one was made and never awaited
+                op = SendallOp(self, None, spare, self._ref)
+            op.args = (self._fd, data, len(data), MSG_NOSIGNAL)
+            return op
+        view = as_bytes_view(data, "sendall")
+        self._ops.check()
+        if not view:
+            return _NONE
+        return SendallOp(self, view)
+
+
+class Stream(_StreamCore, SocketBase):
     """A connected stream socket (TCP or Unix). ``recv`` returns ``b""`` at EOF."""
+
+    # The single recv's buffer and op (__init__ says why each is made once, by the first single
+    # recv): class defaults for a stream that receives through the multishot, which so has no
+    # attribute dict at all. Compiled, the C base's allocation skips the inline attribute
+    # values a plain instance gets: the first attribute set makes a dict (~300 bytes per
+    # connection when __init__ set these two on every stream).
+    _rbuf: bytearray | None = None
+    _recv_op: RecvOp | None = None
 
     def __init__(self, sock: socket.SocketType) -> None:
         super().__init__(sock)
@@ -52,7 +118,7 @@ class Stream(SocketBase):
         # docs/benchmarks-log.md. Made by the first single recv: a stream that receives through
         # the multishot (the ring's own buffers) never needs it, and zero-filling it cost
         # ~66k instructions per connection, a tenth of a short connection's whole cost.
-        self._rbuf: bytearray | None = None
+        # (_rbuf: a class default, None, until then.)
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
         # (a flag tested, then set, is not). The right to receive is a token, the one element
@@ -60,7 +126,8 @@ class Stream(SocketBase):
         # task holds it), ``add(0)`` gives it back. Each is a single C call on a one-element
         # set, atomic under the GIL, so of two threads that pop at once exactly one gets it.
         # A threading.Lock did the same for ~200 ns more per recv (acquire + release).
-        self._recv_token = {0}
+        # It holds only an int, so it can be in no cycle: the collector need not walk it.
+        self._recv_token = _untrack.untracked({0})
         # The recv op is made once (with the buffer, by the first single recv) and reused
         # while max_bytes stays the same: building one cost ~0.5 us per recv here, about 5 %
         # of an echo request's Python time. Reusing it is safe: the holder of the token owns
@@ -68,8 +135,7 @@ class Stream(SocketBase):
         # uses it now; the engine gives it a new ud and task and clears a cancel's mark when
         # it starts it, and lets go of the task when it completes. A cancel that close()
         # queued for the previous recv finds a new ud on the op, not in flight: once closed,
-        # the op refuses before the ring.
-        self._recv_op: RecvOp | None = None
+        # the op refuses before the ring. (_recv_op: a class default, None, until then.)
         # Where the multishot can run (tinycoro.net.multishot.AVAILABLE), recv goes through
         # one multishot recv when the ring has provided buffers (it falls back to _recv_op
         # where not). The ring of the context that makes the stream says whether it may take
@@ -77,6 +143,9 @@ class Stream(SocketBase):
         # refused one): where not, the stream receives with the single recv from the start.
         # Made outside any context (an asyncio task), it keeps the multishot, which each recv
         # still checks against the ring it runs on.
+        # The stream's weak reference (the spare sendall's owner, the multishot's), without
+        # a callback: it refers to nothing, so the collector need not walk it.
+        self._ref = _untrack.untracked(weakref.ref(self))
         engine = _local.engine
         self._ms = (
             MultishotRecv(self)
@@ -85,15 +154,21 @@ class Stream(SocketBase):
         )
         # Each recv() call on the multishot path is an awaitable of its own, holding that
         # call's max_bytes (the multishot is shared); one spare is reused (RecvCall says why).
-        self._recv_spare: list = [RecvCall(self._ms, 0, None)] if self._ms is not None else []
+        self._recv_spare = [RecvCall(self._ms, 0, None)] if self._ms is not None else []
         if self._recv_spare:
             self._recv_spare[0].spare = self._recv_spare
         # Likewise a spare sendall op, reused by one sendall at a time: the call that fills
         # it takes it off this list, its await puts it back (SendallOp says why a sendall
         # never awaited costs the stream nothing).
-        self._ref = weakref.ref(self)
         self._send_spare = [SendallOp(self, None, None, self._ref)]
         self._send_spare[0].spare = self._send_spare
+        if self._ms is None:
+            # Receiving with the single recv from the start: its two fields set now, with the
+            # others. CPython shares a class's table of attribute names (the instances' inline
+            # values) only for the names its first few dozen instances set: set first by a
+            # later stream's first recv, they made that stream an attribute dict of its own.
+            self._rbuf = None
+            self._recv_op = None
 
     def __repr__(self) -> str:
         if self.closed:
@@ -120,23 +195,6 @@ class Stream(SocketBase):
             call.spare = None
         if self._ms is not None:
             self._ms.let_go()
-
-    def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
-        """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
-
-        Returns the operation to await (no coroutine of its own: rule 14)."""
-        if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
-            check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
-        ms = self._ms
-        if ms is not None:
-            spare = self._recv_spare
-            try:
-                call = spare.pop()  # one C call: atomic under the GIL, as the token is
-            except IndexError:  # awaited elsewhere now, or made and never awaited
-                return RecvCall(ms, max_bytes, spare)
-            call.want = max_bytes
-            return call
-        return self._single_recv(max_bytes)
 
     def _single_recv(self, max_bytes: int) -> RecvOp | BulkRecvOp:
         """The stream's reused single recv, made again for a new *max_bytes* (also the
@@ -171,26 +229,6 @@ class Stream(SocketBase):
         if not view:
             return _ZERO
         return SendallOp(self, view, None, self._ref, flags, True)
-
-    def sendall(self, data: Any) -> Awaitable[None]:
-        """Send all of *data*, however many operations that takes."""
-        if type(data) is bytes and len(data) <= MAX_RW:
-            # Fast path for what recv() returns: the bytes object itself goes to the kernel
-            # (no memoryview); a loopback send almost always takes everything at once.
-            if not data:
-                return _NONE
-            spare = self._send_spare
-            try:
-                op = spare.pop()  # one C call: atomic under the GIL, as recv's token is
-            except IndexError:  # another sendall holds it, or one was made and never awaited
-                op = SendallOp(self, None, spare, self._ref)
-            op.args = (self._fd, data, len(data), MSG_NOSIGNAL)
-            return op
-        view = as_bytes_view(data, "sendall")
-        self._check_open()
-        if not view:
-            return _NONE
-        return SendallOp(self, view)
 
     async def shutdown_write(self) -> None:
         """Half-close: the peer's recv returns b"" while we can still receive."""
