@@ -5,6 +5,7 @@
 # without it), which the module doc relies on.
 # Attributes are public: Condition reads the owner, statistics and snapshots the rest.
 
+from .._clocal cimport running_task
 from ..core cimport fence
 from ..core.engine cimport spend_inline
 from ._lot cimport Acquirable, Acquisition, acquisition
