@@ -429,6 +429,17 @@ def test_a_finished_read_hands_its_value_back_and_holds_no_reference():
     assert sys.getrefcount(value) == before  # reference would survive the collection
 
 
+def test_the_read_paths_literal_range_is_max_offset():
+    """read_at and readinto_at compare with MAX_OFFSET's literal (compiled, a C comparison)."""
+    import pathlib
+
+    from tinycoro.buffers import MAX_OFFSET
+
+    assert MAX_OFFSET == 0x7FFF_FFFF_FFFF_FFFF
+    source = pathlib.Path(tc.__file__).parent / "io" / "file.py"  # (compiled: no getsource)
+    assert source.read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 3
+
+
 @pytest.mark.parametrize("value", [(1, 2), KeyError("k"), None, b"x"], ids=repr)
 def test_a_finished_read_hands_back_any_value_as_it_is(value):
     """The finished awaitable's result is its value itself, whichever way it is awaited (3.11
@@ -443,7 +454,7 @@ def test_a_finished_read_hands_back_any_value_as_it_is(value):
     with pytest.raises(StopIteration) as e:
         coro.send(None)
     assert e.value.value is value
-    for step in (next, lambda d: d.send(None)):
+    for step in (lambda d: next(d.__await__()), lambda d: d.send(None)):
         with pytest.raises(StopIteration) as e:
             step(done(value))
         assert e.value.value is value
