@@ -19,8 +19,9 @@ Peers:
 * ``sync preadv NOWAIT`` (reads only): a plain loop of ``os.preadv(fd, (buf,), off,
   os.RWF_NOWAIT)`` into one reused buffer: the non-blocking read a runtime must use for a
   cached page (it never waits for the disk), from Python, with no runtime at all. It is the
-  honest limit of tinycoro's inline reads, which make this very call (and return a new bytes
-  object each: the pread loop's allocation, which this loop does not pay).
+  honest limit of tinycoro's inline reads, which make this very call (and return a bytes
+  object each: a new one, the pread loop's allocation, which this loop does not pay, unless
+  the bytes the last read returned has been dropped, which is then filled again).
 
 Every series performs the same random 4 KiB-aligned offsets (a fixed seed); each is timed
 inside its loop, after the file is open.

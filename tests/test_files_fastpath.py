@@ -429,6 +429,72 @@ def test_a_finished_read_hands_its_value_back_and_holds_no_reference():
     assert sys.getrefcount(value) == before  # reference would survive the collection
 
 
+def test_the_read_paths_literal_range_is_max_offset():
+    """read_at and readinto_at compare with MAX_OFFSET's literal (compiled, a C comparison)."""
+    import pathlib
+
+    from tinycoro.buffers import MAX_OFFSET
+
+    assert MAX_OFFSET == 0x7FFF_FFFF_FFFF_FFFF
+    source = pathlib.Path(tc.__file__).parent / "io" / "file.py"  # (compiled: no getsource)
+    assert source.read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 3
+
+
+@pytest.mark.parametrize("value", [(1, 2), KeyError("k"), None, b"x"], ids=repr)
+def test_a_finished_read_hands_back_any_value_as_it_is(value):
+    """The finished awaitable's result is its value itself, whichever way it is awaited (3.11
+    asks its am_send slot, 3.12 and later its iterator slot, next() and send() the same): a
+    tuple is not spread into StopIteration's arguments, an exception is not raised."""
+    from tinycoro.io.pagecache import done
+
+    async def await_it():
+        return await done(value)
+
+    coro = await_it()
+    with pytest.raises(StopIteration) as e:
+        coro.send(None)
+    assert e.value.value is value
+    for step in (lambda d: next(d.__await__()), lambda d: d.send(None)):
+        with pytest.raises(StopIteration) as e:
+            step(done(value))
+        assert e.value.value is value
+    del e
+
+
+def test_a_cached_reads_bytes_never_change_and_hash_as_new(contexts, tmp_path):
+    """Cached reads may refill the bytes object an earlier read returned once its holder let
+    go of it: a result anyone still holds (a list, a name, a view, a dict key) keeps its
+    content, and a refilled one hashes as its new content (no stale cached hash)."""
+    data = os.urandom(16 * PAGE)
+    path = tmp_path / "reuse"
+    _cached_file(path, data)
+    page = [data[i * PAGE:(i + 1) * PAGE] for i in range(16)]
+
+    async def main():
+        f = await tc.io.open(path)
+        kept, seen = [], {}
+        for i in range(64):
+            j = i * 7 % 16
+            got = await f.read_at(PAGE, j * PAGE)
+            assert got == page[j]
+            assert hash(got) == hash(page[j])  # (the hash of a refilled one is its content's)
+            if i % 3 == 0:
+                kept.append((j, got))
+            elif i % 3 == 1:
+                seen[got] = j  # a dict key: a refill would leave it unfindable
+            del got
+        view = memoryview(await f.read_at(PAGE, 0))  # held by a view only
+        for _ in range(4):
+            await f.read_at(PAGE, 5 * PAGE)
+        await f.close()
+        return kept, seen, bytes(view)
+
+    kept, seen, viewed = tc.run(main(), contexts=contexts)
+    assert all(got == page[j] for j, got in kept)
+    assert all(seen[page[j]] == j for j in set(seen.values()))
+    assert viewed == page[0]
+
+
 def test_the_inline_read_into_a_buffer_agrees_with_its_python_twin(tmp_path):
     """pagecache.pread_nowait_into (compiled: _cfile's C read; pure: os.preadv) fills a
     buffer from a byte on, whole, short at EOF, 0 past it, and both spellings agree."""

@@ -74,6 +74,7 @@ def _closed_file_error(name: str) -> Any:
     return lambda: ValueError(f"I/O operation on closed file {name!r}")
 
 
+# read_at's checks compare with MAX_OFFSET's literal: compiled, C arithmetic (a test checks it)
 _ZERO = Ready(0)
 _EMPTY = Ready(b"")
 
@@ -204,7 +205,7 @@ class AsyncFile:
         # (pagecache.done: no coroutine, no suspension). Exact-int arguments in range skip the
         # checks' calls (anything else, bool and int subclasses included, takes them).
         if not (type(size) is int and type(offset) is int
-                and 0 <= size <= MAX_OFFSET and 0 <= offset <= MAX_OFFSET):
+                and 0 <= size <= 0x7FFF_FFFF_FFFF_FFFF and 0 <= offset <= 0x7FFF_FFFF_FFFF_FFFF):
             size = check_int("size", size, min=0, max=MAX_OFFSET)
             offset = _check_offset(offset)
         if self._inline and size:  # open, readable, a regular file, not O_DIRECT
@@ -262,7 +263,7 @@ class AsyncFile:
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
         read itself to await (rule 14); others may read the page cache inline first."""
         view = writable_view(buf, "readinto_at")
-        if not (type(offset) is int and 0 <= offset <= MAX_OFFSET):  # (read_at's fast path)
+        if not (type(offset) is int and 0 <= offset <= 0x7FFF_FFFF_FFFF_FFFF):  # (read_at's)
             offset = _check_offset(offset)
         self._check_readable()
         if self._inline:  # a cached range is read at the call, as read_at does: no coroutine
