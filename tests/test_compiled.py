@@ -391,10 +391,9 @@ def test_the_recorded_sources_of_a_module_include_the_pxd_files_it_cimports(tmp_
     ]
     for header in (core / "wakeword.pxd", core / "fence.pxd", net / "_nbsend.pxd"):
         names = ["tinycoro.net.ops"] + (["tinycoro.core.engine"] if header.parent == core else [])
-        before = {n: compiled.source_hash(str(package), n) for n in names}
+        before = {n: compiled.source_hash(str(package), n) for n in ("tinycoro.core.engine", "tinycoro.net.ops")}
         _record(package, **before)
         assert compiled._judge_build(str(package)) is None
-        compiled._stale_reason.clear()
         header.write_text(header.read_text() + "    int b\n")
         assert compiled.stale_modules(str(package), before) == set(names), header
         why = compiled._judge_build(str(package))
