@@ -22,8 +22,11 @@ imported, which of them run compiled (a module that does not is in :data:`fallba
 its full name, with the reason).
 
 **What a build was built from.** The build writes :data:`BUILD_RECORD` beside the package: the
-SHA-256 of each compiled module's source (its ``.py`` or ``.pyx`` and its ``.pxd``), taken when
-it was compiled, kept per interpreter (:func:`build_key`). Staleness is judged by those hashes, never by file times (an install writes
+SHA-256 of each compiled module's source (its ``.py`` or ``.pyx``, its ``.pxd``, and every
+``.pxd`` of the package those cimport, transitively: a header-only one's structs and inline
+functions are compiled into the module; :func:`source_files`), taken when it was compiled, kept
+per interpreter (:func:`build_key`). A rebuild regenerates the C of each module whose source
+no longer matches the record (:func:`stale_modules`), whatever the file times say. Staleness is judged by those hashes, never by file times (an install writes
 the ``.py`` files after the built modules, so times say nothing there), and only where a source
 tree is present: a checkout built in place or installed editable, where an edit can outrun the
 build. An installed wheel or ``pip install .`` has no source tree beside it and trusts its
