@@ -181,6 +181,11 @@ def _cimports(name: str) -> set[str]:
 #: was compiled, and the edit makes the build stale (hashed after the compile, the record
 #: vouched for code the build never saw).
 _HASHED_BEFORE_BUILD: dict[str, str] = {}
+#: The modules whose source (``compiled.source_files``: with the .pxd files they cimport) is not
+#: what this Python's last build recorded: cythonize regenerates their C whatever the file times
+#: say. Its own scan misses a ``from . cimport fence``, so a changed header-only .pxd left the
+#: old C of its dependants in place.
+_FORCE: set[str] = set()
 
 
 def _extensions() -> list:
@@ -192,6 +197,8 @@ def _extensions() -> list:
     source_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tinycoro")
     for ext_name in (*PLAIN_SOURCES, "tinycoro._cring", *compiled.SOURCE_MODULES):
         _HASHED_BEFORE_BUILD[ext_name] = compiled.source_hash(source_dir, ext_name)
+    record = compiled.read_build_records(os.path.join(source_dir, compiled.BUILD_RECORD))
+    _FORCE.update(compiled.stale_modules(source_dir, record.get(compiled.build_key(), {})))
     return _ring_extension() + _plain_extensions() + _source_extensions()
 
 
@@ -207,7 +214,7 @@ def _plain_extensions() -> list:
         ext = Extension(name, [source], extra_compile_args=["-O2"], define_macros=MACROS,
                         optional=True)
         try:
-            out += cythonize([ext], quiet=True, compiler_directives=DIRECTIVES)
+            out += cythonize([ext], quiet=True, compiler_directives=DIRECTIVES, force=name in _FORCE)
         except Exception as e:  # noqa: BLE001 - that module's pure-Python fallback is used
             sys.stderr.write(f"tinycoro: cythonizing {source} failed ({type(e).__name__}: {e})\n")
     return out
@@ -241,6 +248,7 @@ def _source_extensions() -> list:
             out += cythonize(
                 [ext],
                 quiet=True,
+                force=name in _FORCE,
                 # The .pxd declares the types; annotations stay Python's: typed by them, a
                 # ``flag: bool`` parameter would take 1 silently and skip the check that
                 # refuses it (rule 11), an ``int`` one would refuse with Cython's message.
@@ -273,7 +281,8 @@ def _ring_extension() -> list:
         optional=True,
     )
     try:
-        return cythonize([ext], quiet=True, compiler_directives=DIRECTIVES)
+        return cythonize([ext], quiet=True, compiler_directives=DIRECTIVES,
+                         force="tinycoro._cring" in _FORCE)
     except Exception as e:  # noqa: BLE001 - a Cython error also means: no compiled ring
         _warn(f"cythonizing {SOURCE} failed ({type(e).__name__}: {e})")
         return []

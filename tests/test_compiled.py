@@ -347,3 +347,64 @@ def test_the_build_record_holds_the_source_as_it_was_when_the_build_began(tmp_pa
     cmd._write_build_record()
     record = json.loads((tmp_path / "tinycoro" / compiled.BUILD_RECORD).read_text())
     assert record[compiled.build_key()] == {name: before}
+
+
+def _checkout_cimporting_headers(root: Path) -> Path:
+    """A checkout at *root* whose built engine cimports header-only .pxd files the three ways
+    the package writes it: ``from . cimport a, b``, ``from ..pkg cimport a`` and
+    ``from .mod cimport Name``, with a second module that cimports the engine; its package."""
+    (root / "setup.py").write_text("")
+    (root / "pyproject.toml").write_text("")
+    package = root / "tinycoro"
+    _fake_build(package, "tinycoro.core.engine", "x = 1\n")
+    _fake_build(package, "tinycoro.net.ops", "x = 1\n")
+    core, net = package / "core", package / "net"
+    core.joinpath("engine.pxd").write_text(
+        "cimport cython\n# from . cimport not_a_dependency\n"
+        "from . cimport fence, wakeword\nfrom .task cimport Task\n"
+    )
+    core.joinpath("task.pxd").write_text("cdef class Task:\n    cdef int x\n")
+    core.joinpath("fence.pxd").write_text("cdef inline void fence() noexcept nogil:\n    pass\n")
+    core.joinpath("wakeword.pxd").write_text("cdef struct Word:\n    int a\n")
+    net.joinpath("ops.pxd").write_text(
+        "from ..core.engine cimport Engine\nfrom ..core cimport fence\nfrom . cimport (\n    _nbsend,\n)\n"
+    )
+    net.joinpath("_nbsend.pxd").write_text("cdef inline int nbsend() noexcept:\n    return 0\n")
+    return package
+
+
+def test_the_recorded_sources_of_a_module_include_the_pxd_files_it_cimports(tmp_path):
+    # A module compiled against a header-only .pxd (a struct's layout, an inline function) runs
+    # that .pxd's old code until it is rebuilt: the .pxd is part of its source, directly and
+    # through the modules it cimports, however the cimport is spelled.
+    package = _checkout_cimporting_headers(tmp_path)
+    core, net = package / "core", package / "net"
+    rel = lambda name: sorted(  # noqa: E731
+        os.path.relpath(p, package) for p in compiled.source_files(str(package), name)
+    )
+    assert rel("tinycoro.core.engine") == [
+        "core/engine.pxd", "core/engine.py", "core/fence.pxd", "core/task.pxd", "core/wakeword.pxd",
+    ]
+    assert rel("tinycoro.net.ops") == [
+        "core/engine.pxd", "core/fence.pxd", "core/task.pxd", "core/wakeword.pxd",
+        "net/_nbsend.pxd", "net/ops.pxd", "net/ops.py",
+    ]
+    for header in (core / "wakeword.pxd", core / "fence.pxd", net / "_nbsend.pxd"):
+        names = ["tinycoro.net.ops"] + (["tinycoro.core.engine"] if header.parent == core else [])
+        before = {n: compiled.source_hash(str(package), n) for n in ("tinycoro.core.engine", "tinycoro.net.ops")}
+        _record(package, **before)
+        assert compiled._judge_build(str(package)) is None
+        header.write_text(header.read_text() + "    int b\n")
+        assert compiled.stale_modules(str(package), before) == set(names), header
+        why = compiled._judge_build(str(package))
+        assert why is not None and "changed since it was built" in why, header
+
+
+def test_the_real_modules_record_the_header_only_pxd_files_they_cimport():
+    package = Path(compiled.__file__).parent
+    files = lambda name: {  # noqa: E731
+        os.path.relpath(p, package) for p in compiled.source_files(str(package), name)
+    }
+    assert {"core/fence.pxd", "core/wakeword.pxd"} <= files("tinycoro.core.engine")
+    assert {"net/_nbsend.pxd", "net/_iterslots.pxd", "core/wakeword.pxd"} <= files("tinycoro.net.ops")
+    assert {"_clocal.pxd", "_cfile.pxd", "core/fence.pxd"} <= files("tinycoro.io.file")

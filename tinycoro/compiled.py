@@ -22,8 +22,11 @@ imported, which of them run compiled (a module that does not is in :data:`fallba
 its full name, with the reason).
 
 **What a build was built from.** The build writes :data:`BUILD_RECORD` beside the package: the
-SHA-256 of each compiled module's source (its ``.py`` or ``.pyx`` and its ``.pxd``), taken when
-it was compiled, kept per interpreter (:func:`build_key`). Staleness is judged by those hashes, never by file times (an install writes
+SHA-256 of each compiled module's source (its ``.py`` or ``.pyx``, its ``.pxd``, and every
+``.pxd`` of the package those cimport, transitively: a header-only one's structs and inline
+functions are compiled into the module; :func:`source_files`), taken when it was compiled, kept
+per interpreter (:func:`build_key`). A rebuild regenerates the C of each module whose source
+no longer matches the record (:func:`stale_modules`), whatever the file times say. Staleness is judged by those hashes, never by file times (an install writes
 the ``.py`` files after the built modules, so times say nothing there), and only where a source
 tree is present: a checkout built in place or installed editable, where an edit can outrun the
 build. An installed wheel or ``pip install .`` has no source tree beside it and trusts its
@@ -47,6 +50,7 @@ import importlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import shlex
 import sys
 import sysconfig
@@ -56,7 +60,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
     "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
-    "source_hash", "source_files", "build_key", "read_build_records", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
+    "source_hash", "source_files", "stale_modules", "build_key", "read_build_records", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
     "import_binding",
 ]
 
@@ -165,12 +169,67 @@ def read_build_records(path: str) -> dict[str, dict[str, str]]:
     return {key: record for key, record in builds.items() if isinstance(record, dict)}
 
 
+#: A cimport in a .pxd or .pyx, comments stripped: ``from X cimport a, b`` (also in parentheses
+#: over lines), or ``cimport X``.
+_CIMPORT = re.compile(
+    r"^[ \t]*(?:from[ \t]+([\w.]+)[ \t]+cimport[ \t]+(\([^)]*\)|[^\n]*)|cimport[ \t]+([^\n]*))",
+    re.MULTILINE,
+)
+
+
+def _cimported(name: str, text: str) -> set[str]:
+    """The full names that the .pxd or .pyx text of module *name* cimports, each imported name
+    counted as a possible module too (``from . cimport fence`` cimports ``<package>.fence``).
+    Cython's own dependency scan (``Cython.Build.Dependencies``) reads ``from . cimport fence``
+    as a cimport from the package above, and is not there at run time, so it is not used."""
+    text = re.sub(r"#[^\n]*", "", text)
+    out: set[str] = set()
+    for m in _CIMPORT.finditer(text):
+        source, listed, plain = m.groups()
+        if plain is not None:
+            out.update(word.split()[0] for word in plain.split(",") if word.strip())
+            continue
+        dots = len(source) - len(source.lstrip("."))
+        if dots:  # one dot is this module's package, each more one level up
+            base = name.split(".")[:-dots]
+            source = ".".join(base + ([source[dots:]] if source[dots:] else []))
+        out.add(source)
+        for word in listed.strip("()").split(","):
+            if word.strip():
+                out.add(f"{source}.{word.split()[0]}")
+    return out
+
+
 def source_files(package_dir: str, name: str) -> list[str]:
     """The source files of compiled module *name* (``"tinycoro.net"``, ``"tinycoro._cring"``)
-    under *package_dir* (tinycoro's folder) that exist: its ``.py`` or ``.pyx``, and its
-    ``.pxd``."""
-    base = os.path.join(package_dir, *name.split(".")[1:])
-    return [p for p in (base + ".py", base + ".pyx", base + ".pxd") if os.path.exists(p)]
+    under *package_dir* (tinycoro's folder) that exist: its ``.py`` or ``.pyx``, its ``.pxd``,
+    and every ``.pxd`` of the package that those cimport, transitively (a header-only one such
+    as ``core/fence.pxd`` too: the module was compiled against its structs and inline
+    functions)."""
+    def path_of(module: str, suffix: str) -> str:
+        return os.path.join(package_dir, *module.split(".")[1:]) + suffix
+
+    found = [p for p in (path_of(name, ".py"), path_of(name, ".pyx")) if os.path.exists(p)]
+    pending = [(name, p) for p in found if p.endswith(".pyx")] + [(name, path_of(name, ".pxd"))]
+    seen: set[str] = set()
+    while pending:
+        module, path = pending.pop()
+        if path in seen or not os.path.exists(path):
+            continue
+        seen.add(path)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for other in _cimported(module, text):
+            if other.split(".")[0] == name.split(".")[0]:
+                pending.append((other, path_of(other, ".pxd")))
+    return found + sorted(p for p in seen if p.endswith(".pxd"))
+
+
+def stale_modules(package_dir: str, record: Mapping[str, str]) -> set[str]:
+    """The modules named in *record* (one build's entry of :data:`BUILD_RECORD`) whose source,
+    by :func:`source_hash`, is no longer the one recorded. setup.py recompiles them whatever
+    the file times say."""
+    return {name for name, digest in record.items() if digest != source_hash(package_dir, name)}
 
 
 def source_hash(package_dir: str, name: str) -> str:
@@ -179,7 +238,8 @@ def source_hash(package_dir: str, name: str) -> str:
 
     digest = hashlib.sha256()
     for path in source_files(package_dir, name):
-        digest.update(os.path.basename(path).encode() + b"\0")
+        # named from the package folder: two header-only .pxd files may share a name
+        digest.update(os.path.relpath(path, package_dir).encode() + b"\0")
         with open(path, "rb") as f:
             digest.update(f.read())
         digest.update(b"\0")
