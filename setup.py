@@ -157,23 +157,14 @@ class OptionalBuildExt(build_ext):
 
 
 def _cimports(name: str) -> set[str]:
-    """The modules of this package that *name*'s .pxd cimports (``from .x cimport``,
-    ``from ..x cimport``): a
-    compiled module checks their compiled types at import, so it is built only with them."""
+    """The modules of this package that *name*'s .pxd cimports: a compiled module checks their
+    compiled types at import, so it is built only with them. The parser is the build record's
+    (``compiled.cimported``), so the two never disagree on what a module depends on."""
     pxd = os.path.join(*name.split(".")) + ".pxd"
     if not os.path.exists(pxd):
         return set()
-    out = set()
-    with open(pxd) as f:
-        for line in f:
-            words = line.split()
-            if len(words) >= 4 and words[0] == "from" and words[2] == "cimport":
-                target = words[1]
-                dots = len(target) - len(target.lstrip("."))
-                if dots:  # relative: one dot is this module's package, each more one level up
-                    base = name.split(".")[:-dots]
-                    out.add(".".join(base + [target[dots:]]))
-    return out
+    with open(pxd, encoding="utf-8") as f:
+        return _compiled_module().cimported(name, f.read())
 
 
 #: Each compiled module's source hash, taken before cythonize reads any source: the build

@@ -60,7 +60,7 @@ from typing import Any, Mapping, Sequence
 __all__ = [
     "PURE_VAR", "DEPRECATED_VARS", "SOURCE_MODULES", "pure_requested", "load", "fallbacks",
     "describe", "force_pure_sources", "note_sources", "is_compiled", "BUILD_RECORD",
-    "source_hash", "source_files", "stale_modules", "build_key", "read_build_records", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
+    "source_hash", "source_files", "cimported", "stale_modules", "build_key", "read_build_records", "FREE_THREADED", "gil_enabled", "gil_state", "note_gil", "BINDING_FIX",
     "import_binding",
 ]
 
@@ -177,7 +177,7 @@ _CIMPORT = re.compile(
 )
 
 
-def _cimported(name: str, text: str) -> set[str]:
+def cimported(name: str, text: str) -> set[str]:
     """The full names that the .pxd or .pyx text of module *name* cimports, each imported name
     counted as a possible module too (``from . cimport fence`` cimports ``<package>.fence``).
     Cython's own dependency scan (``Cython.Build.Dependencies``) reads ``from . cimport fence``
@@ -219,7 +219,7 @@ def source_files(package_dir: str, name: str) -> list[str]:
         seen.add(path)
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        for other in _cimported(module, text):
+        for other in cimported(module, text):
             if other.split(".")[0] == name.split(".")[0]:
                 pending.append((other, path_of(other, ".pxd")))
     return found + sorted(p for p in seen if p.endswith(".pxd"))
