@@ -1,5 +1,6 @@
 """A file opened through the current context's io_uring ring: :class:`AsyncFile` (read, write,
 readinto, readline, fsync, close, positioned or at an offset) and :func:`open`.
+Size: the file object is one compiled class, whose reads share its typed fields and checks.
 
 Every operation is one SQE on the ring of the context that runs the awaiting task. A cancelled
 read keeps its buffer alive inside its :class:`~tinycoro.core.traps.Op` until the kernel has
