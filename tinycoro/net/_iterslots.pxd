@@ -19,19 +19,25 @@ cdef extern from *:
        keep an exception only as an instance, so each set made one (allocated, initialised,
        torn down by the await that takes its value). With the GIL, one spare instance is
        reused instead while this module holds its only reference: no one else can see it
-       then, so its value can change under nobody's eyes. One that is still referenced
-       (kept by an except clause, say) or carries anything besides its value (a traceback,
-       a context, notes) is left to its holder and a new spare made. The error indicator
+       then, so its value can change under nobody's eyes. Only for None and bytes of at most
+       TC_ITER_SPARE_MAX (a recv's chunk, a small read): the spare keeps its last value until
+       the next, which must be nothing bigger or livelier (no __del__ to run, no large read
+       held; the args tuple holds atoms only, as the collector expects of one it untracked).
+       One still referenced (kept by an except clause, say) or carrying anything besides
+       its value (a traceback, a context, notes) is left to its holder, and a new spare made. The error indicator
        takes it as raised (PyErr_SetRaisedException), with no implicit __context__: the
        awaits that take it fetch it at once. Free-threaded builds make one per set: a
        reference count read by one thread says nothing about another's. */
     #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_GIL_DISABLED)
+    #define TC_ITER_SPARE_MAX 65536
     static PyObject *tc_iter_spare_stop = NULL;
 
     static int tc_iter_stop(PyObject *value) {
         PyObject *exc = tc_iter_spare_stop;
         PyStopIterationObject *e = (PyStopIterationObject *)exc;
-        if (exc != NULL && Py_REFCNT(exc) == 1 && e->args != NULL && Py_REFCNT(e->args) == 1
+        int small = value == Py_None
+            || (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) <= TC_ITER_SPARE_MAX);
+        if (small && exc != NULL && Py_REFCNT(exc) == 1 && e->args != NULL && Py_REFCNT(e->args) == 1
                 && e->dict == NULL && e->notes == NULL && e->traceback == NULL
                 && e->context == NULL && e->cause == NULL) {
             PyObject *args = e->args;
@@ -42,12 +48,9 @@ cdef extern from *:
             Py_INCREF(value);
             e->value = value;
             e->suppress_context = 0;
-            if (!PyObject_GC_IsTracked(args))  /* the collector untracks tuples of atoms */
-                PyObject_GC_Track(args);
             Py_INCREF(exc);
             PyErr_SetRaisedException(exc);
-            /* last: freeing the old value may run code, which must find the spare whole */
-            Py_XDECREF(old_arg);
+            Py_XDECREF(old_arg);  /* None or bytes: freeing them runs no code */
             Py_XDECREF(old_value);
             return 0;
         }
@@ -55,7 +58,7 @@ cdef extern from *:
         if (exc == NULL)
             return -1;
         e = (PyStopIterationObject *)exc;
-        if (Py_TYPE(exc) == (PyTypeObject *)PyExc_StopIteration && e->args != NULL
+        if (small && Py_TYPE(exc) == (PyTypeObject *)PyExc_StopIteration && e->args != NULL
                 && PyTuple_CheckExact(e->args) && PyTuple_GET_SIZE(e->args) == 1) {
             Py_INCREF(exc);
             Py_XSETREF(tc_iter_spare_stop, exc);
