@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import itertools
 import socket
+import types
 
 import pytest
 
@@ -253,6 +254,62 @@ def test_recv_call_awaits_as_its_own_iterator(path):
 
 async def _await(aw):
     return await aw
+
+
+@types.coroutine
+def _stop_of(it, first):
+    """Drive the iterator *it* by hand (its first step by *first*: ``next`` or a
+    ``send(None)``, the rest by ``send``), passing its traps to the engine; the
+    ``StopIteration`` that ended it, kept."""
+    try:
+        trap = first(it)
+        while True:
+            trap = it.send((yield trap))
+    except StopIteration as e:
+        return e
+
+
+@pytest.mark.parametrize("first", [next, lambda it: it.send(None)], ids=["next", "send"])
+def test_recv_call_stop_iterations_kept_stay_theirs(path, first):
+    """The StopIteration that ends a recv call's steps is the caller's to keep: a later recv
+    ends with its own (compiled, one spare instance is reused only while nobody holds it),
+    and each carries its own bytes as ``value`` and ``args``."""
+
+    async def main():
+        client, server = await tcp_pair()
+        kept = []
+        for word in (b"one", b"two", b"three"):
+            await client.sendall(word)
+            kept.append(await _stop_of(server.recv(64).__await__(), first))
+        assert [e.value for e in kept] == [b"one", b"two", b"three"]
+        assert [e.args for e in kept] == [(b"one",), (b"two",), (b"three",)]
+        assert len({id(e) for e in kept}) == 3
+        await client.sendall(b"four")
+        assert await server.recv(64) == b"four"  # the await after them: its own bytes
+        assert kept[-1].value == b"three"
+        await client.close()
+        await server.close()
+
+    tc.run(main(), contexts=1)
+
+
+def test_sendall_await_ends_with_none_each_way(path):
+    """A sendall's await returns None however it is resumed: awaited, and driven by hand
+    through ``send`` (compiled, the C method that 3.12+ resumes an await by when the value
+    sent is not None)."""
+
+    async def main():
+        client, server = await tcp_pair()
+        async with client, server:
+            assert await client.sendall(b"ab") is None
+            stop = await _stop_of(client.sendall(b"cd").__await__(), lambda it: it.send(None))
+            assert stop.value is None and stop.args in ((), (None,))
+            got = b""
+            while len(got) < 4:
+                got += await server.recv()
+            assert got == b"abcd"
+
+    tc.run(main(), contexts=1)
 
 
 def test_recv_call_awaited_twice_at_once(path, contexts):

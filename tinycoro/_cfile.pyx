@@ -18,6 +18,8 @@ from cpython.buffer cimport (
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF
+
+from .net cimport _iterslots
 from libc.errno cimport EAGAIN, E2BIG, EINVAL, ENOSYS, EPERM, errno
 from posix.fcntl cimport F_SETFL, O_CLOEXEC, O_NONBLOCK, O_RDONLY, fcntl
 from posix.stat cimport S_ISREG, fstat, struct_stat
@@ -370,26 +372,14 @@ def buffer_address(obj):
 
 # -- a finished read, as an awaitable ------------------------------------------------------
 
-cdef extern from "Python.h":
-    ctypedef struct PyAsyncMethods:
-        void *am_send
-    ctypedef struct PyTypeObject:
-        PyAsyncMethods *tp_as_async
-        void *tp_iternext
-    int PYGEN_RETURN
-    PyObject *PyExc_StopIteration
-    PyObject *PyObject_CallOneArg(PyObject *callable, PyObject *arg)
-    void PyErr_SetObject(PyObject *type, PyObject *value)
-
-
 @cython.freelist(16)
 @cython.no_gc  # holds a read's bytes only: no cycle through it, so no GC tracking per read
 cdef class Done:
     """An awaitable whose result is there already: a page-cache read that ``read_at`` did at
-    its call. Awaiting it never suspends and costs no generator: the interpreter's ``await``
-    asks the type's ``am_send`` slot (set below), which hands the value back as a return,
-    with no StopIteration raised. The twin of ``tinycoro.core.traps.Ready``, which the pure
-    runtime uses instead (its ``__await__`` is a generator, ~600 instructions per await
+    its call. Awaiting it never suspends and costs no generator: its C slots (set below)
+    hand the value back as a return where the interpreter asks ``am_send`` (3.10, 3.11), and
+    set StopIteration directly where it asks ``tp_iternext`` (3.12+). The twin of
+    ``tinycoro.core.traps.Ready``, which the pure runtime uses instead (its ``__await__`` is a generator, ~600 instructions per await
     more, with the coroutine a compiled ``async def`` would cost). Like it, it is also a
     coroutine (``send``/``throw``/``close``), so that ``tc.spawn`` and
     ``asyncio.create_task`` take it."""
@@ -425,26 +415,17 @@ cpdef object done(object value):
     return d
 
 
-cdef int _done_send(PyObject *self, PyObject *arg, PyObject **result) noexcept:
-    # PyIter_Send's slot: the value is the await's result (PYGEN_RETURN, a new reference).
-    cdef PyObject *value = <PyObject *>(<Done>self).value
-    Py_INCREF(<object>value)
-    result[0] = value
-    return PYGEN_RETURN
+cdef object _done_step(object d, object value):
+    return d  # over at its first step
 
 
-cdef PyObject *_done_next(PyObject *self) noexcept:
-    # The iterator slot, which Python 3.12's await uses instead of am_send (its SEND asks
-    # am_send of no type but its own generators): the value as a StopIteration, set here with
-    # no traceback. Cython's ``raise StopIteration(value)`` in __next__ called the class and
-    # added a traceback entry (a frame object): ~2,000 instructions per cached read on 3.12.
-    # The instance is made first, so a tuple or an exception as the value stays one argument.
-    cdef PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, <PyObject *>(<Done>self).value)
-    if exc != NULL:
-        PyErr_SetObject(PyExc_StopIteration, exc)
-        Py_DECREF(exc)
-    return NULL
+cdef object _done_result(object d):
+    return (<Done>d).value
 
 
-(<PyTypeObject *>Done).tp_as_async.am_send = <void *>_done_send
-(<PyTypeObject *>Done).tp_iternext = <void *>_done_next
+# Its C slots (net/_iterslots): am_send hands the value back as a return (the interpreter's
+# await on 3.10 and 3.11, a compiled coroutine's on all); on 3.12+, whose await resumes a
+# non-generator through tp_iternext or ``send``, a None value ends with no exception and any
+# other sets StopIteration directly, where the compiled ``__next__``'s raise added a traceback
+# entry to every cached read.
+_iterslots.install(Done, _done_step, _done_result, _done_step)

@@ -1,17 +1,29 @@
-"""A compiled awaitable's steps without a generator and without a raised exception per result.
+"""A compiled awaitable's steps without a generator, and without an exception per result
+where the interpreter allows.
 
 An awaitable that is its own iterator (``__await__`` returns it) ends its await by raising
-``StopIteration(result)`` from ``__next__``. Compiled by Cython, that raise leaves through the
-function's error exit, which records a traceback entry (a frame and a code object: ~2,900
-instructions per recv on the echo, callgrind), where a Cython generator's ``return`` sets the
-exception without one. :func:`install` gives such a class C slots that skip it: ``__next__``
-(``tp_iternext``) sets ``StopIteration`` directly, and ``am_send`` (which CPython 3.10 and 3.11
-use for ``await`` where a type has it) returns the result with no exception at all.
+``StopIteration(result)`` from ``__next__`` or ``send``. Compiled by Cython, that raise leaves
+through the function's error exit, which records a traceback entry (a frame and a code
+object: ~2,900 instructions per recv on the echo, callgrind), where a Cython generator's
+``return`` sets the exception without one. :func:`install` gives such a class C slots that
+skip it, for each way an await is resumed:
 
-This is the pure-Python twin: ``install`` does nothing, and the class's own ``__next__`` runs.
-Compiled code cimports ``_iterslots.pxd`` under this module's name (as ``fence``), where
-``install`` is the C function. The class's Python-level ``__next__``, ``send``, ``throw`` and
-``close`` stay what they are (``__next__`` called by name runs the class's own).
+* ``am_send`` returns the result with no exception at all: the interpreter's ``await`` on
+  3.10 and 3.11 (``PyIter_Send``), and on every version a compiled coroutine's ``await``;
+* ``tp_iternext``, which 3.12 and later resume an await through when the value sent is None:
+  a None result is "exhausted" (NULL, no exception), any other sets ``StopIteration`` itself;
+* ``send``, a C method, which 3.12 and later call by name when the value sent is not None (an
+  op's result): it sets ``StopIteration`` itself, where a compiled ``def send`` paid the
+  traceback entry on every such await.
+
+3.12 keeps an exception only as an instance, so each ``StopIteration`` set was one allocated
+and torn down; under the GIL the module keeps one spare and reuses it while nobody else holds
+it (_iterslots.pxd says when).
+
+This is the pure-Python twin: ``install`` does nothing, and the class's own ``__next__`` and
+``send`` run. Compiled code cimports ``_iterslots.pxd`` under this module's name (as
+``fence``), where ``install`` is the C function. The class's ``__next__``, ``throw`` and
+``close`` called by name stay the class's own.
 """
 
 from __future__ import annotations
@@ -19,7 +31,14 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
-def install(cls: type, step: Callable[[Any, Any], Any], result: Callable[[Any], Any]) -> None:
+def install(
+    cls: type,
+    step: Callable[[Any, Any], Any],
+    result: Callable[[Any], Any],
+    send: Callable[[Any, Any], Any],
+) -> None:
     """Compiled: *cls*'s ``tp_iternext`` and ``am_send`` run ``step(obj, value)`` (*value*
-    None for ``__next__``, what was sent for ``am_send``), which returns the trap to yield, or *obj* itself once the await is over, when ``result(obj)`` is what it
-    returns. Interpreted: nothing (the class's ``__next__`` does the same)."""
+    None for ``__next__``, what was sent for ``am_send``), and its ``send`` method runs
+    ``send(obj, value)``; each returns the trap to yield, or *obj* itself once the await is
+    over, when ``result(obj)`` is what it returns. One class per compiled module. Interpreted:
+    nothing (the class's ``__next__`` and ``send`` do the same)."""

@@ -58,6 +58,8 @@ cdef class RecvCall(Op):
 cdef object _recv_step(object call, object value)
 @cython.locals(c=RecvCall)
 cdef object _recv_result(object call)
+@cython.locals(c=RecvCall)
+cdef object _recv_send(object call, object value)
 
 # The step codes as C integers: as module objects, each compare with a C int boxed it
 cdef int _TAKE, _SPEND, _SINGLE, _PARK

@@ -502,12 +502,12 @@ class RecvCall(Op):
         return self._resume(None)
 
     def send(self, value: Any) -> Any:
-        # The await's resumptions come through __next__ (every trap of its own is resumed
-        # with None), and through here only with an op's result for a delegated generator;
-        # any other send is a driver's by hand: the call is not the stream's spare any more.
-        if self.state != _DELEGATED:
-            self.spare = None
-        return self._resume(value)
+        # Compiled, the C method that _iterslots installs runs instead (3.12+ resumes an
+        # await through it whenever the value sent is not None).
+        y = _recv_send(self, value)
+        if y is self:
+            raise StopIteration(_recv_result(self))
+        return y
 
     def _resume(self, value: Any) -> Any:
         y = _recv_step(self, value)
@@ -635,6 +635,17 @@ def _recv_step(call: Any, value: Any) -> Any:
     return c._step(value)
 
 
+def _recv_send(call: Any, value: Any) -> Any:
+    """The step of a :class:`RecvCall`'s ``send``. The await's resumptions come through
+    ``__next__`` (every trap of its own is resumed with None), and through ``send`` only with
+    an op's result for a delegated generator; any other send is a driver's by hand: the call
+    is not the stream's spare any more."""
+    c = call
+    if c.state != _DELEGATED:
+        c.spare = None
+    return c._step(value)
+
+
 def _recv_result(call: Any) -> Any:
     """What the await of a :class:`RecvCall` whose recv is over returns, taken off it."""
     c = call
@@ -643,4 +654,4 @@ def _recv_result(call: Any) -> Any:
     return data
 
 
-_iterslots.install(RecvCall, _recv_step, _recv_result)
+_iterslots.install(RecvCall, _recv_step, _recv_result, _recv_send)

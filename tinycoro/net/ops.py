@@ -422,6 +422,8 @@ class RingSend:
         return self.send(None)
 
     def send(self, value: Any) -> Any:
+        # Compiled, the C method that _iterslots installs runs instead (3.12+ resumes the
+        # await through it with the op's result).
         if _send_step(self, value) is self:
             raise StopIteration(None)
         return self.op
@@ -475,7 +477,7 @@ def _send_result(ring_send: Any) -> Any:
     return None
 
 
-_iterslots.install(RingSend, _send_step, _send_result)
+_iterslots.install(RingSend, _send_step, _send_result, _send_step)
 
 
 class AcceptOp(ResourceOp):
