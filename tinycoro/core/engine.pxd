@@ -6,7 +6,8 @@
 
 cimport cython
 
-from . cimport fence
+from . cimport fence, resume
+from .._clocal cimport set_running_task
 from .deadlines cimport Deadlines
 from .ring cimport RingOwner
 from .task cimport Task
