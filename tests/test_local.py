@@ -90,3 +90,20 @@ def test_running_task_reads_the_task_this_thread_runs():
             seen, state, task = s.run_sync(main(), timeout=30)
         assert seen is state is task is not None
     assert _in_thread(local.running_task) is None
+
+
+def test_set_running_task_is_the_store_of_thread_state_task():
+    # set_running_task(x) is the call spelling of `thread_state.task = x` that the compiled
+    # engine cimports: the same store, per thread, that releases what it replaces.
+    thing = _Thing()
+    ref = weakref.ref(thing)
+    local.set_running_task(thing)
+    try:
+        assert local.thread_state.task is thing and local.running_task() is thing
+        assert _in_thread(local.running_task) is None
+    finally:
+        local.set_running_task(None)
+    assert local.thread_state.task is None
+    del thing
+    gc.collect()
+    assert ref() is None

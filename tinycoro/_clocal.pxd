@@ -2,3 +2,7 @@
 # under the name io/file.py imports from core/local (this function, or its pure twin).
 
 cpdef object running_task()
+
+# The engine's write of this thread's ``task`` at every step, as a C call (engine.pxd cimports it
+# under the name engine.py imports from core/local).
+cpdef set_running_task(object task)

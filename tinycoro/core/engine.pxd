@@ -6,7 +6,8 @@
 
 cimport cython
 
-from . cimport fence, wakeword
+from . cimport fence, resume, wakeword
+from .._clocal cimport set_running_task
 from .deadlines cimport Deadlines
 from .ring cimport RingOwner
 from .task cimport Task

@@ -54,3 +54,17 @@ running_task = _running_task()
 """``thread_state.task`` as a call: a compiled hot path that cimports ``_clocal.running_task``
 under this name reads the C thread-local directly (~20 instructions, not ~150; the page-cache
 read_at does, once per read)."""
+
+
+def _set_running_task_py(task: Any) -> None:
+    _local.task = task
+
+
+def _set_running_task() -> Callable[[Any], None]:
+    module = compiled.load("_clocal") if COMPILED else None
+    return module.set_running_task if module is not None else _set_running_task_py
+
+
+set_running_task = _set_running_task()
+"""``thread_state.task = task`` as a call: the engine writes it at every step, and compiled it
+cimports ``_clocal.set_running_task`` under this name, a C store (~20 instructions, not ~165)."""

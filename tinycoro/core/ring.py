@@ -354,7 +354,8 @@ class RingOwner:
         hook = self.completion_hook
         try:
             # op, res, data, more: four entries per CQE (uring.py, the completion contract)
-            for i in range(0, len(shots), 4):
+            n = len(shots)
+            for i in range(0, n, 4):
                 op = shots[i]
                 res = shots[i + 1]
                 data = shots[i + 2]
