@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 import os
 import sys
-from typing import Any, Literal, overload
+from typing import Any, Callable, Literal, overload
 
-__all__ = ["CONTEXTS_VAR", "DEFAULT_CONTEXTS", "default_contexts", "DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch"]
+__all__ = ["CONTEXTS_VAR", "DEFAULT_CONTEXTS", "default_contexts", "DISPATCH", "is_int", "check_int", "check_seconds", "check_contexts", "check_dispatch", "env_int"]
 
 DISPATCH = ("round_robin", "least_loaded")
 
@@ -68,19 +68,28 @@ def default_contexts() -> int:
     (docs/benchmarks-log.md, "Contexts: what a second one costs"). Read at each call, so a
     variable set after import counts.
     """
-    raw = os.environ.get(CONTEXTS_VAR, "").strip()
-    if raw:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise ValueError(f"{CONTEXTS_VAR} must be a positive int, got {raw!r}")
+    n = env_int(CONTEXTS_VAR, lambda n: n >= 1, "a positive int")
+    if n is not None:
         return n
     if not getattr(sys, "_is_gil_enabled", lambda: True)():
         count = getattr(os, "process_cpu_count", None)  # 3.13+: the affinity mask, PYTHON_CPU_COUNT
         return max(1, (count() if count is not None else None) or 1)
     return DEFAULT_CONTEXTS
+
+
+def env_int(name: str, valid: Callable[[int], bool], requirement: str) -> int | None:
+    """The whole number environment variable *name* holds, None when unset or blank;
+    ValueError naming the variable and *requirement* for anything *valid* refuses."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = None
+    if n is None or not valid(n):
+        raise ValueError(f"{name} must be {requirement}, got {raw!r}")
+    return n
 
 
 def check_contexts(contexts: Any) -> int:

@@ -16,7 +16,7 @@ costs one system call per N reads.
 
 from __future__ import annotations
 
-import os
+from .checks import env_int
 
 __all__ = ["DEFAULT_SUBMIT_EARLY", "SUBMIT_EARLY_ENV", "submit_early"]
 
@@ -27,13 +27,5 @@ SUBMIT_EARLY_ENV = "TINYCORO_SUBMIT_EARLY"
 def submit_early() -> int:
     """The count ``TINYCORO_SUBMIT_EARLY`` asks for, else :data:`DEFAULT_SUBMIT_EARLY`;
     ValueError naming the variable for anything but a whole number from 1 to 65536."""
-    raw = os.environ.get(SUBMIT_EARLY_ENV, "").strip()
-    if not raw:
-        return DEFAULT_SUBMIT_EARLY
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if not 0 < n <= 65536:
-        raise ValueError(f"{SUBMIT_EARLY_ENV} must be a whole number from 1 to 65536, got {raw!r}")
-    return n
+    n = env_int(SUBMIT_EARLY_ENV, lambda n: 0 < n <= 65536, "a whole number from 1 to 65536")
+    return DEFAULT_SUBMIT_EARLY if n is None else n
