@@ -81,24 +81,26 @@ cdef extern from *:
        method is given); the await is over when the step returns the object itself: its
        result is then tc_iter_result(obj). NULL is an error, raised as it is (no traceback
        entry added). */
-    static PyObject *tc_iter_next(PyObject *self) {
-        PyObject *r = tc_iter_step(self, Py_None);
+    /* What a step returned, passed on while the await goes on; once the step returned the
+       object itself, NULL with the result as StopIteration. With none_ends, a None result
+       sets no exception: NULL with none is "exhausted", which every caller of tp_iternext
+       (the interpreter's await on 3.12+, yield from, next(), a for loop) takes as a return
+       of None, so no StopIteration is made at all. */
+    static PyObject *tc_iter_finish(PyObject *self, PyObject *r, int none_ends) {
         if (r != self)
             return r;
         Py_DECREF(r);
         r = tc_iter_result(self);
         if (r == NULL)
             return NULL;
-        if (r == Py_None) {
-            /* NULL with no exception is "exhausted", which every caller of tp_iternext
-               (the interpreter's await on 3.12+, yield from, next(), a for loop) takes
-               as a return of None: no StopIteration is made at all */
-            Py_DECREF(r);
-            return NULL;
-        }
-        tc_iter_stop(r);
+        if (!(none_ends && r == Py_None))
+            tc_iter_stop(r);
         Py_DECREF(r);
         return NULL;
+    }
+
+    static PyObject *tc_iter_next(PyObject *self) {
+        return tc_iter_finish(self, tc_iter_step(self, Py_None), 1);
     }
 
     /* The type's `send` method: 3.12 and later resume an await on a non-generator through
@@ -107,16 +109,7 @@ cdef extern from *:
        adds a traceback entry (a frame and a code object) per call. A method must set an
        exception when it returns NULL, so a None result sets one too. */
     static PyObject *tc_iter_send_method(PyObject *self, PyObject *arg) {
-        PyObject *r = tc_iter_send_step(self, arg);
-        if (r != self)
-            return r;
-        Py_DECREF(r);
-        r = tc_iter_result(self);
-        if (r == NULL)
-            return NULL;
-        tc_iter_stop(r);
-        Py_DECREF(r);
-        return NULL;
+        return tc_iter_finish(self, tc_iter_send_step(self, arg), 0);
     }
 
     static PyMethodDef tc_iter_send_def = {
