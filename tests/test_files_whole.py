@@ -17,10 +17,9 @@ import tinycoro as tc
 from tinycoro import compiled
 from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.io import FILE_READS_ENV
-from tinycoro.testing import wait_blocked
 
 from helpers.budget import gaps, loop_beside_counter
-from helpers.pagecache import PAGE, cached_file, evict, page_cache_fs
+from helpers.pagecache import PAGE, cached_file, evict, page_cache_fs, read_file_cancelled_while_blocked
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(120)
@@ -300,19 +299,7 @@ def test_cancel_a_whole_file_read_on_the_ring(contexts, tmp_path):
     cached_file(path, data)
     evict(path)
 
-    async def main():
-        t = tc.spawn(tc.io.read_file(path))
-        try:
-            await wait_blocked(t)
-        except RuntimeError:
-            pass  # it finished before it was ever seen blocked
-        t.cancel()
-        try:
-            return await t
-        except tc.Cancelled:
-            return None
-
-    got = tc.run(main(), contexts=contexts)
+    got = tc.run(read_file_cancelled_while_blocked(path), contexts=contexts)
     assert got is None or got == data
     assert tc.run(tc.io.read_file(path), contexts=1) == data
 

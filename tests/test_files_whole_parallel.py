@@ -13,9 +13,8 @@ import pytest
 import tinycoro as tc
 from tinycoro.io import _parallel
 from tinycoro.io import FILE_READS_ENV
-from tinycoro.testing import wait_blocked
 
-from helpers.pagecache import cached_file, evict, page_cache_fs
+from helpers.pagecache import cached_file, evict, page_cache_fs, read_file_cancelled_while_blocked
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(120)
@@ -159,21 +158,9 @@ def test_cancel_a_split_read_while_its_halves_wait_on_the_disk(contexts, split, 
     path = tmp_path / "cold"
     cached_file(path, data)
 
-    async def main():
-        t = tc.spawn(tc.io.read_file(path))
-        try:
-            await wait_blocked(t)
-        except RuntimeError:
-            pass  # it finished before it was ever seen blocked
-        t.cancel()
-        try:
-            return await t
-        except tc.Cancelled:
-            return None
-
     for _ in range(3):
         evict(path)
-        got = tc.run(main(), contexts=contexts)
+        got = tc.run(read_file_cancelled_while_blocked(path), contexts=contexts)
         assert got is None or got == data
     assert tc.run(tc.io.read_file(path), contexts=1) == data
 

@@ -69,3 +69,22 @@ def page_cache_fs(path) -> bool:
     """False on tmpfs and the like, where files live in the page cache and cannot be evicted."""
     out = subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True, text=True)
     return out.stdout.strip() not in ("tmpfs", "ramfs")
+
+
+async def read_file_cancelled_while_blocked(path) -> bytes | None:
+    """A task reading *path* whole with ``tc.io.read_file``, cancelled once it is seen blocked
+    on the ring (or once it finished, if it never was): None when the cancel took, else the
+    content it read first."""
+    import tinycoro as tc
+    from tinycoro.testing import wait_blocked
+
+    t = tc.spawn(tc.io.read_file(path))
+    try:
+        await wait_blocked(t)
+    except RuntimeError:
+        pass  # it finished before it was ever seen blocked
+    t.cancel()
+    try:
+        return await t
+    except tc.Cancelled:
+        return None
