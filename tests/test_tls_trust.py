@@ -23,6 +23,10 @@ pytestmark = pytest.mark.timeout(90)
 # Far more than loopback's socket buffers hold: a send of this much to a peer that does not
 # read blocks until the peer reads or the stream closes.
 BLOCKING = 32 << 20
+# Enough to block a sendall once _small_buffers has shrunk the kernel's buffers to 16 KiB, and
+# little enough that reading it back stays quick on a loaded machine (32 MiB through TLS in
+# 16 KiB steps took over 10 s on the pure runtime at a load average of 27).
+BEHIND_SMALL_BUFFERS = 1 << 20
 
 
 async def _read_exactly(stream, n: int) -> bytes:
@@ -73,12 +77,12 @@ def test_tls_recv_is_not_held_up_by_a_blocked_sendall(server_ctx, client_ctx, co
     async def main():
         lst, client, server = await tls_pair(server_ctx, client_ctx)
         _small_buffers(server, client)
-        sender = tc.spawn(server.sendall(b"x" * BLOCKING))  # the client does not read yet
+        sender = tc.spawn(server.sendall(b"x" * BEHIND_SMALL_BUFFERS))  # the client does not read
         await wait_blocked(sender)
         await client.sendall(b"ping")
         async with tc.timeout(1):
             assert await server.recv() == b"ping"
-        await _read_exactly(client, BLOCKING)
+        await _read_exactly(client, BEHIND_SMALL_BUFFERS)
         await sender
         for c in (client, server, lst):
             await c.close()
@@ -109,14 +113,14 @@ def test_output_of_a_recv_goes_out_behind_a_blocked_sendall(pha_contexts, contex
     async def main():
         lst, client, server = await tls_pair(*pha_contexts)
         _small_buffers(client, server)
-        sender = tc.spawn(client.sendall(b"x" * BLOCKING))  # the server does not read yet
+        sender = tc.spawn(client.sendall(b"x" * BEHIND_SMALL_BUFFERS))  # the server does not read
         await wait_blocked(sender)
         assert server.ssl_object.getpeercert() is None
         server.ssl_object.verify_client_post_handshake()  # goes out with the next send
         await server.sendall(b"who are you?")
         async with tc.timeout(1):
             assert await client.recv() == b"who are you?"
-        await _read_exactly(server, BLOCKING)
+        await _read_exactly(server, BEHIND_SMALL_BUFFERS)
         await sender
         await client.sendall(b"end")  # behind the client's answer on the wire
         assert await server.recv() == b"end"
@@ -134,7 +138,7 @@ def test_close_ends_blocked_tls_sends_and_recvs_at_once(server_ctx, client_ctx, 
     async def main():
         lst, client, server = await tls_pair(server_ctx, client_ctx)
         _small_buffers(server, client)
-        first = tc.spawn(server.sendall(b"x" * BLOCKING))
+        first = tc.spawn(server.sendall(b"x" * BEHIND_SMALL_BUFFERS))
         await wait_blocked(first)
         second = tc.spawn(server.sendall(b"y" * 1000))
         receiver = tc.spawn(server.recv())
@@ -251,13 +255,13 @@ def test_a_sendall_cut_while_waiting_for_its_turn_leaves_the_stream_whole(server
     async def main():
         lst, client, server = await tls_pair(server_ctx, client_ctx)
         _small_buffers(server, client)
-        first = tc.spawn(server.sendall(b"x" * BLOCKING))
+        first = tc.spawn(server.sendall(b"x" * BEHIND_SMALL_BUFFERS))
         await wait_blocked(first)
         queued = tc.spawn(server.sendall(b"never"))
         await wait_blocked(queued)
         await cancel_and_wait(queued)
-        async with tc.timeout(10):
-            assert await _read_exactly(client, BLOCKING) == b"x" * BLOCKING
+        async with tc.timeout(30):  # a hang guard only
+            assert await _read_exactly(client, BEHIND_SMALL_BUFFERS) == b"x" * BEHIND_SMALL_BUFFERS
             await first
             await server.sendall(b"after")
             assert await client.recv() == b"after"
