@@ -7,6 +7,7 @@ import pytest
 from benchmarks.harness import (
     MEDIAN_HEADER,
     Case,
+    CaseResult,
     Ratio,
     Sample,
     Series,
@@ -173,3 +174,19 @@ def test_a_ratio_pairs_only_the_rounds_both_series_measured() -> None:
     assert round_ratio(cpu, cpu, key=lambda s: None if s.cpu_us is None else sum(s.cpu_us)) == 1.0
     assert round_ratio(SeriesResult("a", [Sample(1.0)], rounds=[1]), b) == 1 / 7
     assert round_ratio(SeriesResult("a", [Sample(1.0)], rounds=[3]), b) is None
+
+
+def test_the_free_threaded_cpu_ratios_are_per_round_too() -> None:
+    from benchmarks import w_freethreaded as ft
+
+    def series(lb: str, cpus: list[float]) -> SeriesResult:
+        return SeriesResult(lb, [Sample(1.0, cpu_us=(c, 0.0)) for c in cpus], rounds=list(range(len(cpus))))
+
+    gil, free = "3.11", ft.FREE_THREADED
+    # the machine gets faster after round 1: per round 1 context of the free-threaded build
+    # costs 2x the GIL build's, though its median (200) is only 1.33x the GIL build's (150)
+    row = [series(ft.label(gil, 1), [150, 150, 50]), series(ft.label(free, 1), [300, 200, 100]),
+           series(ft.label(free, 2), [300, 200, 100])]
+    case = Case(ft.WORKLOAD, "CPU-bound x", "chunks/s", [])
+    line = ft._cpu_line([CaseResult(case, row, [], 0.0)], "CPU-bound", "chunk", gil, free)
+    assert line == f"200 us per chunk on {free} against 150 on {gil} (2.00x), 1.00x that on 2 contexts of {free}"
