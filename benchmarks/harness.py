@@ -2,9 +2,14 @@
 
 A workload module builds :class:`Case` objects. A case measures one thing (say "TCP echo, 64 B")
 on several *series* (tinycoro and each peer). Every series is a zero-argument callable returning
-one :class:`Sample`; the harness calls them in a rotating order, rep after rep, so slow drift of
-a noisy machine hits every series alike. The result of a case is the median of each series and
+one :class:`Sample`; the harness calls them in a rotating order, round after round, so slow drift
+of a noisy machine hits every series alike. The result of a case is the median of each series and
 the ratios the case declares (``tinycoro / peer``), each checked against its target.
+
+A ratio is the median of per-round ratios (:func:`round_ratio`), not a ratio of two medians: the
+two samples of one round ran seconds apart, while the two medians may come from different
+rounds. On a machine that speeds up mid-row, rotation puts one series after the change and the
+other before it in that round, and a ratio of medians then divides a fast round by a slow one.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ __all__ = [
     "RatioResult",
     "CaseResult",
     "run_case",
+    "round_ratio",
+    "RATIO_METHOD",
     "skipped_case",
     "format_tables",
     "medians_rows",
@@ -57,7 +64,8 @@ class Series:
 
 @dataclass(frozen=True)
 class Ratio:
-    """``median(num) / median(den)``; ``target`` is the minimum wanted, None for information."""
+    """``num / den`` as :func:`round_ratio` measures it; ``target`` is the minimum wanted, None
+    for information."""
 
     num: str
     den: str
@@ -80,6 +88,11 @@ class SeriesResult:
     samples: list[Sample] = field(default_factory=list)
     skip: str | None = None
     instructions: float | None = None
+    rounds: list[int] = field(default_factory=list)  # the measured round of each sample (0 = first)
+
+    def add(self, round_: int, sample: Sample) -> None:
+        self.samples.append(sample)
+        self.rounds.append(round_)
 
     @property
     def median(self) -> float | None:
@@ -162,7 +175,7 @@ def run_case(case: Case, reps: int, warmup: int = 0, log: Callable[[str], None] 
                 log(f"    {s.label}: FAILED {type(e).__name__}: {e}")
                 continue
             if rep >= warmup:
-                results[s.label].samples.append(sample)
+                results[s.label].add(rep - warmup, sample)
             extra = f" p99={sample.p99_us:.0f}us" if sample.p99_us is not None else ""
             tag = "warmup " if rep < warmup else ""
             log(f"    {tag}{s.label}: {_fmt_value(sample.value)} {case.unit}{extra}")
@@ -170,13 +183,37 @@ def run_case(case: Case, reps: int, warmup: int = 0, log: Callable[[str], None] 
     for r in case.ratios:
         a, b = results[r.num], results[r.den]
         reason = a.skip or b.skip
-        if reason is None and (not a.median or not b.median):
-            reason = "no samples"
-        if reason is not None:
-            ratios.append(RatioResult(r, None, skip=reason))
-        else:
-            ratios.append(RatioResult(r, a.median / b.median))  # type: ignore[operator]
+        value = None if reason is not None else round_ratio(a, b)
+        if reason is None and value is None:
+            reason = "no round measured both"
+        ratios.append(RatioResult(r, value, skip=reason))
     return CaseResult(case, list(results.values()), ratios, time.perf_counter() - t0)
+
+
+RATIO_METHOD = "median of per-round ratios"  # how run_case makes a ratio, stored with each run
+
+
+def _rate(sample: Sample) -> float | None:
+    return sample.value
+
+
+def round_ratio(
+    num: SeriesResult, den: SeriesResult, key: Callable[[Sample], float | None] = _rate,
+) -> float | None:
+    """The median over rounds of ``key(num's sample) / key(den's sample)``, both of one round.
+
+    Only rounds that both series measured are paired (a round one side lacks, has no value for,
+    or has a zero denominator in is left out, never matched with another round's sample); None
+    when no round is left. *key* picks the figure, the rate by default (say, CPU per request).
+    """
+    dens = dict(zip(den.rounds, den.samples))
+    per_round = []
+    for rnd, sample in zip(num.rounds, num.samples):
+        other = dens.get(rnd)
+        a, b = key(sample), None if other is None else key(other)
+        if a is not None and b:
+            per_round.append(a / b)
+    return statistics.median(per_round) if per_round else None
 
 
 def skipped_case(case: Case, reason: str) -> CaseResult:

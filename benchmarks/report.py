@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .config import REFERENCE_PYTHON
-from .harness import MEDIAN_HEADER, RATIO_HEADER, CaseResult, fmt_ratio, fmt_target, markdown_table, median_records
-from .harness import median_row, ratio_records, ratio_row
+from .harness import MEDIAN_HEADER, RATIO_HEADER, RATIO_METHOD, CaseResult, fmt_ratio, fmt_target, markdown_table
+from .harness import median_records, median_row, ratio_records, ratio_row
 
 
 def begin(version: str) -> str:
@@ -74,7 +74,7 @@ def plot(results: Sequence[CaseResult], path: Path, title: str) -> str | None:
     hi = max(max(b[1] for b in bars), max((b[2] or 0) for b in bars))
     ax.set_xlim(lo / 1.5, hi * 2.2)
     ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("ratio of medians (log scale); > 1 means tinycoro (or more contexts) is faster")
+    ax.set_xlabel(f"{RATIO_METHOD} (log scale); > 1 means tinycoro (or more contexts) is faster")
     ax.set_title(title, fontsize=9)
     from matplotlib.patches import Patch
     from matplotlib.lines import Line2D
@@ -180,6 +180,7 @@ def run_record(
         "profiles": None if profiles_page is None else profiles_page.name,
         "lead": list(lead),
         "notes": list(notes),
+        "ratio_method": RATIO_METHOD,
         "ratios": ratio_records(results),
         "medians": median_records(results),
     }
@@ -270,6 +271,38 @@ def _counts(rec: dict[str, Any]) -> tuple[int, int]:
     return statuses.count("met"), statuses.count("missed")
 
 
+# How a stored run made its ratios. Runs stored before ratios were taken per round say nothing:
+# they divided two medians, and keep being described so beside newer runs.
+RATIO_OF_MEDIANS = "ratio of medians"
+_METHODS = {  # method -> (what a ratio is, how, said before "higher is better")
+    RATIO_METHOD: ("is the median of the per-round ratios", "each round's two samples, run seconds apart, divided; "),
+    RATIO_OF_MEDIANS: ("divides two medians", ""),
+}
+
+
+def ratio_method(rec: dict[str, Any]) -> str:
+    """The method that made the ratios of the stored run *rec*."""
+    return rec.get("ratio_method", RATIO_OF_MEDIANS)
+
+
+def _method_line(rec: dict[str, Any]) -> str:
+    what, how = _METHODS[ratio_method(rec)]
+    return f"Each ratio {what} measured in this run ({how}higher is better for tinycoro)."
+
+
+def _methods_sentence(versions: dict[str, dict[str, Any]]) -> str:
+    """What each value of the targets table is: the current method, and which versions' runs
+    are older and divided two medians (all of them: the old method alone)."""
+    old = [v for v, rec in versions.items() if ratio_method(rec) != RATIO_METHOD]
+    what, how = _METHODS[RATIO_OF_MEDIANS if versions and len(old) == len(versions) else RATIO_METHOD]
+    text = f"Each value {what} of one run on that Python ({how}higher is better for tinycoro)"
+    if len(old) == 1 and how:
+        text += f"; the run of {old[0]} was measured before that and divides two medians"
+    elif old and how:
+        text += f"; the runs of {', '.join(old)} were measured before that and divide two medians"
+    return text + "; "
+
+
 def _cell(rec: dict[str, Any] | None) -> str:
     if rec is None:
         return "-"
@@ -312,8 +345,8 @@ def latest_runs(runs: dict[str, dict[str, dict[str, Any]]], page: Path) -> str:
     lines += [
         "### Ratios with a target",
         "",
-        "Each value divides two medians of one run on that Python (higher is better for tinycoro); "
-        "\"-\" is a row that version's run did not measure. The ratios without a target and every "
+        _methods_sentence(versions)
+        + "\"-\" is a row that version's run did not measure. The ratios without a target and every "
         f"median are in [{full}]({full}).",
         "",
         "| workload | case | ratio | target | " + " | ".join(names) + " |",
@@ -368,10 +401,10 @@ def full_page(runs: dict[str, dict[str, dict[str, Any]]], page: Path) -> str:
         met, missed = _counts(rec)
         lines += [f"## Python {v}", "", _measured(rec) + f" Targets met: {met}, missed: {missed}.", "",
                   markdown_table(["machine", ""], [list(m) for m in rec["machine"]]), ""]
-        lines += ["### Ratios and targets", "", "Each ratio divides two medians measured in this run (higher is better for tinycoro).", ""]
+        lines += ["### Ratios and targets", "", _method_line(rec), ""]
         lines += _tables(rec, "### Medians") + _tail(rec)
     for rec in runs["parts"].values():
-        lines += [f"## {rec['title']}", "", _measured(rec), "", *rec["lead"], ""]
+        lines += [f"## {rec['title']}", "", _measured(rec), "", *rec["lead"], "", _method_line(rec), ""]
         lines += _tables(rec, None) + _tail(rec)
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -383,7 +416,7 @@ def _measured(rec: dict[str, Any]) -> str:
 def _tables(rec: dict[str, Any], medians_heading: str | None) -> list[str]:
     out = [markdown_table(RATIO_HEADER, [ratio_row(r) for r in rec["ratios"]]), ""]
     if rec.get("image"):
-        out += [f"![ratios of medians, with targets]({rec['image']})", ""]
+        out += [f"![every ratio of this run, with targets]({rec['image']})", ""]
     elif rec.get("image_skip"):
         out += [f"(plot not drawn: {rec['image_skip']})", ""]
     if medians_heading:

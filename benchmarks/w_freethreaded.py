@@ -47,7 +47,7 @@ from typing import Any, Callable
 from . import json_server
 from .config import REPO, Config, checkout_env
 from .echo_procs import EchoLoadMissing, EchoServer, build_echo_load, run_load
-from .harness import Case, CaseResult, Ratio, RatioResult, Sample, Series
+from .harness import Case, CaseResult, Ratio, RatioResult, Sample, Series, SeriesResult, round_ratio
 from .peers import FREE_THREADED, is_free_threaded, version_python
 from .w_echo import servers
 
@@ -339,23 +339,33 @@ def summary(results: list[CaseResult]) -> list[str]:
     ]
 
 
-def _cpu_us(results: list[CaseResult], case_prefix: str, lb: str) -> float | None:
+def _series(results: list[CaseResult], case_prefix: str, lb: str) -> SeriesResult | None:
     for cr in results:
         if cr.case.case.startswith(case_prefix):
             for s in cr.series:
                 if s.label == lb and s.cpu_us is not None:
-                    return sum(s.cpu_us)
+                    return s
     return None
+
+
+def _cpu_total(sample: Sample) -> float | None:
+    return None if sample.cpu_us is None else sum(sample.cpu_us)
 
 
 def _cpu_line(results: list[CaseResult], case_prefix: str, unit: str, gil: str, ft: str) -> str:
     """``<us> per <unit> on <ft> against <us> on <gil> (<x>), <x> that on 2 contexts of <ft>``
-    (each build's CPU per unit on 1 context, then 2 contexts against 1 on the free-threaded
-    build), or what was not measured."""
-    g1, f1, f2 = (_cpu_us(results, case_prefix, label(t, n)) for t, n in ((gil, 1), (ft, 1), (ft, 2)))
+    (each build's median CPU per unit on 1 context, then 2 contexts against 1 on the
+    free-threaded build; each ratio the median of per-round ratios, as the tables' are), or
+    what was not measured."""
+    g1, f1, f2 = (_series(results, case_prefix, label(t, n)) for t, n in ((gil, 1), (ft, 1), (ft, 2)))
     if f1 is None or g1 is None:
         return f"{case_prefix}: not measured"
-    line = f"{f1:.0f} us per {unit} on {ft} against {g1:.0f} on {gil} ({f1 / g1:.2f}x)"
+    line = f"{sum(f1.cpu_us):.0f} us per {unit} on {ft} against {sum(g1.cpu_us):.0f} on {gil}"  # type: ignore[arg-type]
+    line += f" ({_times(round_ratio(f1, g1, _cpu_total))})"
     if f2 is not None:
-        line += f", {f2 / f1:.2f}x that on 2 contexts of {ft}"
+        line += f", {_times(round_ratio(f2, f1, _cpu_total))} that on 2 contexts of {ft}"
     return line
+
+
+def _times(x: float | None) -> str:
+    return "no round measured both" if x is None else f"{x:.2f}x"

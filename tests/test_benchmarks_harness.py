@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.harness import (
     MEDIAN_HEADER,
     Case,
+    CaseResult,
     Ratio,
     Sample,
     Series,
+    SeriesResult,
     format_tables,
     medians_rows,
     ratio_rows,
+    round_ratio,
     run_case,
 )
 
@@ -40,7 +45,8 @@ def test_order_rotates_and_medians_and_ratios_are_computed() -> None:
     res = run_case(case, reps=3, warmup=1, log=lambda _m: None)
     assert calls == ["tinycoro", "peer", "peer", "tinycoro", "tinycoro", "peer", "peer", "tinycoro"]
     assert res.get("tinycoro").median == 20 and res.get("peer").median == 5
-    assert [r.value for r in res.ratios] == [4.0, 4.0, 4.0]
+    # each round's pair divided (10/4, 30/5, 20/6), then the median of those: not 20 / 5
+    assert [r.value for r in res.ratios] == [20 / 6] * 3
     assert [r.status for r in res.ratios] == ["met", "missed", "info"]
 
 
@@ -132,3 +138,55 @@ def test_syscall_trace_lines_are_classified_by_call_and_descriptor_kind() -> Non
     assert got["eventfd read"] == 1 and got["eventfd write"] == 1
     assert got["send"] == 1 and got["recv"] == 1 and got["epoll_wait"] == 1
     assert got["other"] == 1 and got["other: write"] == 1 and got["all"] == 8
+
+
+def test_a_machine_that_speeds_up_mid_row_does_not_make_a_ratio() -> None:
+    # The shape of a real full run: every server ran 25% faster from the middle of the third of
+    # five rounds on. Rotation put tinycoro after the change and the peer before it in that
+    # round, so a ratio of medians took tinycoro's median from a fast round and the peer's from
+    # a slow one (1.225x) although every round's pair, run seconds apart, said 0.98x.
+    calls = 0
+
+    def machine(rate: float):
+        def fn() -> Sample:
+            nonlocal calls
+            calls += 1
+            return Sample(rate * (1.25 if calls > 5 else 1.0))  # the 6th measurement on is fast
+
+        return fn
+
+    case = Case("w", "c", "req/s", [Series("peer", machine(100.0)), Series("tinycoro", machine(98.0))],
+                [Ratio("tinycoro", "peer", 0.95)])
+    res = run_case(case, reps=5, log=lambda _m: None)
+    # the medians columns still describe each series on its own
+    assert res.get("tinycoro").median == 98.0 * 1.25 and res.get("peer").median == 100.0
+    assert res.ratios[0].value == pytest.approx(0.98)
+    assert res.ratios[0].status == "met"
+
+
+def test_a_ratio_pairs_only_the_rounds_both_series_measured() -> None:
+    # round 1 lacks tinycoro, round 3 the peer, round 4 has a zero peer: those are left out,
+    # never paired with a sample of another round
+    a = SeriesResult("tinycoro", [Sample(v) for v in (10, 30, 40, 50)], rounds=[0, 2, 3, 4])
+    b = SeriesResult("peer", [Sample(v) for v in (5, 7, 10, 0)], rounds=[0, 1, 2, 4])
+    assert round_ratio(a, b) == 2.5  # median of 10/5 and 30/10
+    cpu = SeriesResult("x", [Sample(1.0, cpu_us=(1.0, 1.0)), Sample(1.0)], rounds=[0, 2])
+    assert round_ratio(cpu, cpu, key=lambda s: None if s.cpu_us is None else sum(s.cpu_us)) == 1.0
+    assert round_ratio(SeriesResult("a", [Sample(1.0)], rounds=[1]), b) == 1 / 7
+    assert round_ratio(SeriesResult("a", [Sample(1.0)], rounds=[3]), b) is None
+
+
+def test_the_free_threaded_cpu_ratios_are_per_round_too() -> None:
+    from benchmarks import w_freethreaded as ft
+
+    def series(lb: str, cpus: list[float]) -> SeriesResult:
+        return SeriesResult(lb, [Sample(1.0, cpu_us=(c, 0.0)) for c in cpus], rounds=list(range(len(cpus))))
+
+    gil, free = "3.11", ft.FREE_THREADED
+    # the machine gets faster after round 1: per round 1 context of the free-threaded build
+    # costs 2x the GIL build's, though its median (200) is only 1.33x the GIL build's (150)
+    row = [series(ft.label(gil, 1), [150, 150, 50]), series(ft.label(free, 1), [300, 200, 100]),
+           series(ft.label(free, 2), [300, 200, 100])]
+    case = Case(ft.WORKLOAD, "CPU-bound x", "chunks/s", [])
+    line = ft._cpu_line([CaseResult(case, row, [], 0.0)], "CPU-bound", "chunk", gil, free)
+    assert line == f"200 us per chunk on {free} against 150 on {gil} (2.00x), 1.00x that on 2 contexts of {free}"

@@ -201,3 +201,22 @@ def test_no_import_cycle_among_the_benchmarks_modules() -> None:
 
     cycles = [c for c in map(cycle_from, sorted(graph)) if c]
     assert not cycles, cycles
+
+
+def test_each_run_is_described_by_the_method_that_made_its_ratios(tmp_path) -> None:
+    # Runs stored before ratios were taken per round carry no method: they divided two medians
+    # and must keep saying so beside a new run, which must say what it did.
+    page = tmp_path / "bench.md"
+    new = _record(_run(1.0), "new day")
+    assert new["ratio_method"] == "median of per-round ratios"
+    old = {k: v for k, v in _record(_run(2.0), "old day").items() if k != "ratio_method"}
+    report.publish_version(page, "3.12", old)
+    old_only = _block(page.read_text(), report.RUNS)
+    assert "divides two medians" in old_only and "per-round" not in old_only
+    report.publish_version(page, "3.11", new)
+    block = _block(page.read_text(), report.RUNS)
+    assert "median of the per-round ratios" in block and "the run of 3.12 was measured before that and divides two medians" in block
+    full = report.full_path(page).read_text()
+    py311, py312 = full[full.index("## Python 3.11"):full.index("## Python 3.12")], full[full.index("## Python 3.12"):]
+    assert "median of the per-round ratios" in py311 and "two medians" not in py311
+    assert "divides two medians" in py312 and "per-round" not in py312
