@@ -21,6 +21,14 @@ per run:
 
 Targets (2-core machine): CPU-bound 2 engines >= 1.6x 1 process; echo 2 engines >=
 1.3x 1 process. ``python -m benchmarks.w_cluster worker`` is the plain-Python worker.
+
+``python -m benchmarks.w_cluster phases [rounds]`` splits the CPU-bound case's wall time by
+phase, for 1 process, 1 engine with a submit per task and 1 engine with one submit that spawns
+the tasks there: from the first submit to the first task running (``in``), from then to the
+last task's end (``run``), from there to the last result in hand (``out``), and over ``run``
+the context thread's CPU, its run-queue wait and the rest (waiting for the GIL). The row's
+medians cannot say which of those one engine loses in; this can, on a quiet machine, in
+wall time, and on a loaded one in CPU.
 """
 
 from __future__ import annotations
@@ -85,6 +93,40 @@ async def fan_out(fn: Any, sizes: list[int]) -> list[Any]:
 
     tasks = [tc.spawn(fn(n)) for n in sizes]
     return [await t for t in tasks]
+
+
+async def crunch_timed(n: int) -> tuple[float, ...]:
+    """:func:`crunch`, returning when it ran: (monotonic start, end; its thread's CPU and
+    run-queue wait in seconds at start, at end, from ``/proc/self/task/TID/schedstat``)."""
+    import threading
+    import time
+
+    import tinycoro as tc
+
+    def schedstat() -> tuple[float, float]:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            cpu_ns, wait_ns = f.read().split()[:2]
+        return int(cpu_ns) / 1e9, int(wait_ns) / 1e9
+
+    t0 = time.monotonic()
+    cpu0, wait0 = schedstat()
+    y = tc.yield_now
+    x = 0
+    for i in range(n):
+        x = (x * 31 + i) % 1_000_003
+        await y()
+    cpu1, wait1 = schedstat()
+    return t0, time.monotonic(), cpu0, cpu1, wait0, wait1
+
+
+def phases_of(t0: float, t1: float, timed: list[tuple[float, ...]]) -> dict[str, float]:
+    """One round's phases (seconds) from its wall clock bounds *t0*, *t1* and the
+    :func:`crunch_timed` results of its tasks, all run by one context thread."""
+    start, end = min(t[0] for t in timed), max(t[1] for t in timed)
+    cpu = max(t[3] for t in timed) - min(t[2] for t in timed)
+    queued = max(t[5] for t in timed) - min(t[4] for t in timed)
+    return {"in": start - t0, "run": end - start, "cpu": cpu, "runqueue": queued,
+            "gil": end - start - cpu - queued, "out": t1 - end, "total": t1 - t0}
 
 
 def crunch_plain(n: int) -> int:
@@ -331,7 +373,52 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
             _submit_case(cfg, cluster, why)]
 
 
+def phases_main(rounds: int, total: int = 400_000, parts: int = 8) -> None:
+    """Print the median phases (see the module's docstring) of *rounds* rounds per variant,
+    the variants alternating round by round."""
+    import statistics
+
+    import tinycoro.cluster as tcc
+
+    sizes = _split(total, parts)
+
+    async def local() -> list[tuple[float, ...]]:
+        tasks = [tc.spawn(crunch_timed(n)) for n in sizes]
+        return [await t for t in tasks]
+
+    cluster = tcc.start(1, contexts=1)
+    try:
+        eid = cluster.engines[0].id
+
+        def submits() -> list[tuple[float, ...]]:
+            tasks = [cluster.submit(crunch_timed, n, engine=eid) for n in sizes]
+            return [t.result(timeout=600) for t in tasks]
+
+        variants: dict[str, Callable[[], list[tuple[float, ...]]]] = {
+            LOCAL: lambda: run_tc(local(), 1),
+            f"{ONE}, a submit per task": submits,
+            f"{ONE}, 1 submit": lambda: cluster.submit(fan_out, crunch_timed, sizes,
+                                                       engine=eid).result(timeout=600),
+        }
+        got: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
+        for _ in range(rounds):
+            for name, fn in variants.items():
+                t0 = time.monotonic()
+                timed = fn()
+                got[name].append(phases_of(t0, time.monotonic(), timed))
+        print(f"{total // 1000}k yields in {parts} tasks, medians of {rounds} rounds, ms")
+        for name, rows in got.items():
+            cells = "  ".join(f"{k} {1e3 * statistics.median(r[k] for r in rows):7.2f}"
+                              for k in rows[0])
+            print(f"{name:38s} {cells}")
+    finally:
+        cluster.stop()
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["worker"]:
-        raise SystemExit("usage: python -m benchmarks.w_cluster worker")
-    worker_main()
+    if sys.argv[1:2] == ["phases"]:
+        phases_main(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
+    elif sys.argv[1:] == ["worker"]:
+        worker_main()
+    else:
+        raise SystemExit("usage: python -m benchmarks.w_cluster worker | phases [rounds]")
