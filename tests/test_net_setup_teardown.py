@@ -190,7 +190,7 @@ def test_a_stream_has_no_attribute_dict_until_given_one():
 
 
 def test_a_streams_acyclic_parts_are_not_tracked():
-    # The receive token (a set of one int) and the stream's weak reference (no callback) can
+    # The receive token (a list of one int) and the stream's weak reference (no callback) can
     # be in no cycle: where compiled, the collector's full collections do not walk them.
     from tinycoro.compiled import is_compiled
     from tinycoro.net import stream
@@ -219,9 +219,13 @@ def test_a_streams_acyclic_parts_are_not_tracked():
 # the task, its coroutine, context and bound send. The parked recv's generator and closure
 # went when the recv call became its own iterator (measured 17.96 compiled, 17.94 pure). The
 # compiled stream takes its receive token and weak reference out of the collector's view (they
-# can be in no cycle): 15.96 compiled. Keyed by whether the streams received through the
-# multishot (compiled only); the single recv's, compiled (TINYCORO_MULTISHOT=0) or not, 17.93.
-_TRACKED_PER_STREAM = {True: 16, False: 18}
+# can be in no cycle): 15.96 compiled; 15.0 once each task's bound send went. The multishot's
+# queue keeps its first chunk in a field and makes a deque only for a second one (a deque was
+# 624 bytes even empty): 14.0. The batched sendall's RingSend comes from a free list while
+# the send is in flight, where each stream's op kept one: 13.0. Keyed by whether the streams
+# received through the multishot (compiled only); the single recv's, compiled
+# (TINYCORO_MULTISHOT=0) or not, 16.9.
+_TRACKED_PER_STREAM = {True: 13, False: 17}
 
 
 def _tracked_per_open_stream(n: int) -> tuple[float, bool]:
