@@ -190,7 +190,7 @@ def test_a_stream_has_no_attribute_dict_until_given_one():
 
 
 def test_a_streams_acyclic_parts_are_not_tracked():
-    # The receive token (a set of one int) and the stream's weak reference (no callback) can
+    # The receive token (a list of one int) and the stream's weak reference (no callback) can
     # be in no cycle: where compiled, the collector's full collections do not walk them.
     from tinycoro.compiled import is_compiled
     from tinycoro.net import stream
@@ -212,16 +212,18 @@ def test_a_streams_acyclic_parts_are_not_tracked():
 # and at 10,000 connections full collections were most of the server's CPU
 # (docs/benchmarks-profiles.md, "The connection-count axis"). Measured 21.96 and 18.93 before
 # the accepted socket object, the multishot's bound abort method and each task's empty joiner
-# list went; what is left: the stream, PendingOps and its dict, the receive token, the stream's
-# weak reference, the multishot with its deque and parking ticket, the spare recv call and
-# sendall op and their lists, the spare sendall's RingSend (kept once a send has joined a
-# batch: one per stream, where a generator and its closure were made per batched request);
-# the task, its coroutine, context and bound send. The parked recv's generator and closure
-# went when the recv call became its own iterator (measured 17.96 compiled, 17.94 pure). The
-# compiled stream takes its receive token and weak reference out of the collector's view (they
-# can be in no cycle): 15.96 compiled. Keyed by whether the streams received through the
-# multishot (compiled only); the single recv's, compiled (TINYCORO_MULTISHOT=0) or not, 17.93.
-_TRACKED_PER_STREAM = {True: 16, False: 18}
+# list went. The parked recv's generator and closure went when the recv call became its own
+# iterator (measured 17.96 compiled, 17.94 pure). The compiled stream takes its receive token
+# and weak reference out of the collector's view (they can be in no cycle): 15.96 compiled;
+# 14.98 measured before the next step. The multishot's queue keeps its first chunk in a field
+# and makes a deque only for a second one (a deque was 624 bytes even empty), and the batched
+# sendall's RingSend comes from a free list while the send is in flight, where each stream's
+# spare op kept one for good: 12.98 compiled, 16.96 pure (15.96 compiled with
+# TINYCORO_MULTISHOT=0). What is left: the stream, PendingOps and its dict, the multishot and
+# its parking ticket, the spare recv call and sendall op and their lists; the task, its
+# coroutine and context. Keyed by whether the streams received through the multishot
+# (compiled only).
+_TRACKED_PER_STREAM = {True: 13, False: 17}
 
 
 def _tracked_per_open_stream(n: int) -> tuple[float, bool]:

@@ -92,12 +92,18 @@ class MultishotRecv(InlineOp):
     an old kernel) the recv is the single one of :class:`~tinycoro.net.ops.RecvOp`.
     """
 
-    __slots__ = ("queue", "queued", "offset", "armed", "stopping", "engine", "waiter",
+    __slots__ = ("head", "rest", "queued", "offset", "armed", "stopping", "engine", "waiter",
                  "ticket", "token", "owner", "waited", "was_armed", "broken", "lock")
 
     def __init__(self, stream: Any) -> None:
         self._fill_for(stream._ops, uring.prep_recv_multishot, (stream._fd,))
-        self.queue: collections.deque[Any] = collections.deque()
+        # The queue of what arrived and no recv has taken yet: its first item, then a deque of
+        # the rest, made the first time a second item is queued. A deque per stream was
+        # 624 bytes even empty and one more object for every full collection to walk; at
+        # 64 B request/response a stream's queue holds at most one chunk at a time.
+        # Invariant: head is None => the queue is empty (rest is None or empty).
+        self.head: Any = None
+        self.rest: collections.deque[Any] | None = None
         self.queued = 0  # bytes in the queue, not yet read
         self.offset = 0  # bytes of the queue's first chunk already read
         self.armed = False  # the multishot is in the kernel (on self.engine's ring)
@@ -158,25 +164,25 @@ class MultishotRecv(InlineOp):
             self.lock.acquire()
         if self.broken is None:  # else the stream has a hole: nothing after it is returned
             if data is not None:
-                self.queue.append(data)
+                self._push(data)
                 self.queued += len(data)
                 if more and self.queued > QUEUE_LIMIT and not self.stopping:
                     self.stopping = stop = True
             elif res == 0:
-                self.queue.append(b"")  # EOF
+                self._push(b"")  # EOF
             elif res == _ENOBUFS:
                 # The ring's provided buffers ran out: the kernel ended the multishot (not an
                 # error; the next recv that empties the queue arms it again). Counted here, the
                 # one place that knows buffers, in the context's statistics (multishot_enobufs).
                 if not more:
                     self.engine.nobufs_endings += 1  # the engine's own counter: its thread
-            elif res == _EINVAL and not self.queue and not self.queued:
+            elif res == _EINVAL and self.head is None and not self.queued:
                 # The kernel has the buffer ring (5.19) but not the multishot recv (6.0): this
                 # ring receives with single recvs from now on; the waiting recv takes that path.
                 refused = True
             elif res < 0 and res != _ECANCELED:
-                self.queue.append(res)  # an error, raised when a recv reaches it
-            if more and self.queue:
+                self._push(res)  # an error, raised when a recv reaches it
+            if more and self.head is not None:
                 waiter = self.waiter
                 self.waiter = None
         if fence.FREE_THREADED:
@@ -201,7 +207,7 @@ class MultishotRecv(InlineOp):
                 self.lock.release()
             return
         self.broken = exc
-        self.queue.append(exc)  # after the good bytes; _take never pops it
+        self._push(exc)  # after the good bytes; _take never pops it
         if self.armed and not self.stopping and self.engine is not None:
             self.stopping = True
             stop = self.engine
@@ -241,23 +247,38 @@ class MultishotRecv(InlineOp):
         token = self.token
         try:
             token.pop()
-        except KeyError:  # a recv runs: it ends on the close; the collector frees the rest
+        except IndexError:  # a recv runs: it ends on the close; the collector frees the rest
             return
         self.ticket = None
-        token.add(0)
+        token.append(0)
 
     # -- the recv --------------------------------------------------------------------------------
+    def _push(self, item: Any) -> None:
+        """*item* at the end of the queue (as one step with the recv's look and take: under
+        ``lock`` on a free-threaded build)."""
+        if self.head is None:
+            self.head = item
+            return
+        rest = self.rest
+        if rest is None:
+            rest = self.rest = collections.deque()
+        rest.append(item)
+
+    def _pop(self) -> None:
+        """The queue's first item off it: the next one, if any, becomes its head."""
+        rest = self.rest
+        self.head = rest.popleft() if rest else None
+
     def _take(self, want: int) -> bytes:
         """Up to *want* bytes of what is queued, or the error queued in their place.
 
         A chunk read in parts is sliced from ``offset``, so each byte is copied once; queued
         chunks that fit are joined (one recv returns what is there, as a single recv returns
         what the socket holds), stopping at an error or EOF, which the next recv reaches."""
-        queue = self.queue
-        item = queue[0]
+        item = self.head
         if type(item) is not bytes:
             if type(item) is int:
-                queue.popleft()
+                self._pop()
                 raise self._failure(item)
             if isinstance(item, BaseException):
                 raise _broken(item)  # stays queued: every later recv raises too
@@ -267,16 +288,16 @@ class MultishotRecv(InlineOp):
             self.offset = start + want
             self.queued -= want
             return item[start:start + want]
-        queue.popleft()
+        self._pop()
         self.offset = 0
         first = item[start:] if start else item
-        if left == want or not left or not queue:
+        if left == want or not left or self.head is None:
             self.queued -= left
             return first
         parts = [first]
         got = left
-        while queue and got < want:
-            item = queue[0]
+        while self.head is not None and got < want:
+            item = self.head
             if type(item) is not bytes or not item:
                 break  # an error or EOF: the next recv reaches it
             n = len(item)
@@ -286,7 +307,7 @@ class MultishotRecv(InlineOp):
                 parts.append(item[:n])
                 got = want
                 break
-            queue.popleft()
+            self._pop()
             parts.append(item)
             got += n
         self.queued -= got
@@ -304,7 +325,7 @@ class MultishotRecv(InlineOp):
                 if self.waited:
                     raise ClosedResourceError(CLOSED_WHILE_WAITING)
                 raise pending._error()
-            if self.queue:
+            if self.head is not None:
                 # Bytes queued when the recv began: it completes without suspending, and
                 # spends one unit of the engine's budget (rule 16); at zero it yields once
                 # first, so a task that reads queued bytes in a loop (recv(1) over a 64 KiB
@@ -328,7 +349,7 @@ class MultishotRecv(InlineOp):
             if fence.FREE_THREADED:
                 self.lock.acquire()
             try:
-                if self.queue:
+                if self.head is not None:
                     again = True  # queued meanwhile: loop to take it
                 elif self.armed:
                     if (engine is not self.engine or want >= QUEUE_LIMIT) and not self.stopping:
@@ -359,7 +380,7 @@ class MultishotRecv(InlineOp):
                 continue
             if stop is not None:
                 stop.call_soon(_stop_multishot, stop, self)
-            if (self.queue or not self.armed) and waiter is not None and self._take_waiter() is not None:
+            if (self.head is not None or not self.armed) and waiter is not None and self._take_waiter() is not None:
                 continue
             return _PARK
 
@@ -370,7 +391,7 @@ class MultishotRecv(InlineOp):
         token = self.token
         try:
             token.pop()
-        except KeyError:
+        except IndexError:
             raise already_receiving(self.pending, self.owner) from None
         # Looked up once: a task runs on one context for life (rule 1), and a recv awaited
         # outside any (an asyncio task) stays there.
@@ -396,7 +417,7 @@ class MultishotRecv(InlineOp):
                 finally:
                     self.waiter = None
         finally:
-            token.add(0)
+            token.append(0)
 
     def _take_locked(self, want: int) -> bytes:
         """:meth:`_take`, as one step with the completions that append and count (under
@@ -565,7 +586,7 @@ class RecvCall(Op):
                     return self._forward(None, None)
                 try:
                     ms.token.pop()
-                except KeyError:
+                except IndexError:
                     raise already_receiving(ms.pending, ms.owner) from None
                 self.held = True
                 self.engine = engine
@@ -621,7 +642,7 @@ class RecvCall(Op):
         self.state = _IDLE
         if self.held:
             self.held = False
-            self.ms.token.add(0)
+            self.ms.token.append(0)
         spare = self.spare
         if spare is not None and not spare:
             spare.append(self)

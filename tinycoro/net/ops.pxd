@@ -29,7 +29,6 @@ cdef class SendallOp(InlineOp):
     cdef public object owner
     cdef public object sock
     cdef public bint once
-    cdef public object waiting
 
     cdef bint _sent(self, Py_ssize_t res) except -1
     cdef Py_ssize_t _send_inline(self) except -1
@@ -47,6 +46,8 @@ cdef object _send_step(object ring_send, object value)
 cdef object _send_result(object ring_send)
 
 cdef int _IDLE, _HANDED, _WAITING
+cdef list _ring_sends
+cdef Py_ssize_t _RING_SENDS_KEPT
 
 cdef class AcceptOp(ResourceOp):
     cdef public object listener

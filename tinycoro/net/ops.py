@@ -121,7 +121,7 @@ class RecvOp(ResourceOp):
         pending = self.pending
         try:
             token.pop()
-        except KeyError:
+        except IndexError:
             raise already_receiving(pending, self.owner) from None
         try:
             engine = self._enter()
@@ -139,7 +139,7 @@ class RecvOp(ResourceOp):
             # copied before the token goes back: the next recv reuses the buffer
             return bytes(self.view[:res])
         finally:
-            token.add(0)
+            token.append(0)
 
 
 class BulkRecvOp(InlineOp):
@@ -173,12 +173,12 @@ class BulkRecvOp(InlineOp):
         token = self.token
         try:
             token.pop()
-        except KeyError:
+        except IndexError:
             raise already_receiving(self.pending, self.owner) from None
         try:
             return (yield from self.receive(_local.engine))
         finally:
-            token.add(0)
+            token.append(0)
 
     def receive(self, engine: Any) -> Generator[Any, Any, bytes]:
         """The recv, for a caller that holds the stream's receive token (its own await, or the
@@ -250,7 +250,7 @@ class SendallOp(InlineOp):
     have their own.
     """
 
-    __slots__ = ("spare", "owner", "sock", "once", "waiting")
+    __slots__ = ("spare", "owner", "sock", "once")
 
     def __init__(
         self, stream: Any, data: Any, spare: list | None = None, owner: Any = None,
@@ -263,7 +263,6 @@ class SendallOp(InlineOp):
         self.owner = owner
         self.sock = stream._sock
         self.once = once
-        self.waiting: Any = None  # its RingSend, made at the first send that joins a batch
 
     def describe(self) -> str:
         args = self.args
@@ -297,12 +296,13 @@ class SendallOp(InlineOp):
             # RingSend, not a generator: with many connections a generator per request lived
             # until the batch's CQE, was promoted by the young collections of the turn, and
             # filled the oldest generation (docs/benchmarks-profiles.md, "The
-            # connection-count axis").
-            waiting = self.waiting
-            if waiting is None or waiting.op is not None:
+            # connection-count axis"). Taken from the free list the module keeps, not kept
+            # by the op: one per stream was one more object per open connection for every
+            # full collection to walk, where only the sends of a turn's batch need one.
+            try:
+                waiting = _ring_sends.pop()  # one C call: atomic under the GIL, or the list's lock
+            except IndexError:
                 waiting = RingSend()
-                if self.waiting is None:
-                    self.waiting = waiting
             try:
                 self._enter_on(engine)
             except BaseException:
@@ -391,6 +391,10 @@ class SendallOp(InlineOp):
         return False
 
 
+# The RingSends not in use, for any context's sendall to take (SendallOp.__await__); at most
+# _RING_SENDS_KEPT, as many as a few turns' batches of sends, so that a burst leaves no pile.
+_ring_sends: list = []
+_RING_SENDS_KEPT = 1024
 # Where a RingSend's steps are (RingSend.state)
 _IDLE = 0  # not awaited
 _HANDED = 1  # its sendall's __await__ entered the op and returned it: not yet yielded
@@ -403,7 +407,8 @@ class RingSend:
     keeps and reuses, so that a request allocates no generator (class doc of
     ``multishot.RecvCall``, which does the same for the recv). It yields the op until all of
     the data went out, then ends the await with None; a throw or close ends the send as the
-    generator's ``finally`` does. Holds its op only while awaited (no cycle at rest)."""
+    generator's ``finally`` does. Holds its op only while awaited (no cycle at rest), and
+    goes back to the module's free list when its send is over."""
 
     __slots__ = ("op", "state")
 
@@ -464,6 +469,10 @@ class RingSend:
         self.state = _IDLE
         self.op = None
         op._release()
+        # Its await takes nothing more from it (the step that ended returns it only to be
+        # told apart from an op): another send may take it now.
+        if len(_ring_sends) < _RING_SENDS_KEPT:
+            _ring_sends.append(self)
 
 
 def _send_step(ring_send: Any, value: Any) -> Any:

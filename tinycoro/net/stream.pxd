@@ -19,7 +19,7 @@ cdef class _StreamCore:
     cdef public list _recv_spare
     cdef public list _send_spare
     cdef public object _ref
-    cdef public set _recv_token
+    cdef public list _recv_token
 
     # typed locals: the spare sendall's args are written as a C field
     @cython.locals(spare=list)

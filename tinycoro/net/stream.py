@@ -54,7 +54,7 @@ class _StreamCore:
     _recv_spare: list
     _send_spare: list
     _ref: weakref.ref
-    _recv_token: set
+    _recv_token: list
 
     def recv(self, max_bytes: int = _RECV_BUFFER) -> Awaitable[bytes]:
         """At most *max_bytes* bytes as soon as any arrive; ``b""`` once the peer has closed.
@@ -122,12 +122,14 @@ class Stream(_StreamCore, SocketBase):
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
         # (a flag tested, then set, is not). The right to receive is a token, the one element
-        # of this set (the idiom of sync/mutex.py): ``pop()`` takes it (KeyError when another
-        # task holds it), ``add(0)`` gives it back. Each is a single C call on a one-element
-        # set, atomic under the GIL, so of two threads that pop at once exactly one gets it.
-        # A threading.Lock did the same for ~200 ns more per recv (acquire + release).
+        # of this list (as the set of sync/mutex.py): ``pop()`` takes it (IndexError when
+        # another task holds it), ``append(0)`` gives it back. Each is a single C call on a
+        # one-element list, atomic under the GIL (and under the list's own lock where there
+        # is none), so of two threads that pop at once exactly one gets it. A threading.Lock
+        # did the same for ~200 ns more per recv (acquire + release); a one-element set was
+        # 216 bytes per connection, the list is 64.
         # It holds only an int, so it can be in no cycle: the collector need not walk it.
-        self._recv_token = _untrack.untracked({0})
+        self._recv_token = _untrack.untracked([0])
         # The recv op is made once (with the buffer, by the first single recv) and reused
         # while max_bytes stays the same: building one cost ~0.5 us per recv here, about 5 %
         # of an echo request's Python time. Reusing it is safe: the holder of the token owns
