@@ -387,9 +387,10 @@ cdef enum:
 
 # Shared with the pure-Python ring; from their own module, so that importing this one never
 # imports tinycoro.uring (which loads this one): no import cycle.
-from tinycoro._ringdefs import RingBusy, SKIP_UD
+from tinycoro._ringdefs import MULTI_UD_TAG, RingBusy, SKIP_UD
 
 cdef unsigned long long _SKIP_UD = SKIP_UD
+cdef unsigned long long _MULTI_UD_TAG = MULTI_UD_TAG
 
 
 # -- the objects some operations point the kernel at ---------------------------------------------
@@ -940,7 +941,9 @@ cdef class RingCore:
             res = cqe.res
             flags = cqe.flags
             key = ud
-            if standing:  # a multishot recv is in the kernel: is this one of its CQEs?
+            # a multishot recv is in the kernel and this CQE has the tag of one (RingOwner.arm):
+            # is it one of its CQEs? A send's CQE, untagged, is not looked up there at all
+            if ud & _MULTI_UD_TAG and standing:
                 # WithError: PyDict_GetItem saves and restores the thread's exception state
                 # around every look-up (~60 instructions); an int key's hash and compare
                 # cannot fail, so there is nothing for it to preserve

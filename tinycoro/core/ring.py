@@ -47,7 +47,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional, Protocol
 
-from .. import compiled, uring
+from .. import _ringdefs, compiled, uring
 from . import fence
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
@@ -56,6 +56,7 @@ log = logging.getLogger("tinycoro")
 _prep_cancel = uring.prep_cancel
 _prep_close = uring.prep_close
 _SKIP_UD = uring.SKIP_UD
+_MULTI_UD_TAG = _ringdefs.MULTI_UD_TAG
 # Whether the owner holds ``RingOwner._flight_lock`` while ops leave the table: without the GIL
 # (a field read is not one step), and interpreted (a refill is several bytecodes, between which
 # the GIL may switch); not compiled under the GIL (RingOwner.describe_inflight says why).
@@ -178,7 +179,9 @@ class RingOwner:
         self.unsubmitted = 0
         self.own_inflight = 0
         self.ops = 0
-        self._ids = itertools.count(_SKIP_UD + 1)  # op ids; SKIP_UD marks our own SQEs
+        # op ids: even, so that an armed op's is the next one with MULTI_UD_TAG (bit 0) set;
+        # SKIP_UD (1) marks our own SQEs
+        self._ids = itertools.count(2 * _MULTI_UD_TAG, 2 * _MULTI_UD_TAG)
         self._done: list[tuple[Any, int]] = []  # what the ring's complete() hands back
         self.standing: dict[int, Any] = {}
         self._shots: list[Any] = []  # the multishot CQEs complete() hands back, 4 entries each
@@ -203,10 +206,11 @@ class RingOwner:
         raise NotImplementedError
 
     # -- submission ----------------------------------------------------------------------------
-    def _enter(self, op: Any, waiter: Any) -> BaseException | None:
-        """Queue *op*'s SQE under a fresh user_data and put it in the table with *waiter* as
-        ``op.task``. Returns what its prep raised (the op is then not in flight), else None."""
-        op.ud = ud = next(self._ids)
+    def _enter(self, op: Any, waiter: Any, tag: int = 0) -> BaseException | None:
+        """Queue *op*'s SQE under a fresh user_data (with the bits of *tag* set) and put it in
+        the table with *waiter* as ``op.task``. Returns what its prep raised (the op is then
+        not in flight), else None."""
+        op.ud = ud = next(self._ids) | tag
         try:
             self.ring.queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
@@ -259,7 +263,7 @@ class RingOwner:
         """Start *op*, a :class:`MultiOp`, with no task as its waiter: its CQEs go to its
         ``completion`` until the last. *rearm*: an earlier run of it has ended (counted in
         ``rearms``). Returns what its prep raised (then it is not in flight), else None."""
-        error = self._enter(op, None)
+        error = self._enter(op, None, _MULTI_UD_TAG)  # the ring's reap looks for the tag
         if error is None:
             self.standing[op.ud] = op
             if rearm:
