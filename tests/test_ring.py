@@ -342,14 +342,16 @@ def test_complete_tells_the_owners_standing_ops_apart():
     # The owner's standing table (its multishots, also in inflight) is the one record of
     # which ops complete many times: a CQE of one goes to shots, uncounted, and its last CQE
     # (no IORING_CQE_F_MORE: here a NOP's) takes the op out of both tables. A plain op's CQE
-    # goes to done as ever.
+    # goes to done as ever. A multishot's user_data has MULTI_UD_TAG (RingOwner.arm gives
+    # it), and the ring looks only such CQEs up in the standing table.
     multi, plain = _Opaque(), _Opaque()
+    ud = uring.MULTI_UD_TAG | 70
     ring = uring.CRing(8)
     try:
-        inflight = {70: multi, 71: plain}
-        standing = {70: multi}
-        ring.queue(uring.prep_nop, (), 70)
-        ring.queue(uring.prep_nop, (), 71)
+        inflight = {ud: multi, 72: plain}
+        standing = {ud: multi}
+        ring.queue(uring.prep_nop, (), ud)
+        ring.queue(uring.prep_nop, (), 72)
         ring.submit()
         done: list = []
         shots: list = []
@@ -442,3 +444,44 @@ def test_a_ring_dropped_unclosed_releases_every_kernel_resource(ring_cls):
     if buffers:  # a leak of the eight buffer rings would add their whole pools
         pool = uring.MULTISHOT_BUFFERS * uring.MULTISHOT_BUFFER_SIZE
         assert _address_space() - before < rings * pool // 2
+
+
+
+@pytest.mark.parametrize("contexts", [1, 2, 4])
+def test_only_an_armed_op_gets_the_multishot_tag(contexts):
+    # The compiled ring's reap looks a CQE up among the owner's multishots only when its
+    # user_data has MULTI_UD_TAG: RingOwner.arm must give it to every armed op (a stream's
+    # multishot recv) and no other op may have it, or a multishot's CQE would be taken for a
+    # one-shot's. Looked at from inside a task, while the server's recv is armed.
+    import tinycoro as tc
+    from tinycoro import lowlevel
+
+    tables: list[tuple[dict, dict]] = []
+
+    async def main() -> None:
+        lst = await tc.net.listen("127.0.0.1", 0)
+
+        async def serve() -> None:
+            conn = await lst.accept()
+            while data := await conn.recv(64):
+                await conn.sendall(data)
+                engine = lowlevel.current_engine()
+                tables.append((dict(engine.standing), dict(engine.inflight)))
+            await conn.close()
+
+        server = tc.spawn(serve())
+        client = await tc.net.connect("127.0.0.1", lst.port)
+        for _ in range(3):
+            await client.sendall(b"ping")
+            assert await client.recv(64) == b"ping"
+        await client.close()
+        await server
+        await lst.close()
+
+    tc.run(main(), contexts=contexts)
+    assert len(tables) == 3
+    for standing, inflight in tables:
+        assert all(ud & uring.MULTI_UD_TAG for ud in standing)
+        assert not any(ud & uring.MULTI_UD_TAG for ud in inflight if ud not in standing)
+    if uring.COMPILED and uring.multishot_wanted():
+        assert any(standing for standing, _ in tables)  # the recv was armed: the check saw it

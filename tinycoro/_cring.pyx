@@ -27,7 +27,7 @@ with the same results (``PyRing``): keep the two in step.
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
-from cpython.dict cimport PyDict_GetItem, PyDict_DelItem
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_DelItem
 from cpython.object cimport PyObject
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -387,9 +387,10 @@ cdef enum:
 
 # Shared with the pure-Python ring; from their own module, so that importing this one never
 # imports tinycoro.uring (which loads this one): no import cycle.
-from tinycoro._ringdefs import RingBusy, SKIP_UD
+from tinycoro._ringdefs import MULTI_UD_TAG, RingBusy, SKIP_UD
 
 cdef unsigned long long _SKIP_UD = SKIP_UD
+cdef unsigned long long _MULTI_UD_TAG = MULTI_UD_TAG
 
 
 # -- the objects some operations point the kernel at ---------------------------------------------
@@ -929,6 +930,7 @@ cdef class RingCore:
         cdef PyObject* found
         cdef object key
         cdef object data
+        cdef object op
         cdef uint16_t bid
         cdef bint more
         while True:
@@ -939,8 +941,13 @@ cdef class RingCore:
             res = cqe.res
             flags = cqe.flags
             key = ud
-            if standing:  # a multishot recv is in the kernel: is this one of its CQEs?
-                found = PyDict_GetItem(standing, key)
+            # a multishot recv is in the kernel and this CQE has the tag of one (RingOwner.arm):
+            # is it one of its CQEs? A send's CQE, untagged, is not looked up there at all
+            if ud & _MULTI_UD_TAG and standing:
+                # WithError: PyDict_GetItem saves and restores the thread's exception state
+                # around every look-up (~60 instructions); an int key's hash and compare
+                # cannot fail, so there is nothing for it to preserve
+                found = PyDict_GetItemWithError(standing, key)
                 if found is not NULL:
                     data = None
                     if flags & _CQE_F_BUFFER:
@@ -971,16 +978,16 @@ cdef class RingCore:
                     shots.append(more)
                     if not more:
                         PyDict_DelItem(standing, key)
-                        if PyDict_GetItem(inflight, key) is not NULL:
-                            PyDict_DelItem(inflight, key)
+                        inflight.pop(key, None)
                     continue
             io_uring_cqe_seen(ring, cqe)
             n += 1
-            found = PyDict_GetItem(inflight, key)
-            if found is NULL:
+            # one look-up that finds and removes (dict.pop), where a get and a delete took
+            # two: each hashes and compares a fresh int key (~250 instructions a look-up)
+            op = inflight.pop(key, None)
+            if op is None:
                 continue
-            done.append((<object>found, res))
-            PyDict_DelItem(inflight, key)
+            done.append((op, res))
 
     # -- the provided-buffer ring ---------------------------------------------------------------
     cdef void _pb_give(self, uint16_t bid) noexcept nogil:

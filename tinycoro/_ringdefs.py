@@ -11,13 +11,21 @@ from __future__ import annotations
 import os
 
 __all__ = [
-    "RingBusy", "SKIP_UD", "CQ_ENTRIES", "MULTISHOT_ENV", "MULTISHOT_BUFFERS", "MULTISHOT_BUFFER_SIZE",
+    "RingBusy", "SKIP_UD", "MULTI_UD_TAG", "CQ_ENTRIES", "MULTISHOT_ENV", "MULTISHOT_BUFFERS", "MULTISHOT_BUFFER_SIZE",
     "MULTISHOT_BUFFERS_ENV", "multishot_buffers", "multishot_wanted",
 ]
 
 #: user_data of an SQE whose preparation failed (``Ring.queue`` turns it into a NOP); a ring's
 #: owner uses it for its own SQEs too (cancel requests). 0 is not allowed by the binding.
 SKIP_UD = 1
+
+#: A bit set in the user_data of every operation that completes many times (``RingOwner.arm``)
+#: and of no other op: the compiled ring's reap looks a CQE up in the table of such operations
+#: only when its user_data has it, where it looked every CQE up there (a send's CQE too, a
+#: dict look-up of ~180 instructions that found nothing). The lowest bit: an owner numbers its
+#: ops with even numbers, so the ints stay small (a high bit made every multishot's key a
+#: three-digit int, slower to hash and compare). SKIP_UD has it too, and is never armed.
+MULTI_UD_TAG = 1
 
 
 class RingBusy(OSError):

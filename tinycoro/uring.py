@@ -24,7 +24,8 @@ reaps every ready CQE; for each whose user_data is a key of *inflight* (user_dat
 removes that entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one
 of the owner's own SQEs (``SKIP_UD``) and is only counted. A CQE whose user_data is a key of
 *standing* (the owner's multishot recvs, a subset of *inflight*; only the compiled ring queues
-them) goes to *shots* as four entries, ``op, res, data, more`` (no tuple per CQE: alive for
+them; their user_data, and no other, has ``MULTI_UD_TAG`` set, so a ring may look only those
+up there) goes to *shots* as four entries, ``op, res, data, more`` (no tuple per CQE: alive for
 the whole reap, they filled the collector's young generation at many connections), uncounted, already marked seen with its
 provided buffer given back; its last one (``more`` False) removes the op from *standing* and
 *inflight*. It returns how many CQEs it reaped, multishots' left out. The op
@@ -91,6 +92,7 @@ from ._ringdefs import (
     MULTISHOT_BUFFERS,
     MULTISHOT_BUFFERS_ENV,
     MULTISHOT_ENV,
+    MULTI_UD_TAG,
     SKIP_UD,
     RingBusy,
     multishot_buffers,
@@ -113,6 +115,7 @@ __all__ = [
     "IoUringUnavailable",
     "RingBusy",
     "SKIP_UD",
+    "MULTI_UD_TAG",
     "MULTISHOT_BUFFERS",
     "MULTISHOT_BUFFER_SIZE",
     "MULTISHOT_BUFFERS_ENV",

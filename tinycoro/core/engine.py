@@ -576,7 +576,7 @@ class Engine(RingOwner):
         # (_queue_failed). Keep the two in step.
         op.ud = ud = next(self._ids)
         try:
-            self.ring.queue(op.prep, op.args, ud)
+            self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:

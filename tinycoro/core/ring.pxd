@@ -24,6 +24,8 @@ cdef class RingOwner:
     cdef public Py_ssize_t nobufs_endings
     cdef public object completion_hook
     cdef public object _flight_lock
+    cdef readonly object _ring_queue  # ring.queue and ring.complete, bound once (ring.py)
+    cdef readonly object _ring_complete
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)

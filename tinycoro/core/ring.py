@@ -47,7 +47,7 @@ import sys
 import threading
 from typing import Any, Callable, Optional, Protocol
 
-from .. import compiled, uring
+from .. import _ringdefs, compiled, uring
 from . import fence
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
@@ -56,6 +56,7 @@ log = logging.getLogger("tinycoro")
 _prep_cancel = uring.prep_cancel
 _prep_close = uring.prep_close
 _SKIP_UD = uring.SKIP_UD
+_MULTI_UD_TAG = _ringdefs.MULTI_UD_TAG
 # Whether the owner holds ``RingOwner._flight_lock`` while ops leave the table: without the GIL
 # (a field read is not one step), and interpreted (a refill is several bytecodes, between which
 # the GIL may switch); not compiled under the GIL (RingOwner.describe_inflight says why).
@@ -170,15 +171,21 @@ class RingOwner:
 
     __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done",
                  "standing", "_shots", "rearms", "nobufs_endings", "completion_hook",
-                 "_flight_lock")
+                 "_flight_lock", "_ring_queue", "_ring_complete")
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
+        # The ring's two calls of every operation, bound once: compiled, ``self.ring.queue(...)``
+        # looked the method up on the ring's type at each call (~100 instructions an op)
+        self._ring_queue = ring.queue
+        self._ring_complete = ring.complete
         self.inflight: dict[int, Any] = {}
         self.unsubmitted = 0
         self.own_inflight = 0
         self.ops = 0
-        self._ids = itertools.count(_SKIP_UD + 1)  # op ids; SKIP_UD marks our own SQEs
+        # op ids: even, so that an armed op's is the next one with MULTI_UD_TAG (bit 0) set;
+        # SKIP_UD (1) marks our own SQEs
+        self._ids = itertools.count(2 * _MULTI_UD_TAG, 2 * _MULTI_UD_TAG)
         self._done: list[tuple[Any, int]] = []  # what the ring's complete() hands back
         self.standing: dict[int, Any] = {}
         self._shots: list[Any] = []  # the multishot CQEs complete() hands back, 4 entries each
@@ -203,12 +210,13 @@ class RingOwner:
         raise NotImplementedError
 
     # -- submission ----------------------------------------------------------------------------
-    def _enter(self, op: Any, waiter: Any) -> BaseException | None:
-        """Queue *op*'s SQE under a fresh user_data and put it in the table with *waiter* as
-        ``op.task``. Returns what its prep raised (the op is then not in flight), else None."""
-        op.ud = ud = next(self._ids)
+    def _enter(self, op: Any, waiter: Any, tag: int = 0) -> BaseException | None:
+        """Queue *op*'s SQE under a fresh user_data (with the bits of *tag* set) and put it in
+        the table with *waiter* as ``op.task``. Returns what its prep raised (the op is then
+        not in flight), else None."""
+        op.ud = ud = next(self._ids) | tag
         try:
-            self.ring.queue(op.prep, op.args, ud)
+            self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
@@ -259,7 +267,7 @@ class RingOwner:
         """Start *op*, a :class:`MultiOp`, with no task as its waiter: its CQEs go to its
         ``completion`` until the last. *rearm*: an earlier run of it has ended (counted in
         ``rearms``). Returns what its prep raised (then it is not in flight), else None."""
-        error = self._enter(op, None)
+        error = self._enter(op, None, _MULTI_UD_TAG)  # the ring's reap looks for the tag
         if error is None:
             self.standing[op.ud] = op
             if rearm:
@@ -301,9 +309,9 @@ class RingOwner:
         try:
             if _LOCKED_REAP:  # describe_inflight says why
                 with self._flight_lock:
-                    n = self.ring.complete(self.inflight, self.standing, done, shots)
+                    n = self._ring_complete(self.inflight, self.standing, done, shots)
             else:
-                n = self.ring.complete(self.inflight, self.standing, done, shots)
+                n = self._ring_complete(self.inflight, self.standing, done, shots)
         except BaseException:
             done.clear()  # pragma: no cover - the ring raises only on memory exhaustion
             shots.clear()
