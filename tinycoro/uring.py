@@ -23,8 +23,9 @@ The completion contract, the same for both rings: ``complete(inflight, standing,
 reaps every ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it
 removes that entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one
 of the owner's own SQEs (``SKIP_UD``) and is only counted. A CQE whose user_data is a key of
-*standing* (the owner's multishot recvs, a subset of *inflight*; only the compiled ring queues
-them) goes to *shots* as four entries, ``op, res, data, more`` (no tuple per CQE: alive for
+*standing* (a subset of *inflight*: the owner's ops armed with no task waiting, its multishot
+recvs, which only the compiled ring queues, and single ones such as a split read's back half)
+goes to *shots* as four entries, ``op, res, data, more`` (no tuple per CQE: alive for
 the whole reap, they filled the collector's young generation at many connections), uncounted, already marked seen with its
 provided buffer given back; its last one (``more`` False) removes the op from *standing* and
 *inflight*. It returns how many CQEs it reaped, multishots' left out. The op
@@ -601,12 +602,14 @@ class PyRing(_Lifecycle):
 
     def complete(self, inflight: dict, standing: dict, done: list, shots: list) -> int:
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
-        CQEs were reaped (the completion contract in the module doc). *standing* is always
-        empty and *shots* stays so: this ring queues no multishot.
+        CQEs were reaped (the completion contract in the module doc). This ring queues no
+        multishot, so what *standing* holds completes once (an op armed with no waiting task:
+        a split read's back half), and its one CQE is its last.
 
         For each CQE whose user_data is a key of *inflight*, the entry is removed and
-        ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
-        only counted. Nothing of the op is read or written here.
+        ``(op, res)`` appended to *done*, or, for a key of *standing*, that entry too and
+        ``op, res, None, False`` to *shots*, uncounted. Any other CQE is one of the owner's
+        own SQEs and is only counted. Nothing of the op is read or written here.
         """
         ring = self._ring
         cqe = self._cqe
@@ -616,7 +619,12 @@ class PyRing(_Lifecycle):
         append = done.append
         n = 0
         while peek(ring, cqe) == 0:
-            op = pop(cqe.user_data, None)
+            ud = cqe.user_data
+            op = pop(ud, None)
+            if op is not None and standing and standing.pop(ud, None) is not None:
+                shots.extend((op, cqe.res, None, False))
+                seen(ring, cqe)
+                continue
             if op is not None:
                 append((op, cqe.res))
             seen(ring, cqe)
