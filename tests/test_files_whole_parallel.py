@@ -272,3 +272,38 @@ def test_a_split_read_blocked_on_the_disk_is_one_task(contexts, split, tmp_path)
     assert got is None or got == data
     if seen is not None:
         assert len(seen) == 2 and reader in seen, seen
+
+
+def test_closing_the_file_ends_a_split_read_in_both_halves(contexts, split, tmp_path):
+    """A close from another task while both halves read from the disk ends the read with
+    ClosedResourceError (rule 10: the back half is pending on the file too), or with the
+    ValueError of a closed file at the front half's next chunk, or it finished first; either way nothing is left in flight and the scheduler stops clean."""
+    if not page_cache_fs(tmp_path):
+        pytest.skip("tmpfs keeps every page in the page cache")
+    data = os.urandom(16 * MiB)
+    path = tmp_path / "cold"
+    cached_file(path, data)
+    evict(path)
+
+    async def main():
+        from tinycoro.testing import wait_blocked
+
+        f = await tc.io.open(path)
+        t = tc.spawn(f.read())
+        try:
+            await wait_blocked(t)
+        except RuntimeError:
+            pass  # it finished before it was ever seen blocked
+        await f.close()
+        try:
+            return await t
+        except tc.ClosedResourceError:
+            return None  # ended while pending
+        except ValueError as e:  # a chunk of the front half started after the close
+            assert "closed file" in str(e)
+            return None
+
+    with tc.Scheduler(contexts) as s:
+        got = s.run_sync(main(), timeout=100)
+    assert got is None or got == data
+    assert all(c.io_inflight == 0 for c in s.stats().contexts)
