@@ -44,7 +44,8 @@ They are why the code below looks the way it does:
   negative errno is returned, not raised.
 * Every waiting call (``io_uring_wait_cqe`` and friends) holds the GIL for the whole wait: another
   Python thread is frozen meanwhile. A context therefore never waits in the binding; it registers
-  an eventfd with the ring and blocks in ``os.eventfd_read``, which releases the GIL.
+  an eventfd with the ring and blocks on it in its own sleep point, which releases the GIL
+  (``core/wakeword.wait``: a ``read(2)`` compiled, ``os.eventfd_read`` or ``select`` interpreted).
   Submitting holds it too: ``PyRing.submit`` goes through the binding and keeps the GIL for
   the whole ``io_uring_enter``; ``CRing.submit`` makes the system call itself, without it
   (``_submit_nogil`` in ``_cring.pyx`` says why the binding's ``nogil`` declaration is not
