@@ -69,7 +69,7 @@ class BackHalf(ResourceOp):
     between threads. In the file's :class:`~tinycoro.closing.PendingOps` while in flight, so
     closing the file cancels it (rule 10)."""
 
-    __slots__ = ("res", "done", "waiter", "engine", "ticket", "_settling")
+    __slots__ = ("res", "done", "waiter", "engine")
 
     def __init__(self, file: Any, view: memoryview, offset: int) -> None:
         # The prep is looked up here, not bound at import: a test wraps it.
@@ -79,12 +79,6 @@ class BackHalf(ResourceOp):
         self.done = False
         self.waiter: Any = None
         self.engine: Any = None
-        # Both tickets keep the reader parked until the completion (see _abort). At the
-        # result's wake an interrupt that came meanwhile is raised (undo: the count is moot);
-        # at the settling wait after a failure it is left for the next await, so the
-        # exception the read is raising is the one that leaves it.
-        self.ticket = Park(self._abort, self, _undo)
-        self._settling = Park(self._abort, self)
 
     def start(self) -> None:
         """Enter the file's pending set and start the read in the kernel now (not at the
@@ -134,11 +128,17 @@ class BackHalf(ResourceOp):
             self.engine.cancel_op(self)
         return False
 
+    # Both waits keep the reader parked until the completion (see _abort). At the result's
+    # wake an interrupt that came meanwhile is raised (undo: the count is moot); at the
+    # settling wait after a failure it is left for the next await, so the exception the read
+    # is raising is the one that leaves it. Each ticket is made for its wait and not kept: on
+    # the op, its bound abort would make a cycle that kept the buffer (the bytes the read
+    # returns) alive until the collector ran.
     async def result(self) -> int:
         """The read's byte count, once its completion is in (waiting for it if need be)."""
         if not self.done:
             self.waiter = _local.task
-            await park(self.ticket)
+            await park(Park(self._abort, self, _undo))
         return self.res
 
     async def settle(self) -> None:
@@ -151,7 +151,7 @@ class BackHalf(ResourceOp):
             return
         self.engine.cancel_op(self)
         self.waiter = _local.task
-        await park(self._settling)
+        await park(Park(self._abort, self))
 
 
 def whole_fill(file: Any, view: memoryview, offset: int) -> Awaitable[int]:
