@@ -28,6 +28,7 @@ wait, having drained the ring first.
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import Any, Awaitable
 
@@ -63,8 +64,8 @@ class BackHalf(ResourceOp):
     """The back half of a split read: one ring read started while its task runs on (a
     :class:`~tinycoro.core.ring.MultiOp` of one completion, armed on the task's own engine).
 
-    Its completion is kept here (``res``) and wakes the task when it is parked on
-    :attr:`ticket`. Everything runs on that engine's thread (rule 2): the task never leaves
+    Its completion is kept here (``res``) and wakes the task when it is parked waiting for it
+    (:meth:`result`, :meth:`settle`). Everything runs on that engine's thread (rule 2): the task never leaves
     its engine, and the engine reaps, delivers and cancels there, so no field is shared
     between threads. In the file's :class:`~tinycoro.closing.PendingOps` while in flight, so
     closing the file cancels it (rule 10)."""
@@ -102,7 +103,7 @@ class BackHalf(ResourceOp):
     def failed(self, exc: BaseException) -> None:
         """Not reached (completion does not raise); were it, the read fails, not hangs."""
         if not self.done:
-            self.completion(-5, None, False)  # -EIO
+            self.completion(-errno.EIO, None, False)
 
     def finished(self) -> None:
         pass
@@ -150,7 +151,10 @@ class BackHalf(ResourceOp):
         if self.done:
             return
         self.engine.cancel_op(self)
-        self.waiter = _local.task
+        task = _local.task
+        if task.abandoning():  # (unreached: drained first) the op in flight holds the buffer
+            return
+        self.waiter = task
         await park(Park(self._abort, self))
 
 
