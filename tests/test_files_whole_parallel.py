@@ -194,3 +194,116 @@ def test_cancel_a_cached_split_read_at_every_stage(contexts, split, tmp_path):
         assert s.run_sync(tc.io.read_file(path), timeout=60) == data
     assert None in outcomes
     assert split
+
+
+def _tasks_run(s) -> int:
+    return sum(c.tasks_run for c in s.stats().contexts)
+
+
+def test_a_split_read_is_done_by_its_caller_alone(contexts, split, tmp_path):
+    """Both halves are the caller's: no task of its own for the front half, so none that a
+    dashboard counts, that the stop protocol waits for, or that goes on copying into the
+    buffer after a cancelled read has returned. Whole reads and reads cancelled at every
+    stage finish exactly the tasks the test made."""
+    data = os.urandom(24 * MiB + 3)
+    path = tmp_path / "cached"
+    cached_file(path, data)
+
+    async def reads(s):
+        me = tc.current_task().id
+        assert await tc.io.read_file(path) == data
+        made = 0
+        for turns in range(8):
+            t = tc.spawn(tc.io.read_file(path))
+            made += 1
+            for _ in range(turns):
+                await tc.yield_now()
+            t.cancel()
+            try:
+                assert await t == data
+            except tc.Cancelled:
+                pass
+            # The read is over: nothing of it runs on, on this context or another
+            assert [i.id for i in s.tasks()] == [me], s.tasks()
+        return made
+
+    with tc.Scheduler(contexts) as s:
+        before = _tasks_run(s)
+        made = s.run_sync(reads(s), timeout=100)
+        after = s.run_sync(_count_tasks_run(s), timeout=60)
+    assert split, "no read was split: the test tested nothing"
+    # The run_sync task of reads(), the reads it spawned, and nothing else.
+    assert after - before == 1 + made
+
+
+async def _count_tasks_run(s) -> int:
+    return _tasks_run(s)
+
+
+def test_a_split_read_blocked_on_the_disk_is_one_task(contexts, split, tmp_path):
+    """While a split read waits on the disk, the scheduler holds the caller's task and the
+    reader's, no third one; and the cancel takes it back whole (Cancelled or the content)."""
+    if not page_cache_fs(tmp_path):
+        pytest.skip("tmpfs keeps every page in the page cache")
+    data = os.urandom(16 * MiB)
+    path = tmp_path / "cold"
+    cached_file(path, data)
+    evict(path)
+
+    async def main(s):
+        from tinycoro.testing import wait_blocked
+
+        t = tc.spawn(tc.io.read_file(path))
+        seen = None
+        try:
+            await wait_blocked(t)
+            seen = sorted(i.id for i in s.tasks())
+        except RuntimeError:
+            pass  # it finished before it was ever seen blocked
+        t.cancel()
+        try:
+            got = await t
+        except tc.Cancelled:
+            got = None
+        return seen, t.id, got
+
+    with tc.Scheduler(contexts) as s:
+        seen, reader, got = s.run_sync(main(s), timeout=100)
+    assert got is None or got == data
+    if seen is not None:
+        assert len(seen) == 2 and reader in seen, seen
+
+
+def test_closing_the_file_ends_a_split_read_in_both_halves(contexts, split, tmp_path):
+    """A close from another task while both halves read from the disk ends the read with
+    ClosedResourceError (rule 10: the back half is pending on the file too), or with the
+    ValueError of a closed file at the front half's next chunk, or it finished first; either way nothing is left in flight and the scheduler stops clean."""
+    if not page_cache_fs(tmp_path):
+        pytest.skip("tmpfs keeps every page in the page cache")
+    data = os.urandom(16 * MiB)
+    path = tmp_path / "cold"
+    cached_file(path, data)
+    evict(path)
+
+    async def main():
+        from tinycoro.testing import wait_blocked
+
+        f = await tc.io.open(path)
+        t = tc.spawn(f.read())
+        try:
+            await wait_blocked(t)
+        except RuntimeError:
+            pass  # it finished before it was ever seen blocked
+        await f.close()
+        try:
+            return await t
+        except tc.ClosedResourceError:
+            return None  # ended while pending
+        except ValueError as e:  # a chunk of the front half started after the close
+            assert "closed file" in str(e)
+            return None
+
+    with tc.Scheduler(contexts) as s:
+        got = s.run_sync(main(), timeout=100)
+    assert got is None or got == data
+    assert all(c.io_inflight == 0 for c in s.stats().contexts)

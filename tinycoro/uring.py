@@ -23,9 +23,10 @@ The completion contract, the same for both rings: ``complete(inflight, standing,
 reaps every ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it
 removes that entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one
 of the owner's own SQEs (``SKIP_UD``) and is only counted. A CQE whose user_data is a key of
-*standing* (the owner's multishot recvs, a subset of *inflight*; only the compiled ring queues
-them; their user_data, and no other, has ``MULTI_UD_TAG`` set, so a ring may look only those
-up there) goes to *shots* as four entries, ``op, res, data, more`` (no tuple per CQE: alive for
+*standing* (a subset of *inflight*: the owner's ops armed with no task waiting, its multishot
+recvs, which only the compiled ring queues, and single ones such as a split read's back half;
+their user_data, and no other, has ``MULTI_UD_TAG`` set, so a ring may look only those up there)
+goes to *shots* as four entries, ``op, res, data, more`` (no tuple per CQE: alive for
 the whole reap, they filled the collector's young generation at many connections), uncounted, already marked seen with its
 provided buffer given back; its last one (``more`` False) removes the op from *standing* and
 *inflight*. It returns how many CQEs it reaped, multishots' left out. The op
@@ -44,7 +45,8 @@ They are why the code below looks the way it does:
   negative errno is returned, not raised.
 * Every waiting call (``io_uring_wait_cqe`` and friends) holds the GIL for the whole wait: another
   Python thread is frozen meanwhile. A context therefore never waits in the binding; it registers
-  an eventfd with the ring and blocks in ``os.eventfd_read``, which releases the GIL.
+  an eventfd with the ring and blocks on it in its own sleep point, which releases the GIL
+  (``core/wakeword.wait``: a ``read(2)`` compiled, ``os.eventfd_read`` or ``select`` interpreted).
   Submitting holds it too: ``PyRing.submit`` goes through the binding and keeps the GIL for
   the whole ``io_uring_enter``; ``CRing.submit`` makes the system call itself, without it
   (``_submit_nogil`` in ``_cring.pyx`` says why the binding's ``nogil`` declaration is not
@@ -604,12 +606,14 @@ class PyRing(_Lifecycle):
 
     def complete(self, inflight: dict, standing: dict, done: list, shots: list) -> int:
         """Reap every ready CQE and resolve its user_data against *inflight*; return how many
-        CQEs were reaped (the completion contract in the module doc). *standing* is always
-        empty and *shots* stays so: this ring queues no multishot.
+        CQEs were reaped (the completion contract in the module doc). This ring queues no
+        multishot, so what *standing* holds completes once (an op armed with no waiting task:
+        a split read's back half), and its one CQE is its last.
 
         For each CQE whose user_data is a key of *inflight*, the entry is removed and
-        ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
-        only counted. Nothing of the op is read or written here.
+        ``(op, res)`` appended to *done*, or, for a key of *standing*, that entry too and
+        ``op, res, None, False`` to *shots*, uncounted. Any other CQE is one of the owner's
+        own SQEs and is only counted. Nothing of the op is read or written here.
         """
         ring = self._ring
         cqe = self._cqe
@@ -619,7 +623,12 @@ class PyRing(_Lifecycle):
         append = done.append
         n = 0
         while peek(ring, cqe) == 0:
-            op = pop(cqe.user_data, None)
+            ud = cqe.user_data
+            op = pop(ud, None)
+            if op is not None and standing and standing.pop(ud, None) is not None:
+                shots.extend((op, cqe.res, None, False))
+                seen(ring, cqe)
+                continue
             if op is not None:
                 append((op, cqe.res))
             seen(ring, cqe)

@@ -456,6 +456,16 @@ class Engine(RingOwner):
         self.ring.release_gil = self._peer_awake()
         RingOwner._submit(self)
 
+    def arm_now(self, op: Any) -> BaseException | None:
+        """:meth:`arm` *op* (a :class:`~tinycoro.core.ring.MultiOp`: its completion goes to
+        the op, no task suspends on it), and hand its SQE to the kernel now, not at the
+        turn's end: for a task that goes on working in this step while the kernel does *op*
+        (a split whole-file read's back half: tinycoro.io._parallel). Owner thread."""
+        error = self.arm(op)
+        if error is None:
+            self._submit()
+        return error
+
     def _found_work(self, ring: Any, draining: bool) -> bool:
         """The sleep point's look, with notifications on: True if there is something to do
         (the sleep is not needed). Completions already in the CQ are reaped here, whatever
