@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 
 import psutil
 import pytest
@@ -133,7 +134,38 @@ def test_an_unreachable_channel_keeps_the_ipyparallel_path_and_says_so(plain_clu
         cluster.stop()
 
 
+def test_stop_closes_the_channels_and_their_threads(plain_cluster):
+    _, client = plain_cluster
+    before = set(threading.enumerate())  # another cluster's channels may be open here
+    cluster = tc.cluster.connect(client)
+    ports = {int(where.rsplit(":", 1)[1]) for where in cluster.channels.values()}
+    assert ports and cluster.submit(h.add, 1, 1).result(T) == 2
+    assert [t for t in set(threading.enumerate()) - before if t.name.startswith("tinycoro-channel")]
+    cluster.stop()
+    assert not [t for t in set(threading.enumerate()) - before
+                if t.name.startswith("tinycoro-channel")]
+    mine = psutil.Process().net_connections(kind="tcp")
+    assert not [c for c in mine if c.raddr and c.raddr.port in ports]
+
+
+@pytest.mark.parametrize("contexts", [2, 4])
+def test_engines_of_several_contexts_serve_the_channel(contexts):
+    with cs.started_cluster(1, contexts=contexts, timeout=START) as (c, _):
+        assert list(c.channels) == [c.engines[0].id]
+
+        async def main():
+            return await tc.when_all(*(_awaited(c.submit(h.add, i, 1000)) for i in range(40)))
+
+        assert tc.run(main(), contexts=2) == [i + 1000 for i in range(40)]
+        assert len(c.stats()[c.engines[0].id].contexts) == contexts
+
+
+async def _awaited(remote):
+    return await remote
+
+
 def test_an_engine_killed_mid_task_fails_what_its_channel_carried(plain_cluster):
+    # last of those on plain_cluster: it leaves it one engine
     _, client = plain_cluster
     cluster = tc.cluster.connect(client)
     try:
