@@ -98,12 +98,14 @@ def test_stop_leaves_no_process_port_or_thread(cluster, threads_before, tmp_path
     ports = cs.listening_ports(alive)
     assert ports  # the controller listens (and the surviving engine's nanny)
     mark = tmp_path / "finally"
+    # the engine's task channel keeps a receive in flight: counted from there
+    base = sum(x.io_inflight for st in cluster.stats().values() for x in st.contexts)
     pending = cluster.submit(h.guarded_marking, str(mark))
     port = cs.free_port()
     with tc.Scheduler(1) as s:
         server = s.submit(cluster.serve(h.reply_pid, port))
         wait_until(lambda: sum(x.io_inflight for st in cluster.stats().values()
-                               for x in st.contexts) >= 2,
+                               for x in st.contexts) >= base + 2,
                    timeout=T, what="the engine to listen and the marking task to wait")
 
         cluster.stop()

@@ -17,7 +17,7 @@ Modules: :mod:`.api` (``Cluster``, ``start``, ``connect``, ``latest``), :mod:`.r
 clusters this process has), :mod:`.output` and :mod:`.homes` (a remote task's output at home,
 also its children's after it ended), :mod:`.shipped` (remote tracebacks read back to the cells), :mod:`.dashboard` (the seam to the
 notebook layer's dashboard), :mod:`.remote` (``RemoteTask``),
-:mod:`.engine` (what runs on each engine), :mod:`.local` (a local cluster's processes),
+:mod:`.engine` (what runs on each engine), :mod:`.channel` (the task channel), :mod:`.local` (a local cluster's processes),
 :mod:`.internals` (every private name of ipyparallel and ipykernel used, checked),
 :mod:`.progress`, :mod:`.watch`, :mod:`.messages`, :mod:`.errors`, :mod:`.info`.
 

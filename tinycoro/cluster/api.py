@@ -2,8 +2,11 @@
 Size: nearly all of it is the Cluster class, one handle whose parts (submit, map and serve,
 the probes, what comes back, stop) share its lock and its tables of engines and tasks.
 
-Everything travels over ipyparallel (rule 15: no process pool or protocol of our own);
-see :mod:`.messages` for the message shapes used. What a task is made of (its function and
+Engines, ``%px``, probes, cancels and the tasks' output travel over ipyparallel (rule 15);
+see :mod:`.messages` for the message shapes used. Submits and outcomes take each engine's task
+channel (:mod:`.channel`: a socket its scheduler serves, whose address ipyparallel hands over at
+start/connect), which skips the engine's shell and the controller; an engine whose channel cannot
+be reached keeps the ipyparallel path, said in a warning. What a task is made of (its function and
 arguments) travels by cloudpickle, as Dask ships functions: a function defined in a notebook
 travels with the globals it names. Two hooks into the ipyparallel client (through
 :mod:`.internals`, the one module that names ipyparallel's private parts) route what comes
@@ -32,6 +35,8 @@ import inspect
 import itertools
 import logging
 import os
+import pickle
+import socket
 import threading
 import time
 from functools import partial
@@ -45,6 +50,7 @@ from ..core.checks import check_int
 from ..core.stats import counted
 from ..sync import Event, Semaphore
 from . import engine as engine_side
+from .channel import ACK, OUTCOME, ChannelClient
 from .dashboard import refresher_factory
 from .errors import EngineLost
 from .info import EngineInfo, EngineLoad
@@ -66,6 +72,11 @@ T = TypeVar("T")
 START_TIMEOUT = 120.0  # engines may take 10-30 s to come up on a loaded machine
 STATS_TIMEOUT = 5.0  # an engine that does not answer a probe in this time is left out
 STOP_GRACE = 5.0  # seconds for cancelled remote tasks to unwind before the engines stop
+CHANNEL_ENV = "TINYCORO_CLUSTER_CHANNEL"  # "0": every engine keeps the ipyparallel path
+CHANNEL_HOST_ENV = "TINYCORO_CLUSTER_CHANNEL_HOST"  # where the engines' channels listen
+SENT_BY_CHANNEL = "tinycoro-channel"  # a task's msg_id once its batch left by the channel
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+_WILDCARD = ("0.0.0.0", "::", "")
 
 def _check_async_fn(fn: Any, what: str) -> None:
     if inspect.iscoroutine(fn):
@@ -113,18 +124,24 @@ class Cluster:
         self._refresher: Any = None  # the dashboards' refresher, made by dashboard()
         self._dashboard_lock = threading.Lock()
         self._probes: set[threading.Event] = set()  # the waits of probes in flight
+        self._channels: dict[int, ChannelClient] = {}  # by engine (under _lock)
         ids = list(client.ids)
         if not ids:
             raise RuntimeError("the ipyparallel cluster has no engines registered")
         registry.claim(client, self)  # claimed before the hooks go in
         try:
-            infos = client[ids].apply_async(engine_side.setup).get(timeout=timeout)
+            channel_host = (None if os.environ.get(CHANNEL_ENV, "1") == "0"
+                             else os.environ.get(CHANNEL_HOST_ENV, "127.0.0.1"))
+            infos = client[ids].apply_async(engine_side.setup, channel_host).get(timeout=timeout)
             for d in infos:
                 info = EngineInfo(int(d["id"]), str(d["host"]), int(d["pid"]))
                 self._known[info.id] = self._live[info.id] = info
                 self._by_engine[info.id] = set()
             self._seam.hook_iopub(self._on_iopub)
+            if channel_host is not None:
+                self._open_channels(infos)
         except BaseException:
+            self._close_channels()
             registry.unclaim(client, self)
             raise
         self._seam.on_registration(self._on_registration)
@@ -312,6 +329,16 @@ class Cluster:
         fns: dict[bytes, int] = {}  # each function once (map's items share one)
         items = [(task._token, fns.setdefault(fn_packed, len(fns)), args_packed)
                  for task, fn_packed, args_packed in entries]
+        with self._lock:
+            channel = self._channels.get(eid)
+        if channel is not None:
+            for task in tasks:  # before the send: a channel that closes meanwhile fails them
+                task.msg_id = SENT_BY_CHANNEL
+            try:
+                channel.send(pickle.dumps((list(fns), items), pickle.HIGHEST_PROTOCOL))
+            except OSError as e:
+                self._channel_closed(channel, f"{type(e).__name__}: {e}")
+            return
 
         # The reply takes the tasks out of this holder: ipyparallel keeps the request's future,
         # and the callbacks below with it, for the client's life; holding the tasks there kept
@@ -330,6 +357,97 @@ class Cluster:
                                       registered)
         except KeyError:  # ipyparallel saw it unregister before our watcher did
             self._engine_lost(eid, "it left the cluster")
+
+    # -- the task channels (.channel) -------------------------------------------------------------
+    def _open_channels(self, infos: list[dict]) -> None:
+        """Connect to each engine's task channel; an engine whose channel did not start or
+        cannot be reached keeps the ipyparallel path, and a warning says why."""
+        here = socket.gethostname()
+        for d in infos:
+            eid = int(d["id"])
+            address = d.get("channel")
+            if address is None:
+                why = d.get("channel_error", "the engine's tinycoro is too old for one")
+                self._no_channel(eid, why)
+                continue
+            address = dict(address)
+            if address["host"] in _WILDCARD:  # listening on every interface: its host's name
+                address["host"] = d["host"]
+            elif address["host"] in _LOOPBACK and d["host"] != here:
+                self._no_channel(eid, f"it listens on {address['host']} of host {d['host']} "
+                                      f"(set {CHANNEL_HOST_ENV} for engines on other hosts)")
+                continue
+            try:
+                channel = ChannelClient(eid, address, self._on_channel_entry,
+                                        partial(self._on_channel_closed, eid))
+            except OSError as e:
+                self._no_channel(eid, f"{address['host']}:{address['port']} cannot be reached "
+                                      f"({type(e).__name__}: {e})")
+                continue
+            with self._lock:
+                self._channels[eid] = channel
+
+    def _no_channel(self, eid: int, why: str) -> None:
+        log.warning("tinycoro.cluster: %s has no task channel (%s); its tasks go through "
+                    "ipyparallel", self.engine_name(eid), why)
+
+    @property
+    def channels(self) -> dict[int, str]:
+        """The engines whose tasks take the task channel, with its address; the others go
+        through ipyparallel's apply requests."""
+        with self._lock:
+            return {eid: c.where for eid, c in sorted(self._channels.items())}
+
+    def _on_channel_entry(self, entry: tuple) -> None:
+        """An ack or an outcome from an engine's channel (its reader thread)."""
+        if entry[0] == ACK:
+            _, tokens, replies = entry
+            for token, reply in zip(tokens, replies):
+                task = self._by_token.get(token)
+                if task is not None:
+                    task._acked(reply)
+        elif entry[0] == OUTCOME:
+            _, token, packed = entry
+            task = self._by_token.get(token)
+            if task is None:  # ended here meanwhile (lost, cancelled by stop)
+                return
+            try:
+                outcome = pickle.loads(packed)
+            except Exception as e:  # noqa: BLE001 - e.g. its class does not exist here
+                task._finish(None, TypeError(
+                    f"the result of {task.name!r} from {self.engine_name(task.engine)} could "
+                    f"not be unpacked here: {e!r}"))
+                return
+            task._resolve(outcome)
+
+    def _on_channel_closed(self, eid: int, why: str) -> None:
+        with self._lock:
+            channel = self._channels.get(eid)
+        if channel is not None:
+            self._channel_closed(channel, why)
+
+    def _channel_closed(self, channel: ChannelClient, why: str) -> None:
+        """*channel* ended under us: the tasks sent by it fail with EngineLost (their outcomes
+        could only have come that way); later submits to its engine take the ipyparallel path
+        (which says soon enough whether the engine itself is gone)."""
+        with self._lock:
+            if self._channels.get(channel.eid) is not channel:
+                return
+            del self._channels[channel.eid]
+            tasks = [t for t in self._by_engine.get(channel.eid, ())
+                     if t.msg_id == SENT_BY_CHANNEL]
+        if not self._stopped:
+            log.warning("tinycoro.cluster: the task channel of %s closed (%s); its tasks go "
+                        "through ipyparallel from now on", self.engine_name(channel.eid), why)
+        for t in tasks:
+            t._finish(None, t._lost(f"its task channel closed: {why}"))
+        channel.close()  # from its own reader thread too: close() does not wait for itself
+
+    def _close_channels(self) -> None:
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            channel.close()
 
     @staticmethod
     def _started(tasks: list[RemoteTask], reply: Any) -> None:
@@ -607,6 +725,7 @@ class Cluster:
             t._finished.wait(max(0.0, deadline - time.monotonic()))
         for t in pending:
             t._finish(None, Cancelled())
+        self._close_channels()  # after the grace: the cancelled tasks' outcomes come by them
         if self._watcher is not None:
             self._watcher.stop()
         self._seam.remove_registration(self._on_registration)

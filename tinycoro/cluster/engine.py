@@ -43,6 +43,7 @@ from ..combinators import when_all
 from ..core import Scheduler, Task, get_default_scheduler, spawn
 from ..net import listen
 from . import internals
+from .channel import OUTCOME, ChannelServer
 from .messages import (
     CONTROL_REPLY,
     CONTROL_REQUEST,
@@ -61,6 +62,9 @@ from .messages import (
 log = logging.getLogger("tinycoro")
 
 _agent: "Agent | None" = None
+# In the context of a task that came by the task channel: its token (see Agent._noted_output).
+_channel_token: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tinycoro_channel_task", default=None)
 _agent_lock = threading.Lock()
 
 
@@ -76,6 +80,9 @@ class Agent:
         # all of them in one message (:meth:`_send_outcomes`): (parent, buffers) each.
         self._outbox: list[tuple[dict, list]] = []
         self._outbox_lock = threading.Lock()
+        self._channels: set[ChannelServer] = set()  # one per start/connect (.channel)
+        self._channel_request: dict | None = None  # the parent its batches' tasks go under
+        self._printed: set[str] = set()  # tokens of running channel tasks that wrote output
         internals.add_control_handler(self.kernel, CONTROL_REQUEST, self._on_control)
 
     # -- scheduler ---------------------------------------------------------------------------
@@ -90,7 +97,9 @@ class Agent:
         return sched
 
     # -- tasks -------------------------------------------------------------------------------
-    def start_many(self, fns: list[bytes], items: list[tuple[str, int, bytes]]) -> list[Any]:
+    def start_many(self, fns: list[bytes], items: list[tuple[str, int, bytes]],
+                   request: dict | None = None,
+                   deliver: Callable[[tuple], None] | None = None) -> list[Any]:
         """Start the tasks of one request (the shell's main thread, inside the apply request):
         *items* are ``(token, index in fns, packed (args, kwargs))``; *fns* the packed functions
         they call, each once however many tasks call it. Per task, in order: its task id, or
@@ -115,13 +124,14 @@ class Agent:
                 continue
             try:
                 args, kwargs = pickle.loads(args_packed)
-                started.append(self._start(sched, token, request, fn, tuple(args), dict(kwargs)))
+                started.append(self._start(sched, token, request, fn, tuple(args), dict(kwargs),
+                                           deliver))
             except Exception as e:  # noqa: BLE001 - this task's failure, sent back as its outcome
                 started.append(error_outcome(e))
         return started
 
     def _start(self, sched: Scheduler, token: str, request: dict, fn: Callable[..., Any],
-               args: tuple, kwargs: dict) -> int:
+               args: tuple, kwargs: dict, deliver: Callable[[tuple], None] | None = None) -> int:
         """Start ``fn(*args, **kwargs)`` as a task of this engine's scheduler; its outcome is
         published when it ends. *request*: the apply request that carried it, without its buffers.
 
@@ -141,19 +151,71 @@ class Agent:
         # task's parent.
         ctx = contextvars.copy_context()
         ctx.run(internals.set_task_parents, self.kernel, parent, request)
+        if deliver is not None:
+            ctx.run(_channel_token.set, token)
         name = getattr(fn, "__qualname__", None) or repr(fn)
         with self._lock:  # _finished takes it too: the token is known before it can be removed
             task = sched.submit_watched(
-                coro, partial(self._finished, token, parent, ctx), name=name, context=ctx
+                coro, partial(self._finished, token, parent, ctx, deliver), name=name,
+                context=ctx
             )
             self._tasks[token] = task
         return task.id
 
-    def _finished(self, token: str, parent: dict, ctx: contextvars.Context, task: Task) -> None:
-        """Done callback (on the task's context thread): send the outcome home."""
+    def _finished(self, token: str, parent: dict, ctx: contextvars.Context,
+                  deliver: Callable[[tuple], None] | None, task: Task) -> None:
+        """Done callback (on the task's context thread): send the outcome home, by the
+        channel the task came on."""
         with self._lock:
             self._tasks.pop(token, None)
-        ctx.run(self._publish, token, parent, task)
+        if token in self._printed:
+            # What it printed goes by IOPub, and its outcome must not overtake it: it goes the
+            # same way, after a flush of the streams (_publish). Tasks that print are not the
+            # fine-grained ones the channel is for.
+            self._printed.discard(token)
+            ctx.run(self._publish, token, parent, task)
+        elif deliver is not None:
+            deliver((OUTCOME, token, self._pickled_outcome(task)))
+        else:
+            ctx.run(self._publish, token, parent, task)
+
+    def _noted_output(self) -> None:
+        """Something wrote output (internals.watch_output): in a channel task's context, its
+        outcome goes by IOPub behind that output."""
+        token = _channel_token.get()
+        if token is not None and token in self._tasks:  # not a child that outlived it
+            self._printed.add(token)
+
+    def _pickled_outcome(self, task: Task) -> bytes:
+        """The outcome of *task* pickled for the task channel (:meth:`_packed` when plain
+        pickle cannot send the value)."""
+        exc = task.exception()
+        outcome = outcome_of(exc, None if exc is not None else task.result())
+        try:
+            return pickle.dumps(outcome, pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 - e.g. an instance of a class a notebook defined
+            return pickle.dumps(self._packed(task, outcome, e), pickle.HIGHEST_PROTOCOL)
+
+    # -- the task channel --------------------------------------------------------------------
+    def channel(self, host: str) -> dict:
+        """The address of a new task channel (:mod:`.channel`) on *host*, for the client
+        setting this engine up now; the channels of earlier clients that ended are let go."""
+        server = ChannelServer(self.scheduler(), host, self.start_channel_batch)
+        with self._lock:
+            self._channels = {c for c in self._channels if c.serving}
+            self._channels.add(server)
+        return server.address()
+
+    def start_channel_batch(self, fns: list[bytes], items: list[tuple[str, int, bytes]],
+                            deliver: Callable[[tuple], None]) -> list[Any]:
+        """A batch from the task channel (on the context thread serving the connection): as
+        an apply request's, with the tasks' output under a parent header made here (there is
+        no shell request) and their outcomes handed to *deliver*."""
+        if self._channel_request is None:
+            msg = self.kernel.session.msg("apply_request", content={})
+            self._channel_request = without_buffers(msg)
+            internals.watch_output(self.shell, self._noted_output)
+        return self.start_many(fns, items, self._channel_request, deliver)
 
     def _publish(self, token: str, parent: dict, task: Task) -> None:
         """Queue *task*'s outcome for home. Packed here; sent from the IOPub thread, after what
@@ -247,7 +309,11 @@ class Agent:
                 reply: dict = {"status": "ok", "stats": stats_to_dict(self.scheduler().stats()),
                                "cpu_seconds": time.process_time(), "gil": gil_enabled()}
             elif op == "tasks":
-                reply = {"status": "ok", "tasks": tasks_to_list(self.scheduler().tasks())}
+                # The channel's own tasks are plumbing, as ipykernel's threads are: not listed.
+                with self._lock:
+                    own = {i for c in self._channels for i in c.task_ids()}
+                reply = {"status": "ok", "tasks": tasks_to_list(
+                    tuple(t for t in self.scheduler().tasks() if t.id not in own))}
             elif op == "cancel":
                 with self._lock:
                     task = self._tasks.get(content.get("token"))
@@ -270,9 +336,11 @@ def _shell() -> Any:
     return shell
 
 
-def setup() -> dict:
+def setup(channel_host: str | None = None) -> dict:
     """Applied on each engine at start/connect: load the extension, bind ``tc`` for ``%px``
-    cells, install the agent, and say who we are (``EngineInfo`` fields)."""
+    cells, install the agent, and say who we are (``EngineInfo`` fields). *channel_host*: the
+    address the task channel listens on (None: no channel); its address and secret come back
+    under ``channel``, or why it did not start under ``channel_error``."""
     global _agent
     shell = _shell()
     internals.check_kernel(shell.kernel)
@@ -292,7 +360,14 @@ def setup() -> dict:
     with _agent_lock:
         if _agent is None or _agent.kernel is not shell.kernel:
             _agent = Agent(shell)
-    return {"id": shell.kernel.engine_id, "host": socket.gethostname(), "pid": os.getpid()}
+        agent = _agent
+    info: dict = {"id": shell.kernel.engine_id, "host": socket.gethostname(), "pid": os.getpid()}
+    if channel_host is not None:
+        try:
+            info["channel"] = agent.channel(channel_host)
+        except Exception as e:  # noqa: BLE001 - the client keeps ipyparallel's path and says why
+            info["channel_error"] = f"{type(e).__name__}: {e}"
+    return info
 
 
 def start_tasks(fns: list[bytes], items: list[tuple[str, int, bytes]]) -> list[Any]:

@@ -241,6 +241,28 @@ def set_task_parents(kernel: Any, parent: dict, request: dict) -> None:
     kernel._shell_parent.set(request)
 
 
+def watch_output(shell: Any, seen: Callable[[], None]) -> None:
+    """Call *seen* (on the writing thread, in the writer's context) whenever something writes
+    to the engine's stdout or stderr or publishes a display, before it is buffered for IOPub.
+    Once per stream and publisher: each is wrapped with an instance attribute that calls
+    through to its own method."""
+    import sys
+
+    targets = [(sys.stdout, "write"), (sys.stderr, "write"),
+               (getattr(shell, "display_pub", None), "publish")]
+    for obj, name in targets:
+        if obj is None or getattr(getattr(obj, name, None), "_tinycoro_watched", False):
+            continue
+        original = getattr(obj, name)
+
+        def watched(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            seen()
+            return _original(*args, **kwargs)
+
+        watched._tinycoro_watched = True  # type: ignore[attr-defined]
+        setattr(obj, name, watched)
+
+
 def datapub_ident(kernel: Any) -> bytes:
     """The IOPub identity ipyparallel's ``datapub`` publishes data messages under."""
     return f"engine.{kernel.engine_id}.datapub".encode()

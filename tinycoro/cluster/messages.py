@@ -1,4 +1,6 @@
-"""The few message shapes the client and the engine side share, all carried by ipyparallel.
+"""The few message shapes the client and the engine side share. Submits and outcomes take the
+task channel (:mod:`.channel`) where an engine has one; what follows is ipyparallel's path,
+which the rest always takes and the tasks take without a channel.
 
 * Tasks travel in ordinary ``apply_request`` messages of ``engine.start_tasks``, several per
   request: the submits made to one engine before the client's IO thread next turns go

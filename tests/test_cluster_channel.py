@@ -1,0 +1,183 @@
+"""The task channel: submits and outcomes go straight between the client and each engine's
+scheduler (a socket the engine's tinycoro serves), not through ipykernel's shell and the
+controller; on real engines. Results, remote errors with their traceback, cancel, ``engine=``
+and ``map``; the channel's own tasks stay out of ``tasks()``; an engine whose channel cannot be
+reached keeps the ipyparallel path and says so; and an engine killed mid-task fails the tasks
+sent by its channel at once, also on a connected cluster, where no pid watcher looks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import psutil
+import pytest
+
+ipp = pytest.importorskip("ipyparallel")
+
+import tinycoro as tc
+from helpers.runtime import wait_until
+import helpers.cluster_tasks as h
+import helpers.cluster as cs
+
+pytestmark = pytest.mark.timeout(240)
+
+START = 120
+T = 30
+NOTICED = 10  # ipyparallel's heartbeat would take ~35 s: only the channel can say it this soon
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with cs.started_cluster(2, timeout=START) as (c, _):
+        yield c
+
+
+def requests_sent(cluster) -> int:
+    """Every request this client sent through ipyparallel (apply requests are recorded)."""
+    return len(cluster.client.history)
+
+
+def test_every_engine_has_a_channel_and_submits_skip_ipyparallel(cluster):
+    assert sorted(cluster.channels) == [e.id for e in cluster.engines]
+    before = requests_sent(cluster)
+    assert [cluster.submit(h.add, i, 1, engine=i % 2).result(T) for i in range(6)] == list(
+        range(1, 7))
+
+    async def main():
+        return await cluster.map(h.item_and_pid, range(8), limit=2)
+
+    got = tc.run(main())
+    assert [x for x, _ in got] == list(range(8))
+    assert {p for _, p in got} == {e.pid for e in cluster.engines}
+    assert requests_sent(cluster) == before  # not one apply request for 14 tasks
+
+
+def test_a_remote_error_comes_home_with_its_traceback_by_the_channel(cluster):
+    before = requests_sent(cluster)
+    t = cluster.submit(h.boom, "by the channel", engine=1)
+    with pytest.raises(ValueError, match="by the channel") as info:
+        t.result(T)
+    cause = info.value.__cause__
+    assert isinstance(cause, tc.cluster.RemoteTraceback)
+    assert "cluster_tasks.py" in cause.text and "in boom" in cause.text
+    # one that cannot be pickled comes back as a RemoteError with its text
+    from ipyparallel.error import RemoteError
+
+    with pytest.raises(RemoteError, match="no pickle for me"):
+        cluster.submit(h.raise_unpicklable, engine=0).result(T)
+    assert requests_sent(cluster) == before
+
+
+def test_cancel_reaches_a_task_started_by_the_channel(cluster):
+    key = "channel-cancel"
+    t = cluster.submit(h.guarded, key, engine=0)
+    wait_until(lambda: cluster.submit(h.read_state, key, engine=0).result(T) == "waiting",
+               timeout=T, what="the task to run")
+    wait_until(t.running, timeout=T, what="the engine to ack the task")
+    assert t.cancel()
+    with pytest.raises(tc.Cancelled):
+        t.result(T)
+    assert cluster.submit(h.read_state, key, engine=0).result(T) == "cancelled+finally"
+
+
+def test_tasks_lists_the_users_tasks_not_the_channels(cluster):
+    t = cluster.submit(h.sleep_forever, engine=1)
+    try:
+        wait_until(t.running, timeout=T, what="the engine to ack the task")
+        listed = cluster.tasks()
+        assert [i.name for i in listed[1]] == ["sleep_forever"]
+        assert listed[0] == ()
+    finally:
+        t.cancel()
+    with pytest.raises(tc.Cancelled):
+        t.result(T)
+
+
+@pytest.fixture(scope="module")
+def plain_cluster(tmp_path_factory):
+    """A cluster ipyparallel started on its own (reached with connect: no pid watcher)."""
+    with cs.engines_can_import_helpers():
+        ipc = ipp.Cluster(n=2, profile_dir=str(tmp_path_factory.mktemp("profile")), delay=0,
+                          log_level=40)
+        client = ipc.start_and_connect_sync()
+    pids = client[:].apply_sync(os.getpid) + [ipc.controller.pid]
+    procs = [psutil.Process(p) for p in pids]
+    procs += [c for p in procs for c in p.children(recursive=True)]
+    try:
+        yield ipc, client
+    finally:
+        client.close()
+        ipc.stop_cluster_sync()
+        psutil.wait_procs(procs, timeout=0.5)
+        cs.kill_leftovers(procs)
+
+
+def test_an_unreachable_channel_keeps_the_ipyparallel_path_and_says_so(plain_cluster, monkeypatch,
+                                                                       caplog):
+    _, client = plain_cluster
+    monkeypatch.setenv("TINYCORO_CLUSTER_CHANNEL_HOST", "192.0.2.1")  # TEST-NET: not ours
+    with caplog.at_level(logging.WARNING, logger="tinycoro"):
+        cluster = tc.cluster.connect(client)
+    try:
+        assert cluster.channels == {}
+        said = [r.getMessage() for r in caplog.records if "no task channel" in r.getMessage()]
+        assert len(said) == 2 and "ipyparallel" in said[0]
+        before = len(client.history)
+        assert cluster.submit(h.add, 2, 3).result(T) == 5
+        assert len(client.history) == before + 1  # by an apply request
+        with pytest.raises(ValueError, match="boom"):
+            cluster.submit(h.boom, "boom").result(T)
+    finally:
+        cluster.stop()
+
+
+def test_stop_closes_the_channels_and_their_threads(plain_cluster):
+    _, client = plain_cluster
+    before = set(threading.enumerate())  # another cluster's channels may be open here
+    cluster = tc.cluster.connect(client)
+    ports = {int(where.rsplit(":", 1)[1]) for where in cluster.channels.values()}
+    assert ports and cluster.submit(h.add, 1, 1).result(T) == 2
+    assert [t for t in set(threading.enumerate()) - before if t.name.startswith("tinycoro-channel")]
+    cluster.stop()
+    assert not [t for t in set(threading.enumerate()) - before
+                if t.name.startswith("tinycoro-channel")]
+    mine = psutil.Process().net_connections(kind="tcp")
+    assert not [c for c in mine if c.raddr and c.raddr.port in ports]
+
+
+@pytest.mark.parametrize("contexts", [2, 4])
+def test_engines_of_several_contexts_serve_the_channel(contexts):
+    with cs.started_cluster(1, contexts=contexts, timeout=START) as (c, _):
+        assert list(c.channels) == [c.engines[0].id]
+
+        async def main():
+            return await tc.when_all(*(_awaited(c.submit(h.add, i, 1000)) for i in range(40)))
+
+        assert tc.run(main(), contexts=2) == [i + 1000 for i in range(40)]
+        assert len(c.stats()[c.engines[0].id].contexts) == contexts
+
+
+async def _awaited(remote):
+    return await remote
+
+
+def test_an_engine_killed_mid_task_fails_what_its_channel_carried(plain_cluster):
+    # last of those on plain_cluster: it leaves it one engine
+    _, client = plain_cluster
+    cluster = tc.cluster.connect(client)
+    try:
+        victim, survivor = cluster.engines
+        assert sorted(cluster.channels) == [victim.id, survivor.id]
+        doomed = cluster.submit(h.sleep_forever, engine=victim.id)
+        wait_until(doomed.running, timeout=T, what="the victim to ack the task")
+        os.kill(victim.pid, signal.SIGKILL)
+        with pytest.raises(tc.cluster.EngineLost, match="task channel closed") as info:
+            doomed.result(NOTICED)
+        assert "while running 'sleep_forever'" in str(info.value)
+        assert victim.id not in cluster.channels
+        assert cluster.submit(h.add, 20, 22, engine=survivor.id).result(T) == 42
+    finally:
+        cluster.stop()
