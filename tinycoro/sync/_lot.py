@@ -72,6 +72,7 @@ class Acquirable:
     :class:`Acquisition`, handed out again by :func:`acquisition` once nothing else holds it."""
 
     __slots__ = ("_spare",)
+    _spare: Any  # unset until the first acquisition, interpreted (acquisition() reads it only compiled)
 
     def _acquire(self) -> Any:
         raise NotImplementedError
