@@ -162,6 +162,64 @@ def test_acquisitions_held_at_once_are_distinct_and_each_takes_the_lock():
     run(main(), 1)
 
 
+def test_an_acquisition_is_awaited_once_as_a_coroutine_is():
+    # Awaited, an acquisition lets go of its primitive (a spare kept for reuse must never
+    # keep one alive), so a second await of the same one fails at once, as a coroutine's
+    # does, on the mutex and the semaphore, free or held, and takes nothing.
+    async def main():
+        m, s = tc.Mutex(), tc.Semaphore(1)
+        taken = m.lock()
+        await taken
+        with pytest.raises(RuntimeError, match="already awaited"):
+            await taken  # held by us: would have been a re-lock
+        m.unlock()
+        with pytest.raises(RuntimeError, match="already awaited"):
+            await taken  # free: would have taken it again
+        assert not m.locked()
+        got = s.acquire()
+        await got
+        s.release()
+        with pytest.raises(RuntimeError, match="already awaited"):
+            await got
+        assert s.value == 1
+        # a fresh one each time still works, after the failures
+        for _ in range(3):
+            await m.lock()
+            m.unlock()
+        return m.locked()
+
+    assert run(main(), 1) is False
+
+
+def test_reused_acquisitions_lock_for_their_own_awaiter(contexts):
+    # The spare handed out again in a loop is indistinguishable from a fresh one: tasks on
+    # every context locking in loops (an acquisition kept by one task while another loops)
+    # each own the mutex exactly when their own await returned.
+    async def main():
+        m = tc.Mutex()
+        inside = []
+
+        async def worker(i):
+            kept = m.lock() if i % 2 else None  # held across the loop: never a spare
+            for _ in range(200):
+                await m.lock()
+                inside.append(i)
+                assert m.statistics().owner is tc.current_task() and inside == [i]
+                inside.pop()
+                if i % 3 == 0:
+                    await tc.yield_now()  # contended: others queue behind the holder
+                m.unlock()
+            if kept is not None:
+                await kept
+                assert m.statistics().owner is tc.current_task()
+                m.unlock()
+
+        await tc.when_all(*(worker(i) for i in range(6)))
+        return m.locked()
+
+    assert run(main(), contexts) is False
+
+
 def test_a_primitive_taken_and_given_back_goes_with_its_last_reference():
     # The acquisition that lock() and acquire() return is over once awaited: nothing the
     # runtime keeps may hold the primitive after it (a finalizer or weak reference of the

@@ -3,16 +3,26 @@
 # _iterslots`` beside ``from . import _iterslots``), as with core/fence.pxd. Not a compiled
 # module itself: there is nothing here to compile. The C below is copied into each module
 # that cimports this one, so its statics (the steps, the spare StopIteration) are that
-# module's own: one class per module (install refuses a second).
+# module's own: up to TC_ITER_MAX classes per module, each with slot functions of its own.
 
 cdef extern from *:
     """
     typedef PyObject *(*tc_iter_fn)(PyObject *);
     typedef PyObject *(*tc_iter_step_fn)(PyObject *, PyObject *);
-    static PyTypeObject *tc_iter_type = NULL;
-    static tc_iter_step_fn tc_iter_step = NULL;
-    static tc_iter_step_fn tc_iter_send_step = NULL;
-    static tc_iter_fn tc_iter_result = NULL;
+
+    /* One installed class: its steps. The slot functions below are made once per index
+       (TC_ITER_SLOTS), each reading its own entry, so a class's await pays no lookup of
+       which class it is, and a module may install several (an op and a ready value, a
+       file's read and write). */
+    #define TC_ITER_MAX 4
+    typedef struct {
+        PyTypeObject *type;
+        tc_iter_step_fn step;
+        tc_iter_step_fn send_step;
+        tc_iter_fn result;
+    } tc_iter_entry;
+    static tc_iter_entry tc_iter_entries[TC_ITER_MAX];
+    static int tc_iter_count = 0;
 
     /* Set StopIteration(value) (value borrowed); -1 if that failed (another error is set).
        A tuple value stays whole (the exception is made with one argument). 3.12 and later
@@ -79,18 +89,19 @@ cdef extern from *:
 
     /* step(obj, value): resumed with value (None from __next__, what am_send or the send
        method is given); the await is over when the step returns the object itself: its
-       result is then tc_iter_result(obj). NULL is an error, raised as it is (no traceback
-       entry added). */
+       result is then result(obj). NULL is an error, raised as it is (no traceback entry
+       added). */
     /* What a step returned, passed on while the await goes on; once the step returned the
        object itself, NULL with the result as StopIteration. With none_ends, a None result
        sets no exception: NULL with none is "exhausted", which every caller of tp_iternext
        (the interpreter's await on 3.12+, yield from, next(), a for loop) takes as a return
        of None, so no StopIteration is made at all. */
-    static PyObject *tc_iter_finish(PyObject *self, PyObject *r, int none_ends) {
+    static PyObject *tc_iter_finish(const tc_iter_entry *e, PyObject *self, PyObject *r,
+                                    int none_ends) {
         if (r != self)
             return r;
         Py_DECREF(r);
-        r = tc_iter_result(self);
+        r = e->result(self);
         if (r == NULL)
             return NULL;
         if (!(none_ends && r == Py_None))
@@ -99,28 +110,11 @@ cdef extern from *:
         return NULL;
     }
 
-    static PyObject *tc_iter_next(PyObject *self) {
-        return tc_iter_finish(self, tc_iter_step(self, Py_None), 1);
-    }
-
-    /* The type's `send` method: 3.12 and later resume an await on a non-generator through
-       it whenever the value sent is not None (an op's result), by name. A C method: a
-       compiled `def send` ending in `raise StopIteration` took Cython's error exit, which
-       adds a traceback entry (a frame and a code object) per call. A method must set an
-       exception when it returns NULL, so a None result sets one too. */
-    static PyObject *tc_iter_send_method(PyObject *self, PyObject *arg) {
-        return tc_iter_finish(self, tc_iter_send_step(self, arg), 0);
-    }
-
-    static PyMethodDef tc_iter_send_def = {
-        "send", (PyCFunction)tc_iter_send_method, METH_O,
-        "send(value): resume the await with value; StopIteration(result) once it is over."
-    };
-
     /* am_send (3.10+): PyIter_Send, the interpreter's await on 3.10 and 3.11, and a compiled
        coroutine's await (Cython delegates through it) take the result as a return. */
-    static PySendResult tc_iter_send(PyObject *self, PyObject *arg, PyObject **presult) {
-        PyObject *r = tc_iter_step(self, arg);
+    static PySendResult tc_iter_am_send(const tc_iter_entry *e, PyObject *self, PyObject *arg,
+                                        PyObject **presult) {
+        PyObject *r = e->step(self, arg);
         if (r == NULL) {
             *presult = NULL;
             return PYGEN_ERROR;
@@ -130,23 +124,66 @@ cdef extern from *:
             return PYGEN_NEXT;
         }
         Py_DECREF(r);
-        r = tc_iter_result(self);
+        r = e->result(self);
         *presult = r;
         return r == NULL ? PYGEN_ERROR : PYGEN_RETURN;
     }
+
+    /* The slots of entry i: tp_iternext; the type's `send` method, which 3.12 and later
+       resume an await on a non-generator through by name whenever the value sent is not
+       None (an op's result) (a C method: a compiled `def send` ending in `raise
+       StopIteration` took Cython's error exit, which adds a traceback entry, a frame and a
+       code object, per call; a method must set an exception when it returns NULL, so a
+       None result sets one too); and am_send. */
+    #define TC_ITER_SLOTS(i) \
+        static PyObject *tc_iter_next_##i(PyObject *self) { \
+            const tc_iter_entry *e = &tc_iter_entries[i]; \
+            return tc_iter_finish(e, self, e->step(self, Py_None), 1); \
+        } \
+        static PyObject *tc_iter_send_method_##i(PyObject *self, PyObject *arg) { \
+            const tc_iter_entry *e = &tc_iter_entries[i]; \
+            return tc_iter_finish(e, self, e->send_step(self, arg), 0); \
+        } \
+        static PySendResult tc_iter_send_##i(PyObject *self, PyObject *arg, PyObject **presult) { \
+            return tc_iter_am_send(&tc_iter_entries[i], self, arg, presult); \
+        }
+    TC_ITER_SLOTS(0)
+    TC_ITER_SLOTS(1)
+    TC_ITER_SLOTS(2)
+    TC_ITER_SLOTS(3)
+
+    #define TC_ITER_SEND_DOC "send(value): resume the await with value; StopIteration(result) once it is over."
+    static PyMethodDef tc_iter_send_defs[TC_ITER_MAX] = {
+        {"send", (PyCFunction)tc_iter_send_method_0, METH_O, TC_ITER_SEND_DOC},
+        {"send", (PyCFunction)tc_iter_send_method_1, METH_O, TC_ITER_SEND_DOC},
+        {"send", (PyCFunction)tc_iter_send_method_2, METH_O, TC_ITER_SEND_DOC},
+        {"send", (PyCFunction)tc_iter_send_method_3, METH_O, TC_ITER_SEND_DOC},
+    };
+    static iternextfunc tc_iter_nexts[TC_ITER_MAX] = {
+        tc_iter_next_0, tc_iter_next_1, tc_iter_next_2, tc_iter_next_3,
+    };
+    static sendfunc tc_iter_sends[TC_ITER_MAX] = {
+        tc_iter_send_0, tc_iter_send_1, tc_iter_send_2, tc_iter_send_3,
+    };
 
     static int tc_iter_install(PyObject *cls, tc_iter_step_fn step, tc_iter_fn result,
                                tc_iter_step_fn send) {
         PyTypeObject *t = (PyTypeObject *)cls;
         PyObject *descr;
-        int rc;
+        int rc, j, i = tc_iter_count;
         if (!PyType_Check(cls) || t->tp_as_async == NULL || t->tp_dict == NULL) {
             PyErr_SetString(PyExc_TypeError, "_iterslots.install: a compiled class with __await__");
             return -1;
         }
-        if (tc_iter_type != NULL && tc_iter_type != t) {
+        for (j = 0; j < tc_iter_count; j++) {
+            if (tc_iter_entries[j].type == t) {
+                PyErr_SetString(PyExc_TypeError, "_iterslots.install: this class has its slots already");
+                return -1;
+            }
+        }
+        if (i >= TC_ITER_MAX) {
             PyErr_SetString(PyExc_TypeError,
-                            "_iterslots.install: one class per module (the steps are the module's)");
+                            "_iterslots.install: more classes in one module than TC_ITER_MAX");
             return -1;
         }
         /* the slots written below belong to this type alone: a base's async struct (which a
@@ -155,19 +192,20 @@ cdef extern from *:
             PyErr_SetString(PyExc_TypeError, "_iterslots.install: the class shares its base's tp_as_async");
             return -1;
         }
-        descr = PyDescr_NewMethod(t, &tc_iter_send_def);
+        descr = PyDescr_NewMethod(t, &tc_iter_send_defs[i]);
         if (descr == NULL)
             return -1;
         rc = PyDict_SetItemString(t->tp_dict, "send", descr);
         Py_DECREF(descr);
         if (rc < 0)
             return -1;
-        tc_iter_type = t;
-        tc_iter_step = step;
-        tc_iter_send_step = send;
-        tc_iter_result = result;
-        t->tp_iternext = tc_iter_next;
-        t->tp_as_async->am_send = tc_iter_send;
+        tc_iter_entries[i].type = t;
+        tc_iter_entries[i].step = step;
+        tc_iter_entries[i].send_step = send;
+        tc_iter_entries[i].result = result;
+        tc_iter_count = i + 1;
+        t->tp_iternext = tc_iter_nexts[i];
+        t->tp_as_async->am_send = tc_iter_sends[i];
         PyType_Modified(t);  /* the method caches keyed by the type's version see the new send */
         return 0;
     }

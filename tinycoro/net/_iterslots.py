@@ -40,5 +40,5 @@ def install(
     """Compiled: *cls*'s ``tp_iternext`` and ``am_send`` run ``step(obj, value)`` (*value*
     None for ``__next__``, what was sent for ``am_send``), and its ``send`` method runs
     ``send(obj, value)``; each returns the trap to yield, or *obj* itself once the await is
-    over, when ``result(obj)`` is what it returns. One class per compiled module. Interpreted:
+    over, when ``result(obj)`` is what it returns. Up to four classes per compiled module. Interpreted:
     nothing (the class's ``__next__`` and ``send`` do the same)."""

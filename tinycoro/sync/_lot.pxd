@@ -24,7 +24,11 @@ from ..core.engine cimport spend_inline
 
 cpdef bint spend()
 
+from . cimport _refs
+
 cdef class Acquirable:
+    cdef object _spare
+
     cdef object _acquire(self)
 
 cdef class Acquisition:

@@ -48,6 +48,7 @@ from ..core.engine import spend_inline
 from ..core.local import thread_state
 from ..core.task import Waker, describe
 from ..core.traps import DONE, Park, foreign_waiter, park, thrown
+from . import _refs
 
 _COMPACT_MIN = 64  # dead waiters tolerated before considering a compaction
 
@@ -67,22 +68,33 @@ class Acquirable:
     """A primitive whose acquisition may complete at once (Mutex, Semaphore): its
     ``_acquire()`` takes the thing and returns :data:`DONE`, or returns an awaitable (a
     coroutine, a park) that yields first (the budget) or waits. Compiled, a C method that
-    :class:`Acquisition` calls through the type's table."""
+    :class:`Acquisition` calls through the type's table. ``_spare`` is the primitive's last
+    :class:`Acquisition`, handed out again by :func:`acquisition` once nothing else holds it."""
 
-    __slots__ = ()
+    __slots__ = ("_spare",)
+    _spare: Any  # unset until the first acquisition, interpreted (acquisition() reads it only compiled)
 
     def _acquire(self) -> Any:
         raise NotImplementedError
 
 
 def acquisition(prim: Acquirable) -> "Acquisition":
-    """A fresh :class:`Acquisition` of *prim*, with no ``__init__`` call (compiled, a C call).
+    """An :class:`Acquisition` of *prim*, with no ``__init__`` call (compiled, a C call).
 
-    Fresh every time: no spare is kept for reuse, as a spare would keep its last primitive
-    alive until some later acquisition anywhere in the process (a free list at the type's
-    allocation is the depth for that saving, and Cython makes none for a class declared in an
-    augmenting .pxd)."""
-    acq = Acquisition.__new__(Acquisition)
+    The primitive's spare when nothing else holds it (``_refs.unshared``: compiled, under the
+    GIL): ``await m.lock()`` drops its acquisition as soon as it has called ``__await__``, so
+    in a loop of uncontended locks the spare is free again by the next ``lock()``, and one
+    handed out again is indistinguishable from a fresh one. Otherwise (held by someone, on a
+    free-threaded build, interpreted) a fresh one. The spare is the primitive's own, and an
+    awaited acquisition lets go of its primitive (``__await__``), so no spare keeps a
+    primitive alive: neither a module slot holding the last one used anywhere, nor a cycle.
+    (Cython ignores ``@cython.freelist`` for a class declared in an augmenting .pxd.)"""
+    if _refs.REUSE:
+        acq = prim._spare
+        if acq is None or not _refs.unshared(acq):  # held by the field and acq alone, or make one
+            acq = prim._spare = Acquisition.__new__(Acquisition)
+    else:
+        acq = Acquisition.__new__(Acquisition)
     acq._gen = None
     acq.prim = prim
     return acq
@@ -93,7 +105,9 @@ class Acquisition:
     work when awaited (not when made), and a coroutine (``send``/``throw``/``close``) so that
     ``tc.spawn(m.lock())`` and ``asyncio.create_task(m.lock())`` take it, as they take an
     ``async def``'s coroutine. Awaited, it returns the iterator of what ``prim._acquire()``
-    gives: ``traps.DONE`` itself when the thing was taken at once.
+    gives: ``traps.DONE`` itself when the thing was taken at once. Awaited once, as a
+    coroutine is: a second await raises ``RuntimeError`` (the acquisition has let go of its
+    primitive, so that a spare kept for reuse never keeps one alive).
 
     Thrown into before its first step (a task cancelled before it started), it raises
     without taking anything, as a coroutine that never ran would. That, and staying finished
@@ -101,11 +115,14 @@ class Acquisition:
     step ``__await__`` on a first throw and may be awaited again."""
 
     __slots__ = ("prim", "_gen")
-    prim: Acquirable
+    prim: Any  # the Acquirable, until awaited; then None
     _gen: Any  # None until driven by send(); then what __await__ returned
 
     def __await__(self) -> Generator[Any, Any, None]:
+        if self.prim is None:
+            raise RuntimeError("cannot reuse an already awaited lock() or acquire()")
         aw = self.prim._acquire()
+        self.prim = None  # let go of it: the primitive's spare must not keep it alive
         return aw if aw is DONE else aw.__await__()
 
     def send(self, value: Any) -> Any:

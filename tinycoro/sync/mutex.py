@@ -12,16 +12,16 @@ to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
 
 The uncontended path takes no ``threading.Lock``
 --------------------------------------------------
-Being free is a *token*: the one element of ``_free``, a ``deque(maxlen=1)``. Taking the mutex
-is ``_free.pop()`` (IndexError when it is taken), setting it free is ``_free.append(0)``; the
-mutex keeps the two bound methods (``_take``, ``_give``), so that each is one call with no
-method lookup (~100 instructions less per lock+unlock, compiled). Each is
-a single call into C that runs no Python code (no ``__hash__``/``__eq__``, no finalizer: the
-element is the int 0), so under the GIL it is atomic: of two threads that pop at once exactly
-one gets the token (a compare-and-set), and appending it twice still leaves one token
-(``maxlen=1`` drops the older), so not even a misused unlock can make two. A deque rather than
-the set ``{0}`` with ``pop``/``add``, which keeps the same two properties: the deque's pair
-costs ~350 instructions against the set's ~500 (callgrind, CPython 3.11), no hashing or probing.
+Being free is a *token*: the int 0 in ``_free``, a set (tinycoro/sync/_token.py). Taking the
+mutex is ``_token.take(_free)`` (False when it is taken), setting it free is
+``_token.give(_free)``. Each is a single step that runs no Python code (no ``__hash__``/
+``__eq__``, no finalizer: the element is the int 0), so under the GIL it is atomic: of two
+threads that take at once exactly one gets the token (a compare-and-set), and giving it twice
+still leaves one token, so not even a misused unlock can make two. Compiled, each is the set's
+own C call (``PySet_Discard``/``PySet_Add``): no bound method called, no exception raised and
+caught when the token is gone. The deque that held the token before (its ``pop``/``append``
+kept as bound methods) cost a method call and a ``try`` per lock, each a read of the thread
+state, which on 3.12 and later is a call into the shared libpython's thread-local storage.
 Everything else, the waiter queue (``_lot``) and the ``_contended`` flag, changes only under
 ``_mu``.
 
@@ -36,8 +36,8 @@ waiter lasts only until that settle, and a newcomer cannot take it meanwhile: ``
 the fast path only while ``_contended`` is clear, and otherwise queues behind the others. The
 flag is cleared, under ``_mu``, only when a settle finds nobody waiting.
 
-Without the GIL (a free-threaded build) each deque operation is still one atomic step (the
-deque's own lock, a critical section), so "exactly one pop gets the token" holds; but the two
+Without the GIL (a free-threaded build) each set operation is still one atomic step (the
+set's own lock, a critical section), so "exactly one take gets the token" holds; but the two
 write-then-read handshakes above need a full barrier on each side, between the write and the
 read, or both may read the old value. ``fence.full()`` is that barrier there (a C fence,
 compiled; tinycoro.core.fence), and compiles to nothing under the GIL.
@@ -46,7 +46,6 @@ compiled; tinycoro.core.fence), and compiles to nothing under the GIL.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Awaitable
 
@@ -55,6 +54,7 @@ from ..core.task import Task, describe
 from ..core.traps import DONE, consume_budget, foreign_waiter
 from ..core import fence
 from ..core.engine import spend_inline
+from . import _token
 from ._lot import Acquirable, Acquisition, ParkingLot, Waiter, acquisition
 
 
@@ -84,13 +84,11 @@ class Mutex(Acquirable):
     cancellation).
     """
 
-    __slots__ = ("_mu", "_free", "_take", "_give", "_contended", "_owner", "_lot")
+    __slots__ = ("_mu", "_free", "_contended", "_owner", "_lot")
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
-        self._free = deque((0,), maxlen=1)  # the token: there while the mutex is free (module doc)
-        self._take = self._free.pop
-        self._give = self._free.append
+        self._free = {0}  # the token: there while the mutex is free (module doc)
         self._contended = False  # someone queued since the last settle found nobody; under _mu
         # The owning task, _FOREIGN, or None: free, or between taking the token and writing
         # this (two bytecodes of the new owner's).
@@ -177,7 +175,7 @@ class Mutex(Acquirable):
         me = running_task()
         if me is not None and self._owner is me:
             self._owner = None
-            self._give(0)  # first the token, then the flag: see the module doc
+            _token.give(self._free)  # first the token, then the flag: see the module doc
             if fence.FREE_THREADED:
                 fence.full()
             if self._contended:
@@ -197,7 +195,7 @@ class Mutex(Acquirable):
         held = not self._free
         if held and (me is None or owner is _FOREIGN or owner is me):
             self._owner = None
-            self._give(0)
+            _token.give(self._free)
             first = self._settle_locked()
             mu.release()
             if first is not None:
@@ -225,12 +223,8 @@ class Mutex(Acquirable):
         return bool(self._free) and self._grab()
 
     def _grab(self) -> bool:
-        """Pop the token: False if another thread's pop won it (module doc)."""
-        try:
-            self._take()
-        except IndexError:
-            return False
-        return True
+        """Take the token: False if another thread's take won it (module doc)."""
+        return _token.take(self._free)
 
     def _settle_locked(self) -> Waiter | None:
         """Under ``_mu``: if the mutex is free, make the first waiter its owner and return that
@@ -240,7 +234,7 @@ class Mutex(Acquirable):
         waiter = self._lot.pop()
         if waiter is None:
             self._contended = False  # before the token goes back: a newcomer then queues
-            self._give(0)
+            _token.give(self._free)
             return None
         self._owner = waiter.task  # baton passing: never free while someone waits
         return waiter
@@ -256,7 +250,7 @@ class Mutex(Acquirable):
         # being cancelled instead of resuming, so pass the lock on.
         with self._mu:
             self._owner = None
-            self._give(0)
+            _token.give(self._free)
             first = self._settle_locked()
         if first is not None:
             first.task.wake(None)
