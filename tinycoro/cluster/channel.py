@@ -45,7 +45,6 @@ ACK = "ack"
 OUTCOME = "outcome"
 CONNECT_TIMEOUT = 5.0  # an address that does not answer in this time: the ipyparallel path
 _HEADER = struct.Struct(">I")
-MAX_FRAME = 1 << 31  # a length beyond this is a broken peer, not a batch
 
 
 def frame(payload: bytes) -> bytes:
