@@ -99,20 +99,8 @@ def test_tasks_lists_the_users_tasks_not_the_channels(cluster):
 @pytest.fixture(scope="module")
 def plain_cluster(tmp_path_factory):
     """A cluster ipyparallel started on its own (reached with connect: no pid watcher)."""
-    with cs.engines_can_import_helpers():
-        ipc = ipp.Cluster(n=2, profile_dir=str(tmp_path_factory.mktemp("profile")), delay=0,
-                          log_level=40)
-        client = ipc.start_and_connect_sync()
-    pids = client[:].apply_sync(os.getpid) + [ipc.controller.pid]
-    procs = [psutil.Process(p) for p in pids]
-    procs += [c for p in procs for c in p.children(recursive=True)]
-    try:
+    with cs.plain_ipyparallel_cluster(tmp_path_factory.mktemp("profile")) as (ipc, client):
         yield ipc, client
-    finally:
-        client.close()
-        ipc.stop_cluster_sync()
-        psutil.wait_procs(procs, timeout=0.5)
-        cs.kill_leftovers(procs)
 
 
 def test_an_unreachable_channel_keeps_the_ipyparallel_path_and_says_so(plain_cluster, monkeypatch,

@@ -24,22 +24,8 @@ T = 30
 
 @pytest.fixture(scope="module")
 def plain_cluster(tmp_path_factory):
-    with cs.engines_can_import_helpers():
-        ipc = ipp.Cluster(n=2, profile_dir=str(tmp_path_factory.mktemp("profile")), delay=0,
-                          log_level=40)
-        client = ipc.start_and_connect_sync()
-    pids = client[:].apply_sync(os.getpid) + [ipc.controller.pid]
-    procs = [psutil.Process(p) for p in pids]
-    procs += [c for p in procs for c in p.children(recursive=True)]
-    try:
+    with cs.plain_ipyparallel_cluster(tmp_path_factory.mktemp("profile")) as (ipc, client):
         yield ipc, client
-    finally:
-        client.close()
-        ipc.stop_cluster_sync()
-        # ipyparallel's stop does not wait for the engines' nannies (each notices its engine's
-        # exit at its next poll, seconds later): no process outlives us
-        psutil.wait_procs(procs, timeout=0.5)
-        cs.kill_leftovers(procs)
 
 
 def test_connect_uses_an_existing_cluster_and_stop_leaves_it_running(plain_cluster):

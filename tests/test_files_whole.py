@@ -19,7 +19,9 @@ from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.io import FILE_READS_ENV
 
 from helpers.budget import gaps, loop_beside_counter
-from helpers.pagecache import PAGE, cached_file, evict, page_cache_fs, read_file_cancelled_while_blocked
+from helpers.pagecache import (
+    PAGE, cached_file, cold_file, evict, page_cache_fs, read_file_cancelled_while_blocked,
+)
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(120)
@@ -292,12 +294,7 @@ def test_cancel_a_whole_file_read_on_the_ring(contexts, tmp_path):
     """A read_file that waits on the ring for pages the cache lacks ends with Cancelled when
     cancelled, its descriptor closed (the leak check) and its buffer kept until the kernel
     is done (rule 8); one that completes first returns the file."""
-    if not page_cache_fs(tmp_path):
-        pytest.skip("tmpfs keeps every page in the page cache")
-    data = os.urandom(16 * MiB)
-    path = tmp_path / "cold"
-    cached_file(path, data)
-    evict(path)
+    path, data = cold_file(tmp_path, 16 * MiB)
 
     got = tc.run(read_file_cancelled_while_blocked(path), contexts=contexts)
     assert got is None or got == data

@@ -14,7 +14,9 @@ import tinycoro as tc
 from tinycoro.io import _parallel
 from tinycoro.io import FILE_READS_ENV
 
-from helpers.pagecache import cached_file, evict, page_cache_fs, read_file_cancelled_while_blocked
+from helpers.pagecache import (
+    cached_file, cold_file, evict, page_cache_fs, read_file_cancelled_while_blocked,
+)
 
 MiB = 1 << 20
 pytestmark = pytest.mark.timeout(120)
@@ -243,12 +245,7 @@ async def _count_tasks_run(s) -> int:
 def test_a_split_read_blocked_on_the_disk_is_one_task(contexts, split, tmp_path):
     """While a split read waits on the disk, the scheduler holds the caller's task and the
     reader's, no third one; and the cancel takes it back whole (Cancelled or the content)."""
-    if not page_cache_fs(tmp_path):
-        pytest.skip("tmpfs keeps every page in the page cache")
-    data = os.urandom(16 * MiB)
-    path = tmp_path / "cold"
-    cached_file(path, data)
-    evict(path)
+    path, data = cold_file(tmp_path, 16 * MiB)
 
     async def main(s):
         from tinycoro.testing import wait_blocked
@@ -278,12 +275,7 @@ def test_closing_the_file_ends_a_split_read_in_both_halves(contexts, split, tmp_
     """A close from another task while both halves read from the disk ends the read with
     ClosedResourceError (rule 10: the back half is pending on the file too), or with the
     ValueError of a closed file at the front half's next chunk, or it finished first; either way nothing is left in flight and the scheduler stops clean."""
-    if not page_cache_fs(tmp_path):
-        pytest.skip("tmpfs keeps every page in the page cache")
-    data = os.urandom(16 * MiB)
-    path = tmp_path / "cold"
-    cached_file(path, data)
-    evict(path)
+    path, data = cold_file(tmp_path, 16 * MiB)
 
     async def main():
         from tinycoro.testing import wait_blocked

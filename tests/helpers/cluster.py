@@ -60,6 +60,30 @@ def started_cluster(n: int, **kwargs) -> Iterator[tuple]:
                 kill_leftovers(procs)
 
 
+@contextlib.contextmanager
+def plain_ipyparallel_cluster(profile_dir) -> Iterator[tuple]:
+    """``(ipyparallel cluster, its client)``: two engines that ipyparallel started on its own
+    (tinycoro reaches them with connect: no pid watcher), stopped on exit; no process of it
+    outlives the tests."""
+    import ipyparallel as ipp
+
+    with engines_can_import_helpers():
+        ipc = ipp.Cluster(n=2, profile_dir=str(profile_dir), delay=0, log_level=40)
+        client = ipc.start_and_connect_sync()
+    pids = client[:].apply_sync(os.getpid) + [ipc.controller.pid]
+    procs = [psutil.Process(p) for p in pids]
+    procs += [c for p in procs for c in p.children(recursive=True)]
+    try:
+        yield ipc, client
+    finally:
+        client.close()
+        ipc.stop_cluster_sync()
+        # ipyparallel's stop does not wait for the engines' nannies (each notices its engine's
+        # exit at its next poll, seconds later): no process outlives us
+        psutil.wait_procs(procs, timeout=0.5)
+        kill_leftovers(procs)
+
+
 def processes(cluster) -> list[psutil.Process]:
     """The controller, the engines and their children (the engines' nannies)."""
     roots = [e.pid for e in cluster.engines] + [cluster.controller_pid]

@@ -71,6 +71,19 @@ def page_cache_fs(path) -> bool:
     return out.stdout.strip() not in ("tmpfs", "ramfs")
 
 
+def cold_file(tmp_path, size: int) -> tuple:
+    """``(path, data)``: *size* random bytes in a file under *tmp_path*, none of its pages in
+    the page cache, so that a read of it waits on the disk; skips where files cannot be evicted
+    (tmpfs)."""
+    if not page_cache_fs(tmp_path):
+        pytest.skip("tmpfs keeps every page in the page cache")
+    data = os.urandom(size)
+    path = tmp_path / "cold"
+    cached_file(path, data)
+    evict(path)
+    return path, data
+
+
 async def read_file_cancelled_while_blocked(path) -> bytes | None:
     """A task reading *path* whole with ``tc.io.read_file``, cancelled once it is seen blocked
     on the ring (or once it finished, if it never was): None when the cancel took, else the
