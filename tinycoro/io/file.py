@@ -25,7 +25,7 @@ from ..core.checks import check_int
 from ..core.engine import spend_inline
 from ..core.errors import ClosedResourceError
 from ..core.local import running_task
-from ..core.traps import YIELD, Op, Ready, consume_budget
+from ..core.traps import Op, Ready, consume_budget
 from .direct import aligned_buffer, check_direct
 from ._parallel import whole_fill
 from .ops import CURRENT_POSITION, RingWrite, ring_read
@@ -214,25 +214,16 @@ class AsyncFile:
             if task is not None:  # (an asyncio task's reads go to its loop's hosted ring)
                 if spend_inline(task):
                     return self._read_cached(size, offset)
-                return self._read_cached_later(size, offset)
+                return self._read_cached_later(task, size, offset)
         self._check_readable()
         return self._pread(size, offset)
 
-    async def _read_cached_later(self, size: int, offset: int) -> bytes:
+    async def _read_cached_later(self, task: Any, size: int, offset: int) -> bytes:
         """read_at when the step's inline budget is spent, or an interrupt is due (see
         _cached): suspend once, then read as read_at does. The bytes are returned, not a
         finished awaitable awaited: a compiled coroutine awaits one through its iterator,
-        which raises StopIteration (~600 instructions more per read).
-
-        The gate (``consume_budget()``) is written out here with C calls, as rule 16 allows
-        in an operation's own frame: through the trap layer it was a call looked up by name,
-        a thread-local read and a ``_Spend`` made per yield, ~660 instructions (callgrind).
-        The running task is asked again, not taken from read_at: whoever awaits this
-        awaitable (a task it was spawned as, on any context) is the one whose budget pays."""
-        task = running_task()
-        if task is not None and not spend_inline(task):
-            await YIELD  # the engine raises a due interrupt here, before the read starts
-            spend_inline(task)  # a new step: this read counts in its budget
+        which raises StopIteration (~600 instructions more per read)."""
+        await consume_budget()  # yields once, then this read counts in the new step's budget
         data = self._read_inline(size, offset)
         if data is not None and _whole(data, size):
             return data
