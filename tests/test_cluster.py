@@ -200,6 +200,28 @@ def test_a_failure_awaited_by_the_step_that_submitted_it_is_not_reported(cluster
     assert "nothing awaited" not in capsys.readouterr().err, "reported from an asyncio task"
 
 
+def test_a_failure_plain_python_takes_after_it_ended_is_not_reported(cluster, capsys):
+    # Plain Python has no step to wait for: the outcome can come back before the line that
+    # submitted reaches result(), which still takes it. Only a handle dropped with its failure
+    # untaken is one nothing awaited (as asyncio reports a future's exception never retrieved).
+    t = cluster.submit(h.boom, "taken late", engine=0)
+    wait_until(t.done, timeout=T, what="the failure to come back")
+    with pytest.raises(ValueError, match="taken late"):
+        t.result(T)
+    assert "nothing awaited" not in capsys.readouterr().err
+
+
+def test_a_failure_plain_python_drops_untaken_is_reported_once_the_handle_goes(cluster, capsys):
+    import gc
+
+    t = cluster.submit(h.boom, "dropped untaken", engine=1)
+    wait_until(t.done, timeout=T, what="the failure to come back")
+    del t
+    gc.collect()
+    err = capsys.readouterr().err
+    assert err.count("failed and nothing awaited it") == 1 and "dropped untaken" in err
+
+
 def test_a_finished_task_is_not_kept_alive_by_the_cluster(cluster):
     # ipyparallel keeps each request's future, with its done callbacks, for the client's life:
     # a callback holding the request's tasks kept every handle, and its outcome, alive.

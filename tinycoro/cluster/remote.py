@@ -50,7 +50,9 @@ class RemoteTask:
     the context that submitted it, i.e. in the submitting notebook cell (rule 9). Whether
     anything awaits it is asked where the submitter runs, once its current step is over
     (:func:`after_submitting_step`): an outcome can come back while the step that submitted
-    the task is still on its way to awaiting it.
+    the task is still on its way to awaiting it. Plain Python has no step: there, as asyncio
+    does for a future's exception never retrieved, the failure is reported when the handle is
+    dropped with it untaken.
     """
 
     def __init__(self, cluster: TaskHost, engine: int, token: str, name: str,
@@ -71,7 +73,8 @@ class RemoteTask:
         self._started = False  # the engine has started it (its apply request replied)
         self._cancel_requested = False
         self._observed = False  # a caller (map, serve) takes care of the outcome
-        self._after_step = after_step or _now
+        self._after_step = after_step  # None: plain Python, reported when dropped untaken
+        self._untaken: BaseException | None = None  # the failure __del__ reports, if any
         self._retrieved = False  # its outcome was returned or raised to a caller
         self._asked = False  # whether anything awaits a failure was asked (once)
         self._waiters = 0  # awaits and result() calls in progress
@@ -215,8 +218,18 @@ class RemoteTask:
         for fn in callbacks:
             fn(self)
         if exc is not None and unawaited and not isinstance(exc, Cancelled):
-            after_step(partial(self._report_unawaited, exc))
+            if after_step is None:
+                self._untaken = exc
+            else:
+                after_step(partial(self._report_unawaited, exc))
         return True
+
+    def __del__(self) -> None:
+        # A plain-Python submitter's failure: taken by result() any time before the handle
+        # goes, reported if it goes untaken (_report_unawaited asks whether it was taken).
+        exc = getattr(self, "_untaken", None)  # None too if __init__ did not get that far
+        if exc is not None:
+            self._report_unawaited(exc)
 
     def _report_unawaited(self, exc: BaseException) -> None:
         """Once the submitting step is over: report *exc* if nothing awaits the task or has
@@ -278,7 +291,7 @@ def _now(fn: Callable[[], None]) -> None:
     fn()
 
 
-def after_submitting_step() -> Callable[[Callable[[], None]], None]:
+def after_submitting_step() -> Callable[[Callable[[], None]], None] | None:
     """Where the caller (about to submit) runs, a way to call a function there once the
     caller's current step is over. For the report of a failure nothing awaited: the outcome
     can come back on the client's IO thread while the step that submitted the task is still
@@ -290,7 +303,8 @@ def after_submitting_step() -> Callable[[Callable[[], None]], None]:
     * asyncio code (and a notebook's plain cells, which run in the kernel's loop): on the
       loop, two passes on, after the first step of any task the submitting step made
       (``asyncio.wait_for`` and ``gather`` await in a task of their own). A closed loop: now.
-    * Plain Python: now.
+    * Plain Python: None, for "when the handle is dropped with the failure untaken": the
+      line that submitted may take the outcome with result() any time later.
     """
     engine = lowlevel.current_engine()
     task = lowlevel.current_task()
@@ -308,4 +322,4 @@ def after_submitting_step() -> Callable[[Callable[[], None]], None]:
             except RuntimeError:  # the loop is closed
                 fn()
         return on_loop
-    return _now
+    return None
