@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(240)
 
 SCALE = max(1, int(os.environ.get("TINYCORO_FT_ROUNDS", "1")))
 SNAPSHOTS = 150 * SCALE  # taken from outside, and as many from a task, while the tasks move
-MAX_ROUNDS = 20_000  # per mover, a bound: the movers stop once the snapshots are taken
+MAX_ROUNDS = 5_000  # per mover, a bound: the movers stop once the snapshots are taken
 KEPT = 2  # children a mover keeps alive at once, each parked on its own gate
 PAUSE = 2.0  # seconds a paused snapshot waits for a move at most (movers make one per step)
 
