@@ -252,9 +252,14 @@ def test_a_split_read_blocked_on_the_disk_is_one_task(contexts, split, tmp_path)
 
         t = tc.spawn(tc.io.read_file(path))
         seen = None
+        ended = True
         try:
             await wait_blocked(t)
             seen = sorted(i.id for i in s.tasks())
+            # Read after the listing: a reader not done then was live throughout it. It may
+            # have ended before (the disk answered between its block and the listing), and
+            # then it is rightly left out.
+            ended = t.done()
         except RuntimeError:
             pass  # it finished before it was ever seen blocked
         t.cancel()
@@ -262,15 +267,16 @@ def test_a_split_read_blocked_on_the_disk_is_one_task(contexts, split, tmp_path)
             got = await t
         except tc.Cancelled:
             got = None
-        return seen, t.id, got
+        return seen, tc.current_task().id, t.id, ended, got
 
     with tc.Scheduler(contexts) as s:
-        seen, _reader, got = s.run_sync(main(s), timeout=100)
+        seen, caller, reader, ended, got = s.run_sync(main(s), timeout=100)
     assert got is None or got == data
     if seen is not None:
-        # no third task (the old split spawned one for its front half); a lock-free listing
-        # from inside a task once left one of the two out on 3.13t, 4 contexts
-        assert len(seen) <= 2, seen
+        # The caller and the reader, no third task (the old split spawned one for its front
+        # half); the reader may be missing only if it had ended by the listing's end.
+        assert caller in seen and set(seen) <= {caller, reader}, (seen, caller, reader)
+        assert ended or reader in seen, (seen, caller, reader)
 
 
 def test_closing_the_file_ends_a_split_read_in_both_halves(contexts, split, tmp_path):
