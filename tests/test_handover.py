@@ -151,7 +151,7 @@ def test_a_context_back_from_a_submit_is_handed_the_gil(contexts, tmp_path):
     cached read is copied there), and the busy peer takes it. Back from the kernel, the
     submitter waits for the GIL: its ring sets its word (2) as the call returns, and the busy
     context hands the GIL over at its turn's end, as to a woken sleeper. Kept, the busy
-    context ran turn after turn until the switch interval forced a switch: 1,500-27,000
+    context ran turn after turn until the switch interval forced a switch: 1,000-27,000
     steps here on the old code, in every round of every run."""
     path = tmp_path / "cached"
     data = os.urandom(READ_SIZE)

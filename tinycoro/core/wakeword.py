@@ -23,7 +23,7 @@ ring sets 2 from C as ``io_uring_enter`` returns and clears it once the GIL is b
 end of its own hand-over (:func:`hand_over` sets 2 once the peer has the GIL). A busy peer
 answers 2 as it answers 1, at its turn's end: two busy contexts then take turns, each waiting
 at most one turn of the other, where a context back from its submit waited for the switch
-interval (1,500-27,000 of the busy context's steps in tests/test_handover.py on the old code).
+interval (1,000-27,000 of the busy context's steps in tests/test_handover.py on the old code).
 
 Nothing is handed over on a free-threaded build running without the GIL (:func:`needed`): a
 woken context runs at once there.
