@@ -92,7 +92,8 @@ def parse(script: str, waits: Waits) -> None:
                 nocpu[tid] += t - max(ready, since)
         if name == "raw_syscalls:sys_exit":
             nr = int(rest.split()[1])
-            if nr not in (_URETPROBE, -1):
+            # a futex inside take_gil is the wait itself, not what the thread came back from
+            if nr not in (_URETPROBE, -1) and tid not in asked:
                 last[tid] = _NAMES.get(nr, f"syscall {nr}")
         elif name == f"{GROUP}:take":
             cause = last.get(tid, "?")
@@ -102,6 +103,7 @@ def parse(script: str, waits: Waits) -> None:
         elif name.startswith(f"{GROUP}:taken") and tid in asked:
             t0, cause = asked.pop(tid)
             waits.by_cause[cause].append((t - t0, min(nocpu.pop(tid, 0.0), t - t0)))
+            last[tid] = "gil"
 
 
 def _library(pid: int) -> str:
