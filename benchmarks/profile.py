@@ -241,8 +241,11 @@ def main(argv: list[str] | None = None) -> int:
         help="only measure CPU over wall, run-queue wait, sleeps and the client's CPU per echo "
         "request of servers KIND, alternating (KIND:VAR=VALUE sets a server's environment)",
     )
+    ap.add_argument("--gilwait", action="store_true",
+                    help="only show the tinycoro echo server's waits for the GIL by what its "
+                    "threads came back from (perf uprobes; root; use --contexts 2)")
     ap.add_argument("--contexts", type=int, default=1,
-                    help="contexts of the tinycoro server (--syscalls, --utilisation)")
+                    help="contexts of the tinycoro server (--syscalls, --utilisation, --gilwait)")
     ap.add_argument("--pingpong", action="store_true",
                     help="only count instructions per one-connection echo round trip (callgrind)")
     ap.add_argument("--pingpong-run", type=int, help=argparse.SUPPRESS)  # callgrind's child
@@ -255,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tool = "perf" if args.tool == "perf" else "strace"
         return syscalls.main(args.syscalls, args.seconds, args.contexts, tool)
+    if args.gilwait:
+        from . import gilwait
+
+        return gilwait.main(args.contexts, args.seconds)
     if args.utilisation:
         from . import utilisation
 

@@ -31,6 +31,7 @@ from cpython.dict cimport PyDict_GetItemWithError, PyDict_DelItem
 from cpython.object cimport PyObject
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.bytearray cimport PyByteArray_AS_STRING
 from libc.errno cimport errno, EINTR, EINVAL
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memset
@@ -357,6 +358,13 @@ cdef extern from *:
     #define tc_store_release_u16(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
     """
     void tc_store_release_u16(uint16_t* p, uint16_t v) nogil
+
+cdef extern from *:
+    """
+    /* the owner's wake word (core/wakeword.py): a hint a peer reads at its turn's end */
+    #define tc_word_store(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+    """
+    void tc_word_store(char* p, char v) nogil
 
 
 cdef struct _pbuf:  # struct io_uring_buf: one entry of a provided-buffer ring
@@ -720,6 +728,10 @@ cdef class RingCore:
     cdef io_uring _ring
     # Whether submit() enters the kernel without the GIL (see submit); its owner decides.
     cdef public bint release_gil
+    # The owner's wake word, set by a submit that released the GIL (set_return_word), or NULL;
+    # _word_owner keeps the bytearray (and so the address) alive.
+    cdef char* _word
+    cdef object _word_owner
     # The provided-buffer ring (multishot recv): set up at the first multishot, kept until the
     # ring closes. _pb_state: 0 not tried, 1 ready, -1 unavailable (kernel, or forced off).
     cdef public int _pb_state
@@ -859,10 +871,26 @@ cdef class RingCore:
         sqe.ptr = self._take()
         return sqe
 
+    def set_return_word(self, word):
+        """Have a submit that releases the GIL set ``word[0]`` to 2 as its system call returns,
+        before it asks for the GIL back, and clear it once it has it (*word*: a one-byte
+        ``bytearray``, never resized; None: no word). The engine passes its wake word, which a
+        busy peer reads at its turn's end and answers by handing the GIL over
+        (core/wakeword.py): without it, a context back from ``io_uring_enter`` waited for a
+        peer that ran turn after turn until the switch interval forced a switch."""
+        if word is None:
+            self._word = NULL
+        else:
+            if type(word) is not bytearray or len(word) != 1:
+                raise TypeError("the return word is a one-byte bytearray")
+            self._word = PyByteArray_AS_STRING(word)
+        self._word_owner = word
+
     def submit(self):
         """Hand every prepared SQE to the kernel, without the GIL while ``release_gil`` is
         set. Retries after EINTR (once the signal handlers have run: one that raises ends the
-        retry, PEP 475).
+        retry, PEP 475). Released, the return word (``set_return_word``) says "back from the
+        kernel, waiting for the GIL" from the system call's return until the GIL is back.
 
         Why the GIL is not always released: a release wakes the thread waiting for the GIL,
         which restarts its switch interval and finds the GIL taken back at once, so it never
@@ -870,11 +898,16 @@ cdef class RingCore:
         interval then starved the process's other threads (the main thread unwinding a
         Ctrl-C waited up to seconds); only a peer context gains from the release."""
         cdef io_uring* ring = &self._ring
+        cdef char* word = self._word
         cdef int n
         while True:
             if self.release_gil:
                 with nogil:
                     n = _submit_nogil(ring)
+                    if word != NULL:
+                        tc_word_store(word, 2)
+                if word != NULL:
+                    tc_word_store(word, 0)
             else:
                 n = _submit_nogil(ring)
             if n >= 0:

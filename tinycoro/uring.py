@@ -581,6 +581,10 @@ class PyRing(_Lifecycle):
             raise
         sqe.user_data = ud
 
+    def set_return_word(self, word: bytearray | None) -> None:
+        """The compiled ring's (``CRing.set_return_word``); nothing here: this ring's submit
+        keeps the GIL, so it never waits for it on the way back."""
+
     def submit(self) -> int:
         """Hand every prepared SQE to the kernel. Retries while the kernel says EINTR."""
         while True:

@@ -56,7 +56,8 @@ cdef class Engine(RingOwner):
     cpdef _submit(self)
     cdef _run_calls(self)
     cdef bint _peer_awake(self)
-    @cython.locals(e=Engine)
+    # word: a C char, read from the bytearray without a Python int per peer per turn
+    @cython.locals(e=Engine, word=char)
     cdef _hand_over(self, tuple peers)
     cpdef _step(self, Task task)
     cdef _start(self, Task task, Op op)

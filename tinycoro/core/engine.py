@@ -299,6 +299,8 @@ class Engine(RingOwner):
         scheduler = None if self.guest else self.scheduler
         self._peers = () if scheduler is None else scheduler.peers(self)
         hand_to = self._hand_to = self._peers if wakeword.needed() else ()
+        if hand_to:  # back from a submit without the GIL, this context waits for it too
+            self.ring.set_return_word(self.wake_word)
         try:
             while True:
                 if calls:
@@ -380,7 +382,13 @@ class Engine(RingOwner):
             if self._found_work(ring, draining):
                 return
             if self._peers and not draining and self._peer_awake():
+                # Back from the yield this context wants the GIL at once: under a GIL its
+                # word says so (2) for a busy peer's turn end (core/wakeword.py)
+                word = self.wake_word
+                if self._hand_to:
+                    word[0] = 2
                 os.sched_yield()  # _peer_awake says why; then the same look once more
+                word[0] = 0
                 if self._found_work(ring, draining):
                     return
             self.sleep_since = t0 = _perf()
@@ -409,14 +417,17 @@ class Engine(RingOwner):
             self.sleeping = False
 
     def _hand_over(self, peers: tuple) -> None:
-        """At a turn's end: let go of the GIL until a peer that was woken from its sleep (its
-        wake word set, still in its sleep point) has taken it, instead of keeping it until this
-        context sleeps or the switch interval forces a switch (core/wakeword.py). One peer per
-        turn; its word clears as it runs again, or the bound ends the wait."""
+        """At a turn's end: let go of the GIL until a peer that waits for it has taken it,
+        instead of keeping it until this context sleeps or the switch interval forces a switch
+        (core/wakeword.py): one woken from its sleep (its wake word 1, still in its sleep
+        point), or one back from a submit's system call (2, which its ring clears as it has
+        the GIL). One peer per turn; its word clears as it runs again, or the bound ends the
+        wait."""
         for e in peers:
-            if e.wake_word[0] and e.sleeping:
+            word = e.wake_word[0]
+            if word == 2 or (word and e.sleeping):
                 self.handovers += 1
-                wakeword.hand_over(e.wake_word, wakeword.HAND_OVER_YIELDS)
+                wakeword.hand_over(e.wake_word, self.wake_word, wakeword.HAND_OVER_YIELDS)
                 return
 
     def _peer_awake(self) -> bool:

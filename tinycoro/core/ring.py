@@ -111,6 +111,10 @@ class IoRing(Protocol):
         prep, leave a NOP with ``SKIP_UD`` and re-raise; RingBusy, queueing nothing, when the
         kernel takes no more SQEs."""
 
+    def set_return_word(self, word: bytearray | None) -> None:
+        """Have a submit that releases the GIL set ``word[0]`` to 2 from the system call's
+        return until it has the GIL back (core/wakeword.py); None: no word."""
+
     def submit(self) -> int:
         """Hand the queued SQEs to the kernel; OSError(EBUSY/EAGAIN) when it wants reaping."""
 

@@ -54,17 +54,26 @@ cdef extern from *:
         return 0;
     }
 
-    static int tc_ww_hand_over(PyObject *word, Py_ssize_t limit) {
+    /* The hand-over. Once the peer has the GIL (or the bound is reached), the caller's own
+       word says "waiting for the GIL" (2) until it has it back: the peer hands it back at its
+       turn's end instead of keeping it until the switch interval. Set only after the peer's
+       word cleared, so two contexts never wait on each other's words. */
+    static int tc_ww_hand_over(PyObject *word, PyObject *own, Py_ssize_t limit) {
         char *w = PyByteArray_AS_STRING(word);
+        char *o = PyByteArray_AS_STRING(own);
         Py_ssize_t n = 0;
+        int cleared;
         Py_BEGIN_ALLOW_THREADS
         while (__atomic_load_n(w, __ATOMIC_RELAXED) && n < limit) {
             sched_yield();
             n++;
         }
+        cleared = !__atomic_load_n(w, __ATOMIC_RELAXED);
+        __atomic_store_n(o, 2, __ATOMIC_RELAXED);
         Py_END_ALLOW_THREADS
-        return !__atomic_load_n(w, __ATOMIC_RELAXED);
+        __atomic_store_n(o, 0, __ATOMIC_RELAXED);
+        return cleared;
     }
     """
     int wait "tc_ww_wait"(bytearray word, int efd, double timeout) except -1
-    bint hand_over "tc_ww_hand_over"(bytearray word, Py_ssize_t limit)
+    bint hand_over "tc_ww_hand_over"(bytearray word, bytearray own, Py_ssize_t limit)

@@ -7,7 +7,8 @@ a switch after the interpreter's switch interval (5 ms): a ``call_soon`` onto a 
 context ran after a p99 of 11.5-18.7 ms (docs/benchmarks-log.md).
 
 The wake word is one byte per context (a ``bytearray`` the engine owns, so that C holds its
-address without the GIL): 1 means "woken, waiting for the GIL". Two writers set it: the
+address without the GIL): 1 means "woken, waiting for the GIL"; 2 means "back from a call that
+released the GIL, wanting it at once" (below). Two writers set 1: the
 sleeper's own wait, from C as the wait returns and before it asks for the GIL (compiled), and
 whoever writes the sleeper's eventfd (``Engine.wake``, under the GIL; the only writer when
 interpreted, since Python code cannot run before the GIL is back). The sleeper clears it once
@@ -15,6 +16,14 @@ it runs again. A busy peer reads it at the end of each turn and answers with
 :func:`hand_over`: it lets go of the GIL until the word is clear again (the woken context has
 the GIL and runs), at most :data:`HAND_OVER_YIELDS` ``sched_yield`` calls. No other thread's
 ring is read: a ring stays its owner's (docs/design.md, rule 2).
+
+A context that was awake waits for the GIL too, after a call that released it: a submit (the
+ring sets 2 from C as ``io_uring_enter`` returns and clears it once the GIL is back:
+``CRing.set_return_word``), the sleep point's one yield (the engine sets 2 around it), and the
+end of its own hand-over (:func:`hand_over` sets 2 once the peer has the GIL). A busy peer
+answers 2 as it answers 1, at its turn's end: two busy contexts then take turns, each waiting
+at most one turn of the other, where a context back from its submit waited for the switch
+interval (1,000-27,000 of the busy context's steps in tests/test_handover.py on the old code).
 
 Nothing is handed over on a free-threaded build running without the GIL (:func:`needed`): a
 woken context runs at once there.
@@ -84,12 +93,16 @@ def wait(word: bytearray, efd: int, timeout: float) -> None:
         pass
 
 
-def hand_over(word: bytearray, limit: int) -> bool:
+def hand_over(word: bytearray, own: bytearray, limit: int) -> bool:
     """Let go of the GIL until ``word[0]`` is clear (the woken context whose word it is holds
     the GIL and runs), yielding the CPU at most *limit* times; whether it cleared in time.
 
-    Compiled, the GIL is released once around the whole loop. Here each ``sched_yield``
-    releases and takes it back: the woken context takes it in one of those gaps."""
+    Compiled, the GIL is released once around the whole loop, and the caller's *own* word
+    says 2, "waiting for the GIL", from the loop's end until the GIL is back, so that the
+    peer hands it back at its turn's end. Here each ``sched_yield`` releases and takes it
+    back: the woken context takes it in one of those gaps, and *own* is left alone (the
+    GIL is never waited for in C here)."""
+    del own  # the compiled twin's; see above
     for _ in range(limit):
         if not word[0]:
             return True
