@@ -27,6 +27,13 @@ class Listener(SocketBase):
 
     _stream = Stream
 
+    def __init__(self, sock: socket.SocketType) -> None:
+        # Non-blocking, so that an accept first takes a connection already in the backlog
+        # with one accept4(2) that never waits (AcceptOp says why); the ring's accept still
+        # waits for the next one. Accepted sockets do not inherit the flag (Linux).
+        sock.setblocking(False)
+        super().__init__(sock)
+
     def _wrap(self, fd: int) -> socket.SocketType:
         return _adopt(self._sock, fd, 0)
 
