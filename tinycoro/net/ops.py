@@ -246,8 +246,9 @@ class SendallOp(InlineOp):
     kernel took by then, as with any cancelled send). Errors of the inline send keep their
     errno; a close on another context during it reads as ``ClosedResourceError``.
 
-    The stream keeps a spare one for reuse (``spare``: the stream's list of them), taken by
-    the call that fills it and put back by its await once the send is over. A sendall that
+    The stream keeps a spare one for reuse, in a list of its own, taken by the call that fills
+    it and put back by its await once the send is over (``spare``: that list, set only while
+    the op is out of it, so that the list and the op are never a cycle). A sendall that
     is made and never awaited keeps its op, and nothing of the stream's: the next call
     builds a new one, which goes back to the list after its send. Concurrent sendalls each
     have their own.
@@ -375,11 +376,14 @@ class SendallOp(InlineOp):
 
     def _release(self) -> None:
         """The send is over: let go of the caller's data (a second await is refused) and go
-        back to the stream's spare list for its next sendall."""
+        back to the stream's spare list for its next sendall, letting go of the list first:
+        an op in the list never refers to it, so the two are never a cycle."""
         self.args = ()
         spare = self.spare
-        if spare is not None and not spare:
-            spare.append(self)  # the stream's next sendall takes it
+        if spare is not None:
+            self.spare = None
+            if not spare:
+                spare.append(self)  # the stream's next sendall takes it (and sets `spare`)
 
     def _sent(self, res: int) -> bool:
         """*res* bytes of the args' data went out: True when the send is over (a ``send()``
