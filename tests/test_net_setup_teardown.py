@@ -246,15 +246,14 @@ def test_a_streams_acyclic_parts_are_not_tracked():
 # sendall's RingSend comes from a free list while the send is in flight, where each stream's
 # spare op kept one for good: 12.98 compiled, 16.96 pure (15.96 compiled with
 # TINYCORO_MULTISHOT=0). The compiled stream takes its PendingOps out of the collector's view
-# too (it can be in no garbage cycle): 12.29 compiled, 15.27 with TINYCORO_MULTISHOT=0, pure
-# unchanged (17.24 here now: ~30 objects of the run that do not grow with the streams; by
-# gc.get_objects over 2,000 streams, 12.08 -> 11.10 per stream). What is left: the stream, PendingOps's dict, the
-# multishot and its parking ticket, the spare recv call and sendall op and their lists; the
-# task, its coroutine and context. Keyed by whether the streams received through the
-# multishot (compiled only). The spare sendall's list is out of the collector's view where
-# compiled (the op refers to it only while it is out of it: no cycle), and a stream on the
-# single recv makes no empty list for the multishot's recv calls: measured 11.28 compiled,
-# 14.27 with TINYCORO_MULTISHOT=0, 16.25 pure.
+# too (it can be in no garbage cycle), and the spare sendall's list (the op refers to it only
+# while it is out of it: no cycle); a stream on the single recv makes no list for the
+# multishot's recv calls: 11.28 compiled, 14.27 with TINYCORO_MULTISHOT=0, 16.25 pure (here
+# ~0.3 of each is objects of the run that do not grow with the streams: by gc.get_objects
+# over 2,000 streams, 12.08 -> 10.10 per stream). What is left: the stream, PendingOps's
+# dict, the multishot and its parking ticket, the spare recv call and its list, the spare
+# sendall op; the task, its coroutine and context. Keyed by whether the streams received
+# through the multishot (compiled only).
 _TRACKED_PER_STREAM = {True: 11, False: 16}
 
 

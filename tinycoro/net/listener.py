@@ -69,8 +69,10 @@ class TcpListener(Listener):
         """Adopt *sock*, a bound, listening TCP socket (``SOCK_STREAM``, IPv4 or IPv6), e.g.
         one inherited from a supervisor or made with options ``listen`` does not set.
 
-        The listener owns the socket from then on: its ``close()`` closes it. A socket that
-        is not a listening TCP socket is refused here, not at the first ``accept``.
+        The listener owns the socket from then on: its ``close()`` closes it, and it is put
+        in non-blocking mode (an accept first takes a connection already in the backlog with
+        one non-blocking ``accept4``). A socket that is not a listening TCP socket is refused
+        here, not at the first ``accept``.
         """
         if not isinstance(sock, socket.socket):
             raise TypeError(f"sock must be a socket.socket, got {sock!r}")

@@ -64,9 +64,9 @@ class _StreamCore:
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
         ms = self._ms
         if ms is not None:
-            spare = self._recv_spare
+            spare = self._recv_spare  # a list wherever there is a multishot (__init__)
             try:
-                call = spare.pop()  # one C call: atomic under the GIL, as the token is
+                call = spare.pop()  # type: ignore[union-attr]  # one C call, atomic as the token
             except IndexError:  # awaited elsewhere now, or made and never awaited
                 return RecvCall(ms, max_bytes, spare)
             call.want = max_bytes
