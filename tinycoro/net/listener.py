@@ -26,6 +26,9 @@ class Listener(SocketBase):
     """A listening socket; ``await accept()`` for each connection."""
 
     _stream = Stream
+    # Whether the last accept took a connection (AcceptOp): then more may be queued in the
+    # backlog, and the next accept first tries to take one at once.
+    _more_queued = False
 
     def __init__(self, sock: socket.SocketType) -> None:
         # Non-blocking, so that an accept first takes a connection already in the backlog

@@ -503,8 +503,13 @@ class AcceptOp(InlineOp):
     with one non-blocking ``accept4(2)`` (``_nbsend.accept``; the listener's socket is
     non-blocking for it), as uvloop's accept loop does: no SQE, no CQE and no turn of the
     context per connection, which is what a server that a crowd connects to at once spends
-    its set-up on. Each such accept spends one unit of the engine's cooperative budget (rule
-    16, :class:`InlineOp`): with it spent, the accept yields once first, so an acceptor with a
+    its set-up on. Only after a connection came (``listener._more_queued``): the first accept,
+    and the one after the backlog ran dry, go to the ring at once, so that connections that
+    come one at a time cost no failed ``accept4`` each, and a server's first accept waits as it
+    always did (a one-connection ping-pong's tasks then fall into the same rhythm as before:
+    accepted a turn earlier, both sides' sends went through the ring for good, ~29.5k
+    instructions per round trip against ~18.5k; docs/benchmarks-profiles.md). Each such accept
+    spends one unit of the engine's cooperative budget (rule 16, :class:`InlineOp`): with it spent, the accept yields once first, so an acceptor with a
     crowd in its backlog still lets the other tasks of its context run. With nobody in the
     backlog the accept is the ring's, which waits for the next connection. In an asyncio task (no engine on the thread)
     every accept is the ring's."""
@@ -528,7 +533,8 @@ class AcceptOp(InlineOp):
         # second generator frame per accept where the op runs interpreted (rule 14: one
         # awaitable, one frame per operation; tests/test_net_ops.py counts them).
         engine = _local.engine
-        if engine is not None:
+        listener = self.listener
+        if engine is not None and listener._more_queued:
             if not self._spend(engine):
                 yield YIELD  # budget spent, or an interrupt is due: it is raised here
                 self._spend(engine)  # a new step: this accept counts in its budget
@@ -536,8 +542,8 @@ class AcceptOp(InlineOp):
             if fd != _EAGAIN:
                 if fd < 0:
                     raise self._failure(fd)
-                listener = self.listener
                 return listener._stream(listener._wrap(fd))
+            listener._more_queued = False  # the backlog ran dry: the ring waits for the next
         engine = self._enter_on(engine)
         try:
             if engine is not None:
@@ -548,7 +554,7 @@ class AcceptOp(InlineOp):
             del self.pending._ops[self]
         if fd < 0:
             raise self._failure(fd)
-        listener = self.listener
+        listener._more_queued = True  # one came: a crowd may be queued behind it
         return listener._stream(listener._wrap(fd))
 
     def _accept_inline(self) -> int:
