@@ -143,8 +143,6 @@ SUSPENDS = {
     "AsyncFile.fsync": "an io_uring fsync",
     "net.connect": "an io_uring connect",
     "net.connect_unix": "an io_uring connect",
-    "Listener.accept": "an io_uring accept",
-    "TcpListener.accept": "an io_uring accept (and a TLS handshake)",
     "Stream.shutdown_write": "an io_uring shutdown",
 }
 
@@ -368,6 +366,47 @@ async def _tcp_pair(stack):
     return client, conn
 
 
+def _accept(unix: bool) -> Callable[..., Awaitable[Once]]:
+    """A listener with a crowd in its backlog (plain client sockets, connected in batches as
+    it runs out), each accept taking one at once; the accepted streams are closed without an
+    await now and then, so that only the accepts are counted."""
+
+    async def make(stack, request) -> Once:
+        if unix:
+            path = str(request.getfixturevalue("tmp_path") / "l")
+            lst = await tc.net.listen_unix(path, backlog=256)
+        else:
+            lst = await tc.net.listen(backlog=256)
+        stack.push_async_callback(lst.close)
+        made: list = []
+        clients: list[socket.socket] = []
+        stack.callback(_close_now, made)
+        stack.callback(lambda: [c.close() for c in clients])
+        queued = [0]
+
+        async def once():
+            if not queued[0]:
+                for c in clients:
+                    c.close()
+                clients.clear()
+                for _ in range(128):  # the kernel queues each in the backlog: nothing waits
+                    if unix:
+                        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                        c.connect(path)
+                    else:
+                        c = socket.create_connection(("127.0.0.1", lst.port))
+                    clients.append(c)
+                queued[0] = 128
+            made.append(await lst.accept())
+            queued[0] -= 1
+            if len(made) > 64:
+                _close_now(made)
+
+        return once
+
+    return make
+
+
 async def _stream_send_empty(stack, request) -> Once:
     client, _ = await _tcp_pair(stack)
     return lambda: client.send(b"")
@@ -506,6 +545,8 @@ async def _tls_sendfile_nothing(stack, request) -> Once:
 
 AT_ONCE: dict[str, Callable[..., Awaitable[Once]]] = {
     "Task.__await__": _join_done,
+    "Listener.accept": _accept(unix=True),
+    "TcpListener.accept": _accept(unix=False),
     "Channel.send": _channel_send,
     "Channel.recv": _channel_recv,
     "Channel.__anext__": _channel_anext,

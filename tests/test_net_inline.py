@@ -234,3 +234,89 @@ def test_an_inline_send_keeps_its_errno(contexts):
 
         err = sched.run_sync(main(), timeout=50)
     assert isinstance(err, (BrokenPipeError, ConnectionResetError)), repr(err)
+
+
+def _queue_connections(port: int, n: int) -> list[socket.socket]:
+    """*n* plain client sockets connected to *port*: the kernel completes each handshake into
+    the listener's backlog, whether or not anything accepts yet."""
+    return [socket.create_connection(("127.0.0.1", port)) for _ in range(n)]
+
+
+def test_accepts_of_queued_connections_do_not_go_through_the_ring(contexts):
+    """Connections already in the listener's backlog are accepted at once (a non-blocking
+    accept, as uvloop's accept loop does): a server that a crowd connects to all at once sets
+    each one up without an SQE, a CQE and a turn of its context; only the first accept, which
+    cannot know that a crowd is queued, is the ring's."""
+    n = 40
+
+    with tc.Scheduler(contexts) as sched:
+        async def main():
+            lst = await tc.net.listen("127.0.0.1", 0, backlog=n)
+            clients = _queue_connections(lst.port, n)
+            here = tc.current_context()
+            before = _context_ops(sched, here)
+            conns = [await lst.accept() for _ in range(n)]
+            after = _context_ops(sched, here)
+            for c in conns:
+                await c.sendall(b"x")
+            got = [c.recv(1) for c in clients]
+            for c in conns:
+                await c.close()
+            for c in clients:
+                c.close()
+            await lst.close()
+            return after - before, got
+
+        through_ring, got = sched.run_sync(main(), timeout=50)
+    assert got == [b"x"] * n
+    assert through_ring <= 1, f"{through_ring} of {n} accepts went through the ring"
+
+
+def test_an_acceptor_that_never_waits_cannot_starve_its_context(contexts):
+    """A crowd in the backlog: each accept completes at once, and spends the budget, so a
+    task on the acceptor's context runs at least every INLINE_BUDGET accepts."""
+    n = 120
+
+    with tc.Scheduler(contexts) as sched:
+        async def main():
+            lst = await tc.net.listen("127.0.0.1", 0, backlog=n)
+            clients = _queue_connections(lst.port, n)
+            conns = []
+
+            async def accept_one():
+                conns.append(await lst.accept())
+
+            done, seen = await loop_beside_counter(accept_one, n)
+            for c in conns:
+                await c.close()
+            for c in clients:
+                c.close()
+            await lst.close()
+            return done, seen
+
+        done, seen = sched.run_sync(main(), timeout=50)
+    assert done == n or seen[-1] < n
+    # and maybe one more that suspended and was resumed at the step's start: the first
+    # accept, the ring's (it cannot know a crowd is queued)
+    assert max(gaps(seen)) <= INLINE_BUDGET + 1, gaps(seen)
+
+
+def test_an_accept_that_waits_still_completes_through_the_ring(contexts):
+    """Nothing queued: the accept waits for the next connection (the listener's socket is
+    non-blocking for the inline attempt; the ring's accept still waits for one)."""
+    with tc.Scheduler(contexts) as sched:
+        async def main():
+            lst = await tc.net.listen("127.0.0.1", 0)
+            task = spawn_here(lst.accept())
+            await wait_blocked(task)
+            # the kernel completes the handshake into the backlog: no task needs to run
+            client = socket.create_connection(("127.0.0.1", lst.port))
+            conn = await task
+            await conn.sendall(b"y")
+            got = client.recv(1)  # sent whole before sendall returned
+            client.close()
+            await conn.close()
+            await lst.close()
+            return got
+
+        assert sched.run_sync(main(), timeout=50) == b"y"

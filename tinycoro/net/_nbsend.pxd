@@ -70,7 +70,28 @@ cdef extern from *:
         }
         return got;
     }
+
+    /* accept4(2) on the non-blocking listener fd: the new descriptor, or the negative errno
+       with no exception set (-EAGAIN: nobody in the backlog), or -1 with an exception set
+       when a signal handler raised (Cython tells that from -EPERM by the exception). */
+    static int tc_nb_accept(PyObject *sock, int fd, int flags) {
+        int got, err;
+        (void)sock;
+        for (;;) {
+            Py_BEGIN_ALLOW_THREADS
+            got = accept4(fd, NULL, NULL, flags);
+            err = errno;
+            Py_END_ALLOW_THREADS
+            if (got >= 0)
+                return got;
+            if (err != EINTR)
+                return err == EWOULDBLOCK ? -EAGAIN : -err;
+            if (PyErr_CheckSignals() < 0)
+                return -1;
+        }
+    }
     """
     Py_ssize_t send "tc_nb_send"(object sock, int fd, object data, int flags) except -1
     Py_ssize_t recv_into "tc_nb_recv_into"(object sock, int fd, object buf, Py_ssize_t n,
                                            int flags) except -1
+    int accept "tc_nb_accept"(object sock, int fd, int flags) except? -1

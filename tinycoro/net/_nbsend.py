@@ -9,11 +9,14 @@ is a C function calling ``send(2)`` on the descriptor directly, the GIL released
 the socket does, EINTR retried after a signal check, an error raised as the socket raises it
 (an ``OSError`` with its errno: ``BlockingIOError`` for EAGAIN). :func:`recv_into` is the same
 for a receive, except that EAGAIN, its common answer, is the result ``NOTHING`` and raises
-nothing. This is the pure-Python twin.
+nothing. :func:`accept` is the inline accept of :class:`tinycoro.net.ops.AcceptOp`, one
+``accept4(2)`` on a non-blocking listener that answers with a negative errno rather than
+raising (EAGAIN, "nobody in the backlog", is its common answer). This is the pure-Python twin.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 from typing import Any
 
@@ -35,3 +38,15 @@ def recv_into(sock: socket.socket, fd: int, buf: Any, n: int, flags: int) -> int
         return sock.recv_into(buf, n, flags)
     except BlockingIOError:
         return NOTHING
+
+
+def accept(sock: socket.socket, fd: int, flags: int) -> int:
+    """One non-blocking accept on the listening socket *sock* (descriptor *fd*, which must be
+    in non-blocking mode): the new connection's descriptor, or the negative errno (``-EAGAIN``
+    when nobody waits in the backlog). Compiled, ``accept4(2)`` on *fd* with *flags*; here
+    ``sock._accept()``, which always passes ``SOCK_CLOEXEC`` (what the listener asks for)."""
+    try:
+        new_fd, _ = sock._accept()  # type: ignore[attr-defined]
+    except OSError as e:
+        return -(e.errno or errno.EIO)
+    return new_fd

@@ -26,6 +26,16 @@ class Listener(SocketBase):
     """A listening socket; ``await accept()`` for each connection."""
 
     _stream = Stream
+    # Whether the last accept took a connection (AcceptOp): then more may be queued in the
+    # backlog, and the next accept first tries to take one at once.
+    _more_queued = False
+
+    def __init__(self, sock: socket.SocketType) -> None:
+        # Non-blocking, so that an accept first takes a connection already in the backlog
+        # with one accept4(2) that never waits (AcceptOp says why); the ring's accept still
+        # waits for the next one. Accepted sockets do not inherit the flag (Linux).
+        sock.setblocking(False)
+        super().__init__(sock)
 
     def _wrap(self, fd: int) -> socket.SocketType:
         return _adopt(self._sock, fd, 0)
@@ -62,8 +72,10 @@ class TcpListener(Listener):
         """Adopt *sock*, a bound, listening TCP socket (``SOCK_STREAM``, IPv4 or IPv6), e.g.
         one inherited from a supervisor or made with options ``listen`` does not set.
 
-        The listener owns the socket from then on: its ``close()`` closes it. A socket that
-        is not a listening TCP socket is refused here, not at the first ``accept``.
+        The listener owns the socket from then on: its ``close()`` closes it, and it is put
+        in non-blocking mode (an accept first takes a connection already in the backlog with
+        one non-blocking ``accept4``). A socket that is not a listening TCP socket is refused
+        here, not at the first ``accept``.
         """
         if not isinstance(sock, socket.socket):
             raise TypeError(f"sock must be a socket.socket, got {sock!r}")

@@ -49,5 +49,9 @@ cdef int _IDLE, _HANDED, _WAITING
 cdef list _ring_sends
 cdef Py_ssize_t _RING_SENDS_KEPT
 
-cdef class AcceptOp(ResourceOp):
+cdef class AcceptOp(InlineOp):
     cdef public object listener
+
+    cdef int _accept_inline(self) except? -1
+
+cdef int _EAGAIN

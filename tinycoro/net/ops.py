@@ -9,6 +9,8 @@ The multishot receive, an operation that completes many times, lives in
 
 from __future__ import annotations
 
+import errno
+import os
 import socket
 import weakref
 from typing import Any, Callable, Generator
@@ -32,6 +34,7 @@ __all__ = [
 # Python-level ``__ror__`` (~6,000 instructions under callgrind) on every send that combines them.
 MSG_NOSIGNAL = int(getattr(socket, "MSG_NOSIGNAL", 0))
 MSG_DONTWAIT = int(socket.MSG_DONTWAIT)
+_EAGAIN = -errno.EAGAIN  # an inline accept's "nobody in the backlog"
 
 #: A recv of at least this many bytes is a bulk read: where :func:`bulk_recv_available`, the
 #: kernel copies into the very bytes object it returns (:class:`BulkRecvOp`). Below it, a copy
@@ -243,8 +246,9 @@ class SendallOp(InlineOp):
     kernel took by then, as with any cancelled send). Errors of the inline send keep their
     errno; a close on another context during it reads as ``ClosedResourceError``.
 
-    The stream keeps a spare one for reuse (``spare``: the stream's list of them), taken by
-    the call that fills it and put back by its await once the send is over. A sendall that
+    The stream keeps a spare one for reuse, in a list of its own, taken by the call that fills
+    it and put back by its await once the send is over (``spare``: that list, set only while
+    the op is out of it, so that the list and the op are never a cycle). A sendall that
     is made and never awaited keeps its op, and nothing of the stream's: the next call
     builds a new one, which goes back to the list after its send. Concurrent sendalls each
     have their own.
@@ -372,11 +376,14 @@ class SendallOp(InlineOp):
 
     def _release(self) -> None:
         """The send is over: let go of the caller's data (a second await is refused) and go
-        back to the stream's spare list for its next sendall."""
+        back to the stream's spare list for its next sendall, letting go of the list first:
+        an op in the list never refers to it, so the two are never a cycle."""
         self.args = ()
         spare = self.spare
-        if spare is not None and not spare:
-            spare.append(self)  # the stream's next sendall takes it
+        if spare is not None:
+            self.spare = None
+            if not spare:
+                spare.append(self)  # the stream's next sendall takes it (and sets `spare`)
 
     def _sent(self, res: int) -> bool:
         """*res* bytes of the args' data went out: True when the send is over (a ``send()``
@@ -489,8 +496,23 @@ def _send_result(ring_send: Any) -> Any:
 _iterslots.install(RingSend, _send_step, _send_result, _send_step)
 
 
-class AcceptOp(ResourceOp):
-    """A listener's accept: the connected stream."""
+class AcceptOp(InlineOp):
+    """A listener's accept: the connected stream.
+
+    **Inline first.** A connection already in the listener's backlog is accepted right here,
+    with one non-blocking ``accept4(2)`` (``_nbsend.accept``; the listener's socket is
+    non-blocking for it), as uvloop's accept loop does: no SQE, no CQE and no turn of the
+    context per connection, which is what a server that a crowd connects to at once spends
+    its set-up on. Only after a connection came (``listener._more_queued``): the first accept,
+    and the one after the backlog ran dry, go to the ring at once, so that connections that
+    come one at a time cost no failed ``accept4`` each, and a server's first accept waits as it
+    always did (a one-connection ping-pong's tasks then fall into the same rhythm as before:
+    accepted a turn earlier, both sides' sends went through the ring for good, ~29.5k
+    instructions per round trip against ~18.5k; docs/benchmarks-profiles.md). Each such accept
+    spends one unit of the engine's cooperative budget (rule 16, :class:`InlineOp`): with it spent, the accept yields once first, so an acceptor with a
+    crowd in its backlog still lets the other tasks of its context run. With nobody in the
+    backlog the accept is the ring's, which waits for the next connection. In an asyncio task (no engine on the thread)
+    every accept is the ring's."""
 
     __slots__ = ("listener",)
 
@@ -510,7 +532,19 @@ class AcceptOp(ResourceOp):
         # ResourceOp.__await__'s steps, written out: delegating with `yield from` would cost a
         # second generator frame per accept where the op runs interpreted (rule 14: one
         # awaitable, one frame per operation; tests/test_net_ops.py counts them).
-        engine = self._enter()
+        engine = _local.engine
+        listener = self.listener
+        if engine is not None and listener._more_queued:
+            if not self._spend(engine):
+                yield YIELD  # budget spent, or an interrupt is due: it is raised here
+                self._spend(engine)  # a new step: this accept counts in its budget
+            fd = self._accept_inline()
+            if fd != _EAGAIN:
+                if fd < 0:
+                    raise self._failure(fd)
+                return listener._stream(listener._wrap(fd))
+            listener._more_queued = False  # the backlog ran dry: the ring waits for the next
+        engine = self._enter_on(engine)
         try:
             if engine is not None:
                 fd = yield self
@@ -520,5 +554,20 @@ class AcceptOp(ResourceOp):
             del self.pending._ops[self]
         if fd < 0:
             raise self._failure(fd)
-        listener = self.listener
+        listener._more_queued = True  # one came: a crowd may be queued behind it
         return listener._stream(listener._wrap(fd))
+
+    def _accept_inline(self) -> int:
+        """The inline attempt (class doc): the new descriptor, or the negative errno
+        (``-EAGAIN``: nobody in the backlog). After a close on another context the listener's
+        descriptor may be another file's by the time the accept runs: ClosedResourceError,
+        and a connection it took is closed again."""
+        pending = self.pending
+        if pending.closed:
+            raise pending._error()
+        fd = _nbsend.accept(self.listener._sock, self.args[0], self.args[2])
+        if pending.closed:
+            if fd >= 0:
+                os.close(fd)
+            raise ClosedResourceError(CLOSED_WHILE_WAITING)
+        return fd

@@ -51,7 +51,7 @@ class _StreamCore:
     _fd: int
     _ops: PendingOps
     _ms: MultishotRecv | None
-    _recv_spare: list
+    _recv_spare: list | None
     _send_spare: list
     _ref: weakref.ref
     _recv_token: list
@@ -64,9 +64,9 @@ class _StreamCore:
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
         ms = self._ms
         if ms is not None:
-            spare = self._recv_spare
+            spare = self._recv_spare  # a list wherever there is a multishot (__init__)
             try:
-                call = spare.pop()  # one C call: atomic under the GIL, as the token is
+                call = spare.pop()  # type: ignore[union-attr]  # one C call, atomic as the token
             except IndexError:  # awaited elsewhere now, or made and never awaited
                 return RecvCall(ms, max_bytes, spare)
             call.want = max_bytes
@@ -85,6 +85,8 @@ class _StreamCore:
                 op = spare.pop()  # one C call: atomic under the GIL, as recv's token is
             except IndexError:  # another sendall holds it, or one was made and never awaited
                 op = SendallOp(self, None, spare, self._ref)
+            else:
+                op.spare = spare  # while it is out: where it goes back (SendallOp._release)
             op.args = (self._fd, data, len(data), MSG_NOSIGNAL)
             return op
         view = as_bytes_view(data, "sendall")
@@ -107,6 +109,11 @@ class Stream(_StreamCore, SocketBase):
 
     def __init__(self, sock: socket.SocketType) -> None:
         super().__init__(sock)
+        # Its PendingOps can be in a cycle only through an op in its dict (the op's `pending`
+        # refers back), and an op is there only while a frame awaits it or a ring runs it, so
+        # that such a cycle is never garbage: the collector need not walk it (one object
+        # fewer per open connection for every full collection).
+        _untrack.untracked(self._ops)
         # Sends are first tried inline with MSG_DONTWAIT through this socket object (see
         # SendallOp). With a timeout (socket.setdefaulttimeout) Python's send would poll for
         # room first, and could block the context for that long; in blocking mode it makes
@@ -156,14 +163,19 @@ class Stream(_StreamCore, SocketBase):
         )
         # Each recv() call on the multishot path is an awaitable of its own, holding that
         # call's max_bytes (the multishot is shared); one spare is reused (RecvCall says why).
-        self._recv_spare = [RecvCall(self._ms, 0, None)] if self._ms is not None else []
-        if self._recv_spare:
+        # (None on the single recv, which never takes it: one list fewer per stream.)
+        self._recv_spare = [RecvCall(self._ms, 0, None)] if self._ms is not None else None
+        if self._recv_spare is not None:
             self._recv_spare[0].spare = self._recv_spare
         # Likewise a spare sendall op, reused by one sendall at a time: the call that fills
         # it takes it off this list, its await puts it back (SendallOp says why a sendall
         # never awaited costs the stream nothing).
-        self._send_spare = [SendallOp(self, None, None, self._ref)]
-        self._send_spare[0].spare = self._send_spare
+        # The op refers to its list only while it is out of it (taken by a sendall, until
+        # its send is over), so the two are never a cycle: a stream dropped without close()
+        # takes them with it at once. At rest the list holds an op that refers to nothing
+        # that could lead back to it (its args are let go of before it goes back), so the
+        # list can be in no cycle either: the collector need not walk it.
+        self._send_spare = _untrack.untracked([SendallOp(self, None, None, self._ref)])
         if self._ms is None:
             # Receiving with the single recv from the start: its two fields set now, with the
             # others. CPython shares a class's table of attribute names (the instances' inline
@@ -185,16 +197,15 @@ class Stream(_StreamCore, SocketBase):
         return self._sock.getpeername()
 
     def _let_go(self) -> None:
-        """Break the stream's reference cycles (each spare op and its list; the multishot and
+        """Break the stream's reference cycles (the spare recv call and its list; the multishot and
         its parking ticket), so that its objects go with its last reference. Left to the
         cyclic collector, they lived until a full collection, which walks every live object:
         at 10,000 connections that came and went it was most of the server's CPU
         (docs/benchmarks-log.md). An op in flight now ends on the close and may put itself
         back on its list: that rare cycle is left to the collector."""
-        for op in self._send_spare:
-            op.spare = None
-        for call in self._recv_spare:
-            call.spare = None
+        if self._recv_spare is not None:
+            for call in self._recv_spare:
+                call.spare = None
         if self._ms is not None:
             self._ms.let_go()
 
