@@ -185,9 +185,11 @@ def test_a_context_back_from_a_submit_is_handed_the_gil(contexts, tmp_path):
         return
     assert lags, "the busy context never saw a read complete"
     assert handovers > 0, lags
-    # Not all: on a loaded machine the submitter's thread may lose its CPU between posting the
-    # CQE and leaving the kernel, and the busy context runs on meanwhile (no GIL involved).
-    assert sum(lag <= MANY_STEPS for lag in lags) >= len(lags) // 3, lags
+    # One round is enough to tell: kept, the busy context ran on to the switch interval in
+    # every round. Not every round: on a loaded machine the submitter's thread may lose its
+    # CPU between posting the CQE and leaving the kernel, and the busy context runs on
+    # meanwhile (no GIL involved), so a share of rounds would be a bet on the machine.
+    assert any(lag <= MANY_STEPS for lag in lags), lags
 
 
 def test_the_interpreted_hand_over_is_bounded():
