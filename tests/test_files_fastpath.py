@@ -600,3 +600,27 @@ def test_a_file_closed_while_a_read_waits_out_the_budget(contexts, tmp_path):
     # on one context the closer runs at the read's yield; on more it may come later
     assert kind in (tc.ClosedResourceError, None)
 
+
+
+def test_a_loop_that_drops_each_cached_read_gets_the_same_bytes_object_back(tmp_path):
+    """Compiled, on a GIL build: a read loop that drops each result is handed the one bytes
+    object again, refilled (_cfile._fresh_bytes), on every Python version. On 3.12+ the spare
+    StopIteration that ended each read's await kept the last result, so no read could reuse
+    it and each allocated 4 KiB anew."""
+    from tinycoro import _cfile, compiled
+    from tinycoro.io import pagecache
+
+    if not compiled.gil_enabled() or pagecache.pread_nowait is not _cfile.pread_nowait:
+        pytest.skip("the pure runtime and free-threaded builds allocate each result")
+
+    path = tmp_path / "again"
+    _cached_file(path, os.urandom(4 * PAGE))
+
+    async def main():
+        f = await tc.io.open(path)
+        try:
+            return {id(await f.read_at(PAGE, (i % 4) * PAGE)) for i in range(INLINE_BUDGET // 2)}
+        finally:
+            await f.close()
+
+    assert len(tc.run(main(), contexts=1)) == 1
