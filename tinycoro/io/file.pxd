@@ -6,6 +6,7 @@
 # instructions).
 # Attributes are public: the tests switch a file to ring-only reads through _inline.
 
+from ..buffers cimport as_bytes_view, writable_view
 from ..closing cimport PendingOps
 # The names file.py imports from .pagecache and ..core.local, which pick these or their Python
 # twins: compiled, the cimport wins, and the running task's read, the page-cache read and its
