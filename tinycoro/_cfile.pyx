@@ -111,9 +111,12 @@ cdef inline bytes _fresh_bytes(Py_ssize_t size):
     4 KiB through malloc on every call."""
     global _spare
     cdef object spare = _spare
-    if TC_REUSE_BYTES and spare is not None and Py_SIZE(spare) == size and Py_REFCNT(<PyObject *>spare) == 2:
-        tc_bytes_forget_hash(spare)
-        return <bytes>spare
+    if TC_REUSE_BYTES and spare is not None and Py_SIZE(spare) == size:
+        # 3.12+: the spare StopIteration that ended the last read's await may still hold it
+        _iterslots.forget(spare)
+        if Py_REFCNT(<PyObject *>spare) == 2:
+            tc_bytes_forget_hash(spare)
+            return <bytes>spare
     cdef bytes data = PyBytes_FromStringAndSize(NULL, size)
     if TC_REUSE_BYTES and 0 < size <= REUSE_MAX:
         _spare = data

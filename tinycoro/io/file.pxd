@@ -6,6 +6,7 @@
 # instructions).
 # Attributes are public: the tests switch a file to ring-only reads through _inline.
 
+from ..buffers cimport as_bytes_view, writable_view
 from ..closing cimport PendingOps
 # The names file.py imports from .pagecache and ..core.local, which pick these or their Python
 # twins: compiled, the cimport wins, and the running task's read, the page-cache read and its
@@ -15,6 +16,9 @@ from .._clocal cimport running_task
 from .direct cimport check_direct
 from .ops cimport ring_read
 from ..core.engine cimport spend_inline
+from ..net cimport _iterslots
+
+cimport cython
 
 cpdef bint _whole(bytes data, Py_ssize_t size)
 
@@ -35,3 +39,25 @@ cdef class AsyncFile:
 
     cdef _read_cached(self, size, offset)
     cdef _read_inline(self, size, offset)
+
+cdef int _NEW, _YIELDED, _DELEGATED, _OVER
+
+cdef class _ReadLater:
+    cdef AsyncFile file
+    cdef object size
+    cdef object offset
+    cdef int state
+    cdef object sub
+    cdef object result
+
+    @cython.locals(f=AsyncFile)
+    cdef object _step(self, object value)
+    cdef object _forward(self, object value, object exc)
+
+# The C steps behind _ReadLater's slots (_iterslots.install): object in, object out
+@cython.locals(r=_ReadLater)
+cpdef _ReadLater _read_later(AsyncFile file, object size, object offset)
+@cython.locals(r=_ReadLater)
+cdef object _later_step(object read, object value)
+@cython.locals(r=_ReadLater)
+cdef object _later_result(object read)

@@ -76,7 +76,28 @@ cdef extern from *:
         PyErr_SetRaisedException(exc);
         return 0;
     }
+    /* Let go of *value* where the spare still holds it from the await it ended last: held
+       by this module alone (a reference count of 1), the spare's value is dead to everyone,
+       and while it keeps it, the holder of a reused object (_cfile's spare bytes) sees one
+       reference more than there is and cannot reuse it (on 3.12+ every cached read then
+       allocated and freed its 4 KiB). */
+    static inline void tc_iter_forget(PyObject *value) {
+        PyObject *exc = tc_iter_spare_stop;
+        PyStopIterationObject *e = (PyStopIterationObject *)exc;
+        if (exc != NULL && Py_REFCNT(exc) == 1 && e->value == value && e->args != NULL
+                && Py_REFCNT(e->args) == 1 && PyTuple_GET_ITEM(e->args, 0) == value) {
+            Py_INCREF(Py_None);
+            PyTuple_SET_ITEM(e->args, 0, Py_None);
+            Py_INCREF(Py_None);
+            e->value = Py_None;
+            Py_DECREF(value);
+            Py_DECREF(value);
+        }
+    }
     #else
+    static inline void tc_iter_forget(PyObject *value) {
+        (void)value;  /* no spare: a StopIteration is made per set, and gone with its await */
+    }
     static int tc_iter_stop(PyObject *value) {
         PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, value);
         if (exc == NULL)
@@ -214,3 +235,5 @@ cdef extern from *:
     ctypedef object (*tc_iter_step_fn)(object, object)
     int install "tc_iter_install"(object cls, tc_iter_step_fn step, tc_iter_fn result,
                                   tc_iter_step_fn send) except -1
+    # (compiled modules only: _cfile's reused bytes; see tc_iter_forget)
+    void forget "tc_iter_forget"(object value)
