@@ -429,6 +429,40 @@ def test_unobserved_failure_is_logged_when_it_ends_with_its_traceback(caplog):
     assert len(records) == 1
 
 
+def test_a_failure_counted_in_stats_is_already_in_failures(contexts):
+    # Whoever sees stats().failed count a failure finds it in failures() (a dashboard, or
+    # %tinycoro tasks after a wait on the count): the count is published last. The failure's
+    # message is made in between, by the exception's __str__: here one that waits, holding
+    # the context inside that window while this thread reads both.
+    formatting = threading.Event()
+    go_on = threading.Event()
+
+    class Slow(Exception):
+        def __str__(self) -> str:
+            formatting.set()
+            go_on.wait(30)
+            return "slow to say"
+
+    async def fail():
+        raise Slow()
+
+    async def spawner():
+        return tc.spawn(fail())  # never joined: a failure nothing awaits
+
+    with tc.Scheduler(contexts) as s:
+        s.failure_hook = lambda task, exc: None  # nothing logged: the test reads the listing
+        s.run_sync(spawner(), timeout=30)
+        try:
+            assert formatting.wait(30)
+            counted, listed = s.stats().failed, len(s.failures())
+        finally:
+            go_on.set()
+        assert counted == listed, f"stats().failed said {counted} while failures() held {listed}"
+        wait_until(lambda: s.stats().failed == 1, what="the failure to be counted")
+        [info] = s.failures()
+    assert info.name.endswith(".fail") and info.error.endswith("Slow: slow to say"), info
+
+
 def test_deadlock_after_main_failed_shows_mains_failure_as_its_cause():
     # Two children join each other (a cycle that outlives main), then main fails: loop() can
     # only report the deadlock, but tc.run chains main's failure to it as the cause.

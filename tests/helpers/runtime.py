@@ -80,8 +80,14 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition") -> Non
     import time
 
     deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
+    while True:
+        # The clock is read before the state, not after: on a loaded machine this thread can
+        # be descheduled between the two reads, and a state that came in time (during that
+        # stall) must not fail the wait because the one reading taken was from before it.
+        late = time.monotonic() > deadline
+        if predicate():
+            return
+        if late:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.0005)
 

@@ -101,10 +101,11 @@ def settle(sched: tc.Scheduler, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     last = None
     while True:
+        late = time.monotonic() > deadline  # read before the state: as helpers.runtime.wait_until
         marker = _quiet_marker(sched)
         if marker is not None and marker == last:
             return
         last = marker
-        if time.monotonic() > deadline:
+        if late:
             raise AssertionError(f"the scheduler never went quiet: {sched.stats()!r}")
         time.sleep(0.0002)

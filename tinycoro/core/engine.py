@@ -687,9 +687,11 @@ class Engine(RingOwner):
     def _report_failure(self, task: Task, exc: BaseException) -> None:
         """A task failed with nobody awaiting it: count it, remember it, and say so now
         (through the scheduler's ``failure_hook``, inside the task's context; or the log)."""
-        self.failed += 1
         first = (traceback.format_exception_only(type(exc), exc) or [repr(exc)])[0]
         self.failures.append(FailureInfo(task.id, task.name, self.id, first.strip(), time.time()))
+        # Counted only once listed: a reader that waits for the count (a dashboard, a notebook
+        # polling stats().failed) then finds the failure in failures()
+        self.failed += 1
         task._retrieved = True  # reported here; Task.__del__ must not report it again
         hook = getattr(self.scheduler, "failure_hook", None)
         try:
