@@ -6,8 +6,7 @@
 
 cimport cython
 
-from ..core cimport fence
-from . cimport _iterslots
+from ..core cimport _iterslots, fence
 from ..core.traps cimport Op
 from .ops cimport InlineOp
 

@@ -31,11 +31,10 @@ from typing import Any, Generator
 
 from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
-from ..core import fence
+from ..core import _iterslots, fence
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
-from . import _iterslots
 from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]

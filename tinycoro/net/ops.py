@@ -21,7 +21,8 @@ from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import DONE, YIELD, run_outside, thrown
-from . import _iterslots, _nbsend
+from ..core import _iterslots
+from . import _nbsend
 
 __all__ = [
     "AcceptOp", "BULK_RECV", "BulkRecvOp", "InlineOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp",
