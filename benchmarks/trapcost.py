@@ -15,7 +15,10 @@ are interpreted, the same before and after a change to the compiled awaitables:
 * ``op``: ``await Op(prep_nop)``, a ring round trip with an int result;
 * ``write``: ``await f.write_at(64 bytes, 0)`` on a temporary file (a ``RingWrite``);
 * ``ring-read``: ``await f.read_at(64, 0)`` through the ring (``TINYCORO_FILE_READS=ring``,
-  a ``RingRead``).
+  a ``RingRead``);
+* ``mutex``: an uncontended ``await m.lock(); m.unlock()`` (the gate's yield every
+  ``INLINE_BUDGET``-th lock);
+* ``spawn-join``: ``await tc.spawn(coroutine that returns at once)``.
 
 Independent of the machine's load, so it compares runs on a busy machine and across Python
 versions. Not part of the timed harness: no peer runs these.
@@ -38,7 +41,7 @@ _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.M)
 
 def _workloads(path: str) -> dict[str, Callable[[int], Awaitable[Any]]]:
     import tinycoro as tc
-    from tinycoro.core.local import _local
+    from tinycoro.core.local import thread_state as _local
     from tinycoro.core.traps import Op, Ready, consume_budget, yield_now
     from tinycoro.uring import prep_nop
 
@@ -84,13 +87,26 @@ def _workloads(path: str) -> dict[str, Callable[[int], Awaitable[Any]]]:
             await f.read_at(64, 0)
         await f.close()
 
+    async def mutex(n: int) -> None:
+        m = tc.Mutex()
+        for _ in range(n):
+            await m.lock()
+            m.unlock()
+
+    async def nothing() -> None:
+        pass
+
+    async def spawn_join(n: int) -> None:
+        for _ in range(n):
+            await tc.spawn(nothing())
+
     return {
         "budget": budget, "budget-yield": budget_yield, "yield": plain_yield, "ready": ready,
-        "op": op, "write": write, "ring-read": ring_read,
+        "op": op, "write": write, "ring-read": ring_read, "mutex": mutex, "spawn-join": spawn_join,
     }
 
 
-NAMES = ("budget", "budget-yield", "yield", "ready", "op", "write", "ring-read")
+NAMES = ("budget", "budget-yield", "yield", "ready", "op", "write", "ring-read", "mutex", "spawn-join")
 FILE_READS_ENV = "TINYCORO_FILE_READS"
 # callgrind dumps its counts as the child enters this C function (os.getppid), which nothing
 # else calls: one dump after each phase of each workload.

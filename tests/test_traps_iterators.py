@@ -1,7 +1,7 @@
 """The trap layer's awaitables that are their own iterators: ``Ready`` (a result known at
 once) and the gate's yield (``consume_budget`` with the step's budget spent).
 
-Compiled, their steps are C slots (core/_iterslots) and, on 3.12+, a result leaves through a
+Compiled, their steps are C slots (core/iterslots) and, on 3.12+, a result leaves through a
 reused ``StopIteration``. What must hold either way: the value comes back, a shared ``Ready``
 serves any number of awaits on any number of contexts, the gate yields once and counts the
 operation in the next step's budget, a due cancel is raised at the gate, and a

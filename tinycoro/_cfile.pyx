@@ -19,7 +19,7 @@ from cpython.buffer cimport (
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF
 
-from .core cimport _iterslots
+from .core cimport iterslots
 from libc.errno cimport EAGAIN, E2BIG, EINVAL, ENOSYS, EPERM, errno
 from posix.fcntl cimport F_SETFL, O_CLOEXEC, O_NONBLOCK, O_RDONLY, fcntl
 from posix.stat cimport S_ISREG, fstat, struct_stat
@@ -423,9 +423,9 @@ cdef object _done_result(object d):
     return (<Done>d).value
 
 
-# Its C slots (core/_iterslots): am_send hands the value back as a return (the interpreter's
+# Its C slots (core/iterslots): am_send hands the value back as a return (the interpreter's
 # await on 3.10 and 3.11, a compiled coroutine's on all); on 3.12+, whose await resumes a
 # non-generator through tp_iternext or ``send``, a None value ends with no exception and any
 # other sets StopIteration directly, where the compiled ``__next__``'s raise added a traceback
 # entry to every cached read.
-_iterslots.install(Done, _done_step, _done_result, _done_step)
+iterslots.install(Done, _done_step, _done_result, _done_step)

@@ -5,7 +5,7 @@
 
 cimport cython
 
-from . cimport _iterslots
+from . cimport iterslots
 from .._clocal cimport running_task
 
 cdef class _CoroutineProtocol:
@@ -43,7 +43,7 @@ cdef class _Spend:
     cdef object value
     cdef bint yielded
 
-# The C steps behind Ready's and _Spend's slots (_iterslots.install): object in, object out
+# The C steps behind Ready's and _Spend's slots (iterslots.install): object in, object out
 cdef object _ready_step(object ready, object value)
 @cython.locals(r=Ready)
 cdef object _ready_result(object ready)

@@ -1,4 +1,5 @@
 """The only places where a coroutine yields to its engine (cf. trio's ``_traps``, curio's traps).
+Size: one compiled module, so that the awaitables share its typed steps and the budget's seam.
 
 A tinycoro coroutine suspends by yielding one of three things:
 
@@ -25,7 +26,7 @@ import contextlib
 import operator
 from typing import Any, Callable, ContextManager, Generator
 
-from . import _iterslots
+from . import iterslots
 from .errors import oserror
 from .local import _local, running_task
 
@@ -152,30 +153,27 @@ class Ready:
     """An awaitable whose result is known at once (an empty send, say): awaiting it does not
     suspend, but it is an operation that completed at once like any other, so it passes
     :func:`consume_budget` (rule 16). Lets a call that returns an op return this instead
-    where no op is needed.
-
-    Stateless, so that one instance is shared (sendall's answer for b""): ``__await__``
-    passes the gate itself and returns the object, an iterator that ends at its first step
-    with the value, or, when the gate says yield first, a :class:`_Spend` that carries the
-    value. Compiled, its steps are C slots (core/_iterslots): no generator per await, and
-    on 3.12+ no ``StopIteration`` made per result (the spare is reused for its values)."""
+    where no op is needed. Stateless (sendall's answer for b"" is shared): ``__await__``
+    passes the gate and returns the object, an iterator that ends at its first step, or the
+    gate's :class:`_Spend`, carrying the value. Compiled, C slots (core/iterslots): no
+    generator per await, and on 3.12+ no ``StopIteration`` made per result."""
 
     __slots__ = ("value",)
 
     def __init__(self, value: Any) -> None:
         self.value = value
 
-    def __await__(self) -> "Ready | _Spend":  # type: ignore[override]
+    def __await__(self) -> Generator[Any, Any, Any]:
         task = running_task()
         if task is None or _spend(task):
             return self
-        return _spend_then(self.value)
+        return _spend_then(self.value)  # type: ignore[return-value]  # an iterator will do
 
     def __iter__(self) -> "Ready":
         return self
 
-    # The coroutine protocol (see _CoroutineProtocol) without state: each step ends the
-    # await. Compiled, the C slots and ``send`` method that _iterslots installs run instead.
+    # The coroutine protocol without state: each step ends the await (compiled, the C
+    # slots and ``send`` that iterslots installs).
     def __next__(self) -> Any:
         raise StopIteration(self.value)
 
@@ -189,18 +187,16 @@ class Ready:
         pass
 
 
-def _ready_step(ready: Any, value: Any) -> Any:
-    """A :class:`Ready`'s step (compiled, a C function its C slots run): over at once."""
-    return ready
+def _ready_step(ready: Any, value: Any) -> Any:  # (compiled, C functions Ready's slots run)
+    return ready  # over at once
 
 
 def _ready_result(ready: Any) -> Any:
-    """What the await of a :class:`Ready` returns: its value."""
     r = ready
     return r.value
 
 
-_iterslots.install(Ready, _ready_step, _ready_result, _ready_step)
+iterslots.install(Ready, _ready_step, _ready_result, _ready_step)
 
 
 class Done:
@@ -428,15 +424,14 @@ class _Spend:
     """What :func:`consume_budget` returns when the budget is spent or an interrupt is due
     (and a :class:`Ready`'s await then): yield once to the engine (which raises a due
     interrupt right there, at the await), then, resumed in a new step, count the operation
-    in that step's budget and end with ``value``. An iterator, not a generator: no frame, and
-    the interrupt is raised in the awaiting coroutine's own frame. Compiled, its steps are C
-    slots (core/_iterslots) and it is made without a type call (:func:`_spend_then`): the
-    type call, ``__init__``'s argument parsing and the Python-level ``__next__`` were most of
-    a budget yield's ~660 instructions of the trap layer's own (callgrind, 3.11). It holds no
-    task (the resumed step reads the running one, a C call), so nothing of a task's
-    coroutine is reachable from it."""
+    in that step's budget and end with ``value``. An iterator: no frame, and the interrupt is
+    raised in the awaiting coroutine's own frame. Compiled, C slots (core/iterslots) and no
+    type call (:func:`_spend_then`): a type call, ``__init__`` and a Python-level ``__next__``
+    were most of the gate's own cost per yield. It keeps no task: the resumed step reads it."""
 
     __slots__ = ("value", "yielded")
+    value: Any
+    yielded: bool
 
     def __await__(self) -> Generator[Any, Any, Any]:
         # An iterator is all that ``await`` needs; typing's Awaitable asks for a Generator.
@@ -445,16 +440,14 @@ class _Spend:
     def __iter__(self) -> "_Spend":
         return self
 
-    def __next__(self) -> Any:
-        # Compiled, the C slots that _iterslots installs run instead.
+    def __next__(self) -> Any:  # compiled, the C slots that iterslots installs run instead
         if _spend_step(self, None) is self:
             raise StopIteration(_spend_result(self))
         return YIELD
 
 
 def _spend_then(value: Any) -> _Spend:
-    """A :class:`_Spend` ending with *value* (compiled, a C call: no type call, no
-    ``__init__``)."""
+    """A :class:`_Spend` ending with *value* (compiled, a C call: no type call)."""
     s = _Spend.__new__(_Spend)
     s.value = value
     s.yielded = False
@@ -462,8 +455,8 @@ def _spend_then(value: Any) -> _Spend:
 
 
 def _spend_step(spend: Any, value: Any) -> Any:
-    """A :class:`_Spend`'s step: ``YIELD`` first; resumed, the operation counted in the new
-    step's budget, and the object itself (its await is over)."""
+    """``YIELD`` first; resumed, the operation counted in the new step's budget, and the
+    :class:`_Spend` itself (its await is over)."""
     s = spend
     if not s.yielded:
         s.yielded = True
@@ -475,14 +468,13 @@ def _spend_step(spend: Any, value: Any) -> Any:
 
 
 def _spend_result(spend: Any) -> Any:
-    """What the await of a :class:`_Spend` returns: the value it carries (None for the gate)."""
-    s = spend
+    s = spend  # the value it carries: None for the gate, a Ready's value
     value = s.value
     s.value = None
     return value
 
 
-_iterslots.install(_Spend, _spend_step, _spend_result, _spend_step)
+iterslots.install(_Spend, _spend_step, _spend_result, _spend_step)
 
 
 def consume_budget() -> "Done | _Spend":

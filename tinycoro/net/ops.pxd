@@ -6,7 +6,7 @@ cimport cython
 
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
-from ..core cimport _iterslots
+from ..core cimport iterslots
 from . cimport _nbsend
 
 cdef class InlineOp(ResourceOp):

@@ -1,7 +1,7 @@
-# What compiled modules use of _iterslots.py: its install() as a C function (the module doc
+# What compiled modules use of iterslots.py: its install() as a C function (the module doc
 # says why). In core, beside the traps: the trap layer's own awaitables and the stream's
 # (net) use it, and core cannot import net (net imports core). A module cimports it under the name its .py imports it by (``from . cimport
-# _iterslots`` beside ``from . import _iterslots``), as with core/fence.pxd. Not a compiled
+# iterslots`` beside ``from . import iterslots``), as with core/fence.pxd. Not a compiled
 # module itself: there is nothing here to compile. The C below is copied into each module
 # that cimports this one, so its statics (the steps, the spare StopIteration) are that
 # module's own: up to TC_ITER_MAX classes per module, each with slot functions of its own.
@@ -174,24 +174,24 @@ cdef extern from *:
         PyObject *descr;
         int rc, j, i = tc_iter_count;
         if (!PyType_Check(cls) || t->tp_as_async == NULL || t->tp_dict == NULL) {
-            PyErr_SetString(PyExc_TypeError, "_iterslots.install: a compiled class with __await__");
+            PyErr_SetString(PyExc_TypeError, "iterslots.install: a compiled class with __await__");
             return -1;
         }
         for (j = 0; j < tc_iter_count; j++) {
             if (tc_iter_entries[j].type == t) {
-                PyErr_SetString(PyExc_TypeError, "_iterslots.install: this class has its slots already");
+                PyErr_SetString(PyExc_TypeError, "iterslots.install: this class has its slots already");
                 return -1;
             }
         }
         if (i >= TC_ITER_MAX) {
             PyErr_SetString(PyExc_TypeError,
-                            "_iterslots.install: more classes in one module than TC_ITER_MAX");
+                            "iterslots.install: more classes in one module than TC_ITER_MAX");
             return -1;
         }
         /* the slots written below belong to this type alone: a base's async struct (which a
            static subtype may point at) would hand these steps to its other subtypes */
         if (t->tp_base != NULL && t->tp_base->tp_as_async == t->tp_as_async) {
-            PyErr_SetString(PyExc_TypeError, "_iterslots.install: the class shares its base's tp_as_async");
+            PyErr_SetString(PyExc_TypeError, "iterslots.install: the class shares its base's tp_as_async");
             return -1;
         }
         descr = PyDescr_NewMethod(t, &tc_iter_send_defs[i]);
