@@ -406,5 +406,5 @@ def test_the_real_modules_record_the_header_only_pxd_files_they_cimport():
         os.path.relpath(p, package) for p in compiled.source_files(str(package), name)
     }
     assert {"core/fence.pxd", "core/wakeword.pxd"} <= files("tinycoro.core.engine")
-    assert {"net/_nbsend.pxd", "net/_iterslots.pxd", "core/wakeword.pxd"} <= files("tinycoro.net.ops")
+    assert {"net/_nbsend.pxd", "core/iterslots.pxd", "core/wakeword.pxd"} <= files("tinycoro.net.ops")
     assert {"_clocal.pxd", "_cfile.pxd", "core/fence.pxd"} <= files("tinycoro.io.file")

@@ -19,7 +19,7 @@ from cpython.buffer cimport (
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.ref cimport PyObject, Py_INCREF
 
-from .net cimport _iterslots
+from .core cimport iterslots
 from libc.errno cimport EAGAIN, E2BIG, EINVAL, ENOSYS, EPERM, errno
 from posix.fcntl cimport F_SETFL, O_CLOEXEC, O_NONBLOCK, O_RDONLY, fcntl
 from posix.stat cimport S_ISREG, fstat, struct_stat
@@ -113,7 +113,7 @@ cdef inline bytes _fresh_bytes(Py_ssize_t size):
     cdef object spare = _spare
     if TC_REUSE_BYTES and spare is not None and Py_SIZE(spare) == size:
         # 3.12+: the spare StopIteration that ended the last read's await may still hold it
-        _iterslots.forget(spare)
+        iterslots.forget(spare)
         if Py_REFCNT(<PyObject *>spare) == 2:
             tc_bytes_forget_hash(spare)
             return <bytes>spare
@@ -426,9 +426,9 @@ cdef object _done_result(object d):
     return (<Done>d).value
 
 
-# Its C slots (net/_iterslots): am_send hands the value back as a return (the interpreter's
+# Its C slots (core/iterslots): am_send hands the value back as a return (the interpreter's
 # await on 3.10 and 3.11, a compiled coroutine's on all); on 3.12+, whose await resumes a
 # non-generator through tp_iternext or ``send``, a None value ends with no exception and any
 # other sets StopIteration directly, where the compiled ``__next__``'s raise added a traceback
 # entry to every cached read.
-_iterslots.install(Done, _done_step, _done_result, _done_step)
+iterslots.install(Done, _done_step, _done_result, _done_step)

@@ -5,6 +5,9 @@
 
 cimport cython
 
+from . cimport iterslots
+from .._clocal cimport running_task
+
 cdef class _CoroutineProtocol:
     cdef public object _gen
 
@@ -37,8 +40,22 @@ cdef class _Yield:
     pass
 
 cdef class _Spend:
-    cdef object task
+    cdef object value
     cdef bint yielded
+
+# The C steps behind Ready's and _Spend's slots (iterslots.install): object in, object out
+cdef object _ready_step(object ready, object value)
+@cython.locals(r=Ready)
+cdef object _ready_result(object ready)
+@cython.locals(s=_Spend)
+cdef _Spend _spend_then(object value)
+@cython.locals(s=_Spend)
+cdef object _spend_step(object spend, object value)
+@cython.locals(s=_Spend)
+cdef object _spend_result(object spend)
+
+# The budget's decision (install_budget): a C global, not a module attribute looked up per call
+cdef object _spend
 
 @cython.locals(op=Op, where=dict)
 cpdef list ops_waited_by(list tasks, list ops)

@@ -1,4 +1,5 @@
 """The only places where a coroutine yields to its engine (cf. trio's ``_traps``, curio's traps).
+Size: one compiled module, so that the awaitables share its typed steps and the budget's seam.
 
 A tinycoro coroutine suspends by yielding one of three things:
 
@@ -25,8 +26,9 @@ import contextlib
 import operator
 from typing import Any, Callable, ContextManager, Generator
 
+from . import iterslots
 from .errors import oserror
-from .local import _local
+from .local import _local, running_task
 
 
 class _CoroutineProtocol:
@@ -151,15 +153,30 @@ class Ready:
     """An awaitable whose result is known at once (an empty send, say): awaiting it does not
     suspend, but it is an operation that completed at once like any other, so it passes
     :func:`consume_budget` (rule 16). Lets a call that returns an op return this instead
-    where no op is needed."""
+    where no op is needed. Stateless (sendall's answer for b"" is shared): ``__await__``
+    passes the gate and returns the object, an iterator that ends at its first step, or the
+    gate's :class:`_Spend`, carrying the value. Compiled, C slots (core/iterslots): no
+    generator per await, and on 3.12+ no ``StopIteration`` made per result."""
 
     __slots__ = ("value",)
 
     def __init__(self, value: Any) -> None:
         self.value = value
 
-    # The coroutine protocol (see _CoroutineProtocol) without state: shared instances
-    # (sendall's answer for b"") finish at their first step.
+    def __await__(self) -> Generator[Any, Any, Any]:
+        task = running_task()
+        if task is None or _spend(task):
+            return self
+        return _spend_then(self.value)  # type: ignore[return-value]  # an iterator will do
+
+    def __iter__(self) -> "Ready":
+        return self
+
+    # The coroutine protocol without state: each step ends the await (compiled, the C
+    # slots and ``send`` that iterslots installs).
+    def __next__(self) -> Any:
+        raise StopIteration(self.value)
+
     def send(self, value: Any) -> Any:
         raise StopIteration(self.value)
 
@@ -169,9 +186,17 @@ class Ready:
     def close(self) -> None:
         pass
 
-    def __await__(self) -> Generator[Any, Any, Any]:
-        yield from consume_budget()
-        return self.value
+
+def _ready_step(ready: Any, value: Any) -> Any:  # (compiled, C functions Ready's slots run)
+    return ready  # over at once
+
+
+def _ready_result(ready: Any) -> Any:
+    r = ready
+    return r.value
+
+
+iterslots.install(Ready, _ready_step, _ready_result, _ready_step)
 
 
 class Done:
@@ -396,30 +421,60 @@ def install_budget(spend: Callable[[Any], bool]) -> None:
 
 
 class _Spend:
-    """What :func:`consume_budget` returns when the budget is spent or an interrupt is due:
-    yield once to the engine (which raises a due interrupt right there, at the await), then,
-    resumed in a new step, count the operation in that step's budget. An iterator, not a
-    generator: no frame, and the interrupt is raised in the awaiting coroutine's own frame."""
+    """What :func:`consume_budget` returns when the budget is spent or an interrupt is due
+    (and a :class:`Ready`'s await then): yield once to the engine (which raises a due
+    interrupt right there, at the await), then, resumed in a new step, count the operation
+    in that step's budget and end with ``value``. An iterator: no frame, and the interrupt is
+    raised in the awaiting coroutine's own frame. Compiled, C slots (core/iterslots) and no
+    type call (:func:`_spend_then`): a type call, ``__init__`` and a Python-level ``__next__``
+    were most of the gate's own cost per yield. It keeps no task: the resumed step reads it."""
 
-    __slots__ = ("task", "yielded")
+    __slots__ = ("value", "yielded")
+    value: Any
+    yielded: bool
 
-    def __init__(self, task: Any) -> None:
-        self.task = task
-        self.yielded = False
-
-    def __await__(self) -> Generator[Any, Any, None]:
+    def __await__(self) -> Generator[Any, Any, Any]:
         # An iterator is all that ``await`` needs; typing's Awaitable asks for a Generator.
         return self  # type: ignore[return-value]
 
     def __iter__(self) -> "_Spend":
         return self
 
-    def __next__(self) -> Any:
-        if not self.yielded:
-            self.yielded = True
-            return YIELD
-        _spend(self.task)  # a new step: the operation counts in its budget
-        raise StopIteration
+    def __next__(self) -> Any:  # compiled, the C slots that iterslots installs run instead
+        if _spend_step(self, None) is self:
+            raise StopIteration(_spend_result(self))
+        return YIELD
+
+
+def _spend_then(value: Any) -> _Spend:
+    """A :class:`_Spend` ending with *value* (compiled, a C call: no type call)."""
+    s = _Spend.__new__(_Spend)
+    s.value = value
+    s.yielded = False
+    return s
+
+
+def _spend_step(spend: Any, value: Any) -> Any:
+    """``YIELD`` first; resumed, the operation counted in the new step's budget, and the
+    :class:`_Spend` itself (its await is over)."""
+    s = spend
+    if not s.yielded:
+        s.yielded = True
+        return YIELD
+    task = running_task()
+    if task is not None:  # (None only for an iterator driven by hand outside any task)
+        _spend(task)  # a new step: the operation counts in its budget
+    return s
+
+
+def _spend_result(spend: Any) -> Any:
+    s = spend  # the value it carries: None for the gate, a Ready's value
+    value = s.value
+    s.value = None
+    return value
+
+
+iterslots.install(_Spend, _spend_step, _spend_result, _spend_step)
 
 
 def consume_budget() -> "Done | _Spend":
@@ -430,10 +485,10 @@ def consume_budget() -> "Done | _Spend":
     the engine first: a due interrupt is raised there, before the operation starts, and a
     task whose operations never wait still lets its context's other tasks run every
     ``INLINE_BUDGET`` of them. Outside a tinycoro task (an asyncio task) there is no budget."""
-    task = _local.task
+    task = running_task()  # compiled, a C call (the descriptor read was ~140 instructions)
     if task is None or _spend(task):
         return DONE
-    return _Spend(task)
+    return _spend_then(None)
 
 
 def checkpoint_if_cancelled() -> "_Yield | Done":

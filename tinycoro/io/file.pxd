@@ -16,7 +16,7 @@ from .._clocal cimport running_task
 from .direct cimport check_direct
 from .ops cimport ring_read
 from ..core.engine cimport spend_inline
-from ..net cimport _iterslots
+from ..core cimport iterslots
 
 cimport cython
 
@@ -54,7 +54,7 @@ cdef class _ReadLater:
     cdef object _step(self, object value)
     cdef object _forward(self, object value, object exc)
 
-# The C steps behind _ReadLater's slots (_iterslots.install): object in, object out
+# The C steps behind _ReadLater's slots (iterslots.install): object in, object out
 @cython.locals(r=_ReadLater)
 cpdef _ReadLater _read_later(AsyncFile file, object size, object offset)
 @cython.locals(r=_ReadLater)

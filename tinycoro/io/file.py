@@ -26,7 +26,7 @@ from ..core.engine import spend_inline
 from ..core.errors import ClosedResourceError
 from ..core.local import running_task
 from ..core.traps import YIELD, Op, Ready, consume_budget, thrown
-from ..net import _iterslots
+from ..core import iterslots
 from .direct import aligned_buffer, check_direct
 from ._parallel import whole_fill
 from .ops import CURRENT_POSITION, RingWrite, ring_read
@@ -508,7 +508,7 @@ class _ReadLater:
         return self
 
     def __next__(self) -> Any:
-        # Compiled, the C slots that _iterslots installs run instead (for ``await``); this is
+        # Compiled, the C slots that iterslots installs run instead (for ``await``); this is
         # the same step, for a call by name and for the interpreted source.
         y = _later_step(self, None)
         if y is self:
@@ -516,7 +516,7 @@ class _ReadLater:
         return y
 
     def send(self, value: Any) -> Any:
-        # Compiled, the C method that _iterslots installs runs instead.
+        # Compiled, the C method that iterslots installs runs instead.
         y = _later_step(self, value)
         if y is self:
             raise StopIteration(_later_result(self))
@@ -596,7 +596,7 @@ def _read_later(file: AsyncFile, size: int, offset: int) -> _ReadLater:
 
 def _later_step(read: Any, value: Any) -> Any:
     """A :class:`_ReadLater`'s next step (the trap to yield, or the read itself once over):
-    compiled, a C function that its C slots run (_iterslots)."""
+    compiled, a C function that its C slots run (core/iterslots)."""
     r = read
     return r._step(value)
 
@@ -609,7 +609,7 @@ def _later_result(read: Any) -> Any:
     return data
 
 
-_iterslots.install(_ReadLater, _later_step, _later_result, _later_step)
+iterslots.install(_ReadLater, _later_step, _later_result, _later_step)
 
 
 async def open(  # noqa: A001

@@ -1,6 +1,6 @@
 # What compiled modules use of _untrack.py: its untracked() as a C function (the module doc says
 # why). A module cimports it under the name its .py imports it by (``from . cimport _untrack``
-# beside ``from . import _untrack``), as with _iterslots.pxd. Not a compiled module itself.
+# beside ``from . import _untrack``), as with core/iterslots.pxd. Not a compiled module itself.
 
 cdef extern from *:
     """

@@ -4,7 +4,7 @@ Every object the collector tracks is walked by each full collection, and with ma
 connections those walks were most of a server's CPU (docs/benchmarks-profiles.md, "The
 connection-count axis"). Some objects CPython tracks cannot be part of a cycle: a list that
 only ever holds ints, a weak reference without a callback (it refers to nothing strongly).
-Compiled code cimports ``_untrack.pxd`` under this module's name (as ``_iterslots``), where
+Compiled code cimports ``_untrack.pxd`` under this module's name (as ``iterslots``), where
 :func:`untracked` is ``PyObject_GC_UnTrack``. This is the pure-Python twin: Python has no way
 to untrack an object, so it returns the object as it is (tracked, which is only slower).
 """

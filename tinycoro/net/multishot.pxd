@@ -6,8 +6,7 @@
 
 cimport cython
 
-from ..core cimport fence
-from . cimport _iterslots
+from ..core cimport fence, iterslots
 from ..core.traps cimport Op
 from .ops cimport InlineOp
 
@@ -56,7 +55,7 @@ cdef class RecvCall(Op):
     cdef void _end(self)
 
 
-# The C steps behind RecvCall's slots (_iterslots.install): object in, object out
+# The C steps behind RecvCall's slots (iterslots.install): object in, object out
 @cython.locals(c=RecvCall)
 cdef object _recv_step(object call, object value)
 @cython.locals(c=RecvCall)

@@ -31,11 +31,10 @@ from typing import Any, Generator
 
 from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
-from ..core import fence
+from ..core import fence, iterslots
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
-from . import _iterslots
 from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
@@ -518,12 +517,12 @@ class RecvCall(Op):
         return self
 
     def __next__(self) -> Any:
-        # Compiled, the C slots that _iterslots installs run instead (for ``await``); this
+        # Compiled, the C slots that iterslots installs run instead (for ``await``); this
         # is the same step, for a call by name and for the interpreted source.
         return self._resume(None)
 
     def send(self, value: Any) -> Any:
-        # Compiled, the C method that _iterslots installs runs instead (3.12+ resumes an
+        # Compiled, the C method that iterslots installs runs instead (3.12+ resumes an
         # await through it whenever the value sent is not None).
         y = _recv_send(self, value)
         if y is self:
@@ -651,7 +650,7 @@ class RecvCall(Op):
 def _recv_step(call: Any, value: Any) -> Any:
     """A :class:`RecvCall`'s next step, resumed with *value* (the trap to yield, or the call
     itself once its recv is over): compiled, a C function that the call's C slots run
-    (_iterslots)."""
+    (iterslots)."""
     c = call
     return c._step(value)
 
@@ -675,4 +674,4 @@ def _recv_result(call: Any) -> Any:
     return data
 
 
-_iterslots.install(RecvCall, _recv_step, _recv_result, _recv_send)
+iterslots.install(RecvCall, _recv_step, _recv_result, _recv_send)

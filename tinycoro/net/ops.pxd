@@ -6,7 +6,8 @@ cimport cython
 
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
-from . cimport _iterslots, _nbsend
+from ..core cimport iterslots
+from . cimport _nbsend
 
 cdef class InlineOp(ResourceOp):
     cdef bint _spend(self, Engine engine)

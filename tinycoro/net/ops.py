@@ -23,7 +23,8 @@ from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import DONE, YIELD, run_outside, thrown
-from . import _iterslots, _nbsend
+from ..core import iterslots
+from . import _nbsend
 
 __all__ = [
     "AcceptOp", "BULK_RECV", "BulkRecvOp", "InlineOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp",
@@ -430,11 +431,11 @@ class RingSend:
         return self
 
     def __next__(self) -> Any:
-        # Compiled, the C slots that _iterslots installs run instead (for ``await``).
+        # Compiled, the C slots that iterslots installs run instead (for ``await``).
         return self.send(None)
 
     def send(self, value: Any) -> Any:
-        # Compiled, the C method that _iterslots installs runs instead (3.12+ resumes the
+        # Compiled, the C method that iterslots installs runs instead (3.12+ resumes the
         # await through it with the op's result).
         if _send_step(self, value) is self:
             raise StopIteration(None)
@@ -493,7 +494,7 @@ def _send_result(ring_send: Any) -> Any:
     return None
 
 
-_iterslots.install(RingSend, _send_step, _send_result, _send_step)
+iterslots.install(RingSend, _send_step, _send_result, _send_step)
 
 
 class AcceptOp(InlineOp):

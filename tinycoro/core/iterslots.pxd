@@ -1,6 +1,7 @@
-# What compiled modules use of _iterslots.py: its install() as a C function (the module doc
-# says why). A module cimports it under the name its .py imports it by (``from . cimport
-# _iterslots`` beside ``from . import _iterslots``), as with core/fence.pxd. Not a compiled
+# What compiled modules use of iterslots.py: its install() as a C function (the module doc
+# says why). In core, beside the traps: the trap layer's own awaitables and the stream's
+# (net) use it, and core cannot import net (net imports core). A module cimports it under the name its .py imports it by (``from . cimport
+# iterslots`` beside ``from . import iterslots``), as with core/fence.pxd. Not a compiled
 # module itself: there is nothing here to compile. The C below is copied into each module
 # that cimports this one, so its statics (the steps, the spare StopIteration) are that
 # module's own: up to TC_ITER_MAX classes per module, each with slot functions of its own.
@@ -29,8 +30,9 @@ cdef extern from *:
        keep an exception only as an instance, so each set made one (allocated, initialised,
        torn down by the await that takes its value). With the GIL, one spare instance is
        reused instead while this module holds its only reference: no one else can see it
-       then, so its value can change under nobody's eyes. Only for None and bytes of at most
-       TC_ITER_SPARE_MAX (a recv's chunk, a small read): the spare keeps its last value until
+       then, so its value can change under nobody's eyes. Only for None, exact ints (an op's
+       count, a write's total) and bytes of at most TC_ITER_SPARE_MAX (a recv's chunk, a
+       small read): the spare keeps its last value until
        the next, which must be nothing bigger or livelier (no __del__ to run, no large read
        held; the args tuple holds atoms only, as the collector expects of one it untracked).
        One still referenced (kept by an except clause, say) or carrying anything besides
@@ -45,7 +47,7 @@ cdef extern from *:
     static int tc_iter_stop(PyObject *value) {
         PyObject *exc = tc_iter_spare_stop;
         PyStopIterationObject *e = (PyStopIterationObject *)exc;
-        int small = value == Py_None
+        int small = value == Py_None || PyLong_CheckExact(value)
             || (PyBytes_CheckExact(value) && PyBytes_GET_SIZE(value) <= TC_ITER_SPARE_MAX);
         if (small && exc != NULL && Py_REFCNT(exc) == 1 && e->args != NULL && Py_REFCNT(e->args) == 1
                 && e->dict == NULL && e->notes == NULL && e->traceback == NULL
@@ -193,24 +195,24 @@ cdef extern from *:
         PyObject *descr;
         int rc, j, i = tc_iter_count;
         if (!PyType_Check(cls) || t->tp_as_async == NULL || t->tp_dict == NULL) {
-            PyErr_SetString(PyExc_TypeError, "_iterslots.install: a compiled class with __await__");
+            PyErr_SetString(PyExc_TypeError, "iterslots.install: a compiled class with __await__");
             return -1;
         }
         for (j = 0; j < tc_iter_count; j++) {
             if (tc_iter_entries[j].type == t) {
-                PyErr_SetString(PyExc_TypeError, "_iterslots.install: this class has its slots already");
+                PyErr_SetString(PyExc_TypeError, "iterslots.install: this class has its slots already");
                 return -1;
             }
         }
         if (i >= TC_ITER_MAX) {
             PyErr_SetString(PyExc_TypeError,
-                            "_iterslots.install: more classes in one module than TC_ITER_MAX");
+                            "iterslots.install: more classes in one module than TC_ITER_MAX");
             return -1;
         }
         /* the slots written below belong to this type alone: a base's async struct (which a
            static subtype may point at) would hand these steps to its other subtypes */
         if (t->tp_base != NULL && t->tp_base->tp_as_async == t->tp_as_async) {
-            PyErr_SetString(PyExc_TypeError, "_iterslots.install: the class shares its base's tp_as_async");
+            PyErr_SetString(PyExc_TypeError, "iterslots.install: the class shares its base's tp_as_async");
             return -1;
         }
         descr = PyDescr_NewMethod(t, &tc_iter_send_defs[i]);

@@ -18,10 +18,13 @@ skip it, for each way an await is resumed:
 
 3.12 keeps an exception only as an instance, so each ``StopIteration`` set was one allocated
 and torn down; under the GIL the module keeps one spare and reuses it while nobody else holds
-it (_iterslots.pxd says when).
+it (iterslots.pxd says when).
+
+It lives in core, beside the traps, whose own awaitables (``Ready``, ``consume_budget``'s
+yield) use it as the stream's (net) do: core cannot import net.
 
 This is the pure-Python twin: ``install`` does nothing, and the class's own ``__next__`` and
-``send`` run. Compiled code cimports ``_iterslots.pxd`` under this module's name (as
+``send`` run. Compiled code cimports ``iterslots.pxd`` under this module's name (as
 ``fence``), where ``install`` is the C function. The class's ``__next__``, ``throw`` and
 ``close`` called by name stay the class's own.
 """
