@@ -190,7 +190,7 @@ def test_a_stream_has_no_attribute_dict_until_given_one():
 
 
 def test_a_streams_acyclic_parts_are_not_tracked():
-    # The receive token (a list of one int) and the stream's weak reference (no callback) can
+    # The receive token (a list of at most one None) and the stream's weak reference (no callback) can
     # be in no cycle: where compiled, the collector's full collections do not walk them.
     from tinycoro.compiled import is_compiled
     from tinycoro.net import stream
