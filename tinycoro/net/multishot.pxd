@@ -6,7 +6,7 @@
 
 cimport cython
 
-from ..core cimport _token, fence
+from ..core cimport tokens, fence
 from . cimport _iterslots
 from ..core.traps cimport Op
 from .ops cimport InlineOp

@@ -31,7 +31,7 @@ from typing import Any, Generator
 
 from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
-from ..core import _token, fence
+from ..core import tokens, fence
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
@@ -245,10 +245,10 @@ class MultishotRecv(InlineOp):
         only a full collection would free. Only while no recv runs: the receive token taken
         here means none parks now, and every later recv sees the close before it would park."""
         token = self.token
-        if not _token.take(token):  # a recv runs: it ends on the close; the collector frees the rest
+        if not tokens.take(token):  # a recv runs: it ends on the close; the collector frees the rest
             return
         self.ticket = None
-        _token.give(token)
+        tokens.give(token)
 
     # -- the recv --------------------------------------------------------------------------------
     def _push(self, item: Any) -> None:
@@ -387,7 +387,7 @@ class MultishotRecv(InlineOp):
         outside any context (an asyncio task) and of a call awaited twice at once; a task
         on a context runs :class:`RecvCall`'s own steps instead (no generator to make)."""
         token = self.token
-        if not _token.take(token):
+        if not tokens.take(token):
             raise already_receiving(self.pending, self.owner)
         # Looked up once: a task runs on one context for life (rule 1), and a recv awaited
         # outside any (an asyncio task) stays there.
@@ -580,7 +580,7 @@ class RecvCall(Op):
                     self.sub = ms.recv(self.want)
                     self.state = _DELEGATED
                     return self._forward(None, None)
-                if not _token.take(ms.token):
+                if not tokens.take(ms.token):
                     raise already_receiving(ms.pending, ms.owner)
                 self.held = True
                 self.engine = engine
@@ -636,7 +636,7 @@ class RecvCall(Op):
         self.state = _IDLE
         if self.held:
             self.held = False
-            _token.give(self.ms.token)
+            tokens.give(self.ms.token)
         spare = self.spare
         if spare is not None and not spare:
             spare.append(self)

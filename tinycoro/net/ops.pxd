@@ -6,7 +6,7 @@ cimport cython
 
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
-from ..core cimport _token
+from ..core cimport tokens
 from . cimport _iterslots, _nbsend
 
 cdef class InlineOp(ResourceOp):

@@ -20,7 +20,7 @@ from ..buffers import MAX_RW
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core import _token
+from ..core import tokens
 from ..core.traps import DONE, YIELD, run_outside, thrown
 from . import _iterslots, _nbsend
 
@@ -120,7 +120,7 @@ class RecvOp(ResourceOp):
     def __await__(self) -> Generator[Any, Any, bytes]:
         token = self.token
         pending = self.pending
-        if not _token.take(token):
+        if not tokens.take(token):
             raise already_receiving(pending, self.owner)
         try:
             engine = self._enter()
@@ -138,7 +138,7 @@ class RecvOp(ResourceOp):
             # copied before the token goes back: the next recv reuses the buffer
             return bytes(self.view[:res])
         finally:
-            _token.give(token)
+            tokens.give(token)
 
 
 class BulkRecvOp(InlineOp):
@@ -170,12 +170,12 @@ class BulkRecvOp(InlineOp):
 
     def __await__(self) -> Generator[Any, Any, bytes]:
         token = self.token
-        if not _token.take(token):
+        if not tokens.take(token):
             raise already_receiving(self.pending, self.owner)
         try:
             return (yield from self.receive(_local.engine))
         finally:
-            _token.give(token)
+            tokens.give(token)
 
     def receive(self, engine: Any) -> Generator[Any, Any, bytes]:
         """The recv, for a caller that holds the stream's receive token (its own await, or the
@@ -296,7 +296,7 @@ class SendallOp(InlineOp):
             # connection-count axis"). Taken from the free list the module keeps, not kept
             # by the op: one per stream was one more object per open connection for every
             # full collection to walk, where only the sends of a turn's batch need one.
-            waiting = _token.spare(_ring_sends)  # one step: atomic under the GIL, or the list's lock
+            waiting = tokens.spare(_ring_sends)  # one step: atomic under the GIL, or the list's lock
             if waiting is None:
                 waiting = RingSend()
             try:

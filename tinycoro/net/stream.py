@@ -16,7 +16,7 @@ from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
 from ..closing import PendingOps, ResourceOp
 from ..core.checks import check_int
-from ..core import _token
+from ..core import tokens
 from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, consume_budget
 from ..uring import prep_connect, prep_shutdown, prep_splice
@@ -66,7 +66,7 @@ class _StreamCore:
         ms = self._ms
         if ms is not None:
             spare = self._recv_spare
-            call = _token.spare(spare)  # one step: atomic under the GIL, as the token is
+            call = tokens.spare(spare)  # one step: atomic under the GIL, as the token is
             if call is None:  # awaited elsewhere now, or made and never awaited
                 return RecvCall(ms, max_bytes, spare)
             call.want = max_bytes
@@ -81,7 +81,7 @@ class _StreamCore:
             if not data:
                 return _NONE
             spare = self._send_spare
-            op = _token.spare(spare)  # one step: atomic under the GIL, as recv's token is
+            op = tokens.spare(spare)  # one step: atomic under the GIL, as recv's token is
             if op is None:  # another sendall holds it, or one was made and never awaited
                 op = SendallOp(self, None, spare, self._ref)
             op.args = (self._fd, data, len(data), MSG_NOSIGNAL)
@@ -120,13 +120,13 @@ class Stream(_StreamCore, SocketBase):
         # (_rbuf: a class default, None, until then.)
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
-        # (a flag tested, then set, is not). The right to receive is a token (core/_token, as
-        # the Mutex's): ``_token.take`` takes it (False when another task holds it),
-        # ``_token.give`` gives it back, each one atomic step with no exception raised. A
+        # (a flag tested, then set, is not). The right to receive is a token (core/tokens, as
+        # the Mutex's): ``tokens.take`` takes it (False when another task holds it),
+        # ``tokens.give`` gives it back, each one atomic step with no exception raised. A
         # threading.Lock did the same for ~200 ns more per recv (acquire + release); a
         # one-element set was 216 bytes per connection, the token's list is 64. It holds only
         # None, so it can be in no cycle: compiled, the collector does not track it.
-        self._recv_token = _token.new()
+        self._recv_token = tokens.new()
         # The recv op is made once (with the buffer, by the first single recv) and reused
         # while max_bytes stays the same: building one cost ~0.5 us per recv here, about 5 %
         # of an echo request's Python time. Reusing it is safe: the holder of the token owns

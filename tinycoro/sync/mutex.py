@@ -12,9 +12,9 @@ to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
 
 The uncontended path takes no ``threading.Lock``
 --------------------------------------------------
-Being free is a *token* (tinycoro/core/_token.py, the seam a stream's receive uses too):
-``_free`` holds it while the mutex is free. Taking the mutex is ``_token.take(_free)`` (False
-when it is taken), setting it free is ``_token.give(_free)``. Each is a single step that runs
+Being free is a *token* (tinycoro/core/tokens.py, the seam a stream's receive uses too):
+``_free`` holds it while the mutex is free. Taking the mutex is ``tokens.take(_free)`` (False
+when it is taken), setting it free is ``tokens.give(_free)``. Each is a single step that runs
 no Python code, so under the GIL it is atomic: of two threads that take at once exactly one
 gets the token (a compare-and-set), and giving it twice still leaves one token, so not even a
 misused unlock can make two. Compiled, each is a few C statements on the token's own fields:
@@ -52,7 +52,7 @@ from ..core.task import Task, describe
 from ..core.traps import DONE, consume_budget, foreign_waiter
 from ..core import fence
 from ..core.engine import spend_inline
-from ..core import _token
+from ..core import tokens
 from ._lot import Acquirable, Acquisition, ParkingLot, Waiter, acquisition
 
 
@@ -86,7 +86,7 @@ class Mutex(Acquirable):
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
-        self._free = _token.new()  # the token: there while the mutex is free (module doc)
+        self._free = tokens.new()  # the token: there while the mutex is free (module doc)
         self._contended = False  # someone queued since the last settle found nobody; under _mu
         # The owning task, _FOREIGN, or None: free, or between taking the token and writing
         # this (two bytecodes of the new owner's).
@@ -173,7 +173,7 @@ class Mutex(Acquirable):
         me = running_task()
         if me is not None and self._owner is me:
             self._owner = None
-            _token.give(self._free)  # first the token, then the flag: see the module doc
+            tokens.give(self._free)  # first the token, then the flag: see the module doc
             if fence.FREE_THREADED:
                 fence.full()
             if self._contended:
@@ -193,7 +193,7 @@ class Mutex(Acquirable):
         held = not self._free
         if held and (me is None or owner is _FOREIGN or owner is me):
             self._owner = None
-            _token.give(self._free)
+            tokens.give(self._free)
             first = self._settle_locked()
             mu.release()
             if first is not None:
@@ -222,7 +222,7 @@ class Mutex(Acquirable):
 
     def _grab(self) -> bool:
         """Take the token: False if another thread's take won it (module doc)."""
-        return _token.take(self._free)
+        return tokens.take(self._free)
 
     def _settle_locked(self) -> Waiter | None:
         """Under ``_mu``: if the mutex is free, make the first waiter its owner and return that
@@ -232,7 +232,7 @@ class Mutex(Acquirable):
         waiter = self._lot.pop()
         if waiter is None:
             self._contended = False  # before the token goes back: a newcomer then queues
-            _token.give(self._free)
+            tokens.give(self._free)
             return None
         self._owner = waiter.task  # baton passing: never free while someone waits
         return waiter
@@ -248,7 +248,7 @@ class Mutex(Acquirable):
         # being cancelled instead of resuming, so pass the lock on.
         with self._mu:
             self._owner = None
-            _token.give(self._free)
+            tokens.give(self._free)
             first = self._settle_locked()
         if first is not None:
             first.task.wake(None)

@@ -1,6 +1,6 @@
-# What compiled modules use of _token.py: its new(), take(), give() and spare() as C functions
+# What compiled modules use of tokens.py: its new(), take(), give() and spare() as C functions
 # (the module doc says why). A module cimports it under the name its .py imports it by
-# (``from ..core cimport _token`` beside ``from ..core import _token``), as with fence.pxd.
+# (``from ..core cimport tokens`` beside ``from ..core import tokens``), as with fence.pxd.
 # Not a compiled module itself: there is nothing here to compile.
 
 cdef extern from *:
