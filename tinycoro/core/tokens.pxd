@@ -15,7 +15,8 @@ cdef extern from *:
        none is saved or restored: no read of the thread state (a call into the shared
        libpython's thread-local storage on 3.12 and later). */
     #ifdef Py_GIL_DISABLED
-    #define TC_TOKEN_LOCK(l) Py_BEGIN_CRITICAL_SECTION(l)
+    /* Py_BEGIN_CRITICAL_SECTION opens a block and ends without a semicolon */
+    #define TC_TOKEN_LOCK(l) Py_BEGIN_CRITICAL_SECTION(l);
     #define TC_TOKEN_UNLOCK() Py_END_CRITICAL_SECTION()
     #define TC_TOKEN_STORE(slot, v) _Py_atomic_store_ptr_release((slot), (v))
     #else
