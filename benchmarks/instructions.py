@@ -1,5 +1,5 @@
 """Instructions per echo request, counted by callgrind: ``python -m benchmarks.profile
---instructions KIND`` and ``--pingpong``.
+--instructions KIND``, ``--pingpong`` and ``--mutex``.
 
 Unlike a rate or a CPU time, an instruction count does not move with the machine's load, so it
 compares runs made on a busy machine, and runs of one server under two Python versions.
@@ -98,10 +98,37 @@ def pingpong(n: int, size: int = 64) -> None:
     tc.run(main(), contexts=1)
 
 
-def pingpong_instructions(n: tuple[int, int] = (1000, 5000)) -> tuple[float | None, str]:
-    """Instructions per echo round trip of :func:`pingpong` (both sides: two sends, two recvs),
-    from two callgrind runs of different lengths (the difference cancels start-up and
-    shutdown): ``(value, note)`` or ``(None, why not)``. Independent of the machine's load."""
+def mutex(n: int, kind: str = "tinycoro") -> None:
+    """*n* uncontended lock/unlock pairs of one task: a ``tc.Mutex`` (*kind* ``tinycoro``) or
+    an ``asyncio.Lock`` (``asyncio``), the loop of w_mutex's uncontended row, for
+    :func:`mutex_instructions`."""
+    if kind == "asyncio":
+        import asyncio
+
+        async def aio() -> None:
+            lock = asyncio.Lock()
+            for _ in range(n):
+                await lock.acquire()
+                lock.release()
+
+        asyncio.run(aio())
+        return
+
+    async def main() -> None:
+        m = tc.Mutex()
+        for _ in range(n):
+            await m.lock()
+            m.unlock()
+
+    tc.run(main(), contexts=1)
+
+
+_CHILDREN = {"--pingpong-run": "round trips", "--mutex-run": "acquisitions"}
+
+
+def _per_unit(child: list[str], n: tuple[int, int]) -> tuple[float | None, str]:
+    """Instructions per unit of the child run ``python -m benchmarks.instructions *child* N``,
+    from two callgrind runs of N = *n* (the difference cancels start-up and shutdown)."""
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         return None, "valgrind (callgrind) not installed"
@@ -111,16 +138,33 @@ def pingpong_instructions(n: tuple[int, int] = (1000, 5000)) -> tuple[float | No
         for count in n:
             out = os.path.join(d, f"cg.{count}")
             cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
-                   sys.executable, "-m", "benchmarks.instructions", "--pingpong-run", str(count)]
+                   sys.executable, "-m", "benchmarks.instructions", child[0], str(count), *child[1:]]
             res = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True, timeout=900)
             m = _TOTALS.search(Path(out).read_text()) if os.path.exists(out) else None
             if res.returncode != 0 or m is None:
                 return None, f"callgrind run failed: {res.stderr.strip()[-200:]}"
             totals.append(int(m[1]))
-    return (totals[1] - totals[0]) / (n[1] - n[0]), f"difference of {n[0]} and {n[1]} round trips"
+    return (totals[1] - totals[0]) / (n[1] - n[0]), f"difference of {n[0]} and {n[1]} {_CHILDREN[child[0]]}"
 
 
-if __name__ == "__main__":  # the child of pingpong_instructions, run under callgrind
-    if len(sys.argv) != 3 or sys.argv[1] != "--pingpong-run":
-        raise SystemExit("usage: python -m benchmarks.instructions --pingpong-run N")
-    pingpong(int(sys.argv[2]))
+def pingpong_instructions(n: tuple[int, int] = (1000, 5000)) -> tuple[float | None, str]:
+    """Instructions per echo round trip of :func:`pingpong` (both sides: two sends, two recvs),
+    from two callgrind runs of different lengths: ``(value, note)`` or ``(None, why not)``.
+    Independent of the machine's load."""
+    return _per_unit(["--pingpong-run"], n)
+
+
+def mutex_instructions(kind: str = "tinycoro", n: tuple[int, int] = (20000, 120000)) -> tuple[float | None, str]:
+    """Instructions per uncontended acquire + release of :func:`mutex` (*kind* ``tinycoro`` or
+    ``asyncio``), as :func:`pingpong_instructions` counts them. The tinycoro loop includes
+    the cooperative budget's yield every so many acquisitions, as the timed row does."""
+    return _per_unit(["--mutex-run", kind], n)
+
+
+if __name__ == "__main__":  # the child of _per_unit, run under callgrind
+    if len(sys.argv) < 3 or sys.argv[1] not in _CHILDREN:
+        raise SystemExit("usage: python -m benchmarks.instructions --pingpong-run N | --mutex-run N [KIND]")
+    if sys.argv[1] == "--pingpong-run":
+        pingpong(int(sys.argv[2]))
+    else:
+        mutex(int(sys.argv[2]), *sys.argv[3:4])

@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable
 import tinycoro as tc
 
 from . import config, echo_procs, w_file, w_spawn, w_switch
-from .instructions import echo_instructions, pingpong, pingpong_instructions
+from .instructions import echo_instructions, mutex_instructions, pingpong, pingpong_instructions
 from .config import REPO, Config, checkout_env
 
 TARGETS = ("switch", "spawn", "file", "echo")
@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pingpong", action="store_true",
                     help="only count instructions per one-connection echo round trip (callgrind)")
     ap.add_argument("--pingpong-run", type=int, help=argparse.SUPPRESS)  # callgrind's child
+    ap.add_argument("--mutex", nargs="?", const="tinycoro", choices=("tinycoro", "asyncio"),
+                    help="only count instructions per uncontended lock + unlock (callgrind) of a "
+                    "tc.Mutex or an asyncio.Lock")
     args = ap.parse_args(argv)
     if args.pingpong_run:
         pingpong(args.pingpong_run)
@@ -269,6 +272,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.pingpong:
         value, note = pingpong_instructions()
         print(f"ping-pong: {value:,.0f} instructions per round trip ({note})" if value else note)
+        return 0
+    if args.mutex:
+        value, note = mutex_instructions(args.mutex)
+        print(f"{args.mutex} mutex: {value:,.0f} instructions per lock + unlock ({note})" if value else note)
         return 0
     if args.instructions:
         value, note = echo_instructions(args.instructions, args.seconds)

@@ -211,10 +211,11 @@ def test_a_stream_has_no_attribute_dict_until_given_one():
 
 
 def test_a_streams_acyclic_parts_are_not_tracked():
-    # The receive token (a list of one int) and the stream's weak reference (no callback) can
-    # be in no cycle: where compiled, the collector's full collections do not walk them. Nor
-    # does its PendingOps: the one cycle through it (its dict -> an op -> the op's `pending`)
-    # lasts only while the op is awaited (a frame holds it) or in a ring (the engine does).
+    # The receive token (a list of at most one None) and the stream's weak reference (no
+    # callback) can be in no cycle: where compiled, the collector's full collections do not walk
+    # them. Nor does its PendingOps: the one cycle through it (its dict -> an op -> the op's
+    # `pending`) lasts only while the op is awaited (a frame holds it) or in a ring (the engine
+    # does).
     from tinycoro.compiled import is_compiled
     from tinycoro.net import stream
 

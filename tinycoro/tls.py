@@ -48,6 +48,7 @@ import ssl
 import threading
 from typing import Any, Callable
 
+from .core import tokens
 from .core.checks import check_int
 from .core.errors import ClosedResourceError
 from .core.traps import checkpoint_if_cancelled, consume_budget
@@ -105,7 +106,7 @@ class TlsStream:
         self._writer = Mutex()
         self._reader = Mutex()
         self._received = 0  # socket recvs fed to the incoming BIO so far
-        self._recv_token = {0}  # one recv() at a time, as on net.Stream (see there)
+        self._recv_token = tokens.new()  # one recv() at a time, as on net.Stream (see there)
         self._closed = False
         self._broken: str | None = None  # why sends are refused
 
@@ -244,17 +245,15 @@ class TlsStream:
         """At most *max_bytes* decrypted bytes; ``b""`` at EOF (close_notify or not)."""
         check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
         token = self._recv_token
-        try:
-            token.pop()
-        except KeyError:
+        if not tokens.take(token):
             self._check_open()
-            raise RuntimeError("another task is already receiving on this TlsStream") from None
+            raise RuntimeError("another task is already receiving on this TlsStream")
         try:
             return await self._until_done(self._obj.read, max_bytes)
         except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
             return b""
         finally:
-            token.add(0)
+            tokens.give(token)
 
     async def send(self, data: Any) -> int:
         """Send some of *data* (up to 256 KiB); returns how many bytes were sent."""

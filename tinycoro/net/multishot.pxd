@@ -6,7 +6,7 @@
 
 cimport cython
 
-from ..core cimport fence, iterslots
+from ..core cimport fence, iterslots, tokens
 from ..core.traps cimport Op
 from .ops cimport InlineOp
 

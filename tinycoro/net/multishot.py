@@ -31,7 +31,7 @@ from typing import Any, Generator
 
 from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
-from ..core import fence, iterslots
+from ..core import fence, iterslots, tokens
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
@@ -244,12 +244,10 @@ class MultishotRecv(InlineOp):
         only a full collection would free. Only while no recv runs: the receive token taken
         here means none parks now, and every later recv sees the close before it would park."""
         token = self.token
-        try:
-            token.pop()
-        except IndexError:  # a recv runs: it ends on the close; the collector frees the rest
+        if not tokens.take(token):  # a recv runs: it ends on the close; the collector frees the rest
             return
         self.ticket = None
-        token.append(0)
+        tokens.give(token)
 
     # -- the recv --------------------------------------------------------------------------------
     def _push(self, item: Any) -> None:
@@ -388,10 +386,8 @@ class MultishotRecv(InlineOp):
         outside any context (an asyncio task) and of a call awaited twice at once; a task
         on a context runs :class:`RecvCall`'s own steps instead (no generator to make)."""
         token = self.token
-        try:
-            token.pop()
-        except IndexError:
-            raise already_receiving(self.pending, self.owner) from None
+        if not tokens.take(token):
+            raise already_receiving(self.pending, self.owner)
         # Looked up once: a task runs on one context for life (rule 1), and a recv awaited
         # outside any (an asyncio task) stays there.
         engine = _local.engine
@@ -583,10 +579,8 @@ class RecvCall(Op):
                     self.sub = ms.recv(self.want)
                     self.state = _DELEGATED
                     return self._forward(None, None)
-                try:
-                    ms.token.pop()
-                except IndexError:
-                    raise already_receiving(ms.pending, ms.owner) from None
+                if not tokens.take(ms.token):
+                    raise already_receiving(ms.pending, ms.owner)
                 self.held = True
                 self.engine = engine
                 self.limit = self.want
@@ -641,7 +635,7 @@ class RecvCall(Op):
         self.state = _IDLE
         if self.held:
             self.held = False
-            self.ms.token.append(0)
+            tokens.give(self.ms.token)
         spare = self.spare
         if spare is not None and not spare:
             spare.append(self)

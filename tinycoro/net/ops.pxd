@@ -6,7 +6,7 @@ cimport cython
 
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
-from ..core cimport iterslots
+from ..core cimport iterslots, tokens
 from . cimport _nbsend
 
 cdef class InlineOp(ResourceOp):

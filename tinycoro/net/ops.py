@@ -22,6 +22,7 @@ from ..buffers import MAX_RW
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
+from ..core import tokens
 from ..core.traps import DONE, YIELD, run_outside, thrown
 from ..core import iterslots
 from . import _nbsend
@@ -123,10 +124,8 @@ class RecvOp(ResourceOp):
     def __await__(self) -> Generator[Any, Any, bytes]:
         token = self.token
         pending = self.pending
-        try:
-            token.pop()
-        except IndexError:
-            raise already_receiving(pending, self.owner) from None
+        if not tokens.take(token):
+            raise already_receiving(pending, self.owner)
         try:
             engine = self._enter()
             try:
@@ -143,7 +142,7 @@ class RecvOp(ResourceOp):
             # copied before the token goes back: the next recv reuses the buffer
             return bytes(self.view[:res])
         finally:
-            token.append(0)
+            tokens.give(token)
 
 
 class BulkRecvOp(InlineOp):
@@ -175,14 +174,12 @@ class BulkRecvOp(InlineOp):
 
     def __await__(self) -> Generator[Any, Any, bytes]:
         token = self.token
-        try:
-            token.pop()
-        except IndexError:
-            raise already_receiving(self.pending, self.owner) from None
+        if not tokens.take(token):
+            raise already_receiving(self.pending, self.owner)
         try:
             return (yield from self.receive(_local.engine))
         finally:
-            token.append(0)
+            tokens.give(token)
 
     def receive(self, engine: Any) -> Generator[Any, Any, bytes]:
         """The recv, for a caller that holds the stream's receive token (its own await, or the
@@ -304,9 +301,8 @@ class SendallOp(InlineOp):
             # connection-count axis"). Taken from the free list the module keeps, not kept
             # by the op: one per stream was one more object per open connection for every
             # full collection to walk, where only the sends of a turn's batch need one.
-            try:
-                waiting = _ring_sends.pop()  # one C call: atomic under the GIL, or the list's lock
-            except IndexError:
+            waiting = tokens.spare(_ring_sends)  # one step: atomic under the GIL, or the list's lock
+            if waiting is None:
                 waiting = RingSend()
             try:
                 self._enter_on(engine)

@@ -6,6 +6,7 @@
 
 cimport cython
 
+from ..core cimport tokens
 from . cimport _untrack
 from .ops cimport SendallOp
 

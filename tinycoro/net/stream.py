@@ -16,6 +16,7 @@ from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
 from ..closing import PendingOps, ResourceOp
 from ..core.checks import check_int
+from ..core import tokens
 from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, consume_budget
 from ..uring import prep_connect, prep_shutdown, prep_splice
@@ -65,9 +66,8 @@ class _StreamCore:
         ms = self._ms
         if ms is not None:
             spare = self._recv_spare  # a list wherever there is a multishot (__init__)
-            try:
-                call = spare.pop()  # type: ignore[union-attr]  # one C call, atomic as the token
-            except IndexError:  # awaited elsewhere now, or made and never awaited
+            call = tokens.spare(spare)  # one step: atomic under the GIL, as the token is
+            if call is None:  # awaited elsewhere now, or made and never awaited
                 return RecvCall(ms, max_bytes, spare)
             call.want = max_bytes
             return call
@@ -81,9 +81,8 @@ class _StreamCore:
             if not data:
                 return _NONE
             spare = self._send_spare
-            try:
-                op = spare.pop()  # one C call: atomic under the GIL, as recv's token is
-            except IndexError:  # another sendall holds it, or one was made and never awaited
+            op = tokens.spare(spare)  # one step: atomic under the GIL, as recv's token is
+            if op is None:  # another sendall holds it, or one was made and never awaited
                 op = SendallOp(self, None, spare, self._ref)
             else:
                 op.spare = spare  # while it is out: where it goes back (SendallOp._release)
@@ -128,15 +127,13 @@ class Stream(_StreamCore, SocketBase):
         # (_rbuf: a class default, None, until then.)
         # Only one recv at a time may use that buffer. Tasks on different contexts call recv
         # from different threads, so "is anyone receiving? then I am" must be one atomic step
-        # (a flag tested, then set, is not). The right to receive is a token, the one element
-        # of this list (as the set of sync/mutex.py): ``pop()`` takes it (IndexError when
-        # another task holds it), ``append(0)`` gives it back. Each is a single C call on a
-        # one-element list, atomic under the GIL (and under the list's own lock where there
-        # is none), so of two threads that pop at once exactly one gets it. A threading.Lock
-        # did the same for ~200 ns more per recv (acquire + release); a one-element set was
-        # 216 bytes per connection, the list is 64.
-        # It holds only an int, so it can be in no cycle: the collector need not walk it.
-        self._recv_token = _untrack.untracked([0])
+        # (a flag tested, then set, is not). The right to receive is a token (core/tokens, as
+        # the Mutex's): ``tokens.take`` takes it (False when another task holds it),
+        # ``tokens.give`` gives it back, each one atomic step with no exception raised. A
+        # threading.Lock did the same for ~200 ns more per recv (acquire + release); a
+        # one-element set was 216 bytes per connection, the token's list is 64. It holds only
+        # None, so it can be in no cycle: compiled, the collector does not track it.
+        self._recv_token = tokens.new()
         # The recv op is made once (with the buffer, by the first single recv) and reused
         # while max_bytes stays the same: building one cost ~0.5 us per recv here, about 5 %
         # of an echo request's Python time. Reusing it is safe: the holder of the token owns

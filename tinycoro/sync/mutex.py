@@ -12,16 +12,14 @@ to check, so its ``unlock()`` is allowed; a mutex taken there has no owner task.
 
 The uncontended path takes no ``threading.Lock``
 --------------------------------------------------
-Being free is a *token*: the int 0 in ``_free``, a set (tinycoro/sync/_token.py). Taking the
-mutex is ``_token.take(_free)`` (False when it is taken), setting it free is
-``_token.give(_free)``. Each is a single step that runs no Python code (no ``__hash__``/
-``__eq__``, no finalizer: the element is the int 0), so under the GIL it is atomic: of two
-threads that take at once exactly one gets the token (a compare-and-set), and giving it twice
-still leaves one token, so not even a misused unlock can make two. Compiled, each is the set's
-own C call (``PySet_Discard``/``PySet_Add``): no bound method called, no exception raised and
-caught when the token is gone. The deque that held the token before (its ``pop``/``append``
-kept as bound methods) cost a method call and a ``try`` per lock, each a read of the thread
-state, which on 3.12 and later is a call into the shared libpython's thread-local storage.
+Being free is a *token* (tinycoro/core/tokens.py, the seam a stream's receive uses too):
+``_free`` holds it while the mutex is free. Taking the mutex is ``tokens.take(_free)`` (False
+when it is taken), setting it free is ``tokens.give(_free)``. Each is a single step that runs
+no Python code, so under the GIL it is atomic: of two threads that take at once exactly one
+gets the token (a compare-and-set), and giving it twice still leaves one token, so not even a
+misused unlock can make two. Compiled, each is a few C statements on the token's own fields:
+no method called, no exception raised and caught when the token is gone, and no read of the
+thread state (on 3.12 and later a call into the shared libpython's thread-local storage).
 Everything else, the waiter queue (``_lot``) and the ``_contended`` flag, changes only under
 ``_mu``.
 
@@ -36,8 +34,8 @@ waiter lasts only until that settle, and a newcomer cannot take it meanwhile: ``
 the fast path only while ``_contended`` is clear, and otherwise queues behind the others. The
 flag is cleared, under ``_mu``, only when a settle finds nobody waiting.
 
-Without the GIL (a free-threaded build) each set operation is still one atomic step (the
-set's own lock, a critical section), so "exactly one take gets the token" holds; but the two
+Without the GIL (a free-threaded build) each token step is still one atomic step (under the
+token's own lock, a critical section), so "exactly one take gets the token" holds; but the two
 write-then-read handshakes above need a full barrier on each side, between the write and the
 read, or both may read the old value. ``fence.full()`` is that barrier there (a C fence,
 compiled; tinycoro.core.fence), and compiles to nothing under the GIL.
@@ -54,7 +52,7 @@ from ..core.task import Task, describe
 from ..core.traps import DONE, consume_budget, foreign_waiter
 from ..core import fence
 from ..core.engine import spend_inline
-from . import _token
+from ..core import tokens
 from ._lot import Acquirable, Acquisition, ParkingLot, Waiter, acquisition
 
 
@@ -88,7 +86,7 @@ class Mutex(Acquirable):
 
     def __init__(self) -> None:
         self._mu = threading.Lock()
-        self._free = {0}  # the token: there while the mutex is free (module doc)
+        self._free = tokens.new()  # the token: there while the mutex is free (module doc)
         self._contended = False  # someone queued since the last settle found nobody; under _mu
         # The owning task, _FOREIGN, or None: free, or between taking the token and writing
         # this (two bytecodes of the new owner's).
@@ -175,7 +173,7 @@ class Mutex(Acquirable):
         me = running_task()
         if me is not None and self._owner is me:
             self._owner = None
-            _token.give(self._free)  # first the token, then the flag: see the module doc
+            tokens.give(self._free)  # first the token, then the flag: see the module doc
             if fence.FREE_THREADED:
                 fence.full()
             if self._contended:
@@ -195,7 +193,7 @@ class Mutex(Acquirable):
         held = not self._free
         if held and (me is None or owner is _FOREIGN or owner is me):
             self._owner = None
-            _token.give(self._free)
+            tokens.give(self._free)
             first = self._settle_locked()
             mu.release()
             if first is not None:
@@ -224,7 +222,7 @@ class Mutex(Acquirable):
 
     def _grab(self) -> bool:
         """Take the token: False if another thread's take won it (module doc)."""
-        return _token.take(self._free)
+        return tokens.take(self._free)
 
     def _settle_locked(self) -> Waiter | None:
         """Under ``_mu``: if the mutex is free, make the first waiter its owner and return that
@@ -234,7 +232,7 @@ class Mutex(Acquirable):
         waiter = self._lot.pop()
         if waiter is None:
             self._contended = False  # before the token goes back: a newcomer then queues
-            _token.give(self._free)
+            tokens.give(self._free)
             return None
         self._owner = waiter.task  # baton passing: never free while someone waits
         return waiter
@@ -250,7 +248,7 @@ class Mutex(Acquirable):
         # being cancelled instead of resuming, so pass the lock on.
         with self._mu:
             self._owner = None
-            _token.give(self._free)
+            tokens.give(self._free)
             first = self._settle_locked()
         if first is not None:
             first.task.wake(None)
