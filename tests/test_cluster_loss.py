@@ -151,11 +151,17 @@ class _Registry:
     """What a RemoteTask asks of its cluster when it ends: nothing else is needed to feed it a
     reply (the race below cannot be produced on demand with real engines)."""
 
+    def __init__(self) -> None:
+        self.lost: list[int] = []
+
     def forget(self, task) -> None:
         pass
 
     def engine_name(self, engine: int) -> str:
         return f"engine {engine}"
+
+    def engine_lost(self, engine: int, why: str) -> None:
+        self.lost.append(engine)
 
 
 def test_an_engine_that_dies_under_the_start_request_is_engine_lost():
@@ -167,10 +173,16 @@ def test_an_engine_that_dies_under_the_start_request_is_engine_lost():
 
     from tinycoro.cluster.remote import RemoteTask
 
-    t = RemoteTask(_Registry(), 0, "token", "sleep_forever", contextvars.copy_context())
+    registry = _Registry()
+    t = RemoteTask(registry, 0, "token", "sleep_forever", contextvars.copy_context())
+    # ipyparallel's reply is a witness of the death too: the cluster hears of it before the
+    # task fails, so whoever sees the EngineLost finds the engine already gone
+    seen: list[list[int]] = []
+    t._add_done_callback(lambda _: seen.append(list(registry.lost)))
     t._acked(RemoteError("EngineError", "Engine 0 died while running task 'x'", ""))
     with pytest.raises(tc.cluster.EngineLost, match="engine 0"):
         t.result(0)
+    assert seen == [[0]]
 
 
 def test_when_engine_lost_is_raised_the_engine_is_already_gone_everywhere(monkeypatch):
