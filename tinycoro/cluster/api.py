@@ -20,7 +20,9 @@ back, both on its IO thread:
   messages of ours) goes on to ipyparallel's own handler.
 * its registration callbacks: an engine that leaves the cluster fails its tasks with
   :class:`EngineLost`. For a cluster started here the engine pids are also watched
-  (:mod:`.watch`), which notices a killed engine at once.
+  (:mod:`.watch`), which notices a killed engine at once. Its task channel closing and a
+  reply that says it died are witnesses too; whichever speaks first marks the engine lost
+  (:meth:`Cluster._engine_lost`, the one place) before any task fails with EngineLost.
 
 One ``ipyparallel.Client`` carries at most one live ``Cluster``: the IOPub hook is the
 client's one handler, so a second handle would take the first one's messages away.
@@ -427,21 +429,25 @@ class Cluster:
             self._channel_closed(channel, why)
 
     def _channel_closed(self, channel: ChannelClient, why: str) -> None:
-        """*channel* ended under us: the tasks sent by it fail with EngineLost (their outcomes
-        could only have come that way); later submits to its engine take the ipyparallel path
-        (which says soon enough whether the engine itself is gone)."""
+        """*channel* ended under us: its engine counts as lost (:meth:`_engine_lost`). Its
+        tasks' outcomes could only have come that way, so they fail with EngineLost, and the
+        user who sees that error must find the engine gone everywhere at once, not only once
+        the pid watcher or the controller's unregistration also speaks (a ``%px`` run right
+        after still targeted it). An engine whose scheduler closed the channel without dying
+        is dropped too: erring that way never sends work to a dead engine."""
         with self._lock:
             if self._channels.get(channel.eid) is not channel:
                 return
-            del self._channels[channel.eid]
-            tasks = [t for t in self._by_engine.get(channel.eid, ())
-                     if t.msg_id == SENT_BY_CHANNEL]
-        if not self._stopped:
-            log.warning("tinycoro.cluster: the task channel of %s closed (%s); its tasks go "
-                        "through ipyparallel from now on", self.engine_name(channel.eid), why)
-        for t in tasks:
-            t._finish(None, t._lost(f"its task channel closed: {why}"))
-        channel.close()  # from its own reader thread too: close() does not wait for itself
+            stopped = self._stopped
+        if stopped:  # stop() ends the tasks itself
+            with self._lock:
+                if self._channels.get(channel.eid) is channel:
+                    del self._channels[channel.eid]
+            channel.close()
+            return
+        log.warning("tinycoro.cluster: the task channel of %s closed (%s); the engine counts "
+                    "as lost", self.engine_name(channel.eid), why)
+        self._engine_lost(channel.eid, f"its task channel closed: {why}")
 
     def _close_channels(self) -> None:
         with self._lock:
@@ -569,6 +575,10 @@ class Cluster:
         info = self._known.get(eid)
         return str(info) if info is not None else f"engine {eid}"
 
+    def engine_lost(self, eid: int, why: str) -> None:
+        """A reply to one of *eid*'s requests says it died: :meth:`_engine_lost`."""
+        self._engine_lost(eid, why)
+
     # -- stats -----------------------------------------------------------------------------------
     def _control(self, eid: int, content: dict) -> Any:
         with self._send_lock:
@@ -693,10 +703,17 @@ class Cluster:
         self._engine_lost(eid, "its process exited")
 
     def _engine_lost(self, eid: int, why: str) -> None:
-        """Fail every task on engine *eid* with EngineLost; the other engines carry on."""
+        """Engine *eid* is lost (*why*): the one place that says so, whichever witness saw it
+        first (its task channel closing, the pid watcher, the controller's unregistration, a
+        send that found it gone). It leaves ``engines`` (and so ``%px``'s targets, the probes
+        and the next submits) and its channel goes, all before any of its tasks fails with
+        EngineLost; the other engines carry on. Idempotent: the later witnesses find nothing."""
         with self._lock:
             info = self._live.pop(eid, None)
+            channel = self._channels.pop(eid, None)
             tasks = list(self._by_engine.get(eid, ()))
+        if channel is not None:
+            channel.close()  # from its own reader thread too: close() does not wait for itself
         if info is None and not tasks:
             return
         for t in tasks:

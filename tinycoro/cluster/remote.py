@@ -38,6 +38,9 @@ class TaskHost(Protocol):
     def engine_name(self, eid: int) -> str:
         """``engine 1 (host:pid)``, also for an engine lost since."""
 
+    def engine_lost(self, eid: int, why: str) -> None:
+        """A reply says engine *eid* died (*why*): it counts as lost from now on."""
+
 
 class RemoteTask:
     """A task submitted to an engine (``Cluster.submit``).
@@ -167,9 +170,11 @@ class RemoteTask:
             return
         # The engine died under the request: ipyparallel says so with an EngineError, or, when
         # the controller still held the request, a RemoteError that names one.
+        # The cluster hears of it first: whoever sees this EngineLost finds the engine gone.
         if isinstance(reply, EngineError) or (
             isinstance(reply, RemoteError) and reply.ename == "EngineError"
         ):
+            self._cluster.engine_lost(self.engine, "it died under the request")
             self._finish(None, EngineLost(
                 f"{self._where()} was lost before it said it started {self.name!r}"))
             return
