@@ -234,3 +234,21 @@ def test_when_engine_lost_is_raised_the_engine_is_already_gone_everywhere(monkey
             gate.set()
         assert [t.result(T) for t in after] == [1, 2, 3]
         assert sorted(cluster.stats()) == [survivor.id]
+
+
+def test_an_engine_whose_scheduler_stops_is_not_counted_lost():
+    # Its task channel is served by that scheduler, so it ends with the engine alive: the
+    # engine says goodbye on it first, which a killed one cannot, and so it stays in the
+    # cluster (a restart of its scheduler, %tinycoro restart, brings it back to work). Counted
+    # lost, it left cluster.engines for good, and %px no longer reached it.
+    with cs.started_cluster(2, contexts=1, timeout=START) as (c, _):
+        assert sorted(c.channels) == [0, 1]
+        c.client[0].apply_sync(h.stop_this_engines_scheduler)
+        wait_until(lambda: 0 not in c.channels, timeout=T, what="engine 0's channel to end")
+        assert [e.id for e in c.engines] == [0, 1]
+        # what it says now is why it takes no tasks (the engine's RuntimeError, as ipyparallel
+        # carries it), not that it is lost
+        with pytest.raises(Exception, match="scheduler is not running") as raised:
+            c.submit(h.add, 1, 2, engine=0).result(T)
+        assert not isinstance(raised.value, tc.cluster.EngineLost)
+        assert c.submit(h.add, 1, 2, engine=1).result(T) == 3

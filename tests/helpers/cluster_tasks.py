@@ -372,3 +372,11 @@ async def start_a_cluster_here(without_tinycoro_marker: bool) -> str:
             os.environ["TINYCORO_CLUSTER_ENGINE"] = saved
     nested.stop()
     return "a nested cluster was started and stopped"
+
+
+def stop_this_engines_scheduler() -> None:
+    """Stop the scheduler of the engine this runs on (as ``%tinycoro stop`` there would); the
+    process lives on. Run through ipyparallel's apply, not as a tinycoro task."""
+    from tinycoro.core import get_default_scheduler
+
+    get_default_scheduler().stop()

@@ -429,21 +429,30 @@ class Cluster:
             self._channel_closed(channel, why)
 
     def _channel_closed(self, channel: ChannelClient, why: str) -> None:
-        """*channel* ended under us: its engine counts as lost (:meth:`_engine_lost`). Its
-        tasks' outcomes could only have come that way, so they fail with EngineLost, and the
-        user who sees that error must find the engine gone everywhere at once, not only once
-        the pid watcher or the controller's unregistration also speaks (a ``%px`` run right
-        after still targeted it). An engine whose scheduler closed the channel without dying
-        is dropped too: erring that way never sends work to a dead engine."""
+        """*channel* ended under us. Without the engine's goodbye (``channel.said_bye``: a
+        killed engine cannot send it) its engine counts as lost (:meth:`_engine_lost`): the
+        tasks it carried fail with EngineLost, and the user who sees that error must find the
+        engine gone everywhere at once, not only once the pid watcher or the controller's
+        unregistration also speaks (a ``%px`` run right after still targeted it). With it,
+        the engine lives on (its scheduler stopped: ``%tinycoro restart``): the tasks the
+        channel carried fail, and its later tasks go through ipyparallel."""
         with self._lock:
             if self._channels.get(channel.eid) is not channel:
                 return
             stopped = self._stopped
+            if stopped or channel.said_bye:
+                del self._channels[channel.eid]
+            tasks = [t for t in self._by_engine.get(channel.eid, ())
+                     if t.msg_id == SENT_BY_CHANNEL]
         if stopped:  # stop() ends the tasks itself
-            with self._lock:
-                if self._channels.get(channel.eid) is channel:
-                    del self._channels[channel.eid]
             channel.close()
+            return
+        if channel.said_bye:
+            log.warning("tinycoro.cluster: the task channel of %s closed (%s); its tasks go "
+                        "through ipyparallel from now on", self.engine_name(channel.eid), why)
+            for t in tasks:
+                t._finish(None, t._lost(f"its task channel closed: {why}"))
+            channel.close()  # from its own reader thread too: close() does not wait for itself
             return
         log.warning("tinycoro.cluster: the task channel of %s closed (%s); the engine counts "
                     "as lost", self.engine_name(channel.eid), why)

@@ -25,6 +25,7 @@ reach the client a little after its outcome (it still lands where the task was s
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import logging
 import pickle
@@ -43,6 +44,10 @@ log = logging.getLogger("tinycoro")
 
 ACK = "ack"
 OUTCOME = "outcome"
+# The engine's last entry when its channel ends with the process living on (its scheduler
+# stopped: ``%tinycoro restart``, or the client's own close): a killed engine cannot send it,
+# so a close without it means the engine is lost.
+BYE = "bye"
 CONNECT_TIMEOUT = 5.0  # an address that does not answer in this time: the ipyparallel path
 _HEADER = struct.Struct(">I")
 
@@ -143,6 +148,8 @@ class ChannelServer:
                     out.put((ACK, [token for token, _, _ in items], replies))
             finally:
                 writer.cancel()
+                with contextlib.suppress(OSError):  # best effort: never waits for the client
+                    await stream.send_nowait(frame(pickle.dumps([(BYE,)])))
 
 
 async def _write(stream: Stream, out: Outbox) -> None:
@@ -201,6 +208,7 @@ class ChannelClient:
         self._sock = sock
         self._send_lock = threading.Lock()
         self._closing = False
+        self.said_bye = False  # the engine ended the channel alive (BYE): not a lost engine
         self._on_entry = on_entry
         self._on_closed = on_closed
         self._thread = threading.Thread(target=self._read, name=f"tinycoro-channel-{eid}",
@@ -245,6 +253,10 @@ class ChannelClient:
                 if data is None:
                     break
                 for entry in pickle.loads(data):
+                    if entry[0] == BYE:
+                        self.said_bye = True
+                        why = "the engine's scheduler stopped"
+                        continue
                     try:
                         self._on_entry(entry)
                     except Exception:  # noqa: BLE001 - the other entries still go home
