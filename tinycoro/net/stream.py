@@ -66,7 +66,8 @@ class _StreamCore:
         ms = self._ms
         if ms is not None:
             spare = self._recv_spare  # a list wherever there is a multishot (__init__)
-            call = tokens.spare(spare)  # one step: atomic under the GIL, as the token is
+            # one step: atomic under the GIL, as the token is
+            call = tokens.spare(spare)  # type: ignore[arg-type]
             if call is None:  # awaited elsewhere now, or made and never awaited
                 return RecvCall(ms, max_bytes, spare)
             call.want = max_bytes
