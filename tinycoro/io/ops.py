@@ -4,10 +4,13 @@ frame per operation (rule 14), reading or writing on in that same frame until do
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any, Generator
 
 from ..buffers import MAX_RW
 from ..closing import PendingOps, ResourceOp
+from ..core.errors import Cancelled
+from ..core.local import running_task
 from ..core.traps import run_outside
 from ..uring import prep_read, prep_write
 
@@ -25,7 +28,9 @@ class RingRead(ResourceOp):
     operations pending in *pending*). One read almost always fills it; it reads on after a short read (short
     only at EOF; an O_DIRECT read that comes back short is EOF) and for buffers beyond what
     one read(2) moves, in this same frame. Its result is the byte count, or with *out* (the
-    buffer *view* looks at) the bytes read."""
+    buffer *view* looks at) the bytes read. Interrupted while reading on from a file that
+    cannot give the bytes taken again (a FIFO: see _keep_taken), it ends short with them and
+    the interrupt lands at the task's next await."""
 
     __slots__ = ("view", "offset", "got", "direct", "out", "name")
 
@@ -64,8 +69,15 @@ class RingRead(ResourceOp):
             while got < size:
                 if pending.closed:
                     raise pending._error()
-                if engine is not None:
-                    res = yield self
+                if engine is not None and not got:
+                    res = yield self  # nothing taken yet: an interrupt here loses nothing
+                elif engine is not None:
+                    try:
+                        res = yield self
+                    except Cancelled as interrupt:
+                        if not _keep_taken(self.args[0], interrupt):
+                            raise
+                        break  # the bytes taken are the result, short
                 else:
                     res = yield from run_outside(self)
                 if res < 0:
@@ -85,6 +97,25 @@ class RingRead(ResourceOp):
         if got == size and not self.direct:
             return bytes(out)
         return bytes(out[:got])
+
+
+def _keep_taken(fd: int, interrupt: Cancelled) -> bool:
+    """A read that took bytes and reads on for more is interrupted (a cancel, an expired
+    timeout): whether the bytes taken must be its result. They must when the file cannot give
+    them again (a FIFO, a pipe, a character device: what a read takes is gone from them), so
+    the read ends short and *interrupt* is queued again for the task's next await; a regular
+    file (or block device) still holds them, and the read stays "short only at EOF"."""
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:  # closed meanwhile: the interrupt goes on as before
+        return False
+    if stat.S_ISREG(mode) or stat.S_ISBLK(mode):
+        return False
+    task = running_task()
+    if task is None:  # pragma: no cover - only a tinycoro task's read gets here
+        return False
+    task.interrupt(interrupt.with_traceback(None))
+    return True
 
 
 def ring_read(
