@@ -34,6 +34,7 @@ DEADLOCK = 20.0
 # Rounds of each test: enough for a 1-in-1000 interleaving to show within a run on 2 cores
 # without the GIL; TINYCORO_FT_ROUNDS scales them for a longer hunt (tools/tsan_suites.sh).
 SCALE = max(1, int(os.environ.get("TINYCORO_FT_ROUNDS", "1")))
+MOVE_RUNS = 5  # runs of a scenario that must move a multishot at least once, at most
 
 
 def test_ping_pong_across_contexts_never_loses_a_wake(contexts):
@@ -341,7 +342,15 @@ def test_multishot_recv_moving_between_contexts_against_its_completions(contexts
         await server.close()
         return bytes(got), sum(c.multishot_rearms for c in ll.current_engine().scheduler.stats().contexts)
 
-    got, rearms = run(main(), contexts, deadlock_timeout=DEADLOCK)
-    assert got == want
+    # Whether the multishot moves at all in one run is the threads' timing (a run in which
+    # every recv finds its chunk already queued never parks one); every run must read the
+    # stream whole, and some run of a few must have moved it between the contexts' rings.
+    moved = 0
+    for _ in range(MOVE_RUNS):
+        got, rearms = run(main(), contexts, deadlock_timeout=DEADLOCK)
+        assert got == want
+        moved += rearms
+        if moved or not multishot.AVAILABLE:
+            break
     if multishot.AVAILABLE:
-        assert rearms > 0  # it did move between the contexts' rings
+        assert moved > 0, f"the multishot never moved between the contexts' rings in {MOVE_RUNS} runs"
