@@ -40,6 +40,7 @@ def _workloads(path: str) -> dict[str, Callable[[int], Awaitable[Any]]]:
     import tinycoro as tc
     from tinycoro.core.local import thread_state as _local
     from tinycoro.core.traps import Op, Ready, consume_budget, yield_now
+    from tinycoro.io import FILE_READS_ENV
     from tinycoro.uring import prep_nop
 
     from .instructions import lock_unlock as mutex
@@ -100,7 +101,6 @@ def _workloads(path: str) -> dict[str, Callable[[int], Awaitable[Any]]]:
 
 
 NAMES = ("budget", "budget-yield", "yield", "ready", "op", "write", "ring-read", "mutex", "spawn-join")
-FILE_READS_ENV = "TINYCORO_FILE_READS"
 # callgrind dumps its counts as the child enters this C function (os.getppid), which nothing
 # else calls: one dump after each phase of each workload.
 _MARK = "os_getppid"
