@@ -119,15 +119,14 @@ def _perf(*cmd: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
-def record(contexts: int = 2, seconds: float = 2.0, conns: int = 50, size: int = 64,
-           env: dict[str, str] | None = None) -> Waits:
+def record(contexts: int = 2, seconds: float = 2.0, conns: int = 50, size: int = 64) -> Waits:
     """Record one run of the echo server on *contexts* contexts; RuntimeError if perf, its
     uprobes or the load generator are missing."""
     perf = shutil.which("perf")
     if perf is None:
         raise RuntimeError("perf not installed (apt-get install linux-perf)")
     exe = echo_procs.build_echo_load()
-    srv = echo_procs.EchoServer("tinycoro", contexts, env=env)
+    srv = echo_procs.EchoServer("tinycoro", contexts)
     waits = Waits()
     try:
         echo_procs.run_load(exe, srv.port, conns, size, 0.5)  # warm-up: connections, caches
@@ -182,10 +181,10 @@ def table(waits: Waits) -> str:
     return "\n".join(rows)
 
 
-def main(contexts: int, seconds: float, env: dict[str, str] | None = None) -> int:
+def main(contexts: int, seconds: float) -> int:
     try:
-        waits = record(contexts, seconds, env=env)
-    except (RuntimeError, echo_procs.CProgramMissing) as e:
+        waits = record(contexts, seconds)
+    except RuntimeError as e:  # echo_procs.CProgramMissing included
         print(f"gilwait: {e}")
         return 1
     print(f"GIL waits of the tinycoro echo server, {contexts} contexts, 64 B x 50 connections, "

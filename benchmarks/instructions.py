@@ -114,13 +114,39 @@ def mutex(n: int, kind: str = "tinycoro") -> None:
         asyncio.run(aio())
         return
 
-    async def main() -> None:
-        m = tc.Mutex()
-        for _ in range(n):
-            await m.lock()
-            m.unlock()
+    tc.run(lock_unlock(n), contexts=1)
 
-    tc.run(main(), contexts=1)
+
+async def lock_unlock(n: int) -> None:
+    """*n* uncontended ``await m.lock(); m.unlock()`` of one ``tc.Mutex``: :func:`mutex`'s
+    loop, and ``benchmarks.trapcost``'s ``mutex``."""
+    m = tc.Mutex()
+    for _ in range(n):
+        await m.lock()
+        m.unlock()
+
+
+class CallgrindFailed(RuntimeError):
+    pass
+
+
+def callgrind_totals(child: list[str], *options: str, timeout: float = 900) -> list[int]:
+    """Run ``python -m *child*`` from this checkout under callgrind (with *options*, e.g.
+    ``--dump-before=``): the instruction totals of the dumps it wrote, in order (one, at exit,
+    without such an option). Needs valgrind on the ``PATH``; CallgrindFailed if the run fails."""
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "cg.out")
+        cmd = [shutil.which("valgrind") or "valgrind", "--tool=callgrind",
+               f"--callgrind-out-file={out}", "--quiet", *options, sys.executable, "-m", *child]
+        res = subprocess.run(cmd, cwd=str(REPO), env=checkout_env(), capture_output=True, text=True,
+                             timeout=timeout)
+        # several dumps are cg.out.1, cg.out.2, ...; a run without any writes cg.out at exit
+        dumps = sorted(Path(d).glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+        totals = [int(m[1]) for p in dumps or Path(d).glob("cg.out")
+                  for m in [_TOTALS.search(p.read_text())] if m]
+    if res.returncode != 0 or not totals:
+        raise CallgrindFailed(f"callgrind run failed: {res.stderr.strip()[-400:]}")
+    return totals
 
 
 _CHILDREN = {"--pingpong-run": "round trips", "--mutex-run": "acquisitions"}
@@ -129,21 +155,13 @@ _CHILDREN = {"--pingpong-run": "round trips", "--mutex-run": "acquisitions"}
 def _per_unit(child: list[str], n: tuple[int, int]) -> tuple[float | None, str]:
     """Instructions per unit of the child run ``python -m benchmarks.instructions *child* N``,
     from two callgrind runs of N = *n* (the difference cancels start-up and shutdown)."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
+    if shutil.which("valgrind") is None:
         return None, "valgrind (callgrind) not installed"
-    env = checkout_env()
-    totals = []
-    with tempfile.TemporaryDirectory() as d:
-        for count in n:
-            out = os.path.join(d, f"cg.{count}")
-            cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
-                   sys.executable, "-m", "benchmarks.instructions", child[0], str(count), *child[1:]]
-            res = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True, timeout=900)
-            m = _TOTALS.search(Path(out).read_text()) if os.path.exists(out) else None
-            if res.returncode != 0 or m is None:
-                return None, f"callgrind run failed: {res.stderr.strip()[-200:]}"
-            totals.append(int(m[1]))
+    try:
+        totals = [callgrind_totals(["benchmarks.instructions", child[0], str(count), *child[1:]])[-1]
+                  for count in n]
+    except CallgrindFailed as e:
+        return None, str(e)
     return (totals[1] - totals[0]) / (n[1] - n[0]), f"difference of {n[0]} and {n[1]} {_CHILDREN[child[0]]}"
 
 

@@ -33,7 +33,7 @@ from typing import Any, Awaitable, Callable
 import tinycoro as tc
 
 from . import config, echo_procs, w_file, w_spawn, w_switch
-from .instructions import echo_instructions, mutex_instructions, pingpong, pingpong_instructions
+from .instructions import echo_instructions, mutex_instructions, pingpong_instructions
 from .config import REPO, Config, checkout_env
 
 TARGETS = ("switch", "spawn", "file", "echo")
@@ -248,14 +248,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="contexts of the tinycoro server (--syscalls, --utilisation, --gilwait)")
     ap.add_argument("--pingpong", action="store_true",
                     help="only count instructions per one-connection echo round trip (callgrind)")
-    ap.add_argument("--pingpong-run", type=int, help=argparse.SUPPRESS)  # callgrind's child
     ap.add_argument("--mutex", nargs="?", const="tinycoro", choices=("tinycoro", "asyncio"),
                     help="only count instructions per uncontended lock + unlock (callgrind) of a "
                     "tc.Mutex or an asyncio.Lock")
     args = ap.parse_args(argv)
-    if args.pingpong_run:
-        pingpong(args.pingpong_run)
-        return 0
     if args.syscalls:
         from . import syscalls
 

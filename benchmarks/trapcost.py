@@ -28,22 +28,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.M)
+from .instructions import CallgrindFailed, callgrind_totals
 
 
 def _workloads(path: str) -> dict[str, Callable[[int], Awaitable[Any]]]:
     import tinycoro as tc
     from tinycoro.core.local import thread_state as _local
     from tinycoro.core.traps import Op, Ready, consume_budget, yield_now
+    from tinycoro.io import FILE_READS_ENV
     from tinycoro.uring import prep_nop
+
+    from .instructions import lock_unlock as mutex
 
     async def budget(n: int) -> None:
         for _ in range(n):
@@ -87,12 +87,6 @@ def _workloads(path: str) -> dict[str, Callable[[int], Awaitable[Any]]]:
             await f.read_at(64, 0)
         await f.close()
 
-    async def mutex(n: int) -> None:
-        m = tc.Mutex()
-        for _ in range(n):
-            await m.lock()
-            m.unlock()
-
     async def nothing() -> None:
         pass
 
@@ -107,7 +101,6 @@ def _workloads(path: str) -> dict[str, Callable[[int], Awaitable[Any]]]:
 
 
 NAMES = ("budget", "budget-yield", "yield", "ready", "op", "write", "ring-read", "mutex", "spawn-join")
-FILE_READS_ENV = "TINYCORO_FILE_READS"
 # callgrind dumps its counts as the child enters this C function (os.getppid), which nothing
 # else calls: one dump after each phase of each workload.
 _MARK = "os_getppid"
@@ -134,22 +127,17 @@ def run(names: list[str], lengths: tuple[int, int], path: str) -> None:
 def count(names: list[str], lengths: tuple[int, int] = (2000, 10000)) -> dict[str, float] | None:
     """Instructions per await of each of *names*: the difference of its two loops' counts,
     divided by the difference of their lengths (one callgrind run for all)."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
+    if shutil.which("valgrind") is None:
         return None
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "data")
         with open(path, "wb") as f:
             f.write(b"y" * 4096)
-        out = os.path.join(d, "cg.out")
-        cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
-               f"--dump-before={_MARK}", sys.executable, "-m", "benchmarks.trapcost", "--run",
-               ",".join(names), f"{lengths[0]},{lengths[1]}", path]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-        if res.returncode != 0:
-            raise SystemExit(f"callgrind run failed: {res.stderr.strip()[-400:]}")
-        dumps = sorted(Path(d).glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
-        totals = [int(m[1]) for p in dumps for m in [_TOTALS.search(p.read_text())] if m]
+        child = ["benchmarks.trapcost", "--run", ",".join(names), f"{lengths[0]},{lengths[1]}", path]
+        try:
+            totals = callgrind_totals(child, f"--dump-before={_MARK}", timeout=1800)
+        except CallgrindFailed as e:
+            raise SystemExit(str(e)) from None
     # dump k (from 1) ends the part before the k-th mark: per workload, the warm-up, then
     # one per length
     out_counts = {}

@@ -133,6 +133,26 @@ def test_instructions_per_request_are_counted_under_callgrind() -> None:
     assert "requests under callgrind" in note
 
 
+@pytest.mark.timeout(300)
+def test_counts_per_unit_come_from_callgrind_for_both_of_its_tools() -> None:
+    """``profile --mutex`` (two runs of different lengths) and ``benchmarks.trapcost`` (one run,
+    a dump after each phase) read callgrind's totals through one helper: each gives a count
+    per lock + unlock, and per await of each workload asked for."""
+    from benchmarks import trapcost
+    from benchmarks.instructions import mutex_instructions
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind not installed")
+    # lengths far enough apart that the two runs' start-ups (which differ by ~10^5
+    # instructions) do not swamp the difference
+    value, note = mutex_instructions("tinycoro", n=(1000, 11000))
+    assert value is not None and value > 0, note
+    assert note == "difference of 1000 and 11000 acquisitions"
+    counts = trapcost.count(["ready", "mutex"], lengths=(200, 1200))
+    assert counts is not None and sorted(counts) == ["mutex", "ready"]
+    assert all(v > 0 for v in counts.values()), counts
+
+
 def test_direct_rows_say_when_fio_is_missing(monkeypatch) -> None:
     monkeypatch.setattr(w_direct.shutil, "which", lambda _name: None)
     with ExitStack() as stack:
