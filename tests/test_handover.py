@@ -240,12 +240,14 @@ def test_the_return_word_is_set_only_with_a_gil_and_a_peer(contexts, tmp_path):
     assert handovers == [0] * contexts
 
 
-def test_a_hand_over_says_it_waits_only_once_its_peer_has_the_gil():
-    """The hand-over's own word says 2 ("back, waiting for the GIL") only after the peer's
-    word cleared: said while it still waits for the peer, the peer, at its turn's end,
-    would hand the GIL back to a context that is itself waiting for that peer. A thread
-    plays the peer: it reads the hand-over's word while the peer's word is set, then
-    clears it; once the hand-over is back, its word is clear."""
+def test_the_interpreted_hand_over_leaves_its_own_word_alone():
+    """The interpreted hand-over (the one this module exports: the compiled one is the
+    engine's C function, core/wakeword.pxd) never says 2 in its own word: it waits for the
+    GIL only in Python's own calls, where no peer's hand-over could end that wait. A thread
+    plays the peer: it reads the hand-over's word while its own word is set, then clears it;
+    once the hand-over is back, its word is clear. (The compiled one says 2 only after its
+    peer's word cleared; said while it still waits for that peer, the peer would hand the GIL
+    back to a context waiting on it, a hand-over for nothing each turn.)"""
     peer, own = bytearray(b"\x02"), bytearray(1)
     seen: list[int] = []
     started = threading.Event()
