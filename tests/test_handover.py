@@ -192,6 +192,86 @@ def test_a_context_back_from_a_submit_is_handed_the_gil(contexts, tmp_path):
     assert any(lag <= MANY_STEPS for lag in lags), lags
 
 
+def test_the_return_word_is_set_only_with_a_gil_and_a_peer(contexts, tmp_path):
+    """The hand-over to a context back from a submit costs nothing where there is nobody to
+    hand over to: one context (its submit keeps the GIL) and a build running without the GIL
+    (no word is given to the ring, and the sleep point's yield leaves it alone). A watcher
+    thread samples every context's word while they read: it never says 2 there, and no
+    context hands over."""
+    path = tmp_path / "cached"
+    path.write_bytes(os.urandom(READ_SIZE))
+    stop = threading.Event()
+    seen: set[int] = set()
+
+    def watch(engines) -> None:
+        while not stop.is_set():
+            for e in engines:
+                seen.add(e.wake_word[0])
+            os.sched_yield()  # under a GIL, lets a context run between two samples
+
+    async def reads() -> None:
+        fd = os.open(path, os.O_RDONLY)
+        buf = bytearray(READ_SIZE)
+        try:
+            for _ in range(SUBMIT_ROUNDS * 10):
+                assert await Op(uring.prep_read, fd, buf, READ_SIZE, 0) == READ_SIZE
+        finally:
+            os.close(fd)
+
+    async def main() -> list[int]:
+        me = lowlevel.current_engine()
+        assert me is not None
+        engines = (me, *me.scheduler.peers(me))
+        watcher = threading.Thread(target=watch, args=(engines,))
+        watcher.start()
+        try:
+            tasks = [tc.spawn(reads()) for _ in range(2 * contexts)]
+            for t in tasks:
+                await t
+        finally:
+            stop.set()
+            watcher.join()
+        return [e.handovers for e in engines]
+
+    handovers = tc.run(main(), contexts=contexts)
+    if contexts > 1 and GIL:
+        return  # a peer waits for the GIL: the test above
+    assert 2 not in seen, seen
+    assert handovers == [0] * contexts
+
+
+def test_the_interpreted_hand_over_leaves_its_own_word_alone():
+    """The interpreted hand-over (the one this module exports: the compiled one is the
+    engine's C function, core/wakeword.pxd) never says 2 in its own word: it waits for the
+    GIL only in Python's own calls, where no peer's hand-over could end that wait. A thread
+    plays the peer: it reads the hand-over's word while its own word is set, then clears it;
+    once the hand-over is back, its word is clear. (The compiled one says 2 only after its
+    peer's word cleared; said while it still waits for that peer, the peer would hand the GIL
+    back to a context waiting on it, a hand-over for nothing each turn.)"""
+    peer, own = bytearray(b"\x02"), bytearray(1)
+    seen: list[int] = []
+    started = threading.Event()
+
+    def play_peer() -> None:
+        started.set()
+        for _ in range(1_000):  # the hand-over waits (GIL released) for this word
+            seen.append(own[0])
+            os.sched_yield()
+        peer[0] = 0
+
+    t = threading.Thread(target=play_peer)
+    t.start()
+    started.wait(10)
+    try:
+        # a bound far above the peer's thousand samples: the peer's clear ends it
+        wakeword.hand_over(peer, own, 10_000_000)
+    finally:
+        peer[0] = 0
+        t.join()
+    assert set(seen) <= {0}, sorted(set(seen))
+    assert own[0] == 0
+
+
 def test_the_interpreted_hand_over_is_bounded():
     """A word nobody clears (a peer the machine never ran) ends the hand-over at its bound;
     a clear one ends it at once."""
