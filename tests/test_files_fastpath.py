@@ -17,7 +17,7 @@ from tinycoro.core.engine import INLINE_BUDGET
 from tinycoro.io import FILE_READS_ENV
 
 from helpers.budget import gaps, loop_beside_counter
-from helpers.pagecache import PAGE
+from helpers.pagecache import PAGE, cold_file
 from helpers.pagecache import cached_file as _cached_file
 from helpers.pagecache import evict as _evict
 from helpers.pagecache import page_cache_fs as _page_cache_fs
@@ -108,12 +108,7 @@ def test_an_uncached_page_is_read_right(contexts, tmp_path):
     the miss itself starts read-ahead (RWF_NOWAIT does not imply IOCB_NOIO on this kernel),
     and the VM's disk can finish it before the kernel looks again, so the attempt may also
     return the bytes: the test asserts at most one ring read, not exactly one."""
-    if not _page_cache_fs(tmp_path):
-        pytest.skip("the temporary directory is on tmpfs: nothing can be evicted")
-    data = os.urandom(4 * PAGE)
-    path = tmp_path / "cold"
-    _cached_file(path, data)
-    _evict(path)
+    path, data = cold_file(tmp_path, 4 * PAGE)
 
     with tc.Scheduler(contexts) as s:
         async def main():
@@ -532,13 +527,9 @@ async def _spend_the_budget(f) -> None:
 def test_a_read_past_the_budget_reads_an_uncached_page_through_the_ring(contexts, tmp_path):
     """The read that yields for the budget, resumed, finds its first page not cached: the
     ring reads it, with the bytes of os.pread, in at most one ring read."""
-    if not _page_cache_fs(tmp_path):
-        pytest.skip("the temporary directory is on tmpfs: nothing can be evicted")
-    warm, cold = tmp_path / "warm", tmp_path / "cold"
+    cold, data = cold_file(tmp_path, 4 * PAGE)
+    warm = tmp_path / "warm"
     _cached_file(warm, os.urandom(PAGE))
-    data = os.urandom(4 * PAGE)
-    _cached_file(cold, data)
-    _evict(cold)
 
     with tc.Scheduler(contexts) as s:
         async def main():

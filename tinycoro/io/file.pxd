@@ -50,6 +50,7 @@ cdef class _ReadLater:
     cdef object sub
     cdef object result
 
+    cdef inline _setup(self, AsyncFile file, object size, object offset)
     @cython.locals(f=AsyncFile)
     cdef object _step(self, object value)
     cdef object _forward(self, object value, object exc)

@@ -494,6 +494,10 @@ class _ReadLater:
     __slots__ = ("file", "size", "offset", "state", "sub", "result")
 
     def __init__(self, file: AsyncFile, size: int, offset: int) -> None:
+        self._setup(file, size, offset)
+
+    def _setup(self, file: AsyncFile, size: int, offset: int) -> None:
+        """The fields, for ``__init__`` and for :func:`_read_later` alike."""
         self.file = file
         self.size = size
         self.offset = offset
@@ -582,15 +586,11 @@ class _ReadLater:
             self.sub = None
             raise
 
+
 def _read_later(file: AsyncFile, size: int, offset: int) -> _ReadLater:
     """``_ReadLater(file, size, offset)``: compiled, a C call without the type call."""
     r = _ReadLater.__new__(_ReadLater)
-    r.file = file
-    r.size = size
-    r.offset = offset
-    r.state = _NEW
-    r.sub = None
-    r.result = None
+    r._setup(file, size, offset)
     return r
 
 
