@@ -15,8 +15,8 @@ from typing import Any, Awaitable
 from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
 from ..closing import PendingOps, ResourceOp
-from ..core.checks import check_int
 from ..core import tokens
+from ..core.checks import check_int
 from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, consume_budget
 from ..uring import prep_connect, prep_shutdown, prep_splice
