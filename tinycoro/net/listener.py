@@ -73,9 +73,11 @@ class TcpListener(Listener):
         one inherited from a supervisor or made with options ``listen`` does not set.
 
         The listener owns the socket from then on: its ``close()`` closes it, and it is put
-        in non-blocking mode (an accept first takes a connection already in the backlog with
-        one non-blocking ``accept4``). A socket that is not a listening TCP socket is refused
-        here, not at the first ``accept``.
+        in non-blocking mode, as asyncio's ``create_server(sock=...)`` does (an accept first
+        takes a connection already in the backlog with one non-blocking ``accept4``). The mode
+        is a flag of the open file, not of the descriptor: a copy made by ``dup`` or ``fork``
+        (a supervisor's, say) is non-blocking from then on too. A socket that is not a
+        listening TCP socket is refused here, not at the first ``accept``.
         """
         if not isinstance(sock, socket.socket):
             raise TypeError(f"sock must be a socket.socket, got {sock!r}")

@@ -20,11 +20,10 @@ from .. import compiled, uring
 from ..uring import prep_accept, prep_recv, prep_send
 from ..buffers import MAX_RW
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
+from ..core import iterslots, tokens
 from ..core.errors import ClosedResourceError
 from ..core.local import thread_state as _local
-from ..core import tokens
 from ..core.traps import DONE, YIELD, run_outside, thrown
-from ..core import iterslots
 from . import _nbsend
 
 __all__ = [

@@ -15,8 +15,8 @@ from typing import Any, Awaitable
 from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
 from ..closing import PendingOps, ResourceOp
-from ..core.checks import check_int
 from ..core import tokens
+from ..core.checks import check_int
 from ..core.local import thread_state as _local
 from ..core.traps import Op, Ready, consume_budget
 from ..uring import prep_connect, prep_shutdown, prep_splice
@@ -63,12 +63,12 @@ class _StreamCore:
         Returns the operation to await (no coroutine of its own: rule 14)."""
         if type(max_bytes) is not int or not 0 < max_bytes <= MAX_RW:
             check_int("max_bytes", max_bytes, min=1, max=MAX_RW)
-        ms = self._ms
-        if ms is not None:
-            spare = self._recv_spare  # a list wherever there is a multishot (__init__)
-            # one step: atomic under the GIL, as the token is
-            call = tokens.spare(spare)  # type: ignore[arg-type]
+        spare = self._recv_spare  # a list exactly where there is a multishot (__init__)
+        if spare is not None:
+            call = tokens.spare(spare)  # one step: atomic under the GIL, as the token is
             if call is None:  # awaited elsewhere now, or made and never awaited
+                ms = self._ms
+                assert ms is not None  # there is a spare list only beside a multishot
                 return RecvCall(ms, max_bytes, spare)
             call.want = max_bytes
             return call
