@@ -51,23 +51,13 @@ def test_a_killed_engine_fails_its_tasks_with_engine_lost_and_the_other_carries_
 
     # A task still queued here when its engine dies never reached it: it says so. The client's
     # IO thread is held so that this submit cannot leave before the kill.
-    held, release = threading.Event(), threading.Event()
-
-    def hold():  # on the client's IO thread
-        held.set()
-        release.wait(T)
-
-    cluster.client._io_loop.add_callback(hold)
-    try:
-        assert held.wait(T)
+    with cs.io_thread_held(cluster, T):
         unsent = cluster.submit(h.add, 1, 2, engine=victim.id)
         os.kill(victim.pid, signal.SIGKILL)
         with pytest.raises(tc.cluster.EngineLost, match=f"engine {victim.id} .* was lost") as info:
             doomed.result(NOTICED)
         with pytest.raises(tc.cluster.EngineLost, match="before 'add' could start"):
             unsent.result(NOTICED)
-    finally:
-        release.set()
     assert isinstance(info.value, RuntimeError)
     assert doomed.done()
     assert "while running 'guarded'" in str(info.value)
@@ -209,28 +199,20 @@ def test_when_engine_lost_is_raised_the_engine_is_already_gone_everywhere(monkey
         assert sorted(cluster.channels) == [victim.id, survivor.id]
         doomed = cluster.submit(h.sleep_forever, engine=victim.id)
         wait_until(doomed.running, timeout=T, what="the victim to ack the task")
-        held, release = threading.Event(), threading.Event()
-
-        def hold():  # on the client's IO thread
-            held.set()
-            release.wait(T)
-
-        cluster.client._io_loop.add_callback(hold)
         try:
-            assert held.wait(T)
-            os.kill(victim.pid, signal.SIGKILL)
-            with pytest.raises(tc.cluster.EngineLost, match="task channel closed"):
-                doomed.result(NOTICED)
-            # right as it is raised: only the channel has spoken
-            assert not gate.is_set()
-            assert cluster.engines == (survivor,)
-            assert victim.id not in cluster.channels
-            with pytest.raises(ValueError, match=f"engine {victim.id} is lost"):
-                cluster.submit(h.add, 1, 1, engine=victim.id)
-            after = [cluster.submit(h.add, i, 1) for i in range(3)]
-            assert {t.engine for t in after} == {survivor.id}
+            with cs.io_thread_held(cluster, T):
+                os.kill(victim.pid, signal.SIGKILL)
+                with pytest.raises(tc.cluster.EngineLost, match="task channel closed"):
+                    doomed.result(NOTICED)
+                # right as it is raised: only the channel has spoken
+                assert not gate.is_set()
+                assert cluster.engines == (survivor,)
+                assert victim.id not in cluster.channels
+                with pytest.raises(ValueError, match=f"engine {victim.id} is lost"):
+                    cluster.submit(h.add, 1, 1, engine=victim.id)
+                after = [cluster.submit(h.add, i, 1) for i in range(3)]
+                assert {t.engine for t in after} == {survivor.id}
         finally:
-            release.set()
             gate.set()
         assert [t.result(T) for t in after] == [1, 2, 3]
         assert sorted(cluster.stats()) == [survivor.id]
