@@ -234,3 +234,55 @@ def test_an_engine_whose_scheduler_stops_is_not_counted_lost():
             c.submit(h.add, 1, 2, engine=0).result(T)
         assert not isinstance(raised.value, tc.cluster.EngineLost)
         assert c.submit(h.add, 1, 2, engine=1).result(T) == 3
+
+
+def test_a_send_that_fails_before_the_goodbye_is_read_does_not_count_the_engine_lost(monkeypatch):
+    # Two threads see a channel end: its reader (which reads the engine's goodbye) and a send
+    # (on the client's IO thread) that finds the connection gone. A send that got there first
+    # judged the engine lost although its goodbye was already on the way: only the reader knows
+    # whether it came, so it alone says how the channel ended. The reader is held here, in the
+    # entry before the goodbye, until a send has failed.
+    with cs.started_cluster(2, contexts=1, timeout=START) as (c, _):
+        channel = c._channels[0]
+        gate, in_entry = threading.Event(), threading.Event()
+        on_entry = channel._on_entry
+
+        def held_entry(entry):  # on the channel's reader thread
+            in_entry.set()
+            gate.wait(T)
+            on_entry(entry)
+
+        failed = threading.Event()
+        send = channel.send
+
+        def watched_send(payload):  # on the client's IO thread
+            try:
+                send(payload)
+            except OSError:
+                failed.set()
+                raise
+
+        monkeypatch.setattr(channel, "_on_entry", held_entry)
+        monkeypatch.setattr(channel, "send", watched_send)
+        try:
+            first = c.submit(h.add, 1, 2, engine=0)
+            assert in_entry.wait(T)  # its ack holds the reader
+            c.client[0].apply_sync(h.stop_this_engines_scheduler)
+            # the connection's end reaches the client (a reset answers the first send after
+            # it): a later send fails
+            late = []
+            for i in range(100):
+                late.append(c.submit(h.add, i, 1, engine=0))
+                wait_until(lambda: late[-1].msg_id is not None, timeout=T,
+                           what="the submit to leave")
+                if failed.is_set():
+                    break
+            assert failed.is_set(), "no send failed after the engine closed its channel"
+        finally:
+            gate.set()
+        wait_until(lambda: 0 not in c.channels, timeout=T, what="engine 0's channel to end")
+        assert [e.id for e in c.engines] == [0, 1]
+        wait_until(first.done, timeout=T, what="the first task to end")
+        for t in late:  # none is left waiting for an answer that cannot come
+            with pytest.raises(Exception):
+                t.result(T)

@@ -338,8 +338,11 @@ class Cluster:
                 task.msg_id = SENT_BY_CHANNEL
             try:
                 channel.send(pickle.dumps((list(fns), items), pickle.HIGHEST_PROTOCOL))
-            except OSError as e:
-                self._channel_closed(channel, f"{type(e).__name__}: {e}")
+            except OSError:
+                # The connection is gone, but whether the engine said goodbye first (it lives
+                # on) or died is for the reader to say: it may not have read the goodbye yet.
+                # It reports the end (_channel_closed), which fails these tasks too.
+                channel.shutdown()
             return
 
         # The reply takes the tasks out of this holder: ipyparallel keeps the request's future,
