@@ -333,9 +333,13 @@ class Cluster:
                  for task, fn_packed, args_packed in entries]
         with self._lock:
             channel = self._channels.get(eid)
+            if channel is not None:
+                # Marked under the lock that _channel_closed takes to collect the channel's
+                # tasks: a channel that ends from here on fails them too. Marked after it,
+                # a goodbye read in between (the engine lives on) left them waiting forever.
+                for task in tasks:
+                    task.msg_id = SENT_BY_CHANNEL
         if channel is not None:
-            for task in tasks:  # before the send: a channel that closes meanwhile fails them
-                task.msg_id = SENT_BY_CHANNEL
             try:
                 channel.send(pickle.dumps((list(fns), items), pickle.HIGHEST_PROTOCOL))
             except OSError:
