@@ -225,9 +225,15 @@ def test_an_engine_whose_scheduler_stops_is_not_counted_lost():
     # lost, it left cluster.engines for good, and %px no longer reached it.
     with cs.started_cluster(2, contexts=1, timeout=START) as (c, _):
         assert sorted(c.channels) == [0, 1]
+        running = c.submit(h.sleep_forever, engine=0)
+        wait_until(running.running, timeout=T, what="engine 0 to say it started the task")
         c.client[0].apply_sync(h.stop_this_engines_scheduler)
         wait_until(lambda: 0 not in c.channels, timeout=T, what="engine 0's channel to end")
         assert [e.id for e in c.engines] == [0, 1]
+        # its task was cancelled there, by the stop: it says so whether or not its outcome
+        # came home before the goodbye, and never that a live engine was lost
+        with pytest.raises(tc.Cancelled):
+            running.result(T)
         # what it says now is why it takes no tasks (the engine's RuntimeError, as ipyparallel
         # carries it), not that it is lost
         with pytest.raises(Exception, match="scheduler is not running") as raised:
@@ -284,5 +290,5 @@ def test_a_send_that_fails_before_the_goodbye_is_read_does_not_count_the_engine_
         assert [e.id for e in c.engines] == [0, 1]
         wait_until(first.done, timeout=T, what="the first task to end")
         for t in late:  # none is left waiting for an answer that cannot come
-            with pytest.raises(Exception):
+            with pytest.raises(tc.Cancelled):
                 t.result(T)

@@ -442,7 +442,7 @@ class Cluster:
         engine gone everywhere at once, not only once the pid watcher or the controller's
         unregistration also speaks (a ``%px`` run right after still targeted it). With it,
         the engine lives on (its scheduler stopped: ``%tinycoro restart``): the tasks the
-        channel carried fail, and its later tasks go through ipyparallel."""
+        channel carried end with Cancelled, and its later tasks go through ipyparallel."""
         with self._lock:
             if self._channels.get(channel.eid) is not channel:
                 return
@@ -457,8 +457,13 @@ class Cluster:
         if channel.said_bye:
             log.warning("tinycoro.cluster: the task channel of %s closed (%s); its tasks go "
                         "through ipyparallel from now on", self.engine_name(channel.eid), why)
+            # Not EngineLost: the engine lives on (and stays in ``engines``). Its scheduler's
+            # stop cancelled them there; their outcomes may not have come home before the
+            # goodbye, and when they did, they were Cancelled too.
             for t in tasks:
-                t._finish(None, t._lost(f"its task channel closed: {why}"))
+                t._finish(None, Cancelled(
+                    f"{self.engine_name(channel.eid)}'s scheduler stopped ({t.name!r} was "
+                    "cancelled there, or never started)"))
             channel.close()  # from its own reader thread too: close() does not wait for itself
             return
         log.warning("tinycoro.cluster: the task channel of %s closed (%s); the engine counts "
