@@ -342,16 +342,8 @@ def test_submits_made_together_travel_to_their_engine_as_one_request(cluster, mo
 
     sink = contextvars.ContextVar("sink")
     monkeypatch.setattr("sys.stdout", _RoutedOut(sink))
-    held, release = threading.Event(), threading.Event()
-
-    def hold():  # on the client's IO thread
-        held.set()
-        release.wait(T)
-
-    cluster.client._io_loop.add_callback(hold)
-    assert held.wait(T)
     outs, tasks = [], []
-    try:
+    with cs.io_thread_held(cluster, T):
         for i in range(5):
             ctx = contextvars.copy_context()
             out: list = []
@@ -363,8 +355,6 @@ def test_submits_made_together_travel_to_their_engine_as_one_request(cluster, mo
         key = "batched-cancel"
         cancelled = cluster.submit(h.guarded, key, engine=0)
         cancelled.cancel()
-    finally:
-        release.set()
     requests = {t.result(T) for t in tasks}
     assert len(requests) == 1, f"5 submits made together reached the engine as {len(requests)} requests"
     for i, out in enumerate(outs):
@@ -400,19 +390,9 @@ def test_outcomes_waiting_for_the_engines_iopub_thread_come_home_as_one_message(
     # task that printed): these tasks take it.
     monkeypatch.setattr(cluster, "_channels", {})
     key = "outcomes-together"
-    held, release = threading.Event(), threading.Event()
-
-    def hold():  # on the client's IO thread: the 5 submits leave as one request
-        held.set()
-        release.wait(T)
-
-    cluster.client._io_loop.add_callback(hold)
-    assert held.wait(T)
-    try:
+    with cs.io_thread_held(cluster, T):  # the 5 submits leave as one request
         holder = cluster.submit(h.hold_iopub_until_ended, key, 4, engine=0)
         tasks = [cluster.submit(h.end_once_iopub_is_held, key, i, engine=0) for i in range(4)]
-    finally:
-        release.set()
     assert holder.result(T) == "held"
     assert [t.result(T) for t in tasks] == [0, 1, 2, 3]
     assert len(batches) == 1, f"5 outcomes waiting at once came home as {len(batches)} messages"
@@ -429,19 +409,9 @@ def test_tasks_of_a_function_that_does_not_unpack_each_fail_with_the_same_traceb
     # The tasks of one request share a function, unpacked once: one that does not unpack on
     # the engine fails each task calling it with the same outcome, not with one exception
     # re-raised per task, whose traceback grew by a frame at every raise.
-    held, release = threading.Event(), threading.Event()
-
-    def hold():  # on the client's IO thread: the three submits travel as one request
-        held.set()
-        release.wait(T)
-
-    cluster.client._io_loop.add_callback(hold)
-    assert held.wait(T)
-    try:
+    with cs.io_thread_held(cluster, T):  # the three submits travel as one request
         fn = h.FunctionRefusedOnTheEngine()
         tasks = [cluster.submit(fn, engine=0) for _ in range(3)]
-    finally:
-        release.set()
     texts = set()
     for t in tasks:
         with pytest.raises(ValueError, match="does not unpack here") as info:

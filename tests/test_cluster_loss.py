@@ -51,23 +51,13 @@ def test_a_killed_engine_fails_its_tasks_with_engine_lost_and_the_other_carries_
 
     # A task still queued here when its engine dies never reached it: it says so. The client's
     # IO thread is held so that this submit cannot leave before the kill.
-    held, release = threading.Event(), threading.Event()
-
-    def hold():  # on the client's IO thread
-        held.set()
-        release.wait(T)
-
-    cluster.client._io_loop.add_callback(hold)
-    try:
-        assert held.wait(T)
+    with cs.io_thread_held(cluster, T):
         unsent = cluster.submit(h.add, 1, 2, engine=victim.id)
         os.kill(victim.pid, signal.SIGKILL)
         with pytest.raises(tc.cluster.EngineLost, match=f"engine {victim.id} .* was lost") as info:
             doomed.result(NOTICED)
         with pytest.raises(tc.cluster.EngineLost, match="before 'add' could start"):
             unsent.result(NOTICED)
-    finally:
-        release.set()
     assert isinstance(info.value, RuntimeError)
     assert doomed.done()
     assert "while running 'guarded'" in str(info.value)
@@ -209,28 +199,20 @@ def test_when_engine_lost_is_raised_the_engine_is_already_gone_everywhere(monkey
         assert sorted(cluster.channels) == [victim.id, survivor.id]
         doomed = cluster.submit(h.sleep_forever, engine=victim.id)
         wait_until(doomed.running, timeout=T, what="the victim to ack the task")
-        held, release = threading.Event(), threading.Event()
-
-        def hold():  # on the client's IO thread
-            held.set()
-            release.wait(T)
-
-        cluster.client._io_loop.add_callback(hold)
         try:
-            assert held.wait(T)
-            os.kill(victim.pid, signal.SIGKILL)
-            with pytest.raises(tc.cluster.EngineLost, match="task channel closed"):
-                doomed.result(NOTICED)
-            # right as it is raised: only the channel has spoken
-            assert not gate.is_set()
-            assert cluster.engines == (survivor,)
-            assert victim.id not in cluster.channels
-            with pytest.raises(ValueError, match=f"engine {victim.id} is lost"):
-                cluster.submit(h.add, 1, 1, engine=victim.id)
-            after = [cluster.submit(h.add, i, 1) for i in range(3)]
-            assert {t.engine for t in after} == {survivor.id}
+            with cs.io_thread_held(cluster, T):
+                os.kill(victim.pid, signal.SIGKILL)
+                with pytest.raises(tc.cluster.EngineLost, match="task channel closed"):
+                    doomed.result(NOTICED)
+                # right as it is raised: only the channel has spoken
+                assert not gate.is_set()
+                assert cluster.engines == (survivor,)
+                assert victim.id not in cluster.channels
+                with pytest.raises(ValueError, match=f"engine {victim.id} is lost"):
+                    cluster.submit(h.add, 1, 1, engine=victim.id)
+                after = [cluster.submit(h.add, i, 1) for i in range(3)]
+                assert {t.engine for t in after} == {survivor.id}
         finally:
-            release.set()
             gate.set()
         assert [t.result(T) for t in after] == [1, 2, 3]
         assert sorted(cluster.stats()) == [survivor.id]
@@ -243,12 +225,70 @@ def test_an_engine_whose_scheduler_stops_is_not_counted_lost():
     # lost, it left cluster.engines for good, and %px no longer reached it.
     with cs.started_cluster(2, contexts=1, timeout=START) as (c, _):
         assert sorted(c.channels) == [0, 1]
+        running = c.submit(h.sleep_forever, engine=0)
+        wait_until(running.running, timeout=T, what="engine 0 to say it started the task")
         c.client[0].apply_sync(h.stop_this_engines_scheduler)
         wait_until(lambda: 0 not in c.channels, timeout=T, what="engine 0's channel to end")
         assert [e.id for e in c.engines] == [0, 1]
+        # its task was cancelled there, by the stop: it says so whether or not its outcome
+        # came home before the goodbye, and never that a live engine was lost
+        with pytest.raises(tc.Cancelled):
+            running.result(T)
         # what it says now is why it takes no tasks (the engine's RuntimeError, as ipyparallel
         # carries it), not that it is lost
         with pytest.raises(Exception, match="scheduler is not running") as raised:
             c.submit(h.add, 1, 2, engine=0).result(T)
         assert not isinstance(raised.value, tc.cluster.EngineLost)
         assert c.submit(h.add, 1, 2, engine=1).result(T) == 3
+
+
+def test_a_send_that_fails_before_the_goodbye_is_read_does_not_count_the_engine_lost(monkeypatch):
+    # Two threads see a channel end: its reader (which reads the engine's goodbye) and a send
+    # (on the client's IO thread) that finds the connection gone. A send that got there first
+    # judged the engine lost although its goodbye was already on the way: only the reader knows
+    # whether it came, so it alone says how the channel ended. The reader is held here, in the
+    # entry before the goodbye, until a send has failed.
+    with cs.started_cluster(2, contexts=1, timeout=START) as (c, _):
+        channel = c._channels[0]
+        gate, in_entry = threading.Event(), threading.Event()
+        on_entry = channel._on_entry
+
+        def held_entry(entry):  # on the channel's reader thread
+            in_entry.set()
+            gate.wait(T)
+            on_entry(entry)
+
+        failed = threading.Event()
+        send = channel.send
+
+        def watched_send(payload):  # on the client's IO thread
+            try:
+                send(payload)
+            except OSError:
+                failed.set()
+                raise
+
+        monkeypatch.setattr(channel, "_on_entry", held_entry)
+        monkeypatch.setattr(channel, "send", watched_send)
+        try:
+            first = c.submit(h.add, 1, 2, engine=0)
+            assert in_entry.wait(T)  # its ack holds the reader
+            c.client[0].apply_sync(h.stop_this_engines_scheduler)
+            # the connection's end reaches the client (a reset answers the first send after
+            # it): a later send fails
+            late = []
+            for i in range(100):
+                late.append(c.submit(h.add, i, 1, engine=0))
+                wait_until(lambda: late[-1].msg_id is not None, timeout=T,
+                           what="the submit to leave")
+                if failed.is_set():
+                    break
+            assert failed.is_set(), "no send failed after the engine closed its channel"
+        finally:
+            gate.set()
+        wait_until(lambda: 0 not in c.channels, timeout=T, what="engine 0's channel to end")
+        assert [e.id for e in c.engines] == [0, 1]
+        wait_until(first.done, timeout=T, what="the first task to end")
+        for t in late:  # none is left waiting for an answer that cannot come
+            with pytest.raises(tc.Cancelled):
+                t.result(T)

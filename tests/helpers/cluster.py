@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -58,6 +59,26 @@ def started_cluster(n: int, **kwargs) -> Iterator[tuple]:
         finally:
             if not gone(procs):
                 kill_leftovers(procs)
+
+
+@contextlib.contextmanager
+def io_thread_held(cluster, timeout: float) -> Iterator[None]:
+    """Hold the client's IO thread (ipyparallel's, which sends requests and brings replies
+    and registration notices) for the body: submits made inside leave together once it ends,
+    and no reply or unregistration is handled meanwhile. Released on exit, also after a
+    failure, so that a failing test does not hold it for *timeout* seconds more."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # on the client's IO thread
+        held.set()
+        release.wait(timeout)
+
+    cluster.client._io_loop.add_callback(hold)
+    try:
+        assert held.wait(timeout), "the client's IO thread never ran the hold"
+        yield
+    finally:
+        release.set()
 
 
 @contextlib.contextmanager

@@ -333,13 +333,20 @@ class Cluster:
                  for task, fn_packed, args_packed in entries]
         with self._lock:
             channel = self._channels.get(eid)
+            if channel is not None:
+                # Marked under the lock that _channel_closed takes to collect the channel's
+                # tasks: a channel that ends from here on fails them too. Marked after it,
+                # a goodbye read in between (the engine lives on) left them waiting forever.
+                for task in tasks:
+                    task.msg_id = SENT_BY_CHANNEL
         if channel is not None:
-            for task in tasks:  # before the send: a channel that closes meanwhile fails them
-                task.msg_id = SENT_BY_CHANNEL
             try:
                 channel.send(pickle.dumps((list(fns), items), pickle.HIGHEST_PROTOCOL))
-            except OSError as e:
-                self._channel_closed(channel, f"{type(e).__name__}: {e}")
+            except OSError:
+                # The connection is gone, but whether the engine said goodbye first (it lives
+                # on) or died is for the reader to say: it may not have read the goodbye yet.
+                # It reports the end (_channel_closed), which fails these tasks too.
+                channel.shutdown()
             return
 
         # The reply takes the tasks out of this holder: ipyparallel keeps the request's future,
@@ -435,7 +442,7 @@ class Cluster:
         engine gone everywhere at once, not only once the pid watcher or the controller's
         unregistration also speaks (a ``%px`` run right after still targeted it). With it,
         the engine lives on (its scheduler stopped: ``%tinycoro restart``): the tasks the
-        channel carried fail, and its later tasks go through ipyparallel."""
+        channel carried end with Cancelled, and its later tasks go through ipyparallel."""
         with self._lock:
             if self._channels.get(channel.eid) is not channel:
                 return
@@ -450,8 +457,13 @@ class Cluster:
         if channel.said_bye:
             log.warning("tinycoro.cluster: the task channel of %s closed (%s); its tasks go "
                         "through ipyparallel from now on", self.engine_name(channel.eid), why)
+            # Not EngineLost: the engine lives on (and stays in ``engines``). Its scheduler's
+            # stop cancelled them there; their outcomes may not have come home before the
+            # goodbye, and when they did, they were Cancelled too.
             for t in tasks:
-                t._finish(None, t._lost(f"its task channel closed: {why}"))
+                t._finish(None, Cancelled(
+                    f"{self.engine_name(channel.eid)}'s scheduler stopped ({t.name!r} was "
+                    "cancelled there, or never started)"))
             channel.close()  # from its own reader thread too: close() does not wait for itself
             return
         log.warning("tinycoro.cluster: the task channel of %s closed (%s); the engine counts "

@@ -220,13 +220,19 @@ class ChannelClient:
         with self._send_lock:
             self._sock.sendall(frame(payload))
 
-    def close(self) -> None:
-        """End the connection and wait for the reader thread (idempotent)."""
-        self._closing = True
+    def shutdown(self) -> None:
+        """End the connection without closing the channel (any thread): the reader thread
+        reads what came before the end (the engine's goodbye, if sent), then reports it
+        (``on_closed``)."""
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def close(self) -> None:
+        """End the connection and wait for the reader thread (idempotent)."""
+        self._closing = True
+        self.shutdown()
         if self._thread is not threading.current_thread():
             self._thread.join(10.0)
         self._sock.close()
