@@ -121,7 +121,8 @@ class Cluster:
         self._send_lock = threading.Lock()
         # Held while a flush takes the queue and sends it: flushes from the IO thread and from
         # a submitter blocking on a result keep each engine's batches in submit order.
-        self._flush_lock = threading.Lock()
+        # Reentrant: a task that a flush ends (a failed send) runs its done callbacks there.
+        self._flush_lock = threading.RLock()
         self._stopped = False
         self._known: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
         self._live: dict[int, EngineInfo] = {}
