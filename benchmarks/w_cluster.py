@@ -29,10 +29,16 @@ last task's end (``run``), from there to the last result in hand (``out``), and 
 the context thread's CPU, its run-queue wait and the rest (waiting for the GIL). The row's
 medians cannot say which of those one engine loses in; this can, on a quiet machine, in
 wall time, and on a loaded one in CPU.
+
+``python -m benchmarks.w_cluster split [rounds]`` splits the 2-engine round itself, alternating
+with the 1-process round: when the submits returned, when each engine's first task ran and its
+last ended, when the first and the last result were in hand, and the CPU each engine's
+context, each engine, the controller and the client spent (:func:`split_main`).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -415,10 +421,105 @@ def phases_main(rounds: int, total: int = 400_000, parts: int = 8) -> None:
         cluster.stop()
 
 
+def _threads_cpu_ms(pid: int) -> float:
+    """CPU of every live thread of *pid* (ns-exact, from schedstat), in ms."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:  # the thread ended meanwhile
+            pass
+    return total / 1e6
+
+
+def split_main(rounds: int, total: int = 400_000, parts: int = 8) -> None:
+    """The CPU-bound case's 2-engine round split in time and CPU, alternating round by round
+    with the 1-process round: from the first submit to the submits' return (``submit``), to
+    each engine's first task running (``start e``), its last task's end (``end e``), the first
+    and the last result in hand (``first``, ``last``); the CPU of each engine's context
+    (``ctx e``) and whole process (``engine e``), the controller's processes and the client
+    (``client``, its own threads, the submitting one included). Medians, ms."""
+    import resource
+    import statistics
+
+    import psutil
+
+    import tinycoro.cluster as tcc
+
+    sizes = _split(total, parts)
+
+    async def local() -> list[tuple[float, ...]]:
+        tasks = [tc.spawn(crunch_timed(n)) for n in sizes]
+        return [await t for t in tasks]
+
+    def client_ms() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)  # threads that ended (tc.run's) too
+        return (r.ru_utime + r.ru_stime) * 1e3
+
+    cluster = tcc.start(2, contexts=1)
+    try:
+        ids = [e.id for e in cluster.engines]
+        engine_pids = {e.id: e.pid for e in cluster.engines}
+        controller = [p.pid for p in psutil.Process().children(recursive=True)
+                      if p.pid not in engine_pids.values() and "controller" in " ".join(p.cmdline())]
+        for e in ids:  # the first submit imports this module there
+            cluster.submit(crunch_timed, 10, engine=e).result(timeout=600)
+
+        def two() -> tuple[dict[str, float], list[tuple[float, ...]], list[int]]:
+            t0 = time.monotonic()
+            tasks = [cluster.submit(crunch_timed, n, engine=ids[i % 2]) for i, n in enumerate(sizes)]
+            marks = {"submit": time.monotonic() - t0}
+            timed = [tasks[0].result(timeout=600)]
+            marks["first"] = time.monotonic() - t0
+            timed += [t.result(timeout=600) for t in tasks[1:]]
+            marks["last"] = time.monotonic() - t0
+            for e in ids:
+                mine = [x for x, t in zip(timed, tasks) if t.engine == e]
+                marks[f"start {e}"] = min(x[0] for x in mine) - t0
+                marks[f"end {e}"] = max(x[1] for x in mine) - t0
+                marks[f"ctx {e}"] = max(x[3] for x in mine) - min(x[2] for x in mine)
+            return marks, timed, [t.engine for t in tasks]
+
+        def one_process() -> tuple[dict[str, float], list[tuple[float, ...]], list[int]]:
+            t0 = time.monotonic()
+            timed = run_tc(local(), 1)
+            marks = {"last": time.monotonic() - t0,
+                     "ctx": max(x[3] for x in timed) - min(x[2] for x in timed)}
+            return marks, timed, []
+
+        got: dict[str, list[dict[str, float]]] = {LOCAL: [], TWO: []}
+        for _ in range(rounds):
+            for name, fn in ((LOCAL, one_process), (TWO, two)):
+                cpu0 = {f"engine {e}": _threads_cpu_ms(p) for e, p in engine_pids.items()}
+                cpu0["controller"] = sum(_threads_cpu_ms(p) for p in controller)
+                cpu0["client"] = client_ms()
+                marks, _, _ = fn()
+                row = {k: 1e3 * v for k, v in marks.items()}
+                row.update({f"engine {e}": _threads_cpu_ms(p) - cpu0[f"engine {e}"]
+                            for e, p in engine_pids.items()})
+                row["controller"] = sum(_threads_cpu_ms(p) for p in controller) - cpu0["controller"]
+                row["client"] = client_ms() - cpu0["client"]
+                got[name].append(row)
+        print(f"{total // 1000}k yields in {parts} tasks, medians of {rounds} rounds "
+              f"alternating, ms (load {os.getloadavg()[0]:.1f})")
+        for name, rows in got.items():
+            print(f"{name}: " + "  ".join(f"{k} {statistics.median(r[k] for r in rows):.2f}"
+                                          for k in rows[0]))
+        ratios = sorted(a["last"] / b["last"] for a, b in zip(got[LOCAL], got[TWO]))
+        print(f"{TWO} / {LOCAL}, per round: median {statistics.median(ratios):.2f}x, "
+              f"{ratios[0]:.2f}-{ratios[-1]:.2f}x")
+    finally:
+        cluster.stop()
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["phases"]:
         phases_main(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
+    elif sys.argv[1:2] == ["split"]:
+        split_main(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
     elif sys.argv[1:] == ["worker"]:
         worker_main()
     else:
-        raise SystemExit("usage: python -m benchmarks.w_cluster worker | phases [rounds]")
+        raise SystemExit("usage: python -m benchmarks.w_cluster worker | phases [rounds] | "
+                         "split [rounds]")

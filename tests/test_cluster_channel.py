@@ -96,6 +96,54 @@ def test_tasks_lists_the_users_tasks_not_the_channels(cluster):
         t.result(T)
 
 
+def _count_batches(monkeypatch) -> dict[int, int]:
+    """Batches sent on each engine's channel from now on, by engine id."""
+    from tinycoro.cluster.channel import ChannelClient
+
+    sent: dict[int, int] = {}
+    original = ChannelClient.send
+
+    def send(self, payload):
+        sent[self.eid] = sent.get(self.eid, 0) + 1
+        return original(self, payload)
+
+    monkeypatch.setattr(ChannelClient, "send", send)
+    return sent
+
+
+def _io_thread_turned(cluster) -> None:
+    """Return once the client's IO thread has run what was queued on it before this call."""
+    from tinycoro.cluster.internals import ClientSeam
+
+    turned = threading.Event()
+    ClientSeam(cluster.client).call_soon(turned.set)
+    assert turned.wait(T)
+
+
+def test_submits_made_in_a_row_leave_in_one_batch_per_engine(cluster, monkeypatch):
+    # The IO thread used to send whatever was queued as soon as it got the GIL, which the
+    # first submit's wake-up of it handed over: the other submits of the row went alone, a
+    # batch each (8 for 8 tasks, seen), each with its own start, ack and outcome frames.
+    # Plain Python's row leaves when the submitter blocks on a result (or after the window).
+    import tinycoro.cluster.api as api
+
+    monkeypatch.setattr(api, "FLUSH_WINDOW", 3600.0)  # only the blocking result() sends
+    sent = _count_batches(monkeypatch)
+    first = cluster.submit(h.add, 0, 1, engine=0)
+    _io_thread_turned(cluster)  # it had its chance to send the first one alone
+    assert first.stage == "waiting to be sent"
+    rest = [cluster.submit(h.add, i, 1, engine=i % 2) for i in range(1, 8)]
+    assert [t.result(T) for t in [first, *rest]] == list(range(1, 9))
+    assert sent == {0: 1, 1: 1}
+
+
+def test_a_submit_nothing_blocks_on_still_leaves(cluster, monkeypatch):
+    sent = _count_batches(monkeypatch)
+    t = cluster.submit(h.add, 20, 22, engine=1)
+    wait_until(t.done, timeout=T, what="the task to be sent and end, awaited by nothing")
+    assert t.result(0) == 42 and sent == {1: 1}
+
+
 @pytest.fixture(scope="module")
 def plain_cluster(tmp_path_factory):
     """A cluster ipyparallel started on its own (reached with connect: no pid watcher)."""

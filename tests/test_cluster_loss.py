@@ -147,6 +147,9 @@ class _Registry:
     def forget(self, task) -> None:
         pass
 
+    def send_queued(self) -> None:
+        pass
+
     def engine_name(self, engine: int) -> str:
         return f"engine {engine}"
 

@@ -181,6 +181,9 @@ class _Cluster:
     def forget(self, task: object) -> None:
         pass
 
+    def send_queued(self) -> None:
+        pass
+
     def engine_name(self, engine: int) -> str:
         return f"engine {engine}"
 

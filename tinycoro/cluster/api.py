@@ -77,6 +77,10 @@ STOP_GRACE = 5.0  # seconds for cancelled remote tasks to unwind before the engi
 CHANNEL_ENV = "TINYCORO_CLUSTER_CHANNEL"  # "0": every engine keeps the ipyparallel path
 CHANNEL_HOST_ENV = "TINYCORO_CLUSTER_CHANNEL_HOST"  # where the engines' channels listen
 SENT_BY_CHANNEL = "tinycoro-channel"  # a task's msg_id once its batch left by the channel
+# Plain Python's submits (no step to end) leave when the submitter blocks on a result, or this
+# long after the first of them, whichever is first: the IO thread that sends them gets the GIL
+# as soon as the first submit wakes it, and sent then, the rest of a row went a batch each.
+FLUSH_WINDOW = 0.001
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _WILDCARD = ("0.0.0.0", "::", "")
 
@@ -115,6 +119,10 @@ class Cluster:
         # a counter it does not lock, and several context threads may submit at once (we do
         # not count on the GIL making its read-and-increment atomic).
         self._send_lock = threading.Lock()
+        # Held while a flush takes the queue and sends it: flushes from the IO thread and from
+        # a submitter blocking on a result keep each engine's batches in submit order.
+        # Reentrant: a task that a flush ends (a failed send) runs its done callbacks there.
+        self._flush_lock = threading.RLock()
         self._stopped = False
         self._known: dict[int, EngineInfo] = {}  # every engine ever known (for messages)
         self._live: dict[int, EngineInfo] = {}
@@ -269,11 +277,13 @@ class Cluster:
         the caller takes care of the outcome (map, serve), so a failure is not reported as
         unawaited; set before the task can end.
 
-        The task is queued for its engine and leaves with the others queued there on the
-        client's IO thread's next turn (:meth:`_flush`): submits made one after another (a
-        loop, ``map``) cost the engine one request, not one each. Nothing waits for a window:
-        a lone submit leaves on that next turn (ipyparallel hands every send to that thread
-        anyway)."""
+        The task is queued for its engine and leaves with the others queued there (:meth:`_flush`):
+        submits made one after another (a loop, ``map``) cost the engine one request, not one
+        each. From a tinycoro task or asyncio code they leave on the client's IO thread's next
+        turn. From plain Python, where the IO thread would take the GIL at the first submit's
+        wake-up and send that one alone, they leave when the submitter blocks on the result of
+        one of them (:meth:`send_queued`, on its own thread), or :data:`FLUSH_WINDOW` after
+        the first of them if nothing blocks on one."""
         args_packed = pack((args, kwargs))  # a TypeError here: nothing was queued
         context = contextvars.copy_context()
         after_step = after_submitting_step()
@@ -295,8 +305,17 @@ class Cluster:
             task._finish(None, EngineLost(f"{self._known[eid]} was lost before {task.name!r} "
                                           "could start"))
         elif flush:
-            self._seam.call_soon(self._flush)
+            if after_step is None:  # plain Python: see the docstring
+                self._seam.call_later(FLUSH_WINDOW, self._flush)
+            else:
+                self._seam.call_soon(self._flush)
         return task
+
+    def send_queued(self) -> None:
+        """Send what is queued now, on this thread (a submitter about to block on a result):
+        by the task channels here, through ipyparallel on the IO thread."""
+        if self._queued:  # a read without the lock: a submit racing with it queues a flush
+            self._flush(here=True)
 
     def _end_queued(self, exc: BaseException) -> None:
         """End every task that is queued and not yet sent with *exc* (it never started)."""
@@ -306,19 +325,31 @@ class Cluster:
             for task, _, _ in entries:
                 task._finish(None, exc)
 
-    def _flush(self) -> None:
-        """On the client's IO thread: send what is queued, one request per engine."""
-        with self._send_lock:
-            queued, self._queued = self._queued, {}
-        for eid, entries in queued.items():
-            entries = [e for e in entries if not e[0].done()]  # e.g. its engine was lost since
-            if not entries:
-                continue
-            try:
-                self._send_tasks(eid, entries)
-            except Exception as e:  # noqa: BLE001 - never into the IO loop; each task says why
-                for task, _, _ in entries:
-                    task._finish(None, e)
+    def _flush(self, here: bool = False) -> None:
+        """Send what is queued, one request per engine: on the client's IO thread, or *here*
+        (:meth:`send_queued`), where the engines without a task channel are left to the IO
+        thread (ipyparallel's sends belong there)."""
+        with self._flush_lock:
+            with self._send_lock:
+                queued, self._queued = self._queued, {}
+            if here:
+                with self._lock:
+                    channeled = set(self._channels)
+            for eid, entries in queued.items():
+                entries = [e for e in entries if not e[0].done()]  # e.g. its engine was lost
+                if not entries:
+                    continue
+                if here and eid not in channeled:
+                    self._seam.call_soon(partial(self._send_or_fail, eid, entries))
+                else:
+                    self._send_or_fail(eid, entries)
+
+    def _send_or_fail(self, eid: int, entries: list[tuple[RemoteTask, bytes, bytes]]) -> None:
+        try:
+            self._send_tasks(eid, entries)
+        except Exception as e:  # noqa: BLE001 - never into the IO loop; each task says why
+            for task, _, _ in entries:
+                task._finish(None, e)
 
     def _send_tasks(self, eid: int, entries: list[tuple[RemoteTask, bytes, bytes]]) -> None:
         """One ``start_tasks`` request to engine *eid* for *entries*; each task's ack (started,

@@ -144,6 +144,12 @@ class ClientSeam:
         out), as ipyparallel hands it every send. Any thread."""
         self.client._io_loop.add_callback(fn)
 
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Call *fn* on the client's IO thread *delay* seconds from now. Any thread (the timer
+        is set on that thread: its loop's timers are not thread-safe)."""
+        loop = self.client._io_loop
+        self.call_soon(lambda: loop.call_later(delay, fn))
+
     def send_control(self, eid: int, msg_type: str, content: dict) -> Any:
         """A request on engine *eid*'s control channel; its reply's future."""
         client = self.client

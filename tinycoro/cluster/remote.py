@@ -35,6 +35,9 @@ class TaskHost(Protocol):
     def forget(self, task: "RemoteTask") -> None:
         """The task has ended: route nothing more to it."""
 
+    def send_queued(self) -> None:
+        """Send the submits still queued, on this thread (about to block on a result)."""
+
     def engine_name(self, eid: int) -> str:
         """``engine 1 (host:pid)``, also for an engine lost since."""
 
@@ -114,6 +117,8 @@ class RemoteTask:
         if current_context() is not None:
             raise RuntimeError("RemoteTask.result() would block a tinycoro context; await it")
         lowlevel.before_blocking()  # a cell's step may have spawned what the task needs
+        if self.msg_id is None:  # not sent yet: its row of submits leaves now, in one batch
+            self._cluster.send_queued()
         with self._lock:
             self._waiters += 1
         try:
