@@ -46,9 +46,10 @@ __all__ = ["HAND_OVER_NAP", "HAND_OVER_NAPS", "HAND_OVER_YIELDS", "hand_over", "
 #: peer was woken there (the common case), useless when it waits behind another thread on the
 #: other core (on 2 cores, the echo's load generator). Yielding on regardless kept the core busy
 #: for nothing: the kernel moves a waiting thread to a core that goes idle, never to one that
-#: spins. With a bound of 1,000 the 2-context echo served one context's connections at half the
-#: other's rate, p50 0.8-0.9 ms against 0.2 ms, and spent 9.7 us of system CPU per request
-#: against 6.4 (docs/benchmarks-log.md, "Two contexts: a hand-over that naps").
+#: spins. With a bound of 1,000 the 2-context echo often served one context's connections at
+#: half the other's rate (p50 0.8-0.9 ms against 0.2 ms) and spent up to 9.7 us of system CPU
+#: per request where one context spends 4.7-6.7 (docs/benchmarks-log.md, "Two contexts: a
+#: hand-over that naps").
 HAND_OVER_YIELDS = 4
 
 #: Then, while the peer still has not taken the GIL, the hand-over naps (``nanosleep``) at most
