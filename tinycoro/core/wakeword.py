@@ -14,7 +14,8 @@ whoever writes the sleeper's eventfd (``Engine.wake``, under the GIL; the only w
 interpreted, since Python code cannot run before the GIL is back). The sleeper clears it once
 it runs again. A busy peer reads it at the end of each turn and answers with
 :func:`hand_over`: it lets go of the GIL until the word is clear again (the woken context has
-the GIL and runs), at most :data:`HAND_OVER_YIELDS` ``sched_yield`` calls. No other thread's
+the GIL and runs), at most :data:`HAND_OVER_YIELDS` ``sched_yield`` calls and then at most
+:data:`HAND_OVER_NAPS` naps, which leave its core idle for the peer. No other thread's
 ring is read: a ring stays its owner's (docs/design.md, rule 2).
 
 A context that was awake waits for the GIL too, after a call that released it: a submit (the
