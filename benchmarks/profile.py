@@ -70,8 +70,8 @@ def _workload(name: str, cfg: Config, stack: ExitStack) -> Callable[[], Awaitabl
         return lambda: w_spawn._tc_main(cfg.spawn_tasks)
     if name == "file":
         path = w_file.test_file(cfg, stack)
-        offs = w_file.offsets(cfg, cfg.file_ops // 4 or 64)
-        return lambda: w_file.tc_random_io(path, offs, cfg.inflight, write=False)
+        parts = w_file.shares(w_file.offsets(cfg, cfg.file_ops // 4 or 64), cfg.inflight)
+        return lambda: w_file.tc_random_io(path, parts, write=False)
     raise ValueError(name)
 
 

@@ -22,24 +22,25 @@ import tinycoro as tc
 from .config import Config
 from .harness import Case, Ratio, Sample, Series
 from .peers import ASYNCIO, UVLOOP, missing, run_on
-from .w_file import BLOCK, _aiofiles_random_io, _executor_random_io, offsets, test_file
+from .w_file import BLOCK, _aiofiles_random_io, _executor_random_io, offsets, shares, test_file
 
 NAME = "aio_file"
 WORKLOAD = "file reads inside asyncio"
 
 
-async def _tc_in_asyncio(path: str, offs: list[int], inflight: int) -> Sample:
+async def _tc_in_asyncio(path: str, parts: list[list[int]]) -> Sample:
     f = await tc.io.open(path, "rb")  # opened on the loop's hosted ring (created here)
 
     async def reader(i: int) -> None:
         read_at = f.read_at
-        for off in offs[i::inflight]:
+        for off in parts[i]:
             await read_at(BLOCK, off)
 
     try:
+        ops = sum(map(len, parts))
         t0 = time.perf_counter()
-        await asyncio.gather(*[reader(i) for i in range(inflight)])
-        return Sample(len(offs) / (time.perf_counter() - t0))
+        await asyncio.gather(*[reader(i) for i in range(len(parts))])
+        return Sample(ops / (time.perf_counter() - t0))
     finally:
         await f.close()
 
@@ -47,19 +48,20 @@ async def _tc_in_asyncio(path: str, offs: list[int], inflight: int) -> Sample:
 def build(cfg: Config, stack: ExitStack) -> list[Case]:
     path = test_file(cfg, stack)
     offs = offsets(cfg, cfg.file_ops, seed=5)
-    aio_offs = offs[: cfg.aiofiles_ops]
     k = cfg.inflight
+    parts = shares(offs, k)  # one share per task, made before the clock (w_file.shares)
+    aio_parts = shares(offs[: cfg.aiofiles_ops], k)
     series = [
-        Series("tinycoro in asyncio", lambda: run_on(ASYNCIO, _tc_in_asyncio(path, offs, k))),
+        Series("tinycoro in asyncio", lambda: run_on(ASYNCIO, _tc_in_asyncio(path, parts))),
         Series(
             "tinycoro in uvloop",
-            lambda: run_on(UVLOOP, _tc_in_asyncio(path, offs, k)),
+            lambda: run_on(UVLOOP, _tc_in_asyncio(path, parts)),
             skip=missing("uvloop"),
         ),
-        Series("asyncio executor", lambda: run_on(ASYNCIO, _executor_random_io(path, offs, k, False))),
+        Series("asyncio executor", lambda: run_on(ASYNCIO, _executor_random_io(path, parts, False))),
         Series(
             "aiofiles",
-            lambda: run_on(ASYNCIO, _aiofiles_random_io(path, aio_offs, k, False)),
+            lambda: run_on(ASYNCIO, _aiofiles_random_io(path, aio_parts, False)),
             skip=missing("aiofiles"),
         ),
     ]

@@ -31,7 +31,7 @@ import tinycoro as tc
 from .config import Config
 from .harness import Case, Ratio, Sample, Series
 from .peers import run_tc
-from .w_file import offsets, tc_timed_workers
+from .w_file import offsets, shares, tc_timed_workers
 
 NAME = "direct"
 WORKLOAD = "O_DIRECT 4 KiB random"
@@ -82,18 +82,20 @@ def direct_file(cfg: Config, stack: ExitStack) -> tuple[str | None, str | None]:
     return path, None
 
 
-async def tc_direct_reads(path: str, offs: list[int], inflight: int) -> Sample:
+async def tc_direct_reads(path: str, parts: list[list[int]]) -> Sample:
+    """One task per share of *parts* (w_file.shares: made before the clock, as fio draws its
+    offsets in C), each reading into its own aligned buffer."""
     f = await tc.io.open(path, "rb", direct=True)
 
     async def reader(i: int) -> None:
         buf = tc.io.aligned_buffer(BLOCK)
         readinto_at = f.readinto_at
-        for off in offs[i::inflight]:
+        for off in parts[i]:
             if await readinto_at(buf, off) != BLOCK:
                 raise RuntimeError(f"short O_DIRECT read at {off}")
 
     try:
-        return await tc_timed_workers(reader, inflight, len(offs))
+        return await tc_timed_workers(reader, parts)
     finally:
         await f.close()
 
@@ -126,9 +128,10 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
     if path is None:
         return [Case(WORKLOAD, case, "ops/s", [Series(lb) for lb in labels], ratios, skip=skip)]
     offs = offsets(cfg.with_(file_mib=cfg.direct_mib), cfg.direct_ops, seed=11)
+    parts = shares(offs, k)
     mib, ctx = cfg.direct_mib, cfg.contexts
     series = [
-        Series("tinycoro", lambda: run_tc(tc_direct_reads(path, offs, k), ctx), skip=tc_missing()),
+        Series("tinycoro", lambda: run_tc(tc_direct_reads(path, parts), ctx), skip=tc_missing()),
         Series("fio io_uring", lambda: run_fio(path, "io_uring", k, cfg.direct_ops, mib), skip=fio_missing()),
         # one read at a time: fewer of them keep a repetition about as long as the others
         Series("fio psync", lambda: run_fio(path, "psync", 1, cfg.direct_ops // 4, mib), skip=fio_missing()),

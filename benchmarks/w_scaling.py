@@ -42,11 +42,11 @@ def _echo_case(cfg: Config, stack: ExitStack) -> Case:
 
 def _file_case(cfg: Config, stack: ExitStack) -> Case:
     path = w_file.test_file(cfg, stack)
-    offs = w_file.offsets(cfg, cfg.file_ops)
     k = cfg.inflight
+    parts = w_file.shares(w_file.offsets(cfg, cfg.file_ops), k)
 
     def fn(n: int) -> Callable[[], Sample]:
-        return lambda: run_tc(w_file.tc_random_io(path, offs, k, write=False), n)
+        return lambda: run_tc(w_file.tc_random_io(path, parts, write=False), n)
 
     series = [Series(_label(n), fn(n)) for n in cfg.scale_contexts]
     base = series[0].label

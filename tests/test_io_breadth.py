@@ -315,3 +315,100 @@ def test_direct_refuses_unaligned_buffer_size_and_offset(tmp_path):
         tc.run(main(), contexts=1)
     finally:
         path.unlink(missing_ok=True)
+
+
+def test_direct_readinto_at_takes_every_aligned_writable_buffer(tmp_path, contexts):
+    # The read path answers the common buffer (a flat, writable, aligned view) in one pass
+    # and sends everything else through the checks: both must read the same bytes.
+    d = _direct_dir(tmp_path)
+    path = d / f"direct-kinds-{os.getpid()}-{contexts}"
+    payload = os.urandom(8 * DIRECT_ALIGN)
+    path.write_bytes(payload)
+    page = DIRECT_ALIGN
+
+    async def main():
+        big = tc.io.aligned_buffer(4 * page)
+        raw = __import__("mmap").mmap(-1, 2 * page)  # a buffer that is not a memoryview
+        buffers = [
+            tc.io.aligned_buffer(page),
+            big[page : 3 * page],  # a slice that starts on a page boundary
+            raw,
+            big.cast("q")[: page // 8],  # another format: cast to bytes by the checks
+        ]
+        async with await tc.io.open(path, "rb", direct=True) as f:
+            for i, buf in enumerate(buffers):
+                off = (i + 1) * page
+                n = memoryview(buf).nbytes
+                assert await f.readinto_at(buf, off) == n
+                assert bytes(memoryview(buf).cast("B")) == payload[off : off + n]
+        raw.close()
+
+    try:
+        tc.run(main(), contexts=contexts)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_direct_readinto_at_refuses_bad_buffers_at_the_call(tmp_path):
+    d = _direct_dir(tmp_path)
+    path = d / f"direct-refuse-{os.getpid()}"
+    path.write_bytes(bytes(2 * DIRECT_ALIGN))
+    page = DIRECT_ALIGN
+
+    async def main():
+        big = tc.io.aligned_buffer(4 * page)
+        released = memoryview(tc.io.aligned_buffer(page))
+        released.release()
+        async with await tc.io.open(path, "rb", direct=True) as f:
+            # each refused when read_into_at is called, before anything is awaited
+            with pytest.raises(TypeError, match="writable"):
+                f.readinto_at(big[:page].toreadonly(), 0)
+            with pytest.raises(TypeError, match="contiguous"):
+                f.readinto_at(big[::2], 0)
+            with pytest.raises(TypeError, match="bytes-like"):
+                f.readinto_at("x" * page, 0)
+            with pytest.raises(ValueError, match="released"):
+                f.readinto_at(released, 0)
+            with pytest.raises(ValueError, match="aligned to"):
+                f.readinto_at(big[512 : 512 + page], 0)
+            with pytest.raises(ValueError, match="multiple of"):
+                f.readinto_at(big[: page + 512], 0)
+            with pytest.raises(ValueError, match="multiple of"):
+                f.readinto_at(big[:page], page + 512)
+            with pytest.raises(ValueError, match="offset"):
+                f.readinto_at(big[:page], -page)
+            assert await f.readinto_at(big[:0], 0) == 0  # nothing to read: no alignment asked
+
+    try:
+        tc.run(main(), contexts=1)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_direct_read_holds_its_own_export_of_the_buffer(tmp_path):
+    # The kernel writes into the buffer until the read's completion: the read must hold an
+    # export of it that the caller cannot release, or the caller's memory could be unmapped
+    # (or a bytearray resized) under the kernel.
+    d = _direct_dir(tmp_path)
+    path = d / f"direct-export-{os.getpid()}"
+    payload = os.urandom(DIRECT_ALIGN)
+    path.write_bytes(payload)
+    mmap = __import__("mmap")
+
+    async def main():
+        raw = mmap.mmap(-1, DIRECT_ALIGN)
+        mine = memoryview(raw)
+        async with await tc.io.open(path, "rb", direct=True) as f:
+            read = f.readinto_at(mine, 0)
+            mine.release()  # the caller's own view goes
+            with pytest.raises(BufferError):
+                raw.close()  # the read's export keeps the mapping
+            assert await read == DIRECT_ALIGN
+            del read
+        assert raw[:] == payload
+        raw.close()
+
+    try:
+        tc.run(main(), contexts=1)
+    finally:
+        path.unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from ..closing cimport PendingOps
 from .._cfile cimport done, pread_nowait, pread_nowait_into
 from .._clocal cimport running_task
 from .direct cimport check_direct
+from . cimport directview
 from .ops cimport ring_read
 from ..core.engine cimport spend_inline
 from ..core cimport iterslots

@@ -28,6 +28,7 @@ from ..core.local import running_task
 from ..core.traps import YIELD, Op, Ready, consume_budget, thrown
 from ..core import iterslots
 from .direct import aligned_buffer, check_direct
+from . import directview
 from ._parallel import whole_fill
 from .ops import CURRENT_POSITION, RingWrite, ring_read
 from .pagecache import done, filling, inline_reads, pread_nowait, pread_nowait_into
@@ -253,8 +254,17 @@ class AsyncFile:
 
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
         read itself to await (rule 14); others may read the page cache inline first."""
+        in_range = type(offset) is int and 0 <= offset <= 0x7FFF_FFFF_FFFF_FFFF  # (read_at's)
+        if self.direct and in_range and self._fd >= 0 and self._readable:
+            # The O_DIRECT read's hot path: a new view of *buf* (the ring read holds it, an
+            # export the caller cannot release, until the completion) with every check in
+            # one pass (compiled, C reads of its Py_buffer: directview.pxd); None sends an
+            # unusual or bad buffer through the checks below, which say what is wrong.
+            view = directview.direct_view(buf, offset)
+            if view is not None:
+                return ring_read(self._ops, self._fd, self.name, True, view, offset)
         view = writable_view(buf, "readinto_at")
-        if not (type(offset) is int and 0 <= offset <= 0x7FFF_FFFF_FFFF_FFFF):  # (read_at's)
+        if not in_range:
             offset = _check_offset(offset)
         self._check_readable()
         if self._inline:  # a cached range is read at the call, as read_at does: no coroutine
