@@ -919,6 +919,11 @@ cdef class RingCore:
     def sq_ready(self):
         return io_uring_sq_ready(&self._ring)
 
+    @property
+    def cq_entries(self):
+        """Entries of the completion queue (0 once the ring has closed)."""
+        return self._ring.cq.ring_entries if self._ring.ring_fd >= 0 else 0
+
     # -- completion -------------------------------------------------------------------------
     def reap(self, list out not None):
         """Append ``(user_data, res)`` for each ready CQE to *out*; return how many. The

@@ -26,6 +26,8 @@ cdef class RingOwner:
     cdef public object _flight_lock
     cdef readonly object _ring_queue  # ring.queue and ring.complete, bound once (ring.py)
     cdef readonly object _ring_complete
+    cdef readonly object _ring_cq_ready  # ring.cq_ready, bound once, and the CQEs that make a submit reap
+    cdef readonly Py_ssize_t cq_high
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)

@@ -175,7 +175,7 @@ class RingOwner:
 
     __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done",
                  "standing", "_shots", "rearms", "nobufs_endings", "completion_hook",
-                 "_flight_lock", "_ring_queue", "_ring_complete")
+                 "_flight_lock", "_ring_queue", "_ring_complete", "_ring_cq_ready", "cq_high")
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
@@ -183,6 +183,10 @@ class RingOwner:
         # looked the method up on the ring's type at each call (~100 instructions an op)
         self._ring_queue = ring.queue
         self._ring_complete = ring.complete
+        self._ring_cq_ready = ring.cq_ready
+        # A submit that leaves at least this many CQEs unreaped reaps them at once (0: never;
+        # see _submit): half the completion queue of a ring that says how large it is.
+        self.cq_high = getattr(ring, "cq_entries", 0) // 2
         self.inflight: dict[int, Any] = {}
         self.unsubmitted = 0
         self.own_inflight = 0
@@ -266,6 +270,14 @@ class RingOwner:
             self._reap()
             return
         self.unsubmitted = self.ring.sq_ready()
+        # The kernel posts completions while it runs a submit (the task work of earlier ones),
+        # and the owner reaps at its turn's end; a turn that resumes thousands of tasks submits
+        # hundreds of times first. When the CQ is full, the kernel ends every multishot recv
+        # that has a CQE to post (no IORING_CQE_F_MORE), and each is armed again by its next
+        # recv: at 10,000 echo connections on one context, 7 re-arms per 100 requests. Reaping
+        # here once the CQ is half full keeps it from filling, whatever the connection count.
+        if self.cq_high and self._ring_cq_ready() >= self.cq_high:
+            self._reap()
 
     def arm(self, op: Any, rearm: bool = False) -> BaseException | None:
         """Start *op*, a :class:`MultiOp`, with no task as its waiter: its CQEs go to its
