@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
     }
     double elapsed = now() - start;
     for (int i = 0; i < nconn; i++) close(conns[i].fd);
-    printf("rps=%.0f p50_us=%.1f p99_us=%.1f errors=%ld\n", (double)done / elapsed, quantile(0.50),
+    printf("rps=%.3f p50_us=%.1f p99_us=%.1f errors=%ld\n", (double)done / elapsed, quantile(0.50),
            quantile(0.99), errors);
     return 0;
 }
