@@ -10,6 +10,8 @@ cdef bint _LOCKED_REAP
 
 cimport cython
 
+from . cimport cqwatch
+
 cdef class RingOwner:
     cdef public object ring
     cdef public dict inflight
@@ -26,6 +28,7 @@ cdef class RingOwner:
     cdef public object _flight_lock
     cdef readonly object _ring_queue  # ring.queue and ring.complete, bound once (ring.py)
     cdef readonly object _ring_complete
+    cdef size_t _cq_watch  # the compiled ring's CQ watch, 0 for none (ring.py, _reap)
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
