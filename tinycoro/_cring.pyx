@@ -36,6 +36,8 @@ from libc.errno cimport errno, EINTR, EINVAL
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memset
 
+from .core.cqwatch cimport Watch
+
 import errno as _errno
 import os as _os
 
@@ -750,6 +752,9 @@ cdef class RingCore:
     # lacks IORING_CQE_F_BUF_MORE. 0 on a kernel without it: one CQE, one whole buffer.
     cdef public bint incremental
     cdef uint32_t* _pb_used
+    # Where the CQ's state is read without a call into this object (core/cqwatch.pxd): its
+    # head and tail and the flags that say the kernel holds CQEs back; head NULL while closed.
+    cdef Watch _watch
 
     def __cinit__(self, *args, **kwargs):
         memset(&self._ring, 0, sizeof(io_uring))
@@ -779,12 +784,17 @@ cdef class RingCore:
         ret = _ring_open(&self._ring, entries, flags, cq_entries)
         if ret < 0:
             raise OSError(-ret, _os.strerror(-ret))
+        self._watch.tail = self._ring.cq.ktail
+        self._watch.kflags = self._ring.sq.kflags
+        self._watch.held = IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN  # as _kernel_holds_cqes
+        self._watch.head = self._ring.cq.khead
 
     def ring_exit(self):
         """Tear the ring down (``io_uring_queue_exit``): unmap it and close its descriptor,
         which unregisters its eventfd and buffer ring and cancels what is left in it."""
         if self._ring.ring_fd < 0:
             return
+        self._watch.head = NULL  # the watch says "look" from now on, never reads the unmapped CQ
         _ring_unmap(&self._ring)
         close(self._ring.ring_fd)
         self._ring.ring_fd = self._ring.enter_ring_fd = -1
@@ -1171,3 +1181,10 @@ cdef class RingCore:
     def notify_on(self, bint enabled):
         """Let completions write the eventfd (before sleeping) or not (while awake)."""
         io_uring_cq_eventfd_toggle(&self._ring, enabled)
+
+    def cq_watch(self):
+        """The address of this ring's CQ watch (``core/cqwatch.pxd``): compiled, the owner's
+        reap reads through it whether :meth:`complete` has anything to do, the same words it
+        and :meth:`cq_ready` read, without calling it. Valid while this object lives; after
+        :meth:`ring_exit` it says "look"."""
+        return <size_t>&self._watch

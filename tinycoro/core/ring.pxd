@@ -10,6 +10,8 @@ cdef bint _LOCKED_REAP
 
 cimport cython
 
+from . cimport cqwatch
+
 cdef class RingOwner:
     cdef public object ring
     cdef public dict inflight
@@ -28,6 +30,7 @@ cdef class RingOwner:
     cdef readonly object _ring_complete
     cdef readonly object _ring_cq_ready  # ring.cq_ready, bound once, and the CQEs that make a submit reap
     cdef readonly Py_ssize_t cq_high
+    cdef size_t _cq_watch  # the compiled ring's CQ watch, 0 for none (ring.py, _reap)
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)

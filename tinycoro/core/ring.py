@@ -48,7 +48,7 @@ import threading
 from typing import Any, Callable, Optional, Protocol
 
 from .. import _ringdefs, compiled, uring
-from . import fence
+from . import cqwatch, fence
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
 
@@ -60,7 +60,8 @@ _MULTI_UD_TAG = _ringdefs.MULTI_UD_TAG
 # Whether the owner holds ``RingOwner._flight_lock`` while ops leave the table: without the GIL
 # (a field read is not one step), and interpreted (a refill is several bytecodes, between which
 # the GIL may switch); not compiled under the GIL (RingOwner.describe_inflight says why).
-_LOCKED_REAP: bool = fence.FREE_THREADED or not compiled.is_compiled(sys.modules[__name__])
+_COMPILED: bool = compiled.is_compiled(sys.modules[__name__])
+_LOCKED_REAP: bool = fence.FREE_THREADED or not _COMPILED
 _RingBusy = uring.RingBusy
 
 
@@ -175,7 +176,8 @@ class RingOwner:
 
     __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done",
                  "standing", "_shots", "rearms", "nobufs_endings", "completion_hook",
-                 "_flight_lock", "_ring_queue", "_ring_complete", "_ring_cq_ready", "cq_high")
+                 "_flight_lock", "_ring_queue", "_ring_complete", "_ring_cq_ready", "cq_high",
+                 "_cq_watch")
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
@@ -187,6 +189,10 @@ class RingOwner:
         # A submit that leaves at least this many CQEs unreaped reaps them at once (0: never;
         # see _submit): half the completion queue of a ring that says how large it is.
         self.cq_high = getattr(ring, "cq_entries", 0) // 2
+        # Compiled over the compiled ring: where _reap reads whether the CQ is empty without
+        # calling complete() (core/cqwatch.py says why); 0 (always call it) otherwise
+        watch = getattr(ring, "cq_watch", None) if _COMPILED else None
+        self._cq_watch = watch() if watch is not None else 0
         self.inflight: dict[int, Any] = {}
         self.unsubmitted = 0
         self.own_inflight = 0
@@ -325,6 +331,8 @@ class RingOwner:
     def _reap(self) -> None:
         """Reap every ready CQE: count our own, finish orphans, deliver the rest, hand each
         multishot CQE to its op. The lists the ring fills are emptied whatever happens."""
+        if self._cq_watch and cqwatch.idle(self._cq_watch):
+            return  # nothing posted nor held back: complete() would reap nothing
         done = self._done
         shots = self._shots
         try:
