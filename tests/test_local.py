@@ -92,6 +92,23 @@ def test_running_task_reads_the_task_this_thread_runs():
     assert _in_thread(local.running_task) is None
 
 
+def test_running_engine_reads_the_engine_this_thread_drives():
+    # running_engine() is the call spelling of thread_state.engine that net's compiled send
+    # and recv cimport: the same value, on every runtime, per thread, None outside a context.
+    import tinycoro as tc
+
+    assert local.running_engine() is None
+
+    async def main():
+        return local.running_engine(), local.thread_state.engine, tc.current_task()._engine
+
+    for contexts in (1, 2, 4):
+        with tc.Scheduler(contexts) as s:
+            seen, state, engine = s.run_sync(main(), timeout=30)
+        assert seen is state is engine is not None
+    assert _in_thread(local.running_engine) is None
+
+
 def test_set_running_task_is_the_store_of_thread_state_task():
     # set_running_task(x) is the call spelling of `thread_state.task = x` that the compiled
     # engine cimports: the same store, per thread, that releases what it replaces.

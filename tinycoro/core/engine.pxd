@@ -7,7 +7,7 @@
 cimport cython
 
 from . cimport fence, resume, wakeword
-from .._clocal cimport set_running_task
+from .._clocal cimport running_task, set_running_task
 from .deadlines cimport Deadlines
 from .ring cimport RingOwner
 from .task cimport Task
@@ -52,7 +52,9 @@ cdef class Engine(RingOwner):
     # and `range(n)` made a range and its iterator every turn (~450 instructions per turn)
     @cython.locals(n=Py_ssize_t, _=Py_ssize_t, hand_to=tuple)
     cpdef run(self, until=*)
-    cpdef bint inline_ok(self)
+    # `except -1`: checked by the value; undeclared, every caller read the thread state
+    # (PyErr_Occurred(), a call into libpython's thread-local storage on 3.12 and later)
+    cpdef bint inline_ok(self) except -1
     cpdef _submit(self)
     cdef _run_calls(self)
     cdef bint _peer_awake(self)
@@ -67,4 +69,4 @@ cdef class Engine(RingOwner):
 
 # The budget check of a caller that holds the running task (tinycoro.sync's acquisitions).
 @cython.locals(engine=Engine)
-cpdef bint spend_inline(Task task)
+cpdef bint spend_inline(Task task) except -1

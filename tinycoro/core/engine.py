@@ -100,7 +100,7 @@ from .timeshare import STEP as BUSY_STEP
 from .timeshare import keep
 from .stats import FailureInfo
 from .submitpolicy import submit_early
-from .local import _local, set_running_task
+from .local import _local, running_task, set_running_task
 from .ring import RingOwner
 from .task import DONE, Task, describe
 from .traps import YIELD, Op, Park, install_budget
@@ -522,7 +522,7 @@ class Engine(RingOwner):
         operation inline (and count it), or must suspend first: because this step has had
         INLINE_BUDGET of them, or because an interrupt (a cancel, a timeout that expired,
         ``tc.timeout(0)``) waits for the task's next await, where the ring path delivers it."""
-        task = _local.task
+        task = running_task()  # compiled, a C read (engine.pxd): no descriptor lookup
         return task is not None and spend_inline(task)  # the running task's engine is this one
 
     def _step(self, task: Task) -> None:

@@ -56,6 +56,21 @@ under this name reads the C thread-local directly (~20 instructions, not ~150; t
 read_at does, once per read)."""
 
 
+def _running_engine_py() -> Any:
+    return _local.engine
+
+
+def _running_engine() -> Callable[[], Any]:
+    module = compiled.load("_clocal") if COMPILED else None
+    return module.running_engine if module is not None else _running_engine_py
+
+
+running_engine = _running_engine()
+"""``thread_state.engine`` as a call: a compiled hot path that cimports
+``_clocal.running_engine`` under this name reads the C thread-local directly (a send's and a
+recv's first look at their context)."""
+
+
 def _set_running_task_py(task: Any) -> None:
     _local.task = task
 

@@ -34,6 +34,7 @@ cdef class RingOwner:
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
+    @cython.locals(reaped=bint)
     cpdef _reap(self)
     cpdef _submit(self)
     # C integers: with an object index, `range(0, len(shots), 4)` was a range object, its

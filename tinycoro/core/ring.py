@@ -335,16 +335,21 @@ class RingOwner:
             return  # nothing posted nor held back: complete() would reap nothing
         done = self._done
         shots = self._shots
+        # A finally, not `except BaseException: clear; raise`: compiled, an except clause
+        # saves the thread's handled exception as its try begins, a read of the thread state
+        # (a call into libpython's thread-local storage on 3.12 and later) on every reap
+        reaped = False
         try:
             if _LOCKED_REAP:  # describe_inflight says why
                 with self._flight_lock:
                     n = self._ring_complete(self.inflight, self.standing, done, shots)
             else:
                 n = self._ring_complete(self.inflight, self.standing, done, shots)
-        except BaseException:
-            done.clear()  # pragma: no cover - the ring raises only on memory exhaustion
-            shots.clear()
-            raise
+            reaped = True
+        finally:
+            if not reaped:  # pragma: no cover - the ring raises only on memory exhaustion
+                done.clear()
+                shots.clear()
         if shots:
             self._complete_multi(shots)
         if not n:

@@ -6,6 +6,7 @@
 
 cimport cython
 
+from .._clocal cimport running_engine, running_task
 from ..core cimport fence, iterslots, tokens
 from ..core.traps cimport Op
 from .ops cimport InlineOp
@@ -50,9 +51,10 @@ cdef class RecvCall(Op):
     cdef public object sub
     cdef public object result
 
+    @cython.locals(over=bint)
     cdef object _step(self, object value)
     cdef object _forward(self, object value, object exc)
-    cdef void _end(self)
+    cdef int _end(self) except -1  # not void: no PyErr_Occurred() after each call (ops.pxd)
 
 
 # The C steps behind RecvCall's slots (iterslots.install): object in, object out

@@ -33,6 +33,7 @@ from .. import compiled, uring
 from ..closing import CLOSED_WHILE_WAITING
 from ..core import fence, iterslots, tokens
 from ..core.errors import ClosedResourceError
+from ..core.local import running_engine, running_task
 from ..core.local import thread_state as _local
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
 from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
@@ -340,7 +341,8 @@ class MultishotRecv(InlineOp):
             # context, and the state is looked at again after it is set: a last CQE handled on
             # another context in between either finds the waiter (and its wake is on its way:
             # park to take it) or left the state changed (take the waiter back and loop).
-            waiter = _local.task if engine is not None else foreign_waiter()
+            # running_task(): compiled, a C read (multishot.pxd), not the descriptor's lookup
+            waiter = running_task() if engine is not None else foreign_waiter()
             stop = None
             single = again = False
             if fence.FREE_THREADED:
@@ -564,6 +566,12 @@ class RecvCall(Op):
         if state == _DELEGATED:
             return self._forward(value, None)
         ms = self.ms
+        # The recv ends in this step (the finally ends it) unless it yields a trap or hands
+        # over to a generator that ends it. A finally, not `except BaseException: end;
+        # raise`: compiled, an except clause saves the thread's handled exception as its
+        # try begins, a thread-state read (a call into libpython's thread-local storage on
+        # 3.12 and later) on every step; a finally pays only when something raised.
+        over = True
         try:
             if state == _PARKED:
                 ms.waiter = None  # woken (or looking again): off the slot
@@ -571,10 +579,11 @@ class RecvCall(Op):
                 ms._spend(self.engine)  # a new step: this recv counts in its budget
                 ms.waited = True  # once: the look after it is not charged again
             else:
-                engine = _local.engine
+                engine = running_engine()  # compiled, a C read (multishot.pxd)
                 if engine is None:  # outside any context: the generator's run_outside
                     self.sub = ms.recv(self.want)
                     self.state = _DELEGATED
+                    over = False  # _forward ends it
                     return self._forward(None, None)
                 if not tokens.take(ms.token):
                     raise already_receiving(ms.pending, ms.owner)
@@ -586,19 +595,21 @@ class RecvCall(Op):
             if step == _TAKE:
                 data = ms._take_locked(self.limit)
             elif step == _PARK:
+                over = False
                 self.state = _PARKED
                 return ms.ticket
             elif step == _SPEND:
+                over = False
                 self.state = _SPENDING
                 return YIELD
             else:
                 self.sub = ms._single(self.engine, self.limit)
                 self.state = _DELEGATED
+                over = False  # _forward ends it
                 return self._forward(None, None)
-        except BaseException:
-            self._end()
-            raise
-        self._end()
+        finally:
+            if over:
+                self._end()
         self.result = data
         return self
 

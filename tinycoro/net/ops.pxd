@@ -7,11 +7,15 @@ cimport cython
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
 from ..core cimport iterslots, tokens
+from .._clocal cimport running_engine
 from . cimport _nbsend
 
 cdef class InlineOp(ResourceOp):
-    cdef bint _spend(self, Engine engine)
-    cdef bint _alone(self, Engine engine)
+    # `except -1`: a call is checked by its return value; undeclared, each call was followed
+    # by PyErr_Occurred() (a read of the thread state: a call into libpython's thread-local
+    # storage on 3.12 and later)
+    cdef bint _spend(self, Engine engine) except -1
+    cdef bint _alone(self, Engine engine) except -1
 
 cdef class RecvOp(ResourceOp):
     cdef public object view
@@ -33,14 +37,14 @@ cdef class SendallOp(InlineOp):
 
     cdef bint _sent(self, Py_ssize_t res) except -1
     cdef Py_ssize_t _send_inline(self) except -1
-    cdef void _release(self)
+    cdef int _release(self) except -1  # not void: the same check as _spend's
 
 cdef class RingSend:
     cdef public SendallOp op
     cdef public int state
 
     cdef object _step(self, object value)
-    cdef void _end(self)
+    cdef int _end(self) except -1
 
 @cython.locals(w=RingSend)
 cdef object _send_step(object ring_send, object value)

@@ -22,6 +22,7 @@ from ..buffers import MAX_RW
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core import iterslots, tokens
 from ..core.errors import ClosedResourceError
+from ..core.local import running_engine
 from ..core.local import thread_state as _local
 from ..core.traps import DONE, YIELD, run_outside, thrown
 from . import _nbsend
@@ -278,16 +279,21 @@ class SendallOp(InlineOp):
         # ping-pong round trip's instructions). Everything else (a send(), the budget spent,
         # a batch to join, a partial send, no engine) runs the generator, which starts where
         # this left off.
-        engine = _local.engine
+        engine = running_engine()  # compiled, a C read (ops.pxd): no descriptor lookup
         if (
             engine is not None and not self.once and self.args
             and self._alone(engine) and self._spend(engine)
         ):
+            # try/finally, not except: compiled, an except clause saves the thread's handled
+            # exception as its try begins (a thread-state read: a call into libpython's
+            # thread-local storage on 3.12 and later), on every send; a finally pays only
+            # when it raised
+            res = -1
             try:
                 res = self._send_inline()
-            except BaseException:
-                self._release()
-                raise
+            finally:
+                if res < 0:  # it raised (a send returns >= 0): let go of the data
+                    self._release()
             if res > 0 and self._sent(res):
                 self._release()
                 return DONE
@@ -466,16 +472,15 @@ class RingSend:
         """The send is over: out of the stream's pending set (if it went in), the op released
         (back to the stream's spare), this RingSend back to the op."""
         op = self.op
-        if op is None:
-            return
-        op.pending._ops.pop(op, None)  # entered by the op's __await__
-        self.state = _IDLE
-        self.op = None
-        op._release()
-        # Its await takes nothing more from it (the step that ended returns it only to be
-        # told apart from an op): another send may take it now.
-        if len(_ring_sends) < _RING_SENDS_KEPT:
-            _ring_sends.append(self)
+        if op is not None:  # no bare return: compiled, this returns a C int (ops.pxd)
+            op.pending._ops.pop(op, None)  # entered by the op's __await__
+            self.state = _IDLE
+            self.op = None
+            op._release()
+            # Its await takes nothing more from it (the step that ended returns it only to be
+            # told apart from an op): another send may take it now.
+            if len(_ring_sends) < _RING_SENDS_KEPT:
+                _ring_sends.append(self)
 
 
 def _send_step(ring_send: Any, value: Any) -> Any:
