@@ -415,7 +415,11 @@ class AsyncFile:
 
     # -- writing -------------------------------------------------------------------------------
     async def write(self, data: Any) -> int:
-        """Write all of *data* at the current position (the end, in append mode)."""
+        """Write all of *data* at the current position (the end, in append mode); the count.
+
+        All of it or an exception: one that ends the write once it started (an interrupt, an
+        error) carries ``characters_written``, the bytes that went before it (see
+        :class:`~tinycoro.io.ops.RingWrite`), and the position moves past those."""
         view = as_bytes_view(data, "write")
         self._check_open()
         if not self._writable:
@@ -423,13 +427,20 @@ class AsyncFile:
         if self._append:
             n = await self._pwrite(view, CURRENT_POSITION)
         else:
-            n = await self._pwrite(view, self._pos)
+            try:
+                n = await self._pwrite(view, self._pos)
+            except BaseException as e:
+                # What went is in the file: writing the rest must go after it, as after a
+                # short write(2) (a check that failed before the write says nothing: 0).
+                self._pos += getattr(e, "characters_written", 0)
+                raise
             self._pos += n
         return n
 
     def write_at(self, data: Any, offset: int) -> Awaitable[int]:
         """Write all of *data* at *offset*; the awaited result is the number of bytes written
-        (the write op itself: rule 14)."""
+        (the write op itself: rule 14). An exception that ends it once it started says how
+        many went before it, as :meth:`write`'s does (``characters_written``)."""
         view = as_bytes_view(data, "write_at")
         offset = _check_offset(offset)
         self._check_open()
