@@ -141,17 +141,16 @@ class RingWrite(ResourceOp):
     to the file *fd* through the ring, in as many writes as it takes, in this one frame; the total.
 
     All of it, or an exception: an interrupt (a cancel, a timeout, a Ctrl-C) or an error
-    (EPIPE, ENOSPC, EFBIG, a close) that ends it raises at its own await, as before, and says
-    on the exception how many bytes went before it: ``characters_written``, as Python's
-    BlockingIOError says it for a buffered write. A FIFO or a pipe takes what it has room for
-    and the write waits in the ring for room for the rest; what went is gone to the reader,
-    and without the count the writer could not tell the record it cut short from one that
-    never started. Not a short return, as the read's (_keep_taken): a read's bytes can only be
-    delivered as its result, a write's count need not be, and a write-all is one callers do
-    not check (Python's ``BufferedWriter.write``, ``socket.sendall``, trio's ``send_all`` and
-    asyncio's ``sock_sendall`` all raise, not return short), and under ``tc.timeout`` a short
-    return would be silent: the scope withdraws its re-queued signal as the block ends (see
-    docs/io.md)."""
+    (EPIPE, ENOSPC, EFBIG, a close) that ends it raises at its own await and says how many
+    bytes went before it, ``characters_written``, as Python's BlockingIOError does for a
+    buffered write. A FIFO or a pipe takes what it has room for while the rest waits for
+    room, and what went is the reader's: without the count the writer could not tell a record
+    it cut short from one that never started. Not a short return, as the read's (see
+    _keep_taken): a read's bytes can only be delivered as its result, a count need not be;
+    callers of a write-all do not check it (Python's ``BufferedWriter.write`` and
+    ``socket.sendall``, trio's ``send_all``, asyncio's ``sock_sendall`` raise, none returns
+    short), and under ``tc.timeout`` a short return would be silent, the scope withdrawing its
+    re-queued signal as the block ends (docs/io.md)."""
 
     __slots__ = ("view", "offset", "name")
 
@@ -189,9 +188,10 @@ class RingWrite(ResourceOp):
                 off = offset if offset == CURRENT_POSITION else offset + done
                 self.args = (self.args[0], view[done:], min(total - done, MAX_RW), off)
         except BaseException as e:
-            # 0 too: an interrupt delivered again (a scope's signal) must not keep the count
-            # an earlier write left on it.
-            e.characters_written = done
+            # Set on whatever ends it (any BaseException takes attributes), as BlockingIOError
+            # carries its own; 0 too: an interrupt delivered again (a scope's signal) must not
+            # keep the count an earlier write left on it.
+            setattr(e, "characters_written", done)
             raise
         finally:
             del pending._ops[self]
