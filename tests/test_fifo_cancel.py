@@ -263,3 +263,32 @@ def test_a_write_that_fails_after_bytes_went_says_how_many(tmp_path, file_size_l
         return path.read_bytes()
 
     assert tc.run(main(), contexts=1) == data
+
+
+@pytest.mark.parametrize("how", list(_INTERRUPTS))
+def test_bytes_a_fifo_read_to_eof_took_are_not_lost(fifo, contexts, how):
+    """``f.read()`` of a FIFO reads chunk after chunk until EOF: interrupted after a chunk
+    took bytes, it returns what it has, short, and the interrupt lands at the next await
+    (the chunk's own read ends short, and the interrupt would land at the next chunk's)."""
+    path, wfd = fifo
+    interrupt, expected = _INTERRUPTS[how]
+
+    async def main():
+        async with await tc.io.open(path) as f:
+            got = []
+
+            async def reader():
+                got.append(await f.read())
+                await tc.yield_now()  # the interrupt lands here
+
+            t = spawn_here(reader())
+            await wait_blocked(t)
+            interrupt(t)
+            os.write(wfd, PAYLOAD)
+            with pytest.raises(expected):
+                await t
+            rest = len(PAYLOAD) - len(b"".join(got))
+            async with tc.timeout(10):
+                return b"".join(got) + (await f.read_at(rest, 0) if rest else b"")
+
+    assert tc.run(main(), contexts=contexts) == PAYLOAD
