@@ -29,7 +29,7 @@ from ..core.traps import YIELD, Op, Ready, consume_budget, thrown
 from ..core import iterslots
 from .direct import aligned_buffer, check_direct
 from ._parallel import whole_fill
-from .ops import CURRENT_POSITION, RingWrite, ring_read
+from .ops import CURRENT_POSITION, RingWrite, _keep_taken, ring_read
 from .pagecache import done, filling, inline_reads, pread_nowait, pread_nowait_into
 from .paths import AT_FDCWD, PathLike
 
@@ -175,7 +175,15 @@ class AsyncFile:
         """From the position to EOF in chunks, joined: for a file whose size says nothing."""
         chunks = []
         while True:
-            data = await self._pread(want, self._pos)
+            try:
+                data = await self._pread(want, self._pos)
+            except BaseException as interrupt:
+                # A chunk of a FIFO interrupted as it read on ended short and left the
+                # interrupt for the next await: this one. What the chunks took is gone from
+                # the FIFO, so it is the result, short, and the interrupt goes on to the next.
+                if not chunks or not _keep_taken(self._fd, interrupt):
+                    raise
+                break
             if not data:
                 break
             chunks.append(data)

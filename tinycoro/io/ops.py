@@ -99,8 +99,8 @@ class RingRead(ResourceOp):
 
 
 def _keep_taken(fd: int, interrupt: BaseException) -> bool:
-    """A read that took bytes and reads on for more is interrupted: whether the bytes taken
-    must be its result. They must when the file cannot give them again (a FIFO, a pipe, a
+    """A read that took bytes and reads on for more is interrupted (a RingRead, or the chunks
+    of ``AsyncFile.read()`` to EOF): whether the bytes taken must be its result. They must when the file cannot give them again (a FIFO, a pipe, a
     character device: what a read takes is gone from them), so the read ends short and
     *interrupt* is queued again for the task's next await; a regular file (or block device)
     still holds them, and the read stays "short only at EOF".
