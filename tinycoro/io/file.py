@@ -173,7 +173,7 @@ class AsyncFile:
 
     async def _read_chunks(self, want: int) -> bytes:
         """From the position to EOF in chunks, joined: for a file whose size says nothing."""
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             try:
                 data = await self._pread(want, self._pos)
