@@ -2,15 +2,22 @@
 lands at the read's await only once the kernel is done with the read's buffer, and the read
 consumed nothing, so the bytes written afterwards go to the next read."""
 
+import asyncio
+import errno
+import fcntl
 import os
+import resource
+import signal
+import struct
+import termios
 
 import pytest
 
 import tinycoro as tc
-from tinycoro.testing import wait_blocked
+from tinycoro.testing import is_blocked, wait_blocked
 
 from helpers.runtime import cancel_and_wait
-from helpers.sync import spawn_here
+from helpers.sync import spawn_here, until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,6 +102,191 @@ def test_bytes_a_cancelled_fifo_read_took_are_not_lost(fifo, contexts):
                 await t
             assert t.engine.inflight.get(op.ud) is not op
             # Whatever the read did not take is still in the FIFO for the next read.
+            rest = len(PAYLOAD) - len(b"".join(got))
+            async with tc.timeout(10):
+                return b"".join(got) + (await f.read_at(rest, 0) if rest else b"")
+
+    assert tc.run(main(), contexts=contexts) == PAYLOAD
+
+
+# -- bytes a write gave away ----------------------------------------------------------------
+# A write to a FIFO larger than the pipe holds: the pipe takes what it has room for, and the
+# write waits in the ring for room for the rest. Interrupted then, it has given bytes away that
+# no one can take back; whoever ends it must say how many (the exception's
+# ``characters_written``, as Python's BlockingIOError does), or the writer cannot tell the
+# record it cut short from one that never started.
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting in the pipe of *fd* (FIONREAD)."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
+def _drain(fd: int) -> bytes:
+    """Everything the non-blocking *fd* holds now."""
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return bytes(out)
+        if not chunk:
+            return bytes(out)
+        out += chunk
+
+
+def _more_than_the_pipe_holds(fd: int) -> bytes:
+    size = 4 * fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    return bytes(range(256)) * (size // 256)  # a prefix of it is told from any other slice
+
+
+_INTERRUPTS = {
+    "cancel": (lambda t: t.cancel(), tc.Cancelled),
+    "keyboard": (lambda t: tc.lowlevel.interrupt(t, KeyboardInterrupt()), KeyboardInterrupt),
+    "asyncio": (lambda t: tc.lowlevel.interrupt(t, asyncio.CancelledError()), asyncio.CancelledError),
+}
+
+
+async def _stalled(t, wfd: int) -> None:
+    """Until the FIFO holds what *t* wrote and *t* waits in the ring for room (or *t* ended)."""
+    await until(lambda: t.done() or (_queued(wfd) > 0 and is_blocked(t)))
+
+
+@pytest.mark.parametrize("how", [*_INTERRUPTS, "timeout"])
+def test_a_fifo_write_interrupted_after_bytes_went_says_how_many(fifo, contexts, how):
+    path, wfd = fifo
+    data = _more_than_the_pipe_holds(wfd)
+
+    async def main():
+        async with await tc.io.open(path, "wb") as f:
+            async def writer():
+                if how == "timeout":
+                    async with tc.timeout(0.2):
+                        await f.write(data)
+                else:
+                    await f.write(data)
+
+            t = tc.spawn(writer())
+            await _stalled(t, wfd)
+            if how == "timeout":
+                expected = TimeoutError
+            else:
+                interrupt, expected = _INTERRUPTS[how]
+                interrupt(t)
+            with pytest.raises(expected) as info:
+                await t
+            # A timeout shows TimeoutError; the interrupt it cut the write with is its context.
+            err = info.value.__context__ if how == "timeout" else info.value
+            went = _drain(wfd)
+            assert err.characters_written == len(went)
+            assert went == data[: len(went)]
+            if how != "timeout":  # synchronised: the pipe was full when the interrupt came
+                assert 0 < len(went) < len(data)
+            assert len(f._ops) == 0
+
+    tc.run(main(), contexts=contexts)
+
+
+@pytest.mark.parametrize("how", ["keyboard", "asyncio"])
+def test_bytes_a_fifo_read_took_are_not_lost_to_any_interrupt(fifo, contexts, how):
+    """As test_bytes_a_cancelled_fifo_read_took_are_not_lost, with the interrupts that are not
+    ``tc.Cancelled``: a notebook's Ctrl-C (KeyboardInterrupt, through ``task.interrupt``) and
+    an asyncio cancel of a ``tc.aio`` cell (asyncio.CancelledError)."""
+    path, wfd = fifo
+    interrupt, expected = _INTERRUPTS[how]
+
+    async def main():
+        async with await tc.io.open(path) as f:
+            got = []
+
+            async def reader():
+                got.append(await f.read_at(2 * len(PAYLOAD), 0))
+                await tc.yield_now()  # the interrupt lands here
+
+            t = spawn_here(reader())
+            await wait_blocked(t)
+            interrupt(t)
+            os.write(wfd, PAYLOAD)
+            with pytest.raises(expected):
+                await t
+            rest = len(PAYLOAD) - len(b"".join(got))
+            async with tc.timeout(10):
+                return b"".join(got) + (await f.read_at(rest, 0) if rest else b"")
+
+    assert tc.run(main(), contexts=contexts) == PAYLOAD
+
+
+def test_write_file_to_a_fifo_cancelled_says_how_many_bytes_went(fifo, contexts):
+    """``tc.io.write_file`` closes its file on the way out: the count survives the close."""
+    path, wfd = fifo
+    data = _more_than_the_pipe_holds(wfd)
+
+    async def main():
+        t = tc.spawn(tc.io.write_file(path, data))
+        await _stalled(t, wfd)
+        err = await cancel_and_wait(t)
+        went = _drain(wfd)
+        assert 0 < err.characters_written == len(went)
+        assert went == data[: len(went)]
+
+    tc.run(main(), contexts=contexts)
+
+
+@pytest.fixture
+def file_size_limit():
+    """``limit(n)``: files of this process may grow to *n* bytes only (RLIMIT_FSIZE, SIGXFSZ
+    ignored: a write across the limit is short, the next fails with EFBIG); restored after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        yield lambda n: resource.setrlimit(resource.RLIMIT_FSIZE, (n, hard))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def test_a_write_that_fails_after_bytes_went_says_how_many(tmp_path, file_size_limit):
+    """An error after a short write (EFBIG here; EPIPE, ENOSPC alike) carries the count too,
+    and the file's position moves past the bytes that went, so the rest goes after them."""
+    path = tmp_path / "f"
+    data = bytes(range(256)) * 64
+
+    async def main():
+        async with await tc.io.open(path, "wb") as f:
+            file_size_limit(1000)
+            with pytest.raises(OSError) as info:
+                await f.write(data)
+            file_size_limit(resource.RLIM_INFINITY)
+            assert info.value.errno == errno.EFBIG
+            went = info.value.characters_written
+            await f.write(data[went:])
+        return path.read_bytes()
+
+    assert tc.run(main(), contexts=1) == data
+
+
+@pytest.mark.parametrize("how", list(_INTERRUPTS))
+def test_bytes_a_fifo_read_to_eof_took_are_not_lost(fifo, contexts, how):
+    """``f.read()`` of a FIFO reads chunk after chunk until EOF: interrupted after a chunk
+    took bytes, it returns what it has, short, and the interrupt lands at the next await
+    (the chunk's own read ends short, and the interrupt would land at the next chunk's)."""
+    path, wfd = fifo
+    interrupt, expected = _INTERRUPTS[how]
+
+    async def main():
+        async with await tc.io.open(path) as f:
+            got = []
+
+            async def reader():
+                got.append(await f.read())
+                await tc.yield_now()  # the interrupt lands here
+
+            t = spawn_here(reader())
+            await wait_blocked(t)
+            interrupt(t)
+            os.write(wfd, PAYLOAD)
+            with pytest.raises(expected):
+                await t
             rest = len(PAYLOAD) - len(b"".join(got))
             async with tc.timeout(10):
                 return b"".join(got) + (await f.read_at(rest, 0) if rest else b"")

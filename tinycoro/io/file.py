@@ -30,7 +30,7 @@ from ..core import iterslots
 from .direct import aligned_buffer, check_direct
 from . import directview
 from ._parallel import whole_fill
-from .ops import CURRENT_POSITION, RingWrite, ring_read
+from .ops import CURRENT_POSITION, RingWrite, _keep_taken, ring_read
 from .pagecache import done, filling, inline_reads, pread_nowait, pread_nowait_into
 from .paths import AT_FDCWD, PathLike
 
@@ -174,9 +174,17 @@ class AsyncFile:
 
     async def _read_chunks(self, want: int) -> bytes:
         """From the position to EOF in chunks, joined: for a file whose size says nothing."""
-        chunks = []
+        chunks: list[bytes] = []
         while True:
-            data = await self._pread(want, self._pos)
+            try:
+                data = await self._pread(want, self._pos)
+            except BaseException as interrupt:
+                # A chunk of a FIFO interrupted as it read on ended short and left the
+                # interrupt for the next await: this one. What the chunks took is gone from
+                # the FIFO, so it is the result, short, and the interrupt goes on to the next.
+                if not chunks or not _keep_taken(self._fd, interrupt):
+                    raise
+                break
             if not data:
                 break
             chunks.append(data)
@@ -425,7 +433,11 @@ class AsyncFile:
 
     # -- writing -------------------------------------------------------------------------------
     async def write(self, data: Any) -> int:
-        """Write all of *data* at the current position (the end, in append mode)."""
+        """Write all of *data* at the current position (the end, in append mode); the count.
+
+        All of it or an exception: one that ends the write once it started (an interrupt, an
+        error) carries ``characters_written``, the bytes that went before it (see
+        :class:`~tinycoro.io.ops.RingWrite`), and the position moves past those."""
         view = as_bytes_view(data, "write")
         self._check_open()
         if not self._writable:
@@ -433,13 +445,20 @@ class AsyncFile:
         if self._append:
             n = await self._pwrite(view, CURRENT_POSITION)
         else:
-            n = await self._pwrite(view, self._pos)
+            try:
+                n = await self._pwrite(view, self._pos)
+            except BaseException as e:
+                # What went is in the file: writing the rest must go after it, as after a
+                # short write(2) (a check that failed before the write says nothing: 0).
+                self._pos += getattr(e, "characters_written", 0)
+                raise
             self._pos += n
         return n
 
     def write_at(self, data: Any, offset: int) -> Awaitable[int]:
         """Write all of *data* at *offset*; the awaited result is the number of bytes written
-        (the write op itself: rule 14)."""
+        (the write op itself: rule 14). An exception that ends it once it started says how
+        many went before it, as :meth:`write`'s does (``characters_written``)."""
         view = as_bytes_view(data, "write_at")
         offset = _check_offset(offset)
         self._check_open()

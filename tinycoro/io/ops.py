@@ -9,7 +9,6 @@ from typing import Any, Generator
 
 from ..buffers import MAX_RW
 from ..closing import PendingOps, ResourceOp
-from ..core.errors import Cancelled
 from ..core.local import running_task
 from ..core.traps import run_outside
 from ..uring import prep_read, prep_write
@@ -74,7 +73,7 @@ class RingRead(ResourceOp):
                 elif engine is not None:
                     try:
                         res = yield self
-                    except Cancelled as interrupt:
+                    except BaseException as interrupt:
                         if not _keep_taken(self.args[0], interrupt):
                             raise
                         break  # the bytes taken are the result, short
@@ -99,12 +98,20 @@ class RingRead(ResourceOp):
         return bytes(out[:got])
 
 
-def _keep_taken(fd: int, interrupt: Cancelled) -> bool:
-    """A read that took bytes and reads on for more is interrupted (a cancel, an expired
-    timeout): whether the bytes taken must be its result. They must when the file cannot give
-    them again (a FIFO, a pipe, a character device: what a read takes is gone from them), so
-    the read ends short and *interrupt* is queued again for the task's next await; a regular
-    file (or block device) still holds them, and the read stays "short only at EOF"."""
+def _keep_taken(fd: int, interrupt: BaseException) -> bool:
+    """A read that took bytes and reads on for more is interrupted (a RingRead, or the chunks
+    of ``AsyncFile.read()`` to EOF): whether the bytes taken must be its result. They must when the file cannot give them again (a FIFO, a pipe, a
+    character device: what a read takes is gone from them), so the read ends short and
+    *interrupt* is queued again for the task's next await; a regular file (or block device)
+    still holds them, and the read stays "short only at EOF".
+
+    *interrupt* is whatever was thrown in at the read's await: ``tc.Cancelled`` (a cancel, an
+    expired timeout), but as well anything ``task.interrupt`` delivers (a notebook's Ctrl-C is
+    KeyboardInterrupt, an asyncio cancel of a ``tc.aio`` cell asyncio.CancelledError): each
+    would drop the bytes alike. Not GeneratorExit: the coroutine is being closed (rule 13),
+    it has no next await, and it must not run on as if the read had returned."""
+    if isinstance(interrupt, GeneratorExit):
+        return False
     try:
         mode = os.fstat(fd).st_mode
     except OSError:  # closed meanwhile: the interrupt goes on as before
@@ -131,7 +138,19 @@ def ring_read(
 
 class RingWrite(ResourceOp):
     """Write all of a buffer at an offset (or at the file position: CURRENT_POSITION)
-    to the file *fd* through the ring, in as many writes as it takes, in this one frame; the total."""
+    to the file *fd* through the ring, in as many writes as it takes, in this one frame; the total.
+
+    All of it, or an exception: an interrupt (a cancel, a timeout, a Ctrl-C) or an error
+    (EPIPE, ENOSPC, EFBIG, a close) that ends it raises at its own await and says how many
+    bytes went before it, ``characters_written``, as Python's BlockingIOError does for a
+    buffered write. A FIFO or a pipe takes what it has room for while the rest waits for
+    room, and what went is the reader's: without the count the writer could not tell a record
+    it cut short from one that never started. Not a short return, as the read's (see
+    _keep_taken): a read's bytes can only be delivered as its result, a count need not be;
+    callers of a write-all do not check it (Python's ``BufferedWriter.write`` and
+    ``socket.sendall``, trio's ``send_all``, asyncio's ``sock_sendall`` raise, none returns
+    short), and under ``tc.timeout`` a short return would be silent, the scope withdrawing its
+    re-queued signal as the block ends (docs/io.md)."""
 
     __slots__ = ("view", "offset", "name")
 
@@ -168,5 +187,11 @@ class RingWrite(ResourceOp):
                     return total
                 off = offset if offset == CURRENT_POSITION else offset + done
                 self.args = (self.args[0], view[done:], min(total - done, MAX_RW), off)
+        except BaseException as e:
+            # Set on whatever ends it (any BaseException takes attributes), as BlockingIOError
+            # carries its own; 0 too: an interrupt delivered again (a scope's signal) must not
+            # keep the count an earlier write left on it.
+            setattr(e, "characters_written", done)
+            raise
         finally:
             del pending._ops[self]
