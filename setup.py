@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
@@ -193,6 +194,11 @@ def _extensions() -> list:
     return _ring_extension() + _plain_extensions() + _source_extensions()
 
 
+# _clocal's thread-locals through TLS descriptors (its C says why); x86-64's gcc and clang take
+# the flag, other targets keep their default (aarch64's is descriptors already).
+_TLS_ARGS = {"tinycoro._clocal": ("-mtls-dialect=gnu2",)} if platform.machine() == "x86_64" else {}
+
+
 def _plain_extensions() -> list:
     try:
         from Cython.Build import cythonize
@@ -202,8 +208,8 @@ def _plain_extensions() -> list:
 
     out = []
     for name, source in PLAIN_SOURCES.items():
-        ext = Extension(name, [source], extra_compile_args=["-O2"], define_macros=MACROS,
-                        optional=True)
+        ext = Extension(name, [source], extra_compile_args=["-O2", *_TLS_ARGS.get(name, ())],
+                        define_macros=MACROS, optional=True)
         try:
             out += cythonize([ext], quiet=True, compiler_directives=DIRECTIVES, force=name in _FORCE)
         except Exception as e:  # noqa: BLE001 - that module's pure-Python fallback is used
