@@ -18,6 +18,7 @@ cdef class RingRead(ResourceOp):
     cdef _setup(self, PendingOps pending, object fd, object name, bint direct, object view,
                 object offset, object got, object out)
     cdef _leave(self)
+    cdef object _step_by_hand(self, object value)
     @cython.locals(args=tuple, want=Py_ssize_t, size=Py_ssize_t)
     cdef Py_ssize_t _took(self, Py_ssize_t got, Py_ssize_t res) except? -1
     cdef object _result_of(self, Py_ssize_t got)

@@ -140,6 +140,13 @@ class RingRead(ResourceOp):
         else:
             self._leave()
 
+    def _step_by_hand(self, value: Any) -> Any:
+        """A step of an await by name, not through ``__await__`` (see ``Op._by_hand``)."""
+        gen = self._by_hand()
+        if gen is None:  # __await__ handed the read itself: its steps run the await
+            return _read_step(self, value)
+        return self._drive(gen, value)
+
     def _leave(self) -> None:
         """The await through the steps is over: out of the pending set."""
         self._state = _IDLE
@@ -197,10 +204,7 @@ def _read_step(read: Any, value: Any) -> Any:
             return END
         r._state = _WAITING
     else:
-        gen = r._by_hand()
-        if gen is None:
-            return _read_step(r, value)
-        return r._drive(gen, value)
+        return r._step_by_hand(value)
     pending = r.pending
     if pending.closed:
         r._leave()
