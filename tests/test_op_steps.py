@@ -16,7 +16,7 @@ import pytest
 
 import tinycoro as tc
 from tinycoro.closing import PendingOps, ResourceOp
-from tinycoro.core.traps import Op
+from tinycoro.core.traps import Op, await_op
 from tinycoro.io.ops import CURRENT_POSITION
 from tinycoro.testing import wait_blocked
 from tinycoro.uring import prep_nop, prep_read
@@ -192,15 +192,20 @@ def test_a_ring_read_is_its_own_iterator_and_reads_on_after_a_short_read(fifo, c
 
 
 def test_a_ring_read_of_a_closed_file_fails_at_its_await_and_leaves_nothing(fifo):
+    """Also awaited from compiled code (traps.await_op), where an exception out of
+    ``__await__`` itself would come out as Cython's TypeError ("'async for' received an
+    invalid object"): the closed check is the read's first step, as the generator's was."""
     path, _ = fifo
 
     async def main():
         f = await tc.io.open(path)
         view = memoryview(bytearray(4))
-        read = f._ring_read(view, 0, 0)
+        reads = [f._ring_read(view, 0, 0) for _ in range(2)]
         await f.close()
         with pytest.raises(ValueError, match="closed file"):  # a file's "used after close"
-            await read
+            await reads[0]
+        with pytest.raises(ValueError, match="closed file"):
+            await await_op(reads[1])
         return len(f._ops)
 
     assert run(main(), 1) == 0

@@ -78,7 +78,10 @@ class RingRead(ResourceOp):
         engine = _local.engine
         if self._state != _IDLE or engine is None:
             return self._awaiting()
-        self._enter_on(engine)
+        # Into the pending set now, its closed check at the first step (ResourceOp._enter_on
+        # in two): nothing may raise here, since a compiled coroutine's await turns an
+        # exception out of __await__ into a TypeError about the awaitable.
+        self.pending._ops[self] = engine
         self._res = self.got
         self._state = _HANDED
         return self  # type: ignore[return-value]  # an iterator will do
@@ -198,7 +201,7 @@ def _read_step(read: Any, value: Any) -> Any:
             return END
         r._res = got
     elif state == _HANDED:
-        if r._res >= len(r.view):  # nothing to read
+        if r._res >= len(r.view) and not r.pending.closed:  # nothing to read
             r._leave()
             r._res = r._result_of(r._res)
             return END
