@@ -136,8 +136,8 @@ def test_accept_and_file_ring_operations_skip_the_wrapper_coroutines(tmp_path):
     assert path.read_bytes()[:16] == b"ABCDEFGHabcdefgh"
     assert created == {
         "accept": _net_frames("AcceptOp.__await__"),
-        "read_at": _file_frames("RingRead.__await__"),
-        "readinto_at": _file_frames("RingRead.__await__"),
+        "read_at": [],  # a ring read inside a task is its own iterator: no generator at all
+        "readinto_at": [],
         "write_at": _file_frames("RingWrite.__await__"),
     }
 

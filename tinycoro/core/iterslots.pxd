@@ -21,6 +21,7 @@ cdef extern from *:
         tc_iter_step_fn step;
         tc_iter_step_fn send_step;
         tc_iter_fn result;
+        PyObject *end;  /* what the steps return once the await is over; NULL: the object itself */
     } tc_iter_entry;
     static tc_iter_entry tc_iter_entries[TC_ITER_MAX];
     static int tc_iter_count = 0;
@@ -111,9 +112,9 @@ cdef extern from *:
     #endif
 
     /* step(obj, value): resumed with value (None from __next__, what am_send or the send
-       method is given); the await is over when the step returns the object itself: its
-       result is then result(obj). NULL is an error, raised as it is (no traceback entry
-       added). */
+       method is given); the await is over when the step returns the entry's end marker
+       (the object itself, unless the class yields itself as its trap: an op): its result
+       is then result(obj). NULL is an error, raised as it is (no traceback entry added). */
     /* What a step returned, passed on while the await goes on; once the step returned the
        object itself, NULL with the result as StopIteration. With none_ends, a None result
        sets no exception: NULL with none is "exhausted", which every caller of tp_iternext
@@ -121,7 +122,7 @@ cdef extern from *:
        of None, so no StopIteration is made at all. */
     static PyObject *tc_iter_finish(const tc_iter_entry *e, PyObject *self, PyObject *r,
                                     int none_ends) {
-        if (r != self)
+        if (r != (e->end != NULL ? e->end : self))
             return r;
         Py_DECREF(r);
         r = e->result(self);
@@ -142,7 +143,7 @@ cdef extern from *:
             *presult = NULL;
             return PYGEN_ERROR;
         }
-        if (r != self) {
+        if (r != (e->end != NULL ? e->end : self)) {
             *presult = r;
             return PYGEN_NEXT;
         }
@@ -190,7 +191,7 @@ cdef extern from *:
     };
 
     static int tc_iter_install(PyObject *cls, tc_iter_step_fn step, tc_iter_fn result,
-                               tc_iter_step_fn send) {
+                               tc_iter_step_fn send, PyObject *end) {
         PyTypeObject *t = (PyTypeObject *)cls;
         PyObject *descr;
         int rc, j, i = tc_iter_count;
@@ -226,6 +227,11 @@ cdef extern from *:
         tc_iter_entries[i].step = step;
         tc_iter_entries[i].send_step = send;
         tc_iter_entries[i].result = result;
+        /* held for good, as the type is: the entry lives as long as the module */
+        if (end == Py_None)
+            end = NULL;
+        Py_XINCREF(end);
+        tc_iter_entries[i].end = end;
         tc_iter_count = i + 1;
         t->tp_iternext = tc_iter_nexts[i];
         t->tp_as_async->am_send = tc_iter_sends[i];
@@ -235,7 +241,22 @@ cdef extern from *:
     """
     ctypedef object (*tc_iter_fn)(object)
     ctypedef object (*tc_iter_step_fn)(object, object)
-    int install "tc_iter_install"(object cls, tc_iter_step_fn step, tc_iter_fn result,
-                                  tc_iter_step_fn send) except -1
+    int _install "tc_iter_install"(object cls, tc_iter_step_fn step, tc_iter_fn result,
+                                   tc_iter_step_fn send, object end) except -1
     # (compiled modules only: _cfile's reused bytes; see tc_iter_forget)
     void forget "tc_iter_forget"(object value)
+
+
+# iterslots.py's install() and advance(), for the compiled modules: install() with the C
+# function, advance() as a C function (a class's ``__next__`` and ``send`` called by name).
+cdef inline int install(object cls, tc_iter_step_fn step, tc_iter_fn result, tc_iter_step_fn send,
+                        object end=None) except -1:
+    return _install(cls, step, result, send, end)
+
+
+cdef inline object advance(object obj, object value, tc_iter_step_fn step, tc_iter_fn result,
+                           object end=None):
+    y = step(obj, value)
+    if y is (obj if end is None else end):
+        raise StopIteration(result(obj))
+    return y

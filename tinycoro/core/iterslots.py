@@ -16,6 +16,11 @@ skip it, for each way an await is resumed:
   op's result): it sets ``StopIteration`` itself, where a compiled ``def send`` paid the
   traceback entry on every such await.
 
+A step returns what to yield, or, once the await is over, its end marker: the object itself,
+for an awaitable that never yields itself (a ready value, the gate's yield, a stream's recv
+call); :data:`END` for one that does (an op yields itself as its trap, so "it returned the
+object" would not tell its yield from its end).
+
 3.12 keeps an exception only as an instance, so each ``StopIteration`` set was one allocated
 and torn down; under the GIL the module keeps one spare and reuses it while nobody else holds
 it (iterslots.pxd says when).
@@ -24,9 +29,10 @@ It lives in core, beside the traps, whose own awaitables (``Ready``, ``consume_b
 yield) use it as the stream's (net) do: core cannot import net.
 
 This is the pure-Python twin: ``install`` does nothing, and the class's own ``__next__`` and
-``send`` run. Compiled code cimports ``iterslots.pxd`` under this module's name (as
-``fence``), where ``install`` is the C function. The class's ``__next__``, ``throw`` and
-``close`` called by name stay the class's own.
+``send`` run, each one call of :func:`advance`. Compiled code cimports ``iterslots.pxd``
+under this module's name (as ``fence``), where ``install`` is the C function and ``advance``
+an inline C one. The class's ``__next__``, ``throw`` and ``close`` called by name stay the
+class's own.
 """
 
 from __future__ import annotations
@@ -34,14 +40,45 @@ from __future__ import annotations
 from typing import Any, Callable
 
 
+class _End:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "iterslots.END"
+
+
+END: Any = _End()
+"""The end marker of an awaitable that yields itself (``install(..., end=END)``): never a trap."""
+
+
 def install(
     cls: type,
     step: Callable[[Any, Any], Any],
     result: Callable[[Any], Any],
     send: Callable[[Any, Any], Any],
+    end: Any = None,
 ) -> None:
     """Compiled: *cls*'s ``tp_iternext`` and ``am_send`` run ``step(obj, value)`` (*value*
     None for ``__next__``, what was sent for ``am_send``), and its ``send`` method runs
-    ``send(obj, value)``; each returns the trap to yield, or *obj* itself once the await is
-    over, when ``result(obj)`` is what it returns. Up to four classes per compiled module. Interpreted:
-    nothing (the class's ``__next__`` and ``send`` do the same)."""
+    ``send(obj, value)``; each returns the trap to yield, or *end* (*obj* itself when None)
+    once the await is over, when ``result(obj)`` is what it returns. Up to four classes per
+    compiled module. The slots are *cls*'s own, but a subclass inherits them and its
+    ``send``, as any method: one whose ``__await__`` is its own must answer its steps
+    (``Op``'s do). Interpreted: nothing (the class's ``__next__`` and ``send`` do the
+    same, through :func:`advance`)."""
+
+
+def advance(
+    obj: Any,
+    value: Any,
+    step: Callable[[Any, Any], Any],
+    result: Callable[[Any], Any],
+    end: Any = None,
+) -> Any:
+    """One step of *obj*'s await as its C slots take it, for its ``__next__`` and ``send``
+    called by name (and interpreted): what ``step(obj, value)`` yields, or
+    ``StopIteration(result(obj))`` once it returns *end* (*obj* itself when None)."""
+    y = step(obj, value)
+    if y is (obj if end is None else end):
+        raise StopIteration(result(obj))
+    return y

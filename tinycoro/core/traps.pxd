@@ -19,8 +19,12 @@ cdef class Op(_CoroutineProtocol):
     cdef public bint cancelling
     cdef public object what
     cdef public bint returns_fd
+    cdef public int _state
+    cdef public object _res
 
     cpdef _fill(self, object prep, tuple args, bint returns_fd=*)
+    cdef object _by_hand(self)
+    cdef object _drive(self, object gen, object value)
 
 cdef class _Raw(_CoroutineProtocol):
     cdef public object op
@@ -43,7 +47,14 @@ cdef class _Spend:
     cdef object value
     cdef bint yielded
 
-# The C steps behind Ready's and _Spend's slots (iterslots.install): object in, object out
+# The end marker of an await that yields its op (iterslots.END), as a C global
+cdef object END
+
+# The C steps behind Op's, Ready's and _Spend's slots (iterslots.install): object in, object out
+@cython.locals(o=Op, state=int)
+cdef object _op_step(object op, object value)
+@cython.locals(o=Op)
+cdef object _op_result(object op)
 cdef object _ready_step(object ready, object value)
 @cython.locals(r=Ready)
 cdef object _ready_result(object ready)

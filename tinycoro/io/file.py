@@ -543,17 +543,11 @@ class _ReadLater:
     def __next__(self) -> Any:
         # Compiled, the C slots that iterslots installs run instead (for ``await``); this is
         # the same step, for a call by name and for the interpreted source.
-        y = _later_step(self, None)
-        if y is self:
-            raise StopIteration(_later_result(self))
-        return y
+        return iterslots.advance(self, None, _later_step, _later_result)
 
     def send(self, value: Any) -> Any:
         # Compiled, the C method that iterslots installs runs instead.
-        y = _later_step(self, value)
-        if y is self:
-            raise StopIteration(_later_result(self))
-        return y
+        return iterslots.advance(self, value, _later_step, _later_result)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         exc = thrown(typ, val, tb)

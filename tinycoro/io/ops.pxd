@@ -5,6 +5,7 @@
 cimport cython
 
 from ..closing cimport PendingOps, ResourceOp
+from ..core cimport iterslots
 
 cdef class RingRead(ResourceOp):
     cdef public object view
@@ -16,6 +17,20 @@ cdef class RingRead(ResourceOp):
 
     cdef _setup(self, PendingOps pending, object fd, object name, bint direct, object view,
                 object offset, object got, object out)
+    cdef _leave(self)
+    cdef object _step_by_hand(self, object value)
+    @cython.locals(args=tuple, want=Py_ssize_t, size=Py_ssize_t)
+    cdef Py_ssize_t _took(self, Py_ssize_t got, Py_ssize_t res) except? -1
+    cdef object _result_of(self, Py_ssize_t got)
+
+# The end marker of its await (iterslots.END), as a C global
+cdef object END
+
+# The C steps behind RingRead's slots (iterslots.install): object in, object out
+@cython.locals(r=RingRead, state=int, got=Py_ssize_t, pending=PendingOps)
+cdef object _read_step(object read, object value)
+@cython.locals(r=RingRead)
+cdef object _read_result(object read)
 
 @cython.locals(op=RingRead)
 cpdef RingRead ring_read(PendingOps pending, object fd, object name, bint direct, object view,

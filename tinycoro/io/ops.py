@@ -9,8 +9,11 @@ from typing import Any, Generator
 
 from ..buffers import MAX_RW
 from ..closing import PendingOps, ResourceOp
+from ..core import iterslots
+from ..core.iterslots import END
 from ..core.local import running_task
-from ..core.traps import run_outside
+from ..core.local import thread_state as _local
+from ..core.traps import Op, run_outside, thrown
 from ..uring import prep_read, prep_write
 
 __all__ = ["CURRENT_POSITION", "RingRead", "RingWrite", "ring_read"]
@@ -22,14 +25,26 @@ def _size_words(n: int) -> str:
     return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
 
 
+# Where a RingRead's await is (Op._state; the same values as core.traps' for Op)
+_IDLE = 0  # not awaited through its steps (a generator's await, or none)
+_HANDED = 1  # __await__ entered the read and returned it: its first step yields it
+_WAITING = 2  # yielded to the engine: the next step takes the count
+
+
 class RingRead(ResourceOp):
     """Fill a buffer from an offset through the ring, for the file *fd* (named *name*, its
     operations pending in *pending*). One read almost always fills it; it reads on after a short read (short
     only at EOF; an O_DIRECT read that comes back short is EOF) and for buffers beyond what
-    one read(2) moves, in this same frame. Its result is the byte count, or with *out* (the
+    one read(2) moves, in this same await. Its result is the byte count, or with *out* (the
     buffer *view* looks at) the bytes read. Interrupted while reading on from a file that
     cannot give the bytes taken again (a FIFO: see _keep_taken), it ends short with them and
-    the interrupt lands at the task's next await."""
+    the interrupt lands at the task's next await.
+
+    Inside a task the read is its own iterator, as an :class:`~tinycoro.core.traps.Op` is
+    (``_state`` where its await is, ``_res`` the count so far, then its result): compiled, C slots
+    (core/iterslots), where a generator and its send and clear were ~2,650 instructions per
+    O_DIRECT read. Outside any task, or awaited again while an await runs, the generator
+    :meth:`_awaiting`."""
 
     __slots__ = ("view", "offset", "got", "direct", "out", "name")
 
@@ -59,9 +74,21 @@ class RingRead(ResourceOp):
         return f"read {_size_words(args[2])} at {args[3]} from {os.path.basename(self.name)}"
 
     def __await__(self) -> Generator[Any, Any, Any]:
+        engine = _local.engine
+        if self._state != _IDLE or engine is None:
+            return self._awaiting()
+        # Into the pending set now, its closed check at the first step (ResourceOp._enter_on
+        # in two): nothing may raise here, since a compiled coroutine's await turns an
+        # exception out of __await__ into a TypeError about the awaitable.
+        self.pending._ops[self] = engine
+        self._res = self.got
+        self._state = _HANDED
+        return self  # type: ignore[return-value]  # an iterator will do
+
+    def _awaiting(self) -> Generator[Any, Any, Any]:
+        """The read's await as a generator (the steps of :func:`_read_step`, one frame)."""
         pending = self.pending
-        view = self.view
-        size = len(view)
+        size = len(self.view)
         got = self.got
         engine = self._enter()
         try:
@@ -79,23 +106,122 @@ class RingRead(ResourceOp):
                         break  # the bytes taken are the result, short
                 else:
                     res = yield from run_outside(self)
-                if res < 0:
-                    raise self._failure(res)
-                if res == 0:
-                    break  # EOF
-                want = self.args[2]
-                got += res
-                if got >= size or (self.direct and res < want):
+                got = self._took(got, res)
+                if got < 0:
+                    got = ~got
                     break
-                self.args = (self.args[0], view[got:], min(size - got, MAX_RW), self.offset + got)
         finally:
             del pending._ops[self]
+        return self._result_of(got)
+
+    # The coroutine protocol (``await`` takes the C slots that iterslots installs; these
+    # serve a call by name, and the interpreted source).
+    def __next__(self) -> Any:
+        return iterslots.advance(self, None, _read_step, _read_result, END)
+
+    def send(self, value: Any) -> Any:
+        return iterslots.advance(self, value, _read_step, _read_result, END)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        """Raise the exception at the await, out of the pending set; a cancel while reading
+        on from a file that cannot give the bytes taken again (any interrupt but GeneratorExit)
+        ends the read short with them instead (see _keep_taken). An await driven by hand: into its generator."""
+        state = self._state
+        if state == _IDLE:
+            return Op.throw(self, typ, val, tb)
+        exc = thrown(typ, val, tb)
+        got = self._res
+        self._leave()
+        if state == _WAITING and got and _keep_taken(self.args[0], exc):
+            raise StopIteration(self._result_of(got))
+        raise exc
+
+    def close(self) -> None:
+        if self._state == _IDLE:
+            Op.close(self)
+        else:
+            self._leave()
+
+    def _step_by_hand(self, value: Any) -> Any:
+        """A step of an await by name, not through ``__await__`` (see ``Op._by_hand``)."""
+        gen = self._by_hand()
+        if gen is None:  # __await__ handed the read itself: its steps run the await
+            return _read_step(self, value)
+        return self._drive(gen, value)
+
+    def _leave(self) -> None:
+        """The await through the steps is over: out of the pending set."""
+        self._state = _IDLE
+        del self.pending._ops[self]
+
+    def _took(self, got: int, res: int) -> int:
+        """After a read that returned *res* with *got* bytes taken before it: the total, the
+        args set for the next read; ``~total`` when the read is over (EOF, the buffer full, an
+        O_DIRECT read short); the error of a negative *res*."""
+        if res < 0:
+            raise self._failure(res)
+        if res == 0:
+            return ~got  # EOF
+        args = self.args
+        want = args[2]
+        got += res
+        view = self.view
+        size = len(view)
+        if got >= size or (self.direct and res < want):
+            return ~got
+        self.args = (args[0], view[got:], min(size - got, MAX_RW), self.offset + got)
+        return got
+
+    def _result_of(self, got: int) -> Any:
+        """The await's result, *got* bytes read: the count, or with ``out`` the bytes."""
         out = self.out
         if out is None:
             return got
-        if got == size and not self.direct:
+        if got == len(self.view) and not self.direct:
             return bytes(out)
         return bytes(out[:got])
+
+
+def _read_step(read: Any, value: Any) -> Any:
+    """A :class:`RingRead`'s next step (compiled, a C function its C slots run): the read to
+    yield, until resumed with the count that ends it: then END (the result kept for
+    :func:`_read_result`), or the error of a negative count."""
+    r = read
+    state = r._state
+    if state == _WAITING:
+        try:
+            got = r._took(r._res, value)
+        except BaseException:
+            r._leave()
+            raise
+        if got < 0:
+            r._leave()
+            r._res = r._result_of(~got)
+            return END
+        r._res = got
+    elif state == _HANDED:
+        if r._res >= len(r.view) and not r.pending.closed:  # nothing to read
+            r._leave()
+            r._res = r._result_of(r._res)
+            return END
+        r._state = _WAITING
+    else:
+        return r._step_by_hand(value)
+    pending = r.pending
+    if pending.closed:
+        r._leave()
+        raise pending._error()
+    return r
+
+
+def _read_result(read: Any) -> Any:
+    r = read  # the result its last step kept, taken off it
+    res = r._res
+    r._res = None
+    return res
+
+
+iterslots.install(RingRead, _read_step, _read_result, _read_step, END)
 
 
 def _keep_taken(fd: int, interrupt: BaseException) -> bool:

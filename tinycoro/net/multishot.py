@@ -517,18 +517,12 @@ class RecvCall(Op):
     def __next__(self) -> Any:
         # Compiled, the C slots that iterslots installs run instead (for ``await``); this
         # is the same step, for a call by name and for the interpreted source.
-        y = _recv_step(self, None)
-        if y is self:
-            raise StopIteration(_recv_result(self))
-        return y
+        return iterslots.advance(self, None, _recv_step, _recv_result)
 
     def send(self, value: Any) -> Any:
         # Compiled, the C method that iterslots installs runs instead (3.12+ resumes an
         # await through it whenever the value sent is not None).
-        y = _recv_send(self, value)
-        if y is self:
-            raise StopIteration(_recv_result(self))
-        return y
+        return iterslots.advance(self, value, _recv_send, _recv_result)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         exc = thrown(typ, val, tb)

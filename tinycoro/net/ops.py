@@ -433,14 +433,12 @@ class RingSend:
 
     def __next__(self) -> Any:
         # Compiled, the C slots that iterslots installs run instead (for ``await``).
-        return self.send(None)
+        return iterslots.advance(self, None, _send_step, _send_result)
 
     def send(self, value: Any) -> Any:
         # Compiled, the C method that iterslots installs runs instead (3.12+ resumes the
         # await through it with the op's result).
-        if _send_step(self, value) is self:
-            raise StopIteration(None)
-        return self.op
+        return iterslots.advance(self, value, _send_step, _send_result)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         exc = thrown(typ, val, tb)
