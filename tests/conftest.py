@@ -180,6 +180,19 @@ def _no_leaks(request):
         )
 
 
+@pytest.fixture
+def fifo(tmp_path):
+    """``(path, wfd)``: a FIFO with a writer held open (non-blocking), so that opening the
+    read side does not wait for one, and *wfd* writes what the reader is to get."""
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    wfd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        yield path, wfd
+    finally:
+        os.close(wfd)
+
+
 @pytest.fixture(params=["multishot", "single"])
 def recv_path(request, monkeypatch) -> str:
     """Which recv the streams of a test use (the variable is read as each ring is created);

@@ -24,19 +24,6 @@ pytestmark = pytest.mark.timeout(60)
 PAYLOAD = b"0123456789"
 
 
-@pytest.fixture
-def fifo(tmp_path):
-    """``(path, wfd)``: a FIFO with a writer held open (non-blocking), so that opening the
-    read side does not wait for one, and *wfd* writes what the reader is to get."""
-    path = tmp_path / "fifo"
-    os.mkfifo(path)
-    wfd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
-    try:
-        yield path, wfd
-    finally:
-        os.close(wfd)
-
-
 def _in_flight(task):
     """The ring operation *task* waits on (it is blocked in the kernel)."""
     op = task.waiting_on()
@@ -187,20 +174,31 @@ def test_a_fifo_write_interrupted_after_bytes_went_says_how_many(fifo, contexts,
     tc.run(main(), contexts=contexts)
 
 
-@pytest.mark.parametrize("how", ["keyboard", "asyncio"])
-def test_bytes_a_fifo_read_took_are_not_lost_to_any_interrupt(fifo, contexts, how):
-    """As test_bytes_a_cancelled_fifo_read_took_are_not_lost, with the interrupts that are not
-    ``tc.Cancelled``: a notebook's Ctrl-C (KeyboardInterrupt, through ``task.interrupt``) and
-    an asyncio cancel of a ``tc.aio`` cell (asyncio.CancelledError)."""
+# The two reads that take from a FIFO: one read_at reading on for the rest of its buffer, and
+# f.read() reading chunk after chunk until EOF (whose chunk ends short and whose interrupt
+# would otherwise land at the next chunk's read).
+_READS = {
+    "read_at": lambda f: f.read_at(2 * len(PAYLOAD), 0),
+    "read to EOF": lambda f: f.read(),
+}
+
+
+@pytest.mark.parametrize("read", list(_READS))
+@pytest.mark.parametrize("how", list(_INTERRUPTS))
+def test_bytes_a_fifo_read_took_are_not_lost_to_any_interrupt(fifo, contexts, how, read):
+    """A read of a FIFO interrupted after it took bytes returns them, short, and the interrupt
+    lands at the task's next await: a cancel, a notebook's Ctrl-C (KeyboardInterrupt, through
+    ``task.interrupt``) and an asyncio cancel of a ``tc.aio`` cell (asyncio.CancelledError)."""
     path, wfd = fifo
     interrupt, expected = _INTERRUPTS[how]
+    reading = _READS[read]
 
     async def main():
         async with await tc.io.open(path) as f:
             got = []
 
             async def reader():
-                got.append(await f.read_at(2 * len(PAYLOAD), 0))
+                got.append(await reading(f))
                 await tc.yield_now()  # the interrupt lands here
 
             t = spawn_here(reader())
@@ -214,7 +212,6 @@ def test_bytes_a_fifo_read_took_are_not_lost_to_any_interrupt(fifo, contexts, ho
                 return b"".join(got) + (await f.read_at(rest, 0) if rest else b"")
 
     assert tc.run(main(), contexts=contexts) == PAYLOAD
-
 
 def test_write_file_to_a_fifo_cancelled_says_how_many_bytes_went(fifo, contexts):
     """``tc.io.write_file`` closes its file on the way out: the count survives the close."""
@@ -265,30 +262,3 @@ def test_a_write_that_fails_after_bytes_went_says_how_many(tmp_path, file_size_l
     assert tc.run(main(), contexts=1) == data
 
 
-@pytest.mark.parametrize("how", list(_INTERRUPTS))
-def test_bytes_a_fifo_read_to_eof_took_are_not_lost(fifo, contexts, how):
-    """``f.read()`` of a FIFO reads chunk after chunk until EOF: interrupted after a chunk
-    took bytes, it returns what it has, short, and the interrupt lands at the next await
-    (the chunk's own read ends short, and the interrupt would land at the next chunk's)."""
-    path, wfd = fifo
-    interrupt, expected = _INTERRUPTS[how]
-
-    async def main():
-        async with await tc.io.open(path) as f:
-            got = []
-
-            async def reader():
-                got.append(await f.read())
-                await tc.yield_now()  # the interrupt lands here
-
-            t = spawn_here(reader())
-            await wait_blocked(t)
-            interrupt(t)
-            os.write(wfd, PAYLOAD)
-            with pytest.raises(expected):
-                await t
-            rest = len(PAYLOAD) - len(b"".join(got))
-            async with tc.timeout(10):
-                return b"".join(got) + (await f.read_at(rest, 0) if rest else b"")
-
-    assert tc.run(main(), contexts=contexts) == PAYLOAD

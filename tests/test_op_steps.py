@@ -153,17 +153,6 @@ def test_a_subclass_driven_by_hand_runs_its_own_await():
     assert run(main(), 1) == (1, 9, 0)
 
 
-@pytest.fixture
-def fifo(tmp_path):
-    path = tmp_path / "fifo"
-    os.mkfifo(path)
-    wfd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
-    try:
-        yield path, wfd
-    finally:
-        os.close(wfd)
-
-
 def test_a_ring_read_is_its_own_iterator_and_reads_on_after_a_short_read(fifo, contexts):
     path, wfd = fifo
 
