@@ -7,7 +7,6 @@ GIL there is nothing to hand over."""
 from __future__ import annotations
 
 import os
-import resource
 import threading
 
 import pytest
@@ -292,54 +291,3 @@ def test_the_interpreted_wait_consumes_the_count_or_ends_at_its_bound():
             os.eventfd_read(efd)
     finally:
         os.close(efd)
-
-
-NAPPING_TURNS = 20  # turns of the busy context whose hand-over waits for a peer that never runs
-
-
-def _blocked_count() -> int:
-    """How many times this thread has blocked (voluntary context switches): a yield that
-    gives the core away does not count, a nap does."""
-    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
-
-
-def test_a_hand_over_to_a_peer_without_a_cpu_frees_its_core(contexts):
-    """A peer woken on the other core, queued there behind a busy thread, cannot run before
-    that thread's slice ends: yielding leaves the waiting peer where it is (the kernel pulls a
-    queued thread onto a core that goes idle, never onto one that yields), so the hand-over
-    must block. Played here by a peer that says it was woken (its word 1, in its sleep point)
-    but never runs: each of the busy context's turns hands over to it, and each hand-over
-    blocks its thread (counted by the kernel) before its bound ends it. On the old code,
-    1,000 yields per turn: the thread never blocked (0-1 over the 20 turns)."""
-
-    async def main() -> tuple[int, int, int]:
-        me = lowlevel.current_engine()
-        assert me is not None
-        peers = me.scheduler.peers(me)
-        if not peers:
-            return 0, 0, 0
-        target = peers[0]
-        await _until(lambda: target.sleeping and target.sleep_since != 0.0)
-        before, handovers = _blocked_count(), me.handovers
-        target.wake_word[0] = 1  # "woken", with no eventfd write: it sleeps on, never runs
-        try:
-            for _ in range(NAPPING_TURNS):
-                await tc.yield_now()  # one turn each, and its end's hand-over
-        finally:
-            target.wake_word[0] = 0
-        return _blocked_count() - before, me.handovers - handovers, len(peers)
-
-    blocked, handovers, peers = tc.run(main(), contexts=contexts)
-    if not peers or not GIL:
-        assert handovers == 0  # nobody to hand over to, or no GIL to hand over
-        return
-    assert handovers >= NAPPING_TURNS
-    assert blocked >= NAPPING_TURNS, (blocked, handovers)
-
-
-def test_the_interpreted_hand_over_naps_once_yields_are_spent():
-    """The twin does as the C: past its yields, a word nobody clears makes it nap, its
-    thread blocked, up to the naps' bound."""
-    before = _blocked_count()
-    assert not wakeword.hand_over(bytearray(b"\x01"), bytearray(1), 2)
-    assert _blocked_count() - before >= wakeword.HAND_OVER_NAPS

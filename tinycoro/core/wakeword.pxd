@@ -12,10 +12,6 @@ cdef extern from *:
     #include <time.h>
     #include <unistd.h>
 
-    /* wakeword.py's HAND_OVER_NAPS and HAND_OVER_NAP (it says why a hand-over naps) */
-    #define TC_WW_NAPS 16
-    #define TC_WW_NAP_NS 10000L
-
     /* The sleep point. The word is set before Py_END_ALLOW_THREADS asks for the GIL: that is
        the moment a busy peer must learn of, and the one Python code cannot see. Relaxed
        atomics: the word is a hint read at a turn's end, and a late read costs one turn. */
@@ -61,22 +57,17 @@ cdef extern from *:
     /* The hand-over. Once the peer has the GIL (or the bound is reached), the caller's own
        word says "waiting for the GIL" (2) until it has it back: the peer hands it back at its
        turn's end instead of keeping it until the switch interval. Set only after the peer's
-       word cleared, so two contexts never wait on each other's words. A few yields hand the
-       GIL to a peer queued on this core; then naps leave this core idle, where the kernel
-       moves a peer queued behind another thread on another core (a yield never does). */
+       word cleared, so two contexts never wait on each other's words. */
     static int tc_ww_hand_over(PyObject *word, PyObject *own, Py_ssize_t limit) {
         char *w = PyByteArray_AS_STRING(word);
         char *o = PyByteArray_AS_STRING(own);
         Py_ssize_t n = 0;
         int cleared;
-        static const struct timespec nap = {0, TC_WW_NAP_NS};
         Py_BEGIN_ALLOW_THREADS
         while (__atomic_load_n(w, __ATOMIC_RELAXED) && n < limit) {
             sched_yield();
             n++;
         }
-        for (n = 0; __atomic_load_n(w, __ATOMIC_RELAXED) && n < TC_WW_NAPS; n++)
-            nanosleep(&nap, NULL);
         cleared = !__atomic_load_n(w, __ATOMIC_RELAXED);
         __atomic_store_n(o, 2, __ATOMIC_RELAXED);
         Py_END_ALLOW_THREADS

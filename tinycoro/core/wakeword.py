@@ -14,8 +14,7 @@ whoever writes the sleeper's eventfd (``Engine.wake``, under the GIL; the only w
 interpreted, since Python code cannot run before the GIL is back). The sleeper clears it once
 it runs again. A busy peer reads it at the end of each turn and answers with
 :func:`hand_over`: it lets go of the GIL until the word is clear again (the woken context has
-the GIL and runs), at most :data:`HAND_OVER_YIELDS` ``sched_yield`` calls and then at most
-:data:`HAND_OVER_NAPS` naps, which leave its core idle for the peer. No other thread's
+the GIL and runs), at most :data:`HAND_OVER_YIELDS` ``sched_yield`` calls. No other thread's
 ring is read: a ring stays its owner's (docs/design.md, rule 2).
 
 A context that was awake waits for the GIL too, after a call that released it: a submit (the
@@ -38,28 +37,13 @@ from __future__ import annotations
 import os
 import select
 import sys
-import time
 
-__all__ = ["HAND_OVER_NAP", "HAND_OVER_NAPS", "HAND_OVER_YIELDS", "hand_over", "needed", "wait"]
+__all__ = ["HAND_OVER_YIELDS", "hand_over", "needed", "wait"]
 
 #: How many times a busy context yields the CPU at most, its GIL released, for a woken peer to
-#: take the GIL. A yield only lets a thread queued on the yielder's own core run: enough when the
-#: peer was woken there (the common case), useless when it waits behind another thread on the
-#: other core (on 2 cores, the echo's load generator). Yielding on regardless kept the core busy
-#: for nothing: the kernel moves a waiting thread to a core that goes idle, never to one that
-#: spins. With a bound of 1,000 the 2-context echo often served one context's connections at
-#: half the other's rate (p50 0.8-0.9 ms against 0.2 ms) and spent up to 9.7 us of system CPU
-#: per request where one context spends 4.7-6.7 (docs/benchmarks-log.md, "Two contexts: a
-#: hand-over that naps").
-HAND_OVER_YIELDS = 4
-
-#: Then, while the peer still has not taken the GIL, the hand-over naps (``nanosleep``) at most
-#: this many times, :data:`HAND_OVER_NAP` seconds each (plus the kernel's timer slack, ~50 us):
-#: its core goes idle and the kernel pulls the queued peer onto it. The bound keeps a peer that
-#: never runs (a starved thread on a loaded machine) to ~1 ms per turn of the busy context.
-#: The compiled twin's C (wakeword.pxd) has the same two numbers.
-HAND_OVER_NAPS = 16
-HAND_OVER_NAP = 10e-6
+#: take the GIL: a bound, so that a peer that never clears its word (its thread descheduled on a
+#: loaded machine) costs one bounded pause, not a stall. The prototype measured with 1,000.
+HAND_OVER_YIELDS = 1000
 
 # Bound once, as the compiled twin calls the C function: a hand-over's yields are not the sleep
 # point's one yield before it sleeps (Engine._peer_awake), which tests watch through os.
@@ -111,9 +95,7 @@ def wait(word: bytearray, efd: int, timeout: float) -> None:
 
 def hand_over(word: bytearray, own: bytearray, limit: int) -> bool:
     """Let go of the GIL until ``word[0]`` is clear (the woken context whose word it is holds
-    the GIL and runs), yielding the CPU at most *limit* times, then napping at most
-    :data:`HAND_OVER_NAPS` times (its core idle, for the kernel to move the peer there:
-    :data:`HAND_OVER_YIELDS` says why); whether it cleared in time.
+    the GIL and runs), yielding the CPU at most *limit* times; whether it cleared in time.
 
     Compiled, the GIL is released once around the whole loop, and the caller's *own* word
     says 2, "waiting for the GIL", from the loop's end until the GIL is back, so that the
@@ -125,8 +107,4 @@ def hand_over(word: bytearray, own: bytearray, limit: int) -> bool:
         if not word[0]:
             return True
         _sched_yield()
-    for _ in range(HAND_OVER_NAPS):
-        if not word[0]:
-            return True
-        time.sleep(HAND_OVER_NAP)
     return not word[0]
