@@ -45,12 +45,14 @@ def _running_task_py() -> Any:
     return _local.task
 
 
-def _running_task() -> Callable[[], Any]:
+def _compiled_or(name: str, twin: Callable[..., Any]) -> Callable[..., Any]:
+    """``_clocal``'s function *name* where the compiled per-thread state is in use, else its
+    Python *twin* over ``thread_state``: compiled callers cimport the C one under the same name."""
     module = compiled.load("_clocal") if COMPILED else None
-    return module.running_task if module is not None else _running_task_py
+    return getattr(module, name) if module is not None else twin
 
 
-running_task = _running_task()
+running_task = _compiled_or("running_task", _running_task_py)
 """``thread_state.task`` as a call: a compiled hot path that cimports ``_clocal.running_task``
 under this name reads the C thread-local directly (~20 instructions, not ~150; the page-cache
 read_at does, once per read)."""
@@ -60,12 +62,7 @@ def _running_engine_py() -> Any:
     return _local.engine
 
 
-def _running_engine() -> Callable[[], Any]:
-    module = compiled.load("_clocal") if COMPILED else None
-    return module.running_engine if module is not None else _running_engine_py
-
-
-running_engine = _running_engine()
+running_engine = _compiled_or("running_engine", _running_engine_py)
 """``thread_state.engine`` as a call: a compiled hot path that cimports
 ``_clocal.running_engine`` under this name reads the C thread-local directly (a send's and a
 recv's first look at their context)."""
@@ -75,11 +72,6 @@ def _set_running_task_py(task: Any) -> None:
     _local.task = task
 
 
-def _set_running_task() -> Callable[[Any], None]:
-    module = compiled.load("_clocal") if COMPILED else None
-    return module.set_running_task if module is not None else _set_running_task_py
-
-
-set_running_task = _set_running_task()
+set_running_task = _compiled_or("set_running_task", _set_running_task_py)
 """``thread_state.task = task`` as a call: the engine writes it at every step, and compiled it
 cimports ``_clocal.set_running_task`` under this name, a C store (~20 instructions, not ~165)."""
