@@ -241,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         help="only measure CPU over wall, run-queue wait, sleeps and the client's CPU per echo "
         "request of servers KIND, alternating (KIND:VAR=VALUE sets a server's environment)",
     )
+    ap.add_argument(
+        "--setup",
+        nargs="+",
+        metavar="KIND",
+        help="only measure the HTTP-style server's CPU per connection to set one up and to tear "
+        "it down, servers KIND alternating (benchmarks.setupcost; KIND:VAR=VALUE as --utilisation)",
+    )
+    ap.add_argument("--conns", type=int, default=10_000, help="connections (--setup)")
     ap.add_argument("--gilwait", action="store_true",
                     help="only show the tinycoro echo server's waits for the GIL by what its "
                     "threads came back from (perf uprobes; root; use --contexts 2)")
@@ -257,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
 
         tool = "perf" if args.tool == "perf" else "strace"
         return syscalls.main(args.syscalls, args.seconds, args.contexts, tool)
+    if args.setup:
+        from . import setupcost
+
+        return setupcost.main(args.setup, args.conns)
     if args.gilwait:
         from . import gilwait
 
