@@ -16,7 +16,9 @@ uvloop runs with its event loop policy.
 
 With ``TINYCORO_BENCH_PROFILE=<path>`` the tinycoro server profiles its context thread with
 cProfile for ``TINYCORO_BENCH_PROFILE_SECS`` seconds (default 5), then writes the stats to
-*path* and keeps serving.
+*path* and keeps serving. With ``TINYCORO_BENCH_REUSE_PORT=<port>`` (0: a free one) it
+listens with ``SO_REUSEPORT``: several server processes on one port, as ``cluster.serve`` puts
+the engines (workload 7's control series).
 """
 
 from __future__ import annotations
@@ -70,7 +72,11 @@ def serve_tinycoro(contexts: int, handle: Callable[[Any], Awaitable[None]] = tin
         os.rename(path + ".tmp", path)  # the parent waits for this name; serving goes on
 
     async def main() -> None:
-        listener = await tc.net.listen(HOST, 0, backlog=BACKLOG)
+        # TINYCORO_BENCH_REUSE_PORT=<port> (0: a free one) listens with SO_REUSEPORT, so that
+        # several of these processes share one port as cluster.serve's engines do
+        shared = os.environ.get("TINYCORO_BENCH_REUSE_PORT")
+        listener = await tc.net.listen(HOST, int(shared or 0), backlog=BACKLOG,
+                                       reuse_port=shared is not None)
         profile = os.environ.get("TINYCORO_BENCH_PROFILE")
         if profile:
             secs = float(os.environ.get("TINYCORO_BENCH_PROFILE_SECS", "5"))

@@ -14,7 +14,9 @@ per run:
   (``benchmarks/echo_load.c``, as workload 5): the tinycoro echo server of workload 5 in one
   process (1 context) against ``cluster.serve`` of the same handler on both engines, one port
   (``SO_REUSEPORT``: the kernel spreads the connections). Server CPU per request sums both
-  engine processes.
+  engine processes. The control: two plain tinycoro server processes sharing one port the
+  same way, without the cluster (:func:`two_processes`), i.e. what splitting the
+  connections over two processes gives on this machine by itself.
 * **Round trip of a trivial submit**: ``cluster.submit(noop).result()`` one after another,
   beside ipyparallel's own ``apply_sync`` of a plain function on the same engine: what one
   remote task costs above the transport.
@@ -34,6 +36,12 @@ wall time, and on a loaded one in CPU.
 with the 1-process round: when the submits returned, when each engine's first task ran and its
 last ended, when the first and the last result were in hand, and the CPU each engine's
 context, each engine, the controller and the client spent (:func:`split_main`).
+
+``python -m benchmarks.w_cluster echo [rounds]`` splits the echo case per process, in CPU and
+counts rather than wall time (:func:`echo_split_main`): 1 process, the two plain processes and
+2 engines alternating; each server's, the controller's, the client's and the load generator's
+CPU per request, system calls and context switches per request (``perf stat``), how the
+connections were spread, and the ceiling both cores allow.
 """
 
 from __future__ import annotations
@@ -63,15 +71,17 @@ WORKLOAD = "cluster scaling"
 # client's CPU (docs/benchmarks-profiles.md).
 TARGET_CPU = 1.6
 # 2 engines vs 1 process, echo. Not reachable on 2 cores: the load generator shares them and
-# costs 0.8-0.95x the server's CPU per request, so 2 engines reach at most 2S/(S+L) ~ 1.05-1.11x
-# of 1 process even at no extra cost per request (docs/benchmarks-profiles.md, "Cluster: what
-# tinycoro's own layer spends"). Kept as set: the coordinator decides the targets.
+# costs 0.8-1.0x the server's CPU per request, so 2 engines reach at most 2S/(S+L) ~ 1.0-1.1x
+# of 1 process even at no extra cost per request, and two server processes cost 15-35% more
+# per request than one, engines or not (docs/benchmarks-profiles.md, "Cluster echo: where the
+# time goes"). Kept as set: the coordinator decides the targets.
 TARGET_ECHO = 1.3
 
 LOCAL = "tinycoro 1 process"
 ONE = "tinycoro 1 engine"
 TWO = "tinycoro 2 engines"
 TWO_FAN = "tinycoro 2 engines, 1 submit each"
+PAIR = "tinycoro 2 processes, one port"
 PLAIN1 = "plain Python 1 process"
 PLAIN2 = "plain Python 2 processes"
 SUBMIT = "tinycoro submit"
@@ -268,6 +278,19 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def run_on(exe: Any, cfg: Config, port: int, pids: list[int]) -> Sample:
+    """One load generator run against *port*, served by the processes *pids*: the rate, and
+    their CPU per request summed."""
+    before = [echo_procs.cpu_seconds(p) for p in pids]
+    sample = echo_procs.run_load(exe, port, cfg.echo_conns, 64, cfg.echo_seconds)
+    after = [echo_procs.cpu_seconds(p) for p in pids]
+    requests = sample.value * cfg.echo_seconds
+    user = sum(a[0] - b[0] for a, b in zip(after, before))
+    system = sum(a[1] - b[1] for a, b in zip(after, before))
+    return Sample(sample.value, sample.p99_us, sample.p50_us,
+                  (user / requests * 1e6, system / requests * 1e6))
+
+
 class ClusterEcho:
     """``cluster.serve(tinycoro_echo, port)`` awaited by a task of a local scheduler, until
     closed; ``port`` accepts connections once every engine listens."""
@@ -294,14 +317,7 @@ class ClusterEcho:
             return False
 
     def run(self, exe: Any, cfg: Config) -> Sample:
-        before = [echo_procs.cpu_seconds(p) for p in self.pids]
-        sample = echo_procs.run_load(exe, self.port, cfg.echo_conns, 64, cfg.echo_seconds)
-        after = [echo_procs.cpu_seconds(p) for p in self.pids]
-        requests = sample.value * cfg.echo_seconds
-        user = sum(a[0] - b[0] for a, b in zip(after, before))
-        system = sum(a[1] - b[1] for a, b in zip(after, before))
-        return Sample(sample.value, sample.p99_us, sample.p50_us,
-                      (user / requests * 1e6, system / requests * 1e6))
+        return run_on(exe, cfg, self.port, self.pids)
 
     def close(self) -> None:
         self.task.cancel()
@@ -337,13 +353,20 @@ def _cpu_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> C
 
 def _echo_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> Case:
     case = f"echo 64 B, {cfg.echo_conns} conns"
-    ratios = [Ratio(TWO, LOCAL, TARGET_ECHO)]
+    ratios = [Ratio(TWO, LOCAL, TARGET_ECHO), Ratio(PAIR, LOCAL), Ratio(TWO, PAIR)]
     try:
         exe = echo_procs.build_echo_load()
     except echo_procs.EchoLoadMissing as e:
-        return Case(WORKLOAD, case, "req/s", [Series(LOCAL), Series(TWO)], ratios, skip=str(e))
+        return Case(WORKLOAD, case, "req/s", [Series(LOCAL), Series(PAIR), Series(TWO)], ratios,
+                    skip=str(e))
     local = w_echo.servers(stack, {LOCAL: ("tinycoro", 1)})[LOCAL]
     series = [w_echo.series_for(exe, local, cfg, 64, LOCAL)]
+    try:
+        pair = two_processes(stack)
+        port, pids = pair[0].port, [srv.proc.pid for srv in pair]
+        series.append(Series(PAIR, lambda: run_on(exe, cfg, port, pids)))
+    except RuntimeError as e:
+        series.append(Series(PAIR, skip=str(e)))
     if why is None:
         try:
             serve = ClusterEcho(cluster)
@@ -513,13 +536,203 @@ def split_main(rounds: int, total: int = 400_000, parts: int = 8) -> None:
         cluster.stop()
 
 
+def _proc_threads(pid: int) -> dict[str, tuple[float, float, int, int]]:
+    """Per thread of *pid*, by ``name:tid``: (user s, system s, CPU ns from schedstat,
+    voluntary context switches)."""
+    out: dict[str, tuple[float, float, int, int]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+            with open(f"{base}/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(f"{base}/status") as f:
+                vol = next(int(line.split()[1]) for line in f
+                           if line.startswith("voluntary_ctxt_switches"))
+        except (OSError, StopIteration):  # the thread ended meanwhile
+            continue
+        fields = rest.split()
+        name = head.split("(", 1)[1]
+        out[f"{name}:{tid}"] = (int(fields[11]) / tick, int(fields[12]) / tick, ns, vol)
+    return out
+
+
+def _established(pids: list[int], port: int) -> dict[int, int]:
+    """How many connections to *port* each of *pids* holds (accepted, established)."""
+    import psutil
+
+    got = {}
+    for pid in pids:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+        got[pid] = sum(1 for c in conns if c.laddr and c.laddr.port == port
+                       and c.status == psutil.CONN_ESTABLISHED)
+    return got
+
+
+def two_processes(stack: ExitStack) -> list[Any]:
+    """Two plain tinycoro echo server processes (1 context each) listening on one port with
+    ``SO_REUSEPORT``, as ``cluster.serve`` puts the engines, without the cluster: what
+    splitting the connections over two processes costs by itself. Closed with *stack*."""
+    first = echo_procs.EchoServer("tinycoro", 1, env={"TINYCORO_BENCH_REUSE_PORT": "0"})
+    stack.callback(first.close)
+    second = echo_procs.EchoServer("tinycoro", 1, env={"TINYCORO_BENCH_REUSE_PORT": str(first.port)})
+    stack.callback(second.close)
+    return [first, second]
+
+
+def _count_syscalls(pids: list[int]) -> Callable[[], dict[int, dict[str, float]]]:
+    """Start counting the system calls (all, and ``io_uring_enter``) and context switches of
+    each of *pids* with ``perf stat`` (root or a low ``perf_event_paranoid``); the returned
+    function stops the counting and returns the counts by pid (empty without perf)."""
+    import shutil
+    import signal
+
+    events = {"raw_syscalls:sys_enter": "syscalls",
+              "syscalls:sys_enter_io_uring_enter": "io_uring_enter",
+              "syscalls:sys_enter_epoll_wait": "epoll_wait",
+              "context-switches": "switches"}
+    if shutil.which("perf") is None:
+        return lambda: {}
+    procs = {pid: subprocess.Popen(["perf", "stat", "-x,", "-e", ",".join(events), "-p", str(pid)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for pid in pids}
+
+    def stop() -> dict[int, dict[str, float]]:
+        got: dict[int, dict[str, float]] = {}
+        for pid, p in procs.items():
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+            _, err = p.communicate(timeout=30)
+            for line in err.splitlines():
+                parts = line.split(",")
+                if len(parts) > 2 and parts[2] in events and parts[0].isdigit():
+                    got.setdefault(pid, {})[events[parts[2]]] = float(parts[0])
+        return got
+
+    return stop
+
+
+def echo_split_main(rounds: int, seconds: float = 2.0, conns: int = 50) -> None:
+    """The echo case split per process, alternating round by round the 1-process server, two
+    plain server processes on one port (:func:`two_processes`) and ``cluster.serve`` on 2
+    engines: per request, the CPU (us, user + system from ``stat``
+    ticks, total from ``schedstat``) of each engine's context thread and its other threads,
+    the client process (the scheduler awaiting ``serve``, the cluster client's threads), the
+    controller's processes and the load generator (``RUSAGE_CHILDREN``); each context's
+    voluntary context switches (sleeps in ``io_uring_enter``) per request; and how the
+    kernel spread the connections over the engines (sampled early in the run). Medians."""
+    import resource
+    import statistics
+
+    import psutil
+
+    import tinycoro.cluster as tcc
+
+    exe = echo_procs.build_echo_load()
+    cluster = tcc.start(2, contexts=1)
+    with ExitStack() as stack:
+        stack.callback(cluster.stop)
+        serve = ClusterEcho(cluster)
+        stack.callback(serve.close)
+        local = echo_procs.EchoServer("tinycoro", 1)
+        stack.callback(local.close)
+        pair = two_processes(stack)
+        engine_pids = [e.pid for e in cluster.engines]
+        controller = [p.pid for p in psutil.Process().children(recursive=True)
+                      if p.pid not in engine_pids and p.pid not in [s.proc.pid for s in pair]
+                      and "controller" in " ".join(p.cmdline())]
+        targets = {"1 process": (local.port, [local.proc.pid]),
+                   "2 processes": (pair[0].port, [s.proc.pid for s in pair]),
+                   "2 engines": (serve.port, engine_pids)}
+        rows: dict[str, list[dict[str, float]]] = {k: [] for k in targets}
+        spread: dict[str, list[list[int]]] = {}
+        for _ in range(rounds):
+            for name, (port, pids) in targets.items():
+                watched = {"server": pids, "controller": controller, "client": [os.getpid()]}
+                before = {pid: _proc_threads(pid) for ps in watched.values() for pid in ps}
+                kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                proc = subprocess.Popen([str(exe), "127.0.0.1", str(port), str(conns), "64",
+                                         f"{seconds:g}"], stdout=subprocess.PIPE, text=True)
+                counting = _count_syscalls(pids + [proc.pid])
+                time.sleep(seconds / 4)  # connected by then; psutil may take a second here
+                if len(pids) == 2:
+                    spread.setdefault(name, []).append(sorted(_established(pids, port).values()))
+                out, _ = proc.communicate(timeout=seconds + 30)
+                kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                after = {pid: _proc_threads(pid) for pid in before}
+                # the main thread here only starts the load and samples the spread (psutil)
+                after[os.getpid()].pop(f"python:{os.getpid()}", None)
+                syscalls = counting()
+                m = echo_procs._OUT.search(out)
+                assert m is not None, out
+                requests = float(m[1]) * seconds
+                row: dict[str, float] = {"req/s": float(m[1])}
+                for label, ps in watched.items():
+                    for i, pid in enumerate(ps):
+                        tag = label if len(ps) == 1 else f"{label} {i}"
+                        user = system = 0.0
+                        deltas = []  # (CPU ns, voluntary switches) per thread
+                        for key, (u, s, ns, v) in after[pid].items():
+                            u0, s0, ns0, v0 = before[pid].get(key, (0.0, 0.0, 0, 0))
+                            user += u - u0
+                            system += s - s0
+                            deltas.append((ns - ns0, v - v0))
+                        # Python 3.11 names no native thread: the context is the busiest
+                        deltas.sort(reverse=True)
+                        ctx_ns, vol = deltas[0] if deltas else (0, 0)
+                        other_ns = sum(d[0] for d in deltas[1:])
+                        row[f"{tag} user+sys"] = (user + system) / requests * 1e6
+                        row[f"{tag} sys"] = system / requests * 1e6
+                        row[f"{tag} ctx"] = ctx_ns / requests / 1e3
+                        row[f"{tag} other"] = other_ns / requests / 1e3
+                        if label == "server":
+                            row[f"{tag} ctx sleeps"] = vol / requests
+                row["servers user+sys"] = sum(v for k, v in row.items()
+                                              if k.startswith("server") and k.endswith("user+sys"))
+                row["load gen user+sys"] = ((kids1.ru_utime - kids0.ru_utime)
+                                            + (kids1.ru_stime - kids0.ru_stime)) / requests * 1e6
+                for i, pid in enumerate(pids + [proc.pid]):
+                    tag = "load gen" if pid == proc.pid else (
+                        "server" if len(pids) == 1 else f"server {i}")
+                    for event, count in syscalls.get(pid, {}).items():
+                        row[f"{tag} {event}"] = count / requests
+                rows[name].append(row)
+        print(f"echo 64 B, {conns} conns, {seconds:g} s runs, medians of {rounds} alternating; "
+              f"per request, us of CPU (load {os.getloadavg()[0]:.1f})")
+        for name, got in rows.items():
+            print(f"{name}:")
+            for key in got[0]:
+                vals = [r[key] for r in got]
+                if any(vals):
+                    print(f"  {key:28s} {statistics.median(vals):10.3f}  "
+                          f"({min(vals):.3f}-{max(vals):.3f})")
+        # Both cores busy: a rate of at most 2 / (S + L) with S the servers' and L the load
+        # generator's CPU per request; the 1 process at most 1 / S (its core) -- so 2 server
+        # processes reach at most 2 S1 / (S + L) of it, whatever they cost.
+        med = {name: {k: statistics.median(r[k] for r in got) for k in got[0]}
+               for name, got in rows.items()}
+        s1 = med["1 process"]["servers user+sys"]
+        for name, m in med.items():
+            if name != "1 process":
+                bound = 2 * s1 / (m["servers user+sys"] + m["load gen user+sys"])
+                ideal = 2 * s1 / (s1 + m["load gen user+sys"])
+                print(f"{name}: ceiling on 2 cores {bound:.2f}x the 1 process; {ideal:.2f}x at the "
+                      f"1 process's CPU per request; measured {m['req/s'] / med['1 process']['req/s']:.2f}x")
+        for name, counts in spread.items():
+            print(f"connections per process, {name}: {counts}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["phases"]:
         phases_main(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
     elif sys.argv[1:2] == ["split"]:
         split_main(int(sys.argv[2]) if len(sys.argv) > 2 else 10)
+    elif sys.argv[1:2] == ["echo"]:
+        echo_split_main(int(sys.argv[2]) if len(sys.argv) > 2 else 6)
     elif sys.argv[1:] == ["worker"]:
         worker_main()
     else:
         raise SystemExit("usage: python -m benchmarks.w_cluster worker | phases [rounds] | "
-                         "split [rounds]")
+                         "split [rounds] | echo [rounds]")

@@ -55,6 +55,15 @@ def test_every_engine_has_a_channel_and_submits_skip_ipyparallel(cluster):
     assert requests_sent(cluster) == before  # not one apply request for 14 tasks
 
 
+def test_a_task_sent_by_the_channel_runs_under_the_channels_own_request(cluster):
+    # A batch from the channel has no shell request: its tasks go under one the engine made
+    # for the channel, not whatever request the serving task's context last held (the set-up
+    # apply request this client sent through ipyparallel at start, which lives on there).
+    header, engine_session = cluster.submit(h.kernel_request, engine=0).result(T)
+    assert header["session"] == engine_session, "the task runs under a request of the client's"
+    assert header["msg_id"] not in cluster.client.history
+
+
 def test_a_remote_error_comes_home_with_its_traceback_by_the_channel(cluster):
     before = requests_sent(cluster)
     t = cluster.submit(h.boom, "by the channel", engine=1)

@@ -380,3 +380,12 @@ def stop_this_engines_scheduler() -> None:
     from tinycoro.core import get_default_scheduler
 
     get_default_scheduler().stop()
+
+
+async def kernel_request():
+    """The engine kernel's own parent (the request the task came in) in this task's context:
+    its header, and the engine's session id."""
+    from IPython import get_ipython
+
+    kernel = get_ipython().kernel
+    return kernel.get_parent("shell")["header"], kernel.session.session

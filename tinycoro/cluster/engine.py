@@ -105,9 +105,13 @@ class Agent:
         they call, each once however many tasks call it. Per task, in order: its task id, or
         the error outcome (``messages.error_outcome``) of why it could not start, so one
         task's bad argument fails that task alone. A scheduler that is not running fails the
-        request, i.e. every task of it."""
+        request, i.e. every task of it. *request*: the request the tasks go under (None: the
+        shell's, i.e. the apply request running now; the task channel passes its own, since
+        the kernel's parent where a channel batch starts is whatever request that context
+        last held)."""
         sched = self.scheduler()
-        request = without_buffers(self.kernel.get_parent("shell"))  # once for the batch
+        if request is None:
+            request = without_buffers(self.kernel.get_parent("shell"))  # once for the batch
         # Each function unpacked once; one that does not unpack fails every task calling it
         # with the same outcome (formatted once, not re-raised per task).
         loaded: list[tuple[Any, Any]] = []  # (function, None) or (None, its error outcome)
