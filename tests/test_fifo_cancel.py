@@ -14,6 +14,7 @@ import termios
 import pytest
 
 import tinycoro as tc
+from tinycoro.io.ops import RingRead
 from tinycoro.testing import is_blocked, wait_blocked
 
 from helpers.runtime import cancel_and_wait
@@ -262,3 +263,55 @@ def test_a_write_that_fails_after_bytes_went_says_how_many(tmp_path, file_size_l
     assert tc.run(main(), contexts=1) == data
 
 
+
+
+# -- read_file: the whole-file read closes its file after the read -------------------------------
+# Its read of a FIFO ends short on an interrupt and leaves the interrupt for the next await, as
+# f.read() does; read_file's own next await is its file's close, so the close must not be where
+# the interrupt lands, or the bytes the read took vanish with it.
+
+
+def _expire(scope: tc.timeout) -> None:
+    """What the engine's deadline heap does when *scope*'s time passes, done by hand: so that
+    the expiry and the writer's bytes land in one turn, whatever the machine's load."""
+    scope._fire()
+
+
+@pytest.mark.parametrize("how", [*_INTERRUPTS, "timeout"])
+def test_read_file_of_a_fifo_keeps_the_bytes_it_took_from_any_interrupt(fifo, contexts, how):
+    """``tc.io.read_file`` of a FIFO interrupted after its read took bytes returns them, short,
+    as ``f.read()`` does, and the interrupt lands at the caller's next await (for a timeout:
+    TimeoutError at the block's end, the bytes already the caller's)."""
+    path, wfd = fifo
+    expected = TimeoutError if how == "timeout" else _INTERRUPTS[how][1]
+
+    async def main():
+        got = []
+        scopes = []
+
+        async def reader():
+            if how == "timeout":
+                async with tc.timeout(3600) as scope:
+                    scopes.append(scope)
+                    got.append(await tc.io.read_file(path))
+                    await tc.yield_now()  # the interrupt lands here
+            else:
+                got.append(await tc.io.read_file(path))
+                await tc.yield_now()  # the interrupt lands here
+
+        t = spawn_here(reader())
+        # In the ring's read of the empty FIFO (not its open, which is a ring op too).
+        await until(lambda: is_blocked(t) and isinstance(t.waiting_on(), RingRead))
+        if how == "timeout":
+            _expire(scopes[0])
+        else:
+            _INTERRUPTS[how][0](t)
+        os.write(wfd, PAYLOAD)  # completes the read in this same step, before the interrupt acts
+        with pytest.raises(expected):
+            await t
+        # The read took what the FIFO held; what it did not take is still there.
+        return b"".join(got) + _drain(wfd), got
+
+    data, got = tc.run(main(), contexts=contexts)
+    assert data == PAYLOAD
+    assert got, "read_file raised instead of returning the bytes it took"

@@ -234,15 +234,29 @@ def _keep_taken(fd: int, interrupt: BaseException) -> bool:
     *interrupt* is whatever was thrown in at the read's await: ``tc.Cancelled`` (a cancel, an
     expired timeout), but as well anything ``task.interrupt`` delivers (a notebook's Ctrl-C is
     KeyboardInterrupt, an asyncio cancel of a ``tc.aio`` cell asyncio.CancelledError): each
-    would drop the bytes alike. Not GeneratorExit: the coroutine is being closed (rule 13),
-    it has no next await, and it must not run on as if the read had returned."""
+    would drop the bytes alike. Not GeneratorExit: see :func:`queue_again`."""
     if isinstance(interrupt, GeneratorExit):
         return False
+    return takes_for_good(fd) and queue_again(interrupt)
+
+
+def takes_for_good(fd: int) -> bool:
+    """Whether what a read takes from *fd* is gone from the file: a FIFO, a pipe, a character
+    device, not a regular file or block device (which give the bytes again). False once *fd*
+    is closed."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:  # closed meanwhile: the interrupt goes on as before
         return False
-    if stat.S_ISREG(mode) or stat.S_ISBLK(mode):
+    return not (stat.S_ISREG(mode) or stat.S_ISBLK(mode))
+
+
+def queue_again(interrupt: BaseException) -> bool:
+    """*interrupt*, thrown in where a read's bytes must be its result instead, queued again for
+    the running task's next await; False (nothing queued) for GeneratorExit: the coroutine is
+    being closed (rule 13), it has no next await, and it must not run on as if the read had
+    returned."""
+    if isinstance(interrupt, GeneratorExit):
         return False
     task = running_task()
     if task is None:  # pragma: no cover - only a tinycoro task's read gets here
