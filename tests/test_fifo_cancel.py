@@ -315,3 +315,65 @@ def test_read_file_of_a_fifo_keeps_the_bytes_it_took_from_any_interrupt(fifo, co
     data, got = tc.run(main(), contexts=contexts)
     assert data == PAYLOAD
     assert got, "read_file raised instead of returning the bytes it took"
+
+
+# -- the same reads in an asyncio task (the ring hosted by its loop) -----------------------------
+_ASYNCIO_READS = {**_READS, "read_file": None}
+
+
+@pytest.mark.parametrize("read", list(_ASYNCIO_READS))
+def test_an_asyncio_task_s_fifo_read_keeps_the_bytes_it_took_from_a_cancel(fifo, read):
+    """In an asyncio task, a FIFO read cancelled as it reads on after taking bytes returns
+    them, short, and the cancellation is asked for again, for the task's next await: as in a
+    tinycoro task (the ring is the loop's own here, so there are no contexts to vary)."""
+    from tinycoro.aio.host import host_for
+
+    path, wfd = fifo
+
+    async def main():
+        host = None
+        async with _asyncio_file(path) as f:
+            got = []
+
+            async def reader():
+                if read == "read_file":
+                    got.append(await tc.io.read_file(path))
+                else:
+                    got.append(await _READS[read](f))
+                await asyncio.sleep(0)  # the cancellation lands here
+
+            t = asyncio.ensure_future(reader())
+            host = host_for(asyncio.get_running_loop())
+            reads = lambda: [op for op in host.inflight.values() if isinstance(op, RingRead)]  # noqa: E731
+            for _ in range(10_000):  # until the read waits in the ring (its open is a ring op too)
+                if reads():
+                    break
+                await asyncio.sleep(0)
+            first = reads()[0]
+            os.write(wfd, PAYLOAD)
+            for _ in range(10_000):  # until it took the bytes and reads on for the rest
+                if first.got or first.args[3] > 0 or not reads():
+                    break
+                await asyncio.sleep(0)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            return b"".join(got) + _drain(wfd), got
+
+    data, got = asyncio.run(main())
+    assert data == PAYLOAD
+    assert got, "the read raised instead of returning the bytes it took"
+
+
+class _asyncio_file:
+    """``async with``: the FIFO opened for reading in the running asyncio task."""
+
+    def __init__(self, path):
+        self.path = path
+
+    async def __aenter__(self):
+        self.f = await tc.io.open(self.path)
+        return self.f
+
+    async def __aexit__(self, *exc):
+        await self.f.close()

@@ -307,6 +307,15 @@ class AioWaiter:
             if ticket is not None and ticket.undo is not None:
                 ticket.undo(value)
 
+    def interrupt(self, exc: BaseException) -> bool:
+        """Queue *exc*, absorbed by an await that returns instead (a FIFO read's bytes),
+        for the asyncio task's next await, as ``Task.interrupt`` does for a tinycoro task;
+        its own thread. Only a cancellation can be asked for again: False for anything else."""
+        if not isinstance(exc, _CancelledError) or threading.get_ident() != self._thread:
+            return False
+        _recancel()
+        return True
+
     def _deliver(self, value: Any) -> None:
         fut = self._fut
         if fut is not None and not fut.done():

@@ -13,7 +13,7 @@ from ..core import iterslots
 from ..core.iterslots import END
 from ..core.local import running_task
 from ..core.local import thread_state as _local
-from ..core.traps import Op, run_outside, thrown
+from ..core.traps import Op, foreign_waiter, run_outside, thrown
 from ..uring import prep_read, prep_write
 
 __all__ = ["CURRENT_POSITION", "RingRead", "RingWrite", "ring_read"]
@@ -104,8 +104,15 @@ class RingRead(ResourceOp):
                         if not _keep_taken(self.args[0], interrupt):
                             raise
                         break  # the bytes taken are the result, short
-                else:
+                elif not got:
                     res = yield from run_outside(self)
+                else:
+                    try:
+                        res = yield from run_outside(self)
+                    except BaseException as interrupt:
+                        if not _keep_taken(self.args[0], interrupt):
+                            raise
+                        break  # the bytes taken are the result, short
                 got = self._took(got, res)
                 if got < 0:
                     got = ~got
@@ -259,8 +266,9 @@ def queue_again(interrupt: BaseException) -> bool:
     if isinstance(interrupt, GeneratorExit):
         return False
     task = running_task()
-    if task is None:  # pragma: no cover - only a tinycoro task's read gets here
-        return False
+    if task is None:  # an asyncio task's read, on its loop's ring: its stand-in asks again
+        waiter = foreign_waiter()
+        return waiter is not None and bool(waiter.interrupt(interrupt.with_traceback(None)))
     task.interrupt(interrupt.with_traceback(None))
     return True
 
