@@ -14,6 +14,7 @@ import termios
 import pytest
 
 import tinycoro as tc
+from tinycoro.io.ops import RingRead
 from tinycoro.testing import is_blocked, wait_blocked
 
 from helpers.runtime import cancel_and_wait
@@ -262,3 +263,117 @@ def test_a_write_that_fails_after_bytes_went_says_how_many(tmp_path, file_size_l
     assert tc.run(main(), contexts=1) == data
 
 
+
+
+# -- read_file: the whole-file read closes its file after the read -------------------------------
+# Its read of a FIFO ends short on an interrupt and leaves the interrupt for the next await, as
+# f.read() does; read_file's own next await is its file's close, so the close must not be where
+# the interrupt lands, or the bytes the read took vanish with it.
+
+
+def _expire(scope: tc.timeout) -> None:
+    """What the engine's deadline heap does when *scope*'s time passes, done by hand: so that
+    the expiry and the writer's bytes land in one turn, whatever the machine's load."""
+    scope._fire()
+
+
+@pytest.mark.parametrize("how", [*_INTERRUPTS, "timeout"])
+def test_read_file_of_a_fifo_keeps_the_bytes_it_took_from_any_interrupt(fifo, contexts, how):
+    """``tc.io.read_file`` of a FIFO interrupted after its read took bytes returns them, short,
+    as ``f.read()`` does, and the interrupt lands at the caller's next await (for a timeout:
+    TimeoutError at the block's end, the bytes already the caller's)."""
+    path, wfd = fifo
+    expected = TimeoutError if how == "timeout" else _INTERRUPTS[how][1]
+
+    async def main():
+        got = []
+        scopes = []
+
+        async def reader():
+            if how == "timeout":
+                async with tc.timeout(3600) as scope:
+                    scopes.append(scope)
+                    got.append(await tc.io.read_file(path))
+                    await tc.yield_now()  # the interrupt lands here
+            else:
+                got.append(await tc.io.read_file(path))
+                await tc.yield_now()  # the interrupt lands here
+
+        t = spawn_here(reader())
+        # In the ring's read of the empty FIFO (not its open, which is a ring op too).
+        await until(lambda: is_blocked(t) and isinstance(t.waiting_on(), RingRead))
+        if how == "timeout":
+            _expire(scopes[0])
+        else:
+            _INTERRUPTS[how][0](t)
+        os.write(wfd, PAYLOAD)  # completes the read in this same step, before the interrupt acts
+        with pytest.raises(expected):
+            await t
+        # The read took what the FIFO held; what it did not take is still there.
+        return b"".join(got) + _drain(wfd), got
+
+    data, got = tc.run(main(), contexts=contexts)
+    assert data == PAYLOAD
+    assert got, "read_file raised instead of returning the bytes it took"
+
+
+# -- the same reads in an asyncio task (the ring hosted by its loop) -----------------------------
+_ASYNCIO_READS = {**_READS, "read_file": None}
+
+
+@pytest.mark.parametrize("read", list(_ASYNCIO_READS))
+def test_an_asyncio_task_s_fifo_read_keeps_the_bytes_it_took_from_a_cancel(fifo, read):
+    """In an asyncio task, a FIFO read cancelled as it reads on after taking bytes returns
+    them, short, and the cancellation is asked for again, for the task's next await: as in a
+    tinycoro task (the ring is the loop's own here, so there are no contexts to vary)."""
+    from tinycoro.aio.host import host_for
+
+    path, wfd = fifo
+
+    async def main():
+        host = None
+        async with _asyncio_file(path) as f:
+            got = []
+
+            async def reader():
+                if read == "read_file":
+                    got.append(await tc.io.read_file(path))
+                else:
+                    got.append(await _READS[read](f))
+                await asyncio.sleep(0)  # the cancellation lands here
+
+            t = asyncio.ensure_future(reader())
+            host = host_for(asyncio.get_running_loop())
+            reads = lambda: [op for op in host.inflight.values() if isinstance(op, RingRead)]  # noqa: E731
+            for _ in range(10_000):  # until the read waits in the ring (its open is a ring op too)
+                if reads():
+                    break
+                await asyncio.sleep(0)
+            first = reads()[0]
+            os.write(wfd, PAYLOAD)
+            for _ in range(10_000):  # until it took the bytes and reads on for the rest
+                if first.got or first.args[3] > 0 or not reads():
+                    break
+                await asyncio.sleep(0)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+            return b"".join(got) + _drain(wfd), got
+
+    data, got = asyncio.run(main())
+    assert data == PAYLOAD
+    assert got, "the read raised instead of returning the bytes it took"
+
+
+class _asyncio_file:
+    """``async with``: the FIFO opened for reading in the running asyncio task."""
+
+    def __init__(self, path):
+        self.path = path
+
+    async def __aenter__(self):
+        self.f = await tc.io.open(self.path)
+        return self.f
+
+    async def __aexit__(self, *exc):
+        await self.f.close()

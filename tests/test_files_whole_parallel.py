@@ -307,3 +307,31 @@ def test_closing_the_file_ends_a_split_read_in_both_halves(contexts, split, tmp_
         got = s.run_sync(main(), timeout=100)
     assert got is None or got == data
     assert all(c.io_inflight == 0 for c in s.stats().contexts)
+
+
+def test_a_split_read_in_an_abandoned_finally_leaves_nothing_in_the_kernel(contexts, split, tmp_path):
+    """A task its scheduler abandons (stop past its timeout) runs its finally block on a
+    stopped engine, where no await can suspend. A split read started there hands its back half
+    to the kernel at once (the engine's ``arm_now``), before its first await is refused: the
+    stop must still have that read's completion in before it closes the ring (rule 8), or the
+    kernel's worker goes on copying into a buffer that Python is free to let go."""
+    path = tmp_path / "big"
+    cached_file(path, os.urandom(4 * MiB))
+    s = tc.Scheduler(contexts).start()
+    ready = tc.Latch(1)
+
+    async def holder():
+        async with await tc.io.open(path) as f:
+            try:
+                ready.count_down()
+                await tc.Event().wait()
+            finally:
+                await f.read()  # its back half goes to the kernel before the refusal
+
+    t = s.submit(holder())
+    s.run_sync(ready.wait(), timeout=10)
+    s.stop(timeout=0)
+    assert t.cancelled()
+    assert split, "no back half was started in the finally block"
+    left = [op for e in s._engines for op in e.inflight.values()]
+    assert left == [], f"the ring was closed with {left} in the kernel"

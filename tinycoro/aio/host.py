@@ -10,8 +10,7 @@ into asyncio futures of the running loop:
 * a :class:`~tinycoro.core.traps.Park` waits on the asyncio task's stand-in, an
   :class:`AioWaiter`, whose ``wake`` (called by a primitive on any thread) reaches the loop
   through ``loop.call_soon_threadsafe``;
-* ``YIELD`` is a bare ``yield`` (asyncio's ``sleep(0)``), and ``await task`` of a tinycoro Task
-  waits for its done callback;
+* ``YIELD`` is a bare ``yield`` (``sleep(0)``); ``await task`` waits for its done callback;
 * a :class:`~tinycoro.core.deadlines.Sleep` (``tc.sleep``) waits on the loop's own timers, as
   ``asyncio.sleep`` does, for the deadline taken at the call; nothing of it is in the kernel.
 
@@ -24,10 +23,9 @@ already produced a result that nothing can give back (bytes received, an Event's
 result is returned and the cancellation is requested again, to be raised at the task's next
 await: the way a tinycoro task sees it, and nothing is lost.
 
-Lifetime: the hosted ring closes when the loop closes. ``asyncio.run`` and ``uvloop.run`` call
-``loop.shutdown_asyncgens()`` before ``loop.close()``; the host registers a one-step async
-generator with the loop, whose ``finally`` closes the ring then. A ``weakref.finalize`` on the
-loop is the backstop for loops closed without that call.
+Lifetime: the hosted ring closes with the loop: ``asyncio.run`` and ``uvloop.run`` call
+``loop.shutdown_asyncgens()`` first, and a one-step async generator the host registers closes
+the ring in its ``finally``; a ``weakref.finalize`` on the loop is the backstop.
 """
 
 from __future__ import annotations
@@ -220,8 +218,7 @@ class LoopHost(RingOwner):
         ring.close()
 
 
-def _finalize(host: LoopHost) -> None:
-    # weakref.finalize backstop: the loop was collected without shutdown_asyncgens().
+def _finalize(host: LoopHost) -> None:  # the backstop: the loop went without shutdown_asyncgens()
     host.close()
 
 
@@ -307,6 +304,10 @@ class AioWaiter:
             if ticket is not None and ticket.undo is not None:
                 ticket.undo(value)
 
+    def interrupt(self, exc: BaseException) -> bool:  # own thread; as Task.interrupt queues one
+        """Ask again for a cancel an await absorbed (a FIFO read's bytes are its result)."""
+        return isinstance(exc, _CancelledError) and _recancel()
+
     def _deliver(self, value: Any) -> None:
         fut = self._fut
         if fut is not None and not fut.done():
@@ -370,19 +371,18 @@ def _handed_over(ticket: Park, value: Any) -> Any:
     return value
 
 
-def _recancel() -> None:
-    """Ask again for the cancellation that this await absorbed, for the task's next await.
-
-    ``uncancel()`` first keeps the task's count of cancel requests as it was, so that
-    ``asyncio.timeout`` still recognises its own cancellation at the next await.
-    """
+def _recancel() -> bool:
+    """Ask again for the cancel this await absorbed, for the task's next await (False: no task).
+    ``uncancel()`` first keeps the task's count of cancel requests, so that ``asyncio.timeout``
+    still recognises its own cancellation at the next await."""
     task = _current_task()
     if task is None:
-        return
+        return False
     uncancel = getattr(task, "uncancel", None)
     if uncancel is not None:
         uncancel()
     task.cancel()
+    return True
 
 
 def current_waiter() -> AioWaiter | None:

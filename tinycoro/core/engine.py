@@ -796,6 +796,9 @@ class Engine(RingOwner):
                     _local.task = None
                 task._retrieved = True  # the caller reports this ending, not the GC
                 self._finish(task, None, error if error is not None else Cancelled(), report=False)
+            # A finally block may have started kernel work that no await waits for (a split
+            # read's back half goes in at once, before its await is refused): in too, rule 8.
+            self._drain()
         finally:
             self.abandoning = False
             try:

@@ -23,7 +23,8 @@ half, cancels the back half in the kernel and waits for its completion before th
 leaves :func:`fill` (the wait cannot itself be interrupted: its ``abort`` only asks the
 kernel), so when a cancelled ``read_file`` returns nothing writes into the buffer any more,
 and the buffer is never handed out. Only an engine that abandons its tasks (shutdown) skips the
-wait, having drained the ring first.
+wait: it drains its ring before it closes their coroutines, and again after, for a split read
+that a ``finally`` block started there (its back half goes in before its await is refused).
 """
 
 from __future__ import annotations
@@ -127,6 +128,12 @@ class BackHalf(ResourceOp):
         buffer the reader's again (the interrupt is delivered at that wake)."""
         if not self.done:
             self.engine.cancel_op(self)
+            if self.engine.abandoning:
+                # Its engine is closing the reader's coroutine (rule 13) and reaps nothing
+                # until it drains its ring, which waits for this completion (rule 8): no wake
+                # comes before, so the reader is off now (kept, it was waited for in vain).
+                self.waiter = None
+                return True
         return False
 
     # Both waits keep the reader parked until the completion (see _abort). At the result's
@@ -145,14 +152,14 @@ class BackHalf(ResourceOp):
     async def settle(self) -> None:
         """After the reader failed or was interrupted: cancel the read in the kernel and wait
         for its completion, which nothing else ends (the ticket's abort never lets go before
-        it, and an interrupt arriving meanwhile waits for the next await). Not needed in a
-        task its engine abandons: the engine drained its ring (every completion in) before
-        it closes the task's coroutine, where no await could complete."""
+        it, and an interrupt arriving meanwhile waits for the next await). Not done in a
+        task its engine abandons, where no await could complete: the engine drains its ring
+        (every completion in) after it closed the task's coroutine."""
         if self.done:
             return
         self.engine.cancel_op(self)
         task = _local.task
-        if task.abandoning():  # (unreached: drained first) the op in flight holds the buffer
+        if task.abandoning():  # the engine's drain after the close waits for it (op holds buffer)
             return
         self.waiter = task
         await park(Park(self._abort, self))

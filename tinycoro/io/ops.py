@@ -13,7 +13,7 @@ from ..core import iterslots
 from ..core.iterslots import END
 from ..core.local import running_task
 from ..core.local import thread_state as _local
-from ..core.traps import Op, run_outside, thrown
+from ..core.traps import Op, foreign_waiter, run_outside, thrown
 from ..uring import prep_read, prep_write
 
 __all__ = ["CURRENT_POSITION", "RingRead", "RingWrite", "ring_read"]
@@ -104,8 +104,15 @@ class RingRead(ResourceOp):
                         if not _keep_taken(self.args[0], interrupt):
                             raise
                         break  # the bytes taken are the result, short
-                else:
+                elif not got:
                     res = yield from run_outside(self)
+                else:
+                    try:
+                        res = yield from run_outside(self)
+                    except BaseException as interrupt:
+                        if not _keep_taken(self.args[0], interrupt):
+                            raise
+                        break  # the bytes taken are the result, short
                 got = self._took(got, res)
                 if got < 0:
                     got = ~got
@@ -234,19 +241,34 @@ def _keep_taken(fd: int, interrupt: BaseException) -> bool:
     *interrupt* is whatever was thrown in at the read's await: ``tc.Cancelled`` (a cancel, an
     expired timeout), but as well anything ``task.interrupt`` delivers (a notebook's Ctrl-C is
     KeyboardInterrupt, an asyncio cancel of a ``tc.aio`` cell asyncio.CancelledError): each
-    would drop the bytes alike. Not GeneratorExit: the coroutine is being closed (rule 13),
-    it has no next await, and it must not run on as if the read had returned."""
+    would drop the bytes alike. Not GeneratorExit: see :func:`queue_again`."""
     if isinstance(interrupt, GeneratorExit):
         return False
+    return takes_for_good(fd) and queue_again(interrupt)
+
+
+def takes_for_good(fd: int) -> bool:
+    """Whether what a read takes from *fd* is gone from the file: a FIFO, a pipe, a character
+    device, not a regular file or block device (which give the bytes again). False once *fd*
+    is closed."""
     try:
         mode = os.fstat(fd).st_mode
     except OSError:  # closed meanwhile: the interrupt goes on as before
         return False
-    if stat.S_ISREG(mode) or stat.S_ISBLK(mode):
+    return not (stat.S_ISREG(mode) or stat.S_ISBLK(mode))
+
+
+def queue_again(interrupt: BaseException) -> bool:
+    """*interrupt*, thrown in where a read's bytes must be its result instead, queued again for
+    the running task's next await; False (nothing queued) for GeneratorExit: the coroutine is
+    being closed (rule 13), it has no next await, and it must not run on as if the read had
+    returned."""
+    if isinstance(interrupt, GeneratorExit):
         return False
     task = running_task()
-    if task is None:  # pragma: no cover - only a tinycoro task's read gets here
-        return False
+    if task is None:  # an asyncio task's read, on its loop's ring: its stand-in asks again
+        waiter = foreign_waiter()
+        return waiter is not None and bool(waiter.interrupt(interrupt.with_traceback(None)))
     task.interrupt(interrupt.with_traceback(None))
     return True
 

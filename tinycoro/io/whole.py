@@ -15,6 +15,7 @@ from ..core.engine import spend_inline
 from ..core.local import thread_state as _local
 from ..core.traps import consume_budget
 from .file import FILL_CHUNK, AsyncFile, open
+from .ops import queue_again, takes_for_good
 from .pagecache import inline_reads, read_cached_file
 from .paths import PathLike
 
@@ -39,10 +40,32 @@ async def read_file(path: PathLike) -> bytes:
             # Opened inline but not read: the rest is the general path's, on this descriptor.
             name = os.fsdecode(path_bytes(path))
             f = AsyncFile(got, name, "rb", True, False, False, False, inline_reads(got))
-            async with f:
-                return await f.read()
-    async with await open(path, "rb") as f:
-        return await f.read()
+            return await _read_then_close(f)
+    return await _read_then_close(await open(path, "rb"))
+
+
+async def _read_then_close(f: AsyncFile) -> bytes:
+    """*f* read to its end, then closed.
+
+    A read of a FIFO (a pipe, a character device) that an interrupt cut short after it took
+    bytes returns them and leaves the interrupt for the task's next await (``io/ops``'
+    ``_keep_taken``). Here that await is the close, and the bytes, gone from the FIFO, would
+    go with the exception. So the close releases the descriptor whatever lands there (rule
+    10), and then the interrupt goes on to the caller's next await and the bytes are the
+    result, as ``f.read()``'s are. A file that gives its bytes again (a regular one) keeps
+    the interrupt at the close; a failure of the close itself (an OSError) is raised."""
+    try:
+        data = await f.read()
+    except BaseException:
+        await f.close()
+        raise
+    gone = bool(data) and takes_for_good(f.fileno())
+    try:
+        await f.close()
+    except BaseException as interrupt:
+        if not gone or isinstance(interrupt, OSError) or not queue_again(interrupt):
+            raise
+    return data
 
 
 async def write_file(path: PathLike, data: Any) -> int:
