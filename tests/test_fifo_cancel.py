@@ -262,3 +262,22 @@ def test_a_write_that_fails_after_bytes_went_says_how_many(tmp_path, file_size_l
     assert tc.run(main(), contexts=1) == data
 
 
+
+
+def test_an_empty_write_interrupted_leaves_the_position(tmp_path, contexts):
+    """An empty write writes nothing, so the position stays, whatever the interrupt raised at
+    its await carries: one that ended an earlier write (re-delivered by whoever caught it)
+    still has that write's ``characters_written``."""
+    path = tmp_path / "f"
+
+    async def main():
+        async with await tc.io.open(path, "wb") as f:
+            earlier = KeyboardInterrupt()
+            earlier.characters_written = 5  # as the write it ended left it
+            tc.lowlevel.interrupt(tc.current_task(), earlier)
+            with pytest.raises(KeyboardInterrupt):
+                await f.write(b"")
+            await f.write(b"ab")
+        return path.read_bytes()
+
+    assert tc.run(main(), contexts=contexts) == b"ab"
