@@ -318,24 +318,31 @@ def test_every_augmenting_pxd_ships_in_the_sdist_and_the_wheel():
         assert (root / Path(*name.split("."))).with_suffix(".pxd").exists(), name
 
 
+def _setup_py(monkeypatch) -> dict:
+    """setup.py's globals, loaded without building anything. Its build command is what the
+    callers test; a venv that got tinycoro from a wheel (pip builds in an isolated
+    environment) has no setuptools to load it with: they are skipped there."""
+    import runpy
+
+    setuptools = pytest.importorskip("setuptools")
+    root = Path(__file__).resolve().parent.parent
+    monkeypatch.chdir(root)
+    monkeypatch.delenv(compiled.PURE_VAR, raising=False)
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: kw)  # load setup.py, build nothing
+    return runpy.run_path(str(root / "setup.py"))
+
+
 @pytest.mark.timeout(300)
 def test_the_build_record_holds_the_source_as_it_was_when_the_build_began(tmp_path, monkeypatch):
     # A source edited while a build runs (cythonize has read it, the C compiler is busy) must
     # leave that build stale: the record holds the hash taken before the build read anything,
     # not one taken after the compile, which would vouch for code the build never saw.
-    import runpy
-
-    # setup.py's build command is what is under test; a venv that got tinycoro from a wheel
-    # (pip builds in an isolated environment) has no setuptools to load it with.
-    setuptools = pytest.importorskip("setuptools")
+    import setuptools
 
     root = Path(__file__).resolve().parent.parent
     name = "tinycoro._cring"
     before = compiled.source_hash(str(root / "tinycoro"), name)
-    monkeypatch.chdir(root)
-    monkeypatch.delenv(compiled.PURE_VAR, raising=False)
-    monkeypatch.setattr(setuptools, "setup", lambda **kw: kw)  # load setup.py, build nothing
-    build_ext = runpy.run_path(str(root / "setup.py"))["OptionalBuildExt"]
+    build_ext = _setup_py(monkeypatch)["OptionalBuildExt"]
     # the source changes now, after the build began: every later look at it sees the edit
     at_build = build_ext._write_build_record.__globals__
     edited = at_build["_compiled_module"]()
@@ -347,6 +354,41 @@ def test_the_build_record_holds_the_source_as_it_was_when_the_build_began(tmp_pa
     cmd._write_build_record()
     record = json.loads((tmp_path / "tinycoro" / compiled.BUILD_RECORD).read_text())
     assert record[compiled.build_key()] == {name: before}
+
+
+@pytest.mark.timeout(300)
+def test_a_compiler_that_refuses_the_tls_dialect_still_builds_clocal(monkeypatch):
+    # _clocal asks for TLS descriptors on x86-64 (-mtls-dialect=gnu2), which gcc takes and
+    # clang only from 19 on. Every compiled hot module cimports _clocal, so a compiler that
+    # refused the flag must still build it, without the flag: failed, it took them all along.
+    import setuptools
+    from setuptools import Extension
+    from setuptools.errors import CompileError
+
+    ns = _setup_py(monkeypatch)
+    flags = ns["_TLS_ARGS"].get("tinycoro._clocal", ())
+    if not flags:
+        pytest.skip("the TLS dialect is asked for on x86-64 only")
+    built, tried = [], []
+
+    def build_extension(ext):  # as clang 18 answers the flag; _cfile fails whatever it gets
+        tried.append(list(ext.extra_compile_args))
+        if ext.name != "tinycoro._clocal":
+            raise CompileError("some other error")
+        if any(a.startswith("-mtls-dialect") for a in ext.extra_compile_args):
+            raise CompileError("unsupported argument 'gnu2' to option '-mtls-dialect='")
+        built.append(ext.name)
+
+    cmd = ns["OptionalBuildExt"](setuptools.Distribution())
+    monkeypatch.setattr(cmd, "build_extension", build_extension)
+    clocal = Extension("tinycoro._clocal", ["_clocal.c"], extra_compile_args=["-O2", *flags])
+    assert cmd._try_build(clocal) is None
+    assert built == ["tinycoro._clocal"] and clocal.extra_compile_args == ["-O2"]
+    assert tried == [["-O2", *flags], ["-O2"]]
+    # a module that fails for any other reason is tried once, and its error kept
+    other = Extension("tinycoro._cfile", ["_cfile.c"], extra_compile_args=["-O2"])
+    assert isinstance(cmd._try_build(other), CompileError)
+    assert tried[2:] == [["-O2"]]
 
 
 def _checkout_cimporting_headers(root: Path) -> Path:

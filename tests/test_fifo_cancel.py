@@ -265,6 +265,25 @@ def test_a_write_that_fails_after_bytes_went_says_how_many(tmp_path, file_size_l
 
 
 
+def test_an_empty_write_interrupted_leaves_the_position(tmp_path, contexts):
+    """An empty write writes nothing, so the position stays, whatever the interrupt raised at
+    its await carries: one that ended an earlier write (re-delivered by whoever caught it)
+    still has that write's ``characters_written``."""
+    path = tmp_path / "f"
+
+    async def main():
+        async with await tc.io.open(path, "wb") as f:
+            earlier = KeyboardInterrupt()
+            earlier.characters_written = 5  # as the write it ended left it
+            tc.lowlevel.interrupt(tc.current_task(), earlier)
+            with pytest.raises(KeyboardInterrupt):
+                await f.write(b"")
+            await f.write(b"ab")
+        return path.read_bytes()
+
+    assert tc.run(main(), contexts=contexts) == b"ab"
+
+
 # -- read_file: the whole-file read closes its file after the read -------------------------------
 # Its read of a FIFO ends short on an interrupt and leaves the interrupt for the next await, as
 # f.read() does; read_file's own next await is its file's close, so the close must not be where

@@ -255,7 +255,8 @@ def test_an_owner_reaps_a_completion_the_kernel_holds_back():
     """Compiled, a ring's owner looks at the CQ itself before calling the ring's complete()
     (core/cqwatch.py): with DEFER_TASKRUN the CQ stays empty until the owner enters the ring,
     so that look must count what the kernel holds back, or the recv's completion is never
-    reaped while the owner keeps turning."""
+    reaped while the owner keeps turning. And a CQE already posted (a submit's own enter posts
+    what completed inline) must be reaped too: the look's other half."""
     from tinycoro import _cring
     from tinycoro.core.ring import RingOwner
     from tinycoro.core.traps import Op
@@ -284,6 +285,12 @@ def test_an_owner_reaps_a_completion_the_kernel_holds_back():
         owner._reap()
         assert owner.got == [(op, 4)] and bytes(buf[:4]) == b"held"
         assert owner.inflight == {}
+        nop = Op(uring.prep_nop)
+        assert owner._enter(nop, "waiter") is None
+        owner._submit()  # DEFER_TASKRUN: its enter, with GETEVENTS, posts the NOP's CQE
+        assert core.cq_ready() == 1 and owner.got == [(op, 4)]  # posted, not reaped yet
+        owner._reap()
+        assert owner.got == [(op, 4), (nop, 0)] and owner.inflight == {}
     finally:
         core.ring_exit()
         a.close()

@@ -6,7 +6,7 @@
 cimport cython
 
 from . cimport iterslots
-from .._clocal cimport running_task
+from .._clocal cimport running_engine, running_task
 
 cdef class _CoroutineProtocol:
     cdef public object _gen

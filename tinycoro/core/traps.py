@@ -30,7 +30,7 @@ from typing import Any, Callable, ContextManager, Generator
 from . import iterslots
 from .errors import oserror
 from .iterslots import END
-from .local import _local, running_task
+from .local import _local, running_engine, running_task
 
 
 class _CoroutineProtocol:
@@ -144,7 +144,9 @@ class Op(_CoroutineProtocol):
         override this to add what their call needs (close-tracking, turning the count into
         bytes) in this same frame.
         """
-        if self._state != _IDLE or _local.engine is None:
+        # running_engine(): compiled, a C read of the thread-local (traps.pxd), where
+        # ``_local.engine`` was a descriptor lookup on every await of an op
+        if self._state != _IDLE or running_engine() is None:
             return _op_await(self)
         self._state = _HANDED
         return self  # type: ignore[return-value]  # an iterator will do

@@ -450,7 +450,10 @@ class AsyncFile:
             except BaseException as e:
                 # What went is in the file: writing the rest must go after it, as after a
                 # short write(2) (a check that failed before the write says nothing: 0).
-                self._pos += getattr(e, "characters_written", 0)
+                # Not for an empty write, which wrote nothing: an interrupt raised at its
+                # await may still carry the count of an earlier write it ended.
+                if len(view):
+                    self._pos += getattr(e, "characters_written", 0)
                 raise
             self._pos += n
         return n
