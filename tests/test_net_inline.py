@@ -236,6 +236,29 @@ def test_an_inline_send_keeps_its_errno(contexts):
     assert isinstance(err, (BrokenPipeError, ConnectionResetError)), repr(err)
 
 
+def test_the_inline_sends_pure_twin_answers_with_a_negative_errno():
+    """The inline send (``_nbsend.send``) answers a refusal with its negative errno, not an
+    exception, so that its caller needs no except clause: -EAGAIN for a full socket, -EPIPE
+    once the peer is gone; the bytes it took otherwise (the compiled twin is the same, and
+    the two tests above run it)."""
+    import errno
+
+    from tinycoro.net import _nbsend
+
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        flags = socket.MSG_DONTWAIT | getattr(socket, "MSG_NOSIGNAL", 0)
+        assert _nbsend.send(a, a.fileno(), MSG, flags) == len(MSG)
+        for _ in range(100_000):  # bounded: the buffer fills long before
+            res = _nbsend.send(a, a.fileno(), MSG * 64, flags)
+            if res < 0:
+                break
+        assert res == -errno.EAGAIN
+        b.close()
+        assert _nbsend.send(a, a.fileno(), MSG, flags) in (-errno.EPIPE, -errno.ECONNRESET)
+
+
 def _queue_connections(port: int, n: int) -> list[socket.socket]:
     """*n* plain client sockets connected to *port*: the kernel completes each handshake into
     the listener's backlog, whether or not anything accepts yet."""

@@ -19,6 +19,7 @@ cdef class Engine(RingOwner):
     cdef public object scheduler
     cdef public bint guest
     cdef public object ready
+    cdef readonly object _ready_append  # ready.append, bound once (__init__ says why)
     cdef public object calls
     cdef public list deferred
     cdef public dict parked
@@ -56,6 +57,9 @@ cdef class Engine(RingOwner):
     # (PyErr_Occurred(), a call into libpython's thread-local storage on 3.12 and later)
     cpdef bint inline_ok(self) except -1
     cpdef _submit(self)
+    # a C call from a task's wake (task.pxd types its engine): by name it was a method lookup
+    # on the engine's type and instance dict per completion that wakes a task
+    cpdef push(self, task)
     cdef _run_calls(self)
     cdef bint _peer_awake(self)
     # word: a C char, read from the bytearray without a Python int per peer per turn

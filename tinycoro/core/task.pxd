@@ -3,6 +3,8 @@
 # cimports it, reads and writes a task's fields directly. Attributes are public: primitives,
 # the scheduler and the notebook layer use them.
 
+cimport cython
+
 from . cimport fence
 
 cdef class Task:
@@ -26,3 +28,16 @@ cdef class Task:
     cdef object __weakref__
 
     cdef void _join(self, list joiners, object joiner)
+    # A C call from what wakes a parked task (the multishot's completion, the primitives
+    # that cimport this), and push a C call from it: by name, each was a method lookup on
+    # the callee's type (a thread-state read on 3.12+ too), ~300 instructions apiece
+    @cython.locals(engine=Engine)
+    cpdef wake(self, value=*)
+
+@cython.locals(task=Task)
+cpdef int wake_waiter(object waiter, object value=*) except -1
+
+# Last: engine.pxd cimports this file too, and what it cimports (resume.pxd) reads a Task's
+# fields, so Task must be complete first. At run time each module makes its own types before
+# it imports the other's.
+from .engine cimport Engine

@@ -27,11 +27,8 @@ cdef extern from *:
             }
         }
         PyBuffer_Release(&view);
-        if (n < 0) {
-            errno = err;
-            PyErr_SetFromErrno(PyExc_OSError);
-            return -1;
-        }
+        if (n < 0)  /* the negative errno, no exception: EAGAIN is a common answer */
+            return -(Py_ssize_t)err;
         return n;
     }
 
@@ -91,7 +88,8 @@ cdef extern from *:
         }
     }
     """
-    Py_ssize_t send "tc_nb_send"(object sock, int fd, object data, int flags) except -1
+    # -1 with an exception set: a signal handler raised (else it is -EPERM)
+    Py_ssize_t send "tc_nb_send"(object sock, int fd, object data, int flags) except? -1
     Py_ssize_t recv_into "tc_nb_recv_into"(object sock, int fd, object buf, Py_ssize_t n,
                                            int flags) except -1
     int accept "tc_nb_accept"(object sock, int fd, int flags) except? -1

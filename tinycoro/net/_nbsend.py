@@ -6,10 +6,11 @@ Python class and parses its arguments with a format string: ~1,000 instructions 
 every reply (callgrind, 3.11), around a syscall that the kernel runs in about as many. Compiled
 code cimports ``_nbsend.pxd`` under this module's name (as ``core/fence``), where :func:`send`
 is a C function calling ``send(2)`` on the descriptor directly, the GIL released around it as
-the socket does, EINTR retried after a signal check, an error raised as the socket raises it
-(an ``OSError`` with its errno: ``BlockingIOError`` for EAGAIN). :func:`recv_into` is the same
-for a receive, except that EAGAIN, its common answer, is the result ``NOTHING`` and raises
-nothing. :func:`accept` is the inline accept of :class:`tinycoro.net.ops.AcceptOp`, one
+the socket does, EINTR retried after a signal check, an error answered with its negative errno
+and no exception (EAGAIN is a common answer; the caller raises the rest, errno kept: an
+except clause around the call read the thread state on every send on 3.12+).
+:func:`recv_into` is the same for a receive, except that EAGAIN, its common answer, is the
+result ``NOTHING`` and other errors raise. :func:`accept` is the inline accept of :class:`tinycoro.net.ops.AcceptOp`, one
 ``accept4(2)`` on a non-blocking listener that answers with a negative errno rather than
 raising (EAGAIN, "nobody in the backlog", is its common answer). This is the pure-Python twin.
 """
@@ -23,8 +24,11 @@ from typing import Any
 
 def send(sock: socket.socket, fd: int, data: Any, flags: int) -> int:
     """``sock.send(data, flags)``; compiled, ``send(2)`` on *fd* (the socket's descriptor):
-    the bytes the kernel took."""
-    return sock.send(data, flags)
+    the bytes the kernel took, or the negative errno (``-EAGAIN``: it took none)."""
+    try:
+        return sock.send(data, flags)
+    except OSError as e:
+        return -(e.errno or errno.EIO)
 
 
 #: What :func:`recv_into` returns when nothing is queued (EAGAIN).

@@ -8,6 +8,7 @@ cimport cython
 
 from .._clocal cimport running_engine, running_task
 from ..core cimport fence, iterslots, tokens
+from ..core.task cimport wake_waiter
 from ..core.traps cimport Op
 from .ops cimport InlineOp
 

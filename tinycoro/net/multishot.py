@@ -35,6 +35,7 @@ from ..core import fence, iterslots, tokens
 from ..core.errors import ClosedResourceError
 from ..core.local import running_engine, running_task
 from ..core.local import thread_state as _local
+from ..core.task import wake_waiter
 from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
 from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
 
@@ -192,7 +193,7 @@ class MultishotRecv(InlineOp):
         if refused:
             self.engine.multishot_refused()
         if waiter is not None:
-            waiter.wake(None)
+            wake_waiter(waiter, None)  # compiled, a C call for a task (core/task)
 
     def failed(self, exc: BaseException) -> None:
         """A completion of this multishot raised (the owner has reported it): the bytes it

@@ -36,6 +36,7 @@ cdef class SendallOp(InlineOp):
     cdef public bint once
 
     cdef bint _sent(self, Py_ssize_t res) except -1
+    @cython.locals(flags=int, res=Py_ssize_t)
     cdef Py_ssize_t _send_inline(self) except -1
     cdef int _release(self) except -1  # not void: the same check as _spend's
 
@@ -60,3 +61,4 @@ cdef class AcceptOp(InlineOp):
     cdef int _accept_inline(self) except? -1
 
 cdef int _EAGAIN
+cdef int _DONTWAIT

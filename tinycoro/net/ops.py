@@ -21,7 +21,7 @@ from ..uring import prep_accept, prep_recv, prep_send
 from ..buffers import MAX_RW
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
 from ..core import iterslots, tokens
-from ..core.errors import ClosedResourceError
+from ..core.errors import ClosedResourceError, oserror
 from ..core.local import running_engine
 from ..core.local import thread_state as _local
 from ..core.traps import DONE, YIELD, run_outside, thrown
@@ -36,6 +36,7 @@ __all__ = [
 # Python-level ``__ror__`` (~6,000 instructions under callgrind) on every send that combines them.
 MSG_NOSIGNAL = int(getattr(socket, "MSG_NOSIGNAL", 0))
 MSG_DONTWAIT = int(socket.MSG_DONTWAIT)
+_DONTWAIT = MSG_DONTWAIT  # compiled, a C int (ops.pxd): the inline send's flags boxed no int
 _EAGAIN = -errno.EAGAIN  # an inline accept's "nobody in the backlog"
 
 #: A recv of at least this many bytes is a bulk read: where :func:`bulk_recv_available`, the
@@ -309,11 +310,13 @@ class SendallOp(InlineOp):
             waiting = tokens.spare(_ring_sends)  # one step: atomic under the GIL, or the list's lock
             if waiting is None:
                 waiting = RingSend()
+            entered = False  # a finally, not an except clause: _send_inline's comment says why
             try:
                 self._enter_on(engine)
-            except BaseException:
-                self._release()
-                raise
+                entered = True
+            finally:
+                if not entered:  # closed already: let go of the data
+                    self._release()
             waiting.op = self
             waiting.state = _HANDED
             return waiting
@@ -362,18 +365,16 @@ class SendallOp(InlineOp):
         if pending.closed:
             raise pending._error()
         fd, data, _, flags = self.args
-        try:
-            res = _nbsend.send(self.sock, fd, data, flags | MSG_DONTWAIT)
-        except BlockingIOError:
-            if flags & MSG_DONTWAIT:  # send_nowait: "nothing now" is its answer
-                raise
-            res = 0
-        except OSError:
-            if pending.closed:  # the descriptor went with a close on another context
-                raise ClosedResourceError(CLOSED_WHILE_WAITING) from None
-            raise
-        if pending.closed:
+        # No try: compiled, an except clause saves the thread's handled exception as its try
+        # begins (a thread-state read: a call into libpython's thread-local storage on 3.12
+        # and later) on every send; the send answers with a negative errno instead.
+        res = _nbsend.send(self.sock, fd, data, flags | _DONTWAIT)
+        if pending.closed:  # the descriptor may have gone with a close on another context
             raise ClosedResourceError(CLOSED_WHILE_WAITING)
+        if res < 0:
+            if res == _EAGAIN and not flags & _DONTWAIT:
+                return 0  # the socket took none: the ring sends it
+            raise oserror(res)  # send_nowait's "nothing now" too: BlockingIOError
         return res
 
     def _release(self) -> None:
