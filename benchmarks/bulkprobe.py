@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
             rows[series].append(s)
             print(f"round {r + 1} {series:9} " + " ".join(f"{k} {v:.2f}" for k, v in s.items()), flush=True)
     ratios = sorted(t["cpu_us"] / b["cpu_us"] for t, b in zip(rows["tinycoro"], rows["blocking"]))
-    print(f"tinycoro / blocking CPU per MiB, by round: {', '.join(f'{x:.2f}' for x in ratios)} "
+    print(f"tinycoro / blocking CPU per MiB, rounds sorted: {', '.join(f'{x:.2f}' for x in ratios)} "
           f"(median {ratios[len(ratios) // 2]:.2f}); load average {os.getloadavg()[0]:.1f}")
 
 
