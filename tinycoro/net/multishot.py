@@ -612,8 +612,8 @@ class RecvCall(Op):
                 # A bulk read tries its inline recv here, with no generator (most of them
                 # end there); the ring's recv, or RecvOp's, is a generator's to step.
                 op = ms._bulk_single(self.limit)
-                data = None if op is None else op.attempt(self.engine)
-                if data is None:
+                at_once = None if op is None else op.attempt(self.engine)
+                if at_once is None:
                     if op is None:
                         self.sub = ms._single(self.engine, self.limit)
                     else:
@@ -621,6 +621,7 @@ class RecvCall(Op):
                     self.state = _DELEGATED
                     over = False  # _forward ends it
                     return self._forward(None, None)
+                data = at_once
         finally:
             if over:
                 self._end()
