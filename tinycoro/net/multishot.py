@@ -440,6 +440,18 @@ class MultishotRecv(InlineOp):
         self.armed = True
         self.was_armed = True
 
+    def _bulk_single(self, want: int) -> Any:
+        """The stream's :class:`~tinycoro.net.ops.BulkRecvOp` for a single recv of *want*
+        bytes, or None where the single recv is RecvOp's (a smaller *want*, or the pure
+        runtime): what a :class:`RecvCall` tries inline without a generator."""
+        if want < QUEUE_LIMIT:
+            return None
+        stream = self.owner()
+        if stream is None:  # pragma: no cover - the awaiting task holds the stream
+            raise ClosedResourceError(CLOSED_WHILE_WAITING)
+        op = stream._single_recv(want)
+        return op if type(op) is BulkRecvOp else None
+
     def _single(self, engine: Any, want: int) -> Generator[Any, Any, bytes]:
         """One recv into the stream's buffer, as :class:`~tinycoro.net.ops.RecvOp` does (the
         fallback where the ring takes no multishot)."""
@@ -598,10 +610,19 @@ class RecvCall(Op):
                 self.state = _SPENDING
                 return YIELD
             else:
-                self.sub = ms._single(self.engine, self.limit)
-                self.state = _DELEGATED
-                over = False  # _forward ends it
-                return self._forward(None, None)
+                # A bulk read tries its inline recv here, with no generator (most of them
+                # end there); the ring's recv, or RecvOp's, is a generator's to step.
+                op = ms._bulk_single(self.limit)
+                at_once = None if op is None else op.attempt(self.engine)
+                if at_once is None:
+                    if op is None:
+                        self.sub = ms._single(self.engine, self.limit)
+                    else:
+                        self.sub = op.receive(self.engine, True)
+                    self.state = _DELEGATED
+                    over = False  # _forward ends it
+                    return self._forward(None, None)
+                data = at_once
         finally:
             if over:
                 self._end()
