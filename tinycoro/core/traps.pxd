@@ -53,8 +53,9 @@ cdef object END
 # The C steps behind Op's, Ready's and _Spend's slots (iterslots.install): object in, object out
 @cython.locals(o=Op, state=int)
 cdef object _op_step(object op, object value)
+# (exported: io/ops' RingRead ends its await the same way)
 @cython.locals(o=Op)
-cdef object _op_result(object op)
+cdef object op_result(object op)
 cdef object _ready_step(object ready, object value)
 @cython.locals(r=Ready)
 cdef object _ready_result(object ready)

@@ -6,6 +6,8 @@ cimport cython
 
 from ..closing cimport PendingOps, ResourceOp
 from ..core cimport iterslots
+# under the name ops.py imports it by: traps.op_result (RingRead's result) is then a C function
+from ..core cimport traps
 
 cdef class RingRead(ResourceOp):
     cdef public object view
@@ -26,11 +28,9 @@ cdef class RingRead(ResourceOp):
 # The end marker of its await (iterslots.END), as a C global
 cdef object END
 
-# The C steps behind RingRead's slots (iterslots.install): object in, object out
+# The C step behind RingRead's slots (iterslots.install; its result is traps' op_result)
 @cython.locals(r=RingRead, state=int, got=Py_ssize_t, pending=PendingOps)
 cdef object _read_step(object read, object value)
-@cython.locals(r=RingRead)
-cdef object _read_result(object read)
 
 @cython.locals(op=RingRead)
 cpdef RingRead ring_read(PendingOps pending, object fd, object name, bint direct, object view,

@@ -13,6 +13,7 @@ from ..core import iterslots
 from ..core.iterslots import END
 from ..core.local import running_task
 from ..core.local import thread_state as _local
+from ..core import traps
 from ..core.traps import Op, run_outside, thrown
 from ..uring import prep_read, prep_write
 
@@ -117,10 +118,10 @@ class RingRead(ResourceOp):
     # The coroutine protocol (``await`` takes the C slots that iterslots installs; these
     # serve a call by name, and the interpreted source).
     def __next__(self) -> Any:
-        return iterslots.advance(self, None, _read_step, _read_result, END)
+        return iterslots.advance(self, None, _read_step, traps.op_result, END)
 
     def send(self, value: Any) -> Any:
-        return iterslots.advance(self, value, _read_step, _read_result, END)
+        return iterslots.advance(self, value, _read_step, traps.op_result, END)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """Raise the exception at the await, out of the pending set; a cancel while reading
@@ -185,7 +186,7 @@ class RingRead(ResourceOp):
 def _read_step(read: Any, value: Any) -> Any:
     """A :class:`RingRead`'s next step (compiled, a C function its C slots run): the read to
     yield, until resumed with the count that ends it: then END (the result kept for
-    :func:`_read_result`), or the error of a negative count."""
+    :func:`~tinycoro.core.traps.op_result`), or the error of a negative count."""
     r = read
     state = r._state
     if state == _WAITING:
@@ -214,14 +215,8 @@ def _read_step(read: Any, value: Any) -> Any:
     return r
 
 
-def _read_result(read: Any) -> Any:
-    r = read  # the result its last step kept, taken off it
-    res = r._res
-    r._res = None
-    return res
-
-
-iterslots.install(RingRead, _read_step, _read_result, _read_step, END)
+# its result taken as an Op's: the count, or the bytes, that its last step kept in _res
+iterslots.install(RingRead, _read_step, traps.op_result, _read_step, END)
 
 
 def _keep_taken(fd: int, interrupt: BaseException) -> bool:
