@@ -32,7 +32,12 @@ cdef object END
 @cython.locals(r=RingRead, state=int, got=Py_ssize_t, pending=PendingOps)
 cdef object _read_step(object read, object value)
 
-@cython.locals(op=RingRead)
+cdef list _spares
+cdef Py_ssize_t SPARE_READS, _nspares
+@cython.locals(n=Py_ssize_t)
+cdef _spare(RingRead r)
+
+@cython.locals(op=RingRead, n=Py_ssize_t)
 cpdef RingRead ring_read(PendingOps pending, object fd, object name, bint direct, object view,
                          object offset, object got=*, object out=*)
 
