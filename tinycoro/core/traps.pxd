@@ -47,6 +47,9 @@ cdef class _Spend:
     cdef object value
     cdef bint yielded
 
+# Where an op's await is (Op._state), as C ints: a step compares them to a C int
+cdef int _IDLE, _HANDED, _WAITING
+
 # The end marker of an await that yields its op (iterslots.END), as a C global
 cdef object END
 

@@ -6,6 +6,8 @@ cimport cython
 
 from ..closing cimport PendingOps, ResourceOp
 from ..core cimport iterslots
+# the names ops.py imports from core/local: compiled, C reads of the thread's state
+from .._clocal cimport running_engine, running_task
 # under the name ops.py imports it by: traps.op_result (RingRead's result) is then a C function
 from ..core cimport traps
 
@@ -24,6 +26,9 @@ cdef class RingRead(ResourceOp):
     @cython.locals(args=tuple, want=Py_ssize_t, size=Py_ssize_t)
     cdef Py_ssize_t _took(self, Py_ssize_t got, Py_ssize_t res) except? -1
     cdef object _result_of(self, Py_ssize_t got)
+
+# Where a RingRead's await is (Op._state), as C ints: a step compares them to a C int
+cdef int _IDLE, _HANDED, _WAITING
 
 # The end marker of its await (iterslots.END), as a C global
 cdef object END

@@ -11,8 +11,7 @@ from ..buffers import MAX_RW
 from ..closing import PendingOps, ResourceOp
 from ..core import iterslots
 from ..core.iterslots import END
-from ..core.local import running_task
-from ..core.local import thread_state as _local
+from ..core.local import running_engine, running_task
 from ..core import traps
 from ..core.traps import Op, run_outside, thrown
 from ..uring import prep_read, prep_write
@@ -75,7 +74,7 @@ class RingRead(ResourceOp):
         return f"read {_size_words(args[2])} at {args[3]} from {os.path.basename(self.name)}"
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        engine = _local.engine
+        engine = running_engine()  # compiled, a C read (~130 instructions less than the attribute's)
         if self._state != _IDLE or engine is None:
             return self._awaiting()
         # Into the pending set now, its closed check at the first step (ResourceOp._enter_on
