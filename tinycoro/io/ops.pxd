@@ -19,13 +19,16 @@ cdef class RingRead(ResourceOp):
     cdef public object out
     cdef public object name
 
+    @cython.locals(want=Py_ssize_t)
     cdef _setup(self, PendingOps pending, object fd, object name, bint direct, object view,
-                object offset, object got, object out)
+                object offset, Py_ssize_t got, object out)
     cdef _leave(self)
     cdef object _step_by_hand(self, object value)
     @cython.locals(args=tuple, want=Py_ssize_t, size=Py_ssize_t)
     cdef Py_ssize_t _took(self, Py_ssize_t got, Py_ssize_t res) except? -1
     cdef object _result_of(self, Py_ssize_t got)
+
+cdef Py_ssize_t _MAX_RW
 
 # Where a RingRead's await is (Op._state), as C ints: a step compares them to a C int
 cdef int _IDLE, _HANDED, _WAITING

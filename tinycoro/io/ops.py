@@ -25,6 +25,8 @@ def _size_words(n: int) -> str:
     return f"{n // 1024} KiB" if n >= 1024 and n % 1024 == 0 else f"{n} B"
 
 
+_MAX_RW = MAX_RW  # (compiled, a C constant: a read's size is checked against it in C)
+
 # Where a RingRead's await is (Op._state; the same values as core.traps' for Op)
 _IDLE = 0  # not awaited through its steps (a generator's await, or none)
 _HANDED = 1  # __await__ entered the read and returned it: its first step yields it
@@ -58,8 +60,13 @@ class RingRead(ResourceOp):
         self, pending: PendingOps, fd: int, name: str, direct: bool, view: memoryview,
         offset: int, got: int, out: Any,
     ) -> None:
-        want = min(len(view) - got, MAX_RW)
-        self._fill_for(pending, prep_read, (fd, view[got:] if got else view, want, offset + got))
+        want = len(view) - got
+        if want > _MAX_RW:
+            want = _MAX_RW
+        if got:
+            self._fill_for(pending, prep_read, (fd, view[got:], want, offset + got))
+        else:
+            self._fill_for(pending, prep_read, (fd, view, want, offset))
         self.view = view
         self.offset = offset
         self.got = got
