@@ -264,7 +264,7 @@ _spares: list = [None] * SPARE_READS  # a stack of _nspares: a list that never r
 _nspares = 0
 
 
-def _spare(r: RingRead) -> None:
+def _spare(r: Any) -> None:  # (compiled, a RingRead: ops.pxd)
     """*r*'s await is over (its result in ``_res`` for the step that takes it): when only
     that await holds it (and this step's own reference), let go of what it read into, its
     buffer's export released now as its teardown would, and keep it for :func:`ring_read`.
