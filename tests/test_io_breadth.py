@@ -385,6 +385,75 @@ def test_direct_readinto_at_refuses_bad_buffers_at_the_call(tmp_path):
         path.unlink(missing_ok=True)
 
 
+def test_finished_ring_reads_are_reused_only_when_nobody_holds_them(tmp_path):
+    # A finished read is kept for the next one (io/ops' spares) only when its await held it
+    # alone: a read the caller kept is never handed to another read, can be awaited again
+    # (it reads again, into its own buffer), and one that was not kept has let go of its
+    # buffer's export by the time its await returns.
+    d = _direct_dir(tmp_path)
+    path = d / f"direct-spares-{os.getpid()}"
+    payload = os.urandom(4 * DIRECT_ALIGN)
+    path.write_bytes(payload)
+    mmap = __import__("mmap")
+
+    async def main():
+        async with await tc.io.open(path, "rb", direct=True) as f:
+            kept_buf = tc.io.aligned_buffer(DIRECT_ALIGN)
+            kept = f.readinto_at(kept_buf, 0)
+            assert await kept == DIRECT_ALIGN
+            for i in range(1, 4):  # reads that nobody keeps, each into a mapping of its own
+                raw = mmap.mmap(-1, DIRECT_ALIGN)
+                other = f.readinto_at(raw, i * DIRECT_ALIGN)
+                assert other is not kept
+                assert await other == DIRECT_ALIGN
+                del other
+                assert raw[:] == payload[i * DIRECT_ALIGN:(i + 1) * DIRECT_ALIGN]
+                raw.close()  # no BufferError: the finished read holds no export any more
+            kept_buf[:] = bytes(DIRECT_ALIGN)
+            assert await kept == DIRECT_ALIGN  # awaited again: it reads again
+            assert bytes(kept_buf) == payload[:DIRECT_ALIGN]
+
+    try:
+        tc.run(main(), contexts=1)
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def test_ring_reads_from_tasks_on_every_context_each_get_their_own_bytes(contexts, tmp_path):
+    # Finished ring reads are kept for the next read on any context's thread: each read
+    # still fills its own buffer with its own range, O_DIRECT and ring-only buffered alike.
+    d = _direct_dir(tmp_path)
+    path = d / f"direct-many-{os.getpid()}"
+    blocks = 64
+    payload = os.urandom(blocks * DIRECT_ALIGN)
+    path.write_bytes(payload)
+
+    async def main():
+        direct = await tc.io.open(path, "rb", direct=True)
+        ring = await tc.io.open(path, "rb")
+        ring._inline = False  # every read through the ring, its bytes made by the read
+
+        async def reader(i):
+            buf = tc.io.aligned_buffer(DIRECT_ALIGN)
+            for k in range(20):
+                b = (i * 7 + k * 13) % blocks
+                want = payload[b * DIRECT_ALIGN:(b + 1) * DIRECT_ALIGN]
+                assert await direct.readinto_at(buf, b * DIRECT_ALIGN) == DIRECT_ALIGN
+                assert bytes(buf) == want
+                assert await ring.read_at(DIRECT_ALIGN, b * DIRECT_ALIGN) == want
+
+        tasks = [tc.spawn(reader(i)) for i in range(16)]
+        for t in tasks:
+            await t
+        await direct.close()
+        await ring.close()
+
+    try:
+        tc.run(main(), contexts=contexts)
+    finally:
+        path.unlink(missing_ok=True)
+
+
 def test_direct_read_holds_its_own_export_of_the_buffer(tmp_path):
     # The kernel writes into the buffer until the read's completion: the read must hold an
     # export of it that the caller cannot release, or the caller's memory could be unmapped

@@ -238,6 +238,15 @@ cdef extern from *:
         PyType_Modified(t);  /* the method caches keyed by the type's version see the new send */
         return 0;
     }
+    /* Whether obj has at most n references, the ones its caller knows of: under the GIL
+       nobody else can see it then, so the caller may reuse it (io/ops' spare reads).
+       Free-threaded builds: never (a reference count read by one thread says nothing about
+       another's). */
+    #if defined(Py_GIL_DISABLED)
+    #define tc_iter_held_only(obj, n) 0
+    #else
+    #define tc_iter_held_only(obj, n) (Py_REFCNT(obj) <= (n))
+    #endif
     """
     ctypedef object (*tc_iter_fn)(object)
     ctypedef object (*tc_iter_step_fn)(object, object)
@@ -245,6 +254,7 @@ cdef extern from *:
                                    tc_iter_step_fn send, object end) except -1
     # (compiled modules only: _cfile's reused bytes; see tc_iter_forget)
     void forget "tc_iter_forget"(object value)
+    bint held_only "tc_iter_held_only"(object obj, Py_ssize_t n)
 
 
 # iterslots.py's install() and advance(), for the compiled modules: install() with the C

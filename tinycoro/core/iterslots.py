@@ -82,3 +82,10 @@ def advance(
     if y is (obj if end is None else end):
         raise StopIteration(result(obj))
     return y
+
+
+def held_only(obj: Any, n: int) -> bool:
+    """Whether *obj* has no references but the *n* its caller knows of, so that it may be
+    reused: compiled under the GIL, its reference count; free-threaded (a count read by one
+    thread says nothing about another's) and interpreted, never (False)."""
+    return False

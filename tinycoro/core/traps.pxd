@@ -47,14 +47,18 @@ cdef class _Spend:
     cdef object value
     cdef bint yielded
 
+# Where an op's await is (Op._state), as C ints: a step compares them to a C int
+cdef int _IDLE, _HANDED, _WAITING
+
 # The end marker of an await that yields its op (iterslots.END), as a C global
 cdef object END
 
 # The C steps behind Op's, Ready's and _Spend's slots (iterslots.install): object in, object out
 @cython.locals(o=Op, state=int)
 cdef object _op_step(object op, object value)
+# (exported: io/ops' RingRead ends its await the same way)
 @cython.locals(o=Op)
-cdef object _op_result(object op)
+cdef object op_result(object op)
 cdef object _ready_step(object ready, object value)
 @cython.locals(r=Ready)
 cdef object _ready_result(object ready)

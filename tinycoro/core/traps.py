@@ -154,10 +154,10 @@ class Op(_CoroutineProtocol):
     # The coroutine protocol (``await`` takes the C slots that iterslots installs; these
     # serve a call by name, and the interpreted source).
     def __next__(self) -> Any:
-        return iterslots.advance(self, None, _op_step, _op_result, END)
+        return iterslots.advance(self, None, _op_step, op_result, END)
 
     def send(self, value: Any) -> Any:
-        return iterslots.advance(self, value, _op_step, _op_result, END)
+        return iterslots.advance(self, value, _op_step, op_result, END)
 
     def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
         """Raise the exception at the await: where the op waits on the engine (its result,
@@ -217,7 +217,7 @@ def _op_await(op: Op) -> Generator[Any, Any, Any]:
 
 def _op_step(op: Any, value: Any) -> Any:
     """An :class:`Op`'s next step (compiled, a C function its C slots run): the op to yield,
-    then, resumed with the CQE's result, END (the result kept for :func:`_op_result`), or the
+    then, resumed with the CQE's result, END (the result kept for :func:`op_result`), or the
     ``OSError`` of a negative one."""
     o = op
     state = o._state
@@ -236,14 +236,17 @@ def _op_step(op: Any, value: Any) -> Any:
     return o._drive(gen, value)
 
 
-def _op_result(op: Any) -> Any:
-    o = op  # the result its last step kept, taken off it
+def op_result(op: Any) -> Any:
+    """The result of an await that its steps ended with END: what its last step kept in
+    ``_res``, taken off the op (which then holds no reference to it). Compiled, a C function
+    shared with the subclasses whose C slots end the same way (io/ops' ``RingRead``)."""
+    o = op
     res = o._res
     o._res = None
     return res
 
 
-iterslots.install(Op, _op_step, _op_result, _op_step, END)
+iterslots.install(Op, _op_step, op_result, _op_step, END)
 
 
 class _Raw(_CoroutineProtocol):
