@@ -31,8 +31,9 @@ def child(n: int) -> None:
             await conn.recv(100)  # type: ignore[attr-defined]
 
     async def serve(lst: object) -> None:
-        for _ in range(n):
-            tc.spawn(hold(await lst.accept()))  # type: ignore[attr-defined]
+        async with lst:  # type: ignore[attr-defined]
+            for _ in range(n):
+                tc.spawn(hold(await lst.accept()))  # type: ignore[attr-defined]
 
     lst = sched.run_sync(tc.net.listen("127.0.0.1", 0, backlog=1024))
     server = sched.submit(serve(lst))

@@ -92,8 +92,9 @@ def test_stop_with_many_idle_connections_unwinds_every_task(contexts):
             unwound.append(conn)
 
     async def serve(lst):
-        for _ in range(MANY):
-            tc.spawn(hold(await lst.accept()))
+        async with lst:
+            for _ in range(MANY):
+                tc.spawn(hold(await lst.accept()))
 
     sched = tc.Scheduler(contexts).start()
     lst = sched.run_sync(tc.net.listen("127.0.0.1", 0, backlog=1024), timeout=30)
