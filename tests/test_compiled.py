@@ -337,7 +337,7 @@ def test_the_build_record_holds_the_source_as_it_was_when_the_build_began(tmp_pa
     # A source edited while a build runs (cythonize has read it, the C compiler is busy) must
     # leave that build stale: the record holds the hash taken before the build read anything,
     # not one taken after the compile, which would vouch for code the build never saw.
-    import setuptools
+    setuptools = pytest.importorskip("setuptools")  # (a venv from a wheel has none: _setup_py)
 
     root = Path(__file__).resolve().parent.parent
     name = "tinycoro._cring"
@@ -361,7 +361,7 @@ def test_a_compiler_that_refuses_the_tls_dialect_still_builds_clocal(monkeypatch
     # _clocal asks for TLS descriptors on x86-64 (-mtls-dialect=gnu2), which gcc takes and
     # clang only from 19 on. Every compiled hot module cimports _clocal, so a compiler that
     # refused the flag must still build it, without the flag: failed, it took them all along.
-    import setuptools
+    setuptools = pytest.importorskip("setuptools")  # (a venv from a wheel has none: _setup_py)
     from setuptools import Extension
     from setuptools.errors import CompileError
 
