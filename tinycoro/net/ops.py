@@ -205,14 +205,14 @@ class BulkRecvOp(InlineOp):
         """The recv, for a caller that holds the stream's receive token (its own await, or the
         multishot's bulk read) on *engine* (None: an asyncio task); with *tried*, after an
         :meth:`attempt` that found nothing: the ring's recv only."""
+        if not tried and engine is not None:
+            got = self.attempt(engine)
+            if got is not None:
+                return got
         fd, buf, n, flags = self.args
-        if buf is None:
+        if buf is None:  # no inline attempt made one (an asyncio task, not alone, no budget)
             buf = _receiving(n)
-        if not tried and engine is not None and self._alone(engine) and self._spend(engine):
-            got = self._recv_inline(buf)
-            if got >= 0:
-                return buf.take(got)
-        self.args = (fd, buf, n, flags)
+            self.args = (fd, buf, n, flags)
         try:
             res = yield from self._result_on(engine)
         finally:
