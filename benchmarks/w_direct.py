@@ -17,18 +17,22 @@ rows say "skipped: fio not installed".
 
 from __future__ import annotations
 
+import argparse
 import inspect
 import json
 import mmap
 import os
+import re
+import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 from contextlib import ExitStack
 
 import tinycoro as tc
 
-from .config import Config
+from .config import QUICK, Config, checkout_env
 from .harness import Case, Ratio, Sample, Series
 from .peers import run_tc
 from .w_file import offsets, shares, tc_timed_workers
@@ -137,3 +141,81 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
         Series("fio psync", lambda: run_fio(path, "psync", 1, cfg.direct_ops // 4, mib), skip=fio_missing()),
     ]
     return [Case(WORKLOAD, case, "ops/s", series, ratios)]
+
+
+# -- instructions and CPU time per read ----------------------------------------------------------
+# ``python -m benchmarks.w_direct --instructions`` counts the user-space instructions one
+# O_DIRECT read costs tinycoro, under callgrind: the same reads as the tinycoro row (64 tasks,
+# one context, each share made before the reads), run twice, with N and 3N reads; the difference
+# of the two totals over 2N reads leaves out start-up, imports and shutdown. ``--cpu`` reports
+# the reads' rate and the user and system CPU time per read, without valgrind (noisy on a shared
+# machine; the kernel's part of a read shows only there).
+
+_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.M)
+
+
+def _reads(path: str, n: int, k: int = 64) -> None:
+    """*n* random 4 KiB O_DIRECT reads of *path*, *k* tasks on one context; prints the rate
+    and the user and system CPU time per read."""
+    blocks = os.path.getsize(path) // BLOCK
+    offs = [(i * 2654435761 % blocks) * BLOCK for i in range(n)]  # cheap, fixed, spread out
+    parts = shares(offs, k)
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    rate = run_tc(tc_direct_reads(path, parts), 1).value
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    user = (r1.ru_utime - r0.ru_utime) * 1e6 / n
+    system = (r1.ru_stime - r0.ru_stime) * 1e6 / n
+    print(f"{n} reads: {rate:,.0f} reads/s, user {user:.2f} us, system {system:.2f} us per read")
+
+
+def direct_instructions(path: str, n: int = 2000) -> tuple[float | None, str]:
+    """User-space instructions per tinycoro O_DIRECT read of *path* under callgrind, and how:
+    ``(value, note)``, or ``(None, why not)``."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None, "valgrind (callgrind) not installed"
+    totals = []
+    with tempfile.TemporaryDirectory() as d:
+        for reads in (n, 3 * n):
+            out = os.path.join(d, f"cg.{reads}")
+            cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
+                   sys.executable, "-m", "benchmarks.w_direct", "--reads", str(reads), path]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=900, env=checkout_env())
+            m = _TOTALS.search(open(out).read())
+            if m is None:
+                return None, "callgrind wrote no counts"
+            totals.append(int(m[1]))
+    return (totals[1] - totals[0]) / (2 * n), f"({totals[1]:,} - {totals[0]:,}) / {2 * n:,} reads"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.w_direct",
+                                 description="Instructions and CPU time per O_DIRECT read.")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--instructions", action="store_true",
+                      help="user-space instructions per read, under callgrind")
+    what.add_argument("--cpu", action="store_true", help="rate, user and system time per read")
+    what.add_argument("--reads", type=int, help=argparse.SUPPRESS)  # callgrind's child
+    ap.add_argument("path", nargs="?", help="an existing file to read (default: a new 64 MiB one)")
+    ap.add_argument("-n", type=int, default=2000, help="reads (--instructions: N and 3N)")
+    args = ap.parse_args(argv)
+    if args.reads is not None:
+        _reads(args.path, args.reads)
+        return 0
+    with ExitStack() as stack:
+        path = args.path
+        if path is None:
+            path, skip = direct_file(QUICK.with_(direct_mib=64), stack)
+            if path is None:
+                print(f"skipped: {skip}")
+                return 0
+        if args.cpu:
+            _reads(path, args.n)
+        else:
+            value, note = direct_instructions(path, args.n)
+            print(f"{value:,.0f} instructions per read: {note}" if value else f"skipped: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

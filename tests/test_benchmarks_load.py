@@ -170,6 +170,20 @@ def test_direct_tinycoro_row_runs_with_the_o_direct_api() -> None:
     assert w_direct.tc_missing() is None
 
 
+@pytest.mark.timeout(120)
+def test_direct_cpu_harness_reads_and_reports_per_read(capsys) -> None:
+    """``python -m benchmarks.w_direct --cpu`` makes its own file and reports per read (or says
+    why it skips, where the temp directory has no O_DIRECT)."""
+    assert w_direct.main(["--cpu", "-n", "256"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("skipped: ") or ("256 reads: " in out and "system" in out), out
+
+
+def test_direct_instructions_say_when_valgrind_is_missing(monkeypatch) -> None:
+    monkeypatch.setattr(w_direct.shutil, "which", lambda _name: None)
+    assert w_direct.direct_instructions("unused") == (None, "valgrind (callgrind) not installed")
+
+
 @pytest.mark.parametrize("missing", ["direct", "aligned_buffer", "readinto_at"])
 def test_direct_tinycoro_row_names_what_is_missing(monkeypatch, missing: str) -> None:
     """A tinycoro without one piece of the O_DIRECT API (an older install the runner may
