@@ -12,6 +12,13 @@
  *
  *   rps=<round trips per second> p50_us=<median round trip> p99_us=<99th pct> errors=<n>
  *
+ * With ECHO_LOAD_GATE=WARM in the environment (for a profiler that counts only the steady
+ * state, benchmarks.connscost): after the dial, WARM seconds of load, then every connection's
+ * last round trip completes (nothing in flight), the line "GATE" is printed and one line is
+ * read from stdin; the SECONDS of the run follow, drained the same way, then "done=<round
+ * trips>" is printed and one more line read before the connections close. Every round trip
+ * counted was served between the two gates: no dial, no tear-down, no message half done.
+ *
  * Latencies go into a histogram of 1/16-octave buckets (about 4 % wide) from 1 us up, so the
  * client keeps no per-request memory and costs the same at any rate. Built by the runner with
  * the system C compiler (benchmarks/w_echo.py) into build/benchmarks/.
@@ -94,6 +101,7 @@ static int dial(const struct sockaddr_in *sa) {
  * Returns the number of round trips completed (0 or 1), or -1 on an error (a reset, an early
  * close, or echoed bytes that differ from those sent). */
 static size_t resp_n; /* bytes of each answer: n for an echo */
+static int draining;   /* a round trip that completes starts no next message (ECHO_LOAD_GATE) */
 
 static int advance(struct conn *c, const char *msg, char *buf, size_t n, double *t) {
     int rounds = 0;
@@ -109,6 +117,7 @@ static int advance(struct conn *c, const char *msg, char *buf, size_t n, double 
         rounds = 1;
         c->reading = 0;
         c->off = 0;
+        if (draining) return rounds;
     }
     if (c->off == 0) c->started = *t;
     while (c->off < n) {
@@ -130,6 +139,49 @@ static void watch(int ep, struct conn *c, uint32_t id) {
     epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
+/* The run's state, shared by main and phase. */
+static struct conn *conns;
+static struct epoll_event *events;
+static int ep, nconn;
+static char *msg;
+static char *buf;
+static size_t n;
+
+/* Every connection starts a message, and round trips go on until *end*; with *drain*, until
+ * then and every message in flight has come back. Returns the round trips completed. */
+static long phase(double end, int drain, double *t, long *errors) {
+    long done = 0;
+    draining = 0;
+    for (int i = 0; i < nconn; i++) { /* every connection starts its first message */
+        int k = advance(&conns[i], msg, buf, n, t);
+        if (k < 0) (*errors)++; else done += k;
+        watch(ep, &conns[i], (uint32_t)i);
+    }
+    while (*errors == 0) {
+        if (*t >= end) {
+            if (!drain) break;
+            draining = 1;
+            int busy = 0;
+            for (int i = 0; i < nconn && !busy; i++) busy = conns[i].reading || conns[i].off;
+            if (!busy) break;
+        }
+        int ready = epoll_wait(ep, events, nconn, 100);
+        if (ready < 0 && errno != EINTR) {
+            perror("echo_load: epoll_wait");
+            exit(1);
+        }
+        *t = now();
+        for (int e = 0; e < ready; e++) {
+            struct conn *c = &conns[events[e].data.u32];
+            int k = advance(c, msg, buf, n, t);
+            if (k < 0) { (*errors)++; break; }
+            done += k;
+            watch(ep, c, events[e].data.u32);
+        }
+    }
+    return done;
+}
+
 int main(int argc, char **argv) {
     if (argc != 6 && argc != 7) {
         fprintf(stderr, "usage: %s HOST PORT CONNS BYTES SECONDS [RESPONSE_BYTES]\n", argv[0]);
@@ -140,23 +192,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "echo_load: bad IPv4 address %s\n", argv[1]);
         return 2;
     }
-    int nconn = atoi(argv[3]);
+    nconn = atoi(argv[3]);
     long nbytes = atol(argv[4]);
     double seconds = atof(argv[5]);
     if (nconn < 1 || nbytes < 1 || seconds <= 0) {
         fprintf(stderr, "echo_load: CONNS and BYTES must be >= 1 and SECONDS > 0\n");
         return 2;
     }
-    size_t n = (size_t)nbytes;
+    n = (size_t)nbytes;
     resp_n = argc == 7 ? (size_t)atol(argv[6]) : n;
     if (resp_n < 1) {
         fprintf(stderr, "echo_load: RESPONSE_BYTES must be >= 1\n");
         return 2;
     }
-    char *msg = malloc(n), *buf = malloc(resp_n > n ? resp_n : n);
-    struct conn *conns = calloc((size_t)nconn, sizeof *conns);
-    struct epoll_event *events = calloc((size_t)nconn, sizeof *events);
-    int ep = epoll_create1(EPOLL_CLOEXEC);
+    msg = malloc(n);
+    buf = malloc(resp_n > n ? resp_n : n);
+    conns = calloc((size_t)nconn, sizeof *conns);
+    events = calloc((size_t)nconn, sizeof *events);
+    ep = epoll_create1(EPOLL_CLOEXEC);
     if (!msg || !buf || !conns || !events || ep < 0) {
         perror("echo_load: setup");
         return 1;
@@ -175,31 +228,29 @@ int main(int argc, char **argv) {
         epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev);
     }
 
-    long done = 0, errors = 0;
-    double t = now(), start = t, end = start + seconds;
-    for (int i = 0; i < nconn; i++) { /* every connection starts its first message */
-        int k = advance(&conns[i], msg, buf, n, &t);
-        if (k < 0) errors++; else done += k;
-        watch(ep, &conns[i], (uint32_t)i);
+    const char *gate = getenv("ECHO_LOAD_GATE");
+    if (gate == NULL) {
+        double start = now(), t = start;
+        long errors = 0, done = phase(start + seconds, 0, &t, &errors);
+        double elapsed = now() - start;
+        for (int i = 0; i < nconn; i++) close(conns[i].fd);
+        printf("rps=%.3f p50_us=%.1f p99_us=%.1f errors=%ld\n", (double)done / elapsed,
+               quantile(0.50), quantile(0.99), errors);
+        return 0;
     }
-    while (t < end && errors == 0) {
-        int ready = epoll_wait(ep, events, nconn, 100);
-        if (ready < 0 && errno != EINTR) {
-            perror("echo_load: epoll_wait");
-            return 1;
-        }
-        t = now();
-        for (int e = 0; e < ready; e++) {
-            struct conn *c = &conns[events[e].data.u32];
-            int k = advance(c, msg, buf, n, &t);
-            if (k < 0) { errors++; break; }
-            done += k;
-            watch(ep, c, events[e].data.u32);
-        }
-    }
-    double elapsed = now() - start;
+    double t = now();
+    long errors = 0;
+    char line[64];
+    phase(t + atof(gate), 1, &t, &errors);
+    printf("GATE\n");
+    fflush(stdout);
+    if (errors || !fgets(line, sizeof line, stdin)) return 1;
+    double start = now();
+    t = start;
+    long done = phase(start + seconds, 1, &t, &errors);
+    printf("done=%ld rps=%.3f errors=%ld\n", done, (double)done / (now() - start), errors);
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) return 1;
     for (int i = 0; i < nconn; i++) close(conns[i].fd);
-    printf("rps=%.3f p50_us=%.1f p99_us=%.1f errors=%ld\n", (double)done / elapsed, quantile(0.50),
-           quantile(0.99), errors);
-    return 0;
+    return errors ? 1 : 0;
 }

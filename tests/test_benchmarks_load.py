@@ -8,8 +8,11 @@ asserted: only that requests happened and that a wrong echo is an error.
 from __future__ import annotations
 
 import inspect
+import os
+import re
 import shutil
 import socket
+import subprocess
 import threading
 import types
 from contextlib import ExitStack, contextmanager
@@ -23,10 +26,12 @@ needs_cc = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), r
 
 
 @contextmanager
-def echo_server(corrupt: bool = False) -> Iterator[int]:
+def echo_server(corrupt: bool = False, echoed: list[int] | None = None) -> Iterator[int]:
     """A threaded loopback echo server; with *corrupt*, every echoed chunk has its first byte
-    changed. Yields the port; closes everything on exit."""
+    changed; *echoed*, a one-item list, counts the bytes it echoed. Yields the port; closes
+    everything on exit."""
     lst = socket.create_server(("127.0.0.1", 0))
+    lock = threading.Lock()
     conns: list[socket.socket] = []
     threads: list[threading.Thread] = []
 
@@ -39,6 +44,9 @@ def echo_server(corrupt: bool = False) -> Iterator[int]:
                         return
                     if corrupt:
                         data = bytes([data[0] ^ 0xFF]) + data[1:]
+                    if echoed is not None:
+                        with lock:  # before the send: the client sees the echo after the count
+                            echoed[0] += len(data)
                     conn.sendall(data)
                 except OSError:
                     return
@@ -89,6 +97,34 @@ def test_echo_load_drives_a_real_echo_server(size: int) -> None:
     assert sample.value > 0
     assert sample.p50_us is not None and sample.p99_us is not None
     assert 0 < sample.p50_us <= sample.p99_us
+
+
+@needs_cc
+@pytest.mark.timeout(60)
+def test_gated_echo_load_counts_exactly_what_the_server_served_between_its_gates() -> None:
+    # benchmarks.connscost zeroes a profiler's counters at the first gate and dumps them at
+    # the second: every round trip counted must be served in between, and nothing else
+    exe = echo_procs.build_echo_load()
+    echoed = [0]
+    with echo_server(echoed=echoed) as port:
+        with subprocess.Popen(
+            [str(exe), "127.0.0.1", str(port), "8", "64", "0.2"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, text=True, env=dict(os.environ, ECHO_LOAD_GATE="0.1"),
+        ) as load:
+            assert load.stdin is not None and load.stdout is not None
+            assert load.stdout.readline() == "GATE\n"
+            before = echoed[0]
+            load.stdin.write("go\n")
+            load.stdin.flush()
+            m = re.fullmatch(r"done=(\d+) rps=\S+ errors=0\n", load.stdout.readline())
+            served = echoed[0] - before
+            load.stdin.write("end\n")
+            load.stdin.flush()
+            load.stdin.close()
+            assert load.wait(timeout=30) == 0
+    assert m is not None
+    assert before > 0  # the warm-up ran
+    assert served == int(m[1]) * 64 > 0
 
 
 @needs_cc
