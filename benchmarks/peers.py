@@ -169,6 +169,12 @@ def _interpreted(py: Path) -> bool:
     return subprocess.run([str(py), "-c", probe], capture_output=True, cwd="/").returncode == 3
 
 
+def _version_tuple(version: str) -> tuple[int, int]:
+    """``"3.10"`` -> (3, 10); ``"3.13t"`` -> (3, 13)."""
+    major, minor = version.rstrip("t").split(".")[:2]
+    return int(major), int(minor)
+
+
 def version_venv(version: str) -> Path:
     """Where the virtual environment for Python *version* lives (git-ignored)."""
     return BUILD_DIR / f"py{version}-venv"
@@ -177,7 +183,9 @@ def version_venv(version: str) -> Path:
 def version_python(version: str, create: bool = True) -> tuple[str | None, str | None]:
     """(python, None) for a virtual environment of Python *version* with this checkout of
     tinycoro installed in it (editable, compiled for that version: the extension modules of
-    each version sit side by side in the source tree) and the peers (``.[bench,cluster]``),
+    each version sit side by side in the source tree) and the peers (``.[bench,cluster]``; on
+    3.10 ``.[bench]`` alone: the cluster's ipykernel >= 7.4 needs 3.11, and no 3.10 run has a
+    cluster row),
     made on first use in ``build/benchmarks/py<version>-venv`` (only an existing one with
     ``create=False``); or (None, why it cannot be had). ``"3.13t"`` is the free-threaded build
     (:func:`freethreaded_base`), with tinycoro alone.
@@ -213,7 +221,8 @@ def version_python(version: str, create: bool = True) -> tuple[str | None, str |
         if ft:
             _freethreaded_install(py, repo)
         else:
-            subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", f"{repo}[bench,cluster]"], check=True,
+            extras = "bench" if _version_tuple(version) < (3, 11) else "bench,cluster"
+            subprocess.run([str(py), "-m", "pip", "install", "-q", "-e", f"{repo}[{extras}]"], check=True,
                            capture_output=True, text=True, timeout=3600, cwd=repo)
     except (OSError, subprocess.SubprocessError) as e:
         err = getattr(e, "stderr", None) or str(e)
