@@ -615,3 +615,31 @@ def test_a_loop_that_drops_each_cached_read_gets_the_same_bytes_object_back(tmp_
             await f.close()
 
     assert len(tc.run(main(), contexts=1)) == 1
+
+
+def test_a_cached_read_held_unawaited_keeps_its_own_result(contexts, tmp_path):
+    """A read's finished awaitable that the caller keeps (not awaited yet, or awaited and kept)
+    keeps its bytes while other reads run and drop theirs: compiled, the awaitable and the
+    bytes of a read whose await is over and dropped are handed out again (_cfile.done,
+    _fresh_bytes), which must never be one that someone still holds."""
+    data = os.urandom(4 * PAGE)
+    path = tmp_path / "held"
+    _cached_file(path, data)
+
+    async def main():
+        f = await tc.io.open(path)
+        try:
+            held = f.read_at(PAGE, 0)
+            first = await f.read_at(PAGE, PAGE)
+            kept = f.read_at(PAGE, 2 * PAGE)
+            assert await kept == data[2 * PAGE:3 * PAGE]
+            for i in range(3 * INLINE_BUDGET):  # dropped at once: their objects are reused
+                assert await f.read_at(PAGE, (i % 4) * PAGE) == data[(i % 4) * PAGE:][:PAGE]
+            assert first == data[PAGE:2 * PAGE]
+            assert await held == data[:PAGE]
+            assert await kept == data[2 * PAGE:3 * PAGE]  # a second await: the same value
+            return True
+        finally:
+            await f.close()
+
+    assert tc.run(main(), contexts=contexts)

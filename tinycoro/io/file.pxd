@@ -38,8 +38,10 @@ cdef class AsyncFile:
     cdef public object _lstart
     cdef object __weakref__
 
-    cdef _read_cached(self, size, offset)
-    cdef _read_inline(self, size, offset)
+    # C ints: read_at converts its checked ints once, at the call, and the page-cache read
+    # and the whole-result check take them as they are
+    cdef _read_cached(self, Py_ssize_t size, long long offset)
+    cdef _read_inline(self, Py_ssize_t size, long long offset)
 
 cdef int _NEW, _YIELDED, _DELEGATED, _OVER
 

@@ -219,7 +219,8 @@ class AsyncFile:
                 and 0 <= size <= 0x7FFF_FFFF_FFFF_FFFF and 0 <= offset <= 0x7FFF_FFFF_FFFF_FFFF):
             size = check_int("size", size, min=0, max=MAX_OFFSET)
             offset = _check_offset(offset)
-        if self._inline and size:  # open, readable, a regular file, not O_DIRECT
+        # (size != 0, not the int's truth: compiled, an inline compare, not PyObject_IsTrue)
+        if self._inline and size != 0:  # open, readable, a regular file, not O_DIRECT
             task = running_task()
             if task is not None:  # (an asyncio task's reads go to its loop's hosted ring)
                 if spend_inline(task):
