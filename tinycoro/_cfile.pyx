@@ -17,6 +17,7 @@ from cpython.buffer cimport (
     PyObject_GetBuffer, PyBuffer_FillInfo, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject, Py_INCREF
 
 from .core cimport iterslots
@@ -137,6 +138,16 @@ cdef inline bytes _fresh_bytes(Py_ssize_t size):
     if TC_REUSE_BYTES and 0 < size <= REUSE_MAX:
         _spare = data
     return data
+
+
+cpdef bint offset_ok(object x):
+    """Whether *x* is an exact int in 0..MAX_OFFSET (2**63 - 1): read_at's fast-path check of
+    its size and offset, as C reads of the int (a C call from io/file). Python's four chained
+    comparisons were ~100 instructions per read on 3.12 (~60 on 3.11)."""
+    cdef int over = 0
+    if type(x) is not int:
+        return False
+    return PyLong_AsLongLongAndOverflow(x, &over) >= 0 and not over
 
 
 cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset):

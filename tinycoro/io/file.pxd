@@ -11,7 +11,7 @@ from ..closing cimport PendingOps
 # The names file.py imports from .pagecache and ..core.local, which pick these or their Python
 # twins: compiled, the cimport wins, and the running task's read, the page-cache read and its
 # finished awaitable are C calls.
-from .._cfile cimport done, pread_nowait, pread_nowait_into
+from .._cfile cimport done, offset_ok, pread_nowait, pread_nowait_into
 from .._clocal cimport running_task
 from .direct cimport check_direct
 from . cimport directview
