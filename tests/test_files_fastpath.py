@@ -425,14 +425,22 @@ def test_a_finished_read_hands_its_value_back_and_holds_no_reference():
 
 
 def test_the_read_paths_literal_range_is_max_offset():
-    """read_at and readinto_at compare with MAX_OFFSET's literal (compiled, a C comparison)."""
+    """readinto_at compares with MAX_OFFSET's literal (compiled, a C comparison); read_at asks
+    pagecache.offset_ok, whose Python twin compares with it too (compiled, C reads of the
+    int up to 2**63 - 1, which is MAX_OFFSET)."""
     import pathlib
 
     from tinycoro.buffers import MAX_OFFSET
+    from tinycoro.io.pagecache import offset_ok
 
     assert MAX_OFFSET == 0x7FFF_FFFF_FFFF_FFFF
-    source = pathlib.Path(tc.__file__).parent / "io" / "file.py"  # (compiled: no getsource)
-    assert source.read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 3
+    folder = pathlib.Path(tc.__file__).parent / "io"  # (compiled: no getsource)
+    assert (folder / "file.py").read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 1
+    assert (folder / "pagecache.py").read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 1
+    for good in (0, 1, 4096, MAX_OFFSET):
+        assert offset_ok(good)
+    for bad in (-1, MAX_OFFSET + 1, 2**64, True, 1.0, "1", None):
+        assert not offset_ok(bad)
 
 
 @pytest.mark.parametrize("value", [(1, 2), KeyError("k"), None, b"x"], ids=repr)
@@ -615,3 +623,31 @@ def test_a_loop_that_drops_each_cached_read_gets_the_same_bytes_object_back(tmp_
             await f.close()
 
     assert len(tc.run(main(), contexts=1)) == 1
+
+
+def test_a_cached_read_held_unawaited_keeps_its_own_result(contexts, tmp_path):
+    """A read's finished awaitable that the caller keeps (not awaited yet, or awaited and kept)
+    keeps its bytes while other reads run and drop theirs: compiled, the awaitable and the
+    bytes of a read whose await is over and dropped are handed out again (_cfile.done,
+    _fresh_bytes), which must never be one that someone still holds."""
+    data = os.urandom(4 * PAGE)
+    path = tmp_path / "held"
+    _cached_file(path, data)
+
+    async def main():
+        f = await tc.io.open(path)
+        try:
+            held = f.read_at(PAGE, 0)
+            first = await f.read_at(PAGE, PAGE)
+            kept = f.read_at(PAGE, 2 * PAGE)
+            assert await kept == data[2 * PAGE:3 * PAGE]
+            for i in range(3 * INLINE_BUDGET):  # dropped at once: their objects are reused
+                assert await f.read_at(PAGE, (i % 4) * PAGE) == data[(i % 4) * PAGE:][:PAGE]
+            assert first == data[PAGE:2 * PAGE]
+            assert await held == data[:PAGE]
+            assert await kept == data[2 * PAGE:3 * PAGE]  # a second await: the same value
+            return True
+        finally:
+            await f.close()
+
+    assert tc.run(main(), contexts=contexts)

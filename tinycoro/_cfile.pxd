@@ -9,3 +9,5 @@ cdef class Done:
 cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset)
 cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long long offset) except -2
 cpdef object done(object value)
+
+cpdef bint offset_ok(object x)

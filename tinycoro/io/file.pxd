@@ -11,7 +11,7 @@ from ..closing cimport PendingOps
 # The names file.py imports from .pagecache and ..core.local, which pick these or their Python
 # twins: compiled, the cimport wins, and the running task's read, the page-cache read and its
 # finished awaitable are C calls.
-from .._cfile cimport done, pread_nowait, pread_nowait_into
+from .._cfile cimport done, offset_ok, pread_nowait, pread_nowait_into
 from .._clocal cimport running_task
 from .direct cimport check_direct
 from . cimport directview
@@ -38,8 +38,10 @@ cdef class AsyncFile:
     cdef public object _lstart
     cdef object __weakref__
 
-    cdef _read_cached(self, size, offset)
-    cdef _read_inline(self, size, offset)
+    # C ints: read_at converts its checked ints once, at the call, and the page-cache read
+    # and the whole-result check take them as they are
+    cdef _read_cached(self, Py_ssize_t size, long long offset)
+    cdef _read_inline(self, Py_ssize_t size, long long offset)
 
 cdef int _NEW, _YIELDED, _DELEGATED, _OVER
 

@@ -31,7 +31,7 @@ from .direct import aligned_buffer, check_direct
 from . import directview
 from ._parallel import whole_fill
 from .ops import CURRENT_POSITION, RingWrite, _keep_taken, ring_read
-from .pagecache import done, filling, inline_reads, pread_nowait, pread_nowait_into
+from .pagecache import done, filling, inline_reads, offset_ok, pread_nowait, pread_nowait_into
 from .paths import AT_FDCWD, PathLike
 
 __all__ = ["AsyncFile", "open"]
@@ -214,12 +214,13 @@ class AsyncFile:
         # The hot path of random reads. When the page cache has the bytes, the read is done
         # right here, at the call, and the awaitable returned is the finished result
         # (pagecache.done: no coroutine, no suspension). Exact-int arguments in range skip the
-        # checks' calls (anything else, bool and int subclasses included, takes them).
-        if not (type(size) is int and type(offset) is int
-                and 0 <= size <= 0x7FFF_FFFF_FFFF_FFFF and 0 <= offset <= 0x7FFF_FFFF_FFFF_FFFF):
+        # checks' calls (anything else, bool and int subclasses included, takes them);
+        # compiled, offset_ok reads each int in C (_cfile.pxd).
+        if not (offset_ok(size) and offset_ok(offset)):
             size = check_int("size", size, min=0, max=MAX_OFFSET)
             offset = _check_offset(offset)
-        if self._inline and size:  # open, readable, a regular file, not O_DIRECT
+        # (size != 0, not the int's truth: compiled, an inline compare, not PyObject_IsTrue)
+        if self._inline and size != 0:  # open, readable, a regular file, not O_DIRECT
             task = running_task()
             if task is not None:  # (an asyncio task's reads go to its loop's hosted ring)
                 if spend_inline(task):

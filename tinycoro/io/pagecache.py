@@ -20,7 +20,7 @@ from .. import compiled
 from ..core.traps import Ready
 
 __all__ = [
-    "FILE_READS_ENV", "RWF_NOWAIT", "done", "filling", "inline_reads", "pread_nowait",
+    "FILE_READS_ENV", "RWF_NOWAIT", "done", "filling", "inline_reads", "offset_ok", "pread_nowait",
     "pread_nowait_into", "preadv", "read_cached_file",
 ]
 
@@ -39,6 +39,13 @@ def inline_reads(fd: int) -> bool:
         return _stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError:
         return False
+
+
+def offset_ok_py(x: Any) -> bool:
+    """Whether *x* is an exact int in 0..2**63 - 1 (``MAX_OFFSET``): read_at's check of its
+    size and offset before its fast path (compiled, ``_cfile.pxd``'s C twin, cimported
+    under this name by io/file.pxd)."""
+    return type(x) is int and 0 <= x <= 0x7FFF_FFFF_FFFF_FFFF
 
 
 def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
@@ -82,6 +89,7 @@ pread_nowait_into: Callable[[int, Any, int, int], int] = (
     _cfile.pread_nowait_into if _cfile is not None else pread_nowait_into_py
 )
 
+offset_ok: Callable[[Any], bool] = _cfile.offset_ok if _cfile is not None else offset_ok_py
 # A read finished at its call, as the awaitable the call returns: the compiled one is awaited
 # through a C slot, with no generator (~600 instructions less per cached read_at); traps'
 # Ready, the same contract, runs where _cfile is not built or TINYCORO_PURE is set.
