@@ -440,8 +440,12 @@ def _join(task: Task, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, No
     try:
         yield from fut
     except _CancelledError:
-        task.remove_done_callback(done)
-        raise
+        if task.remove_done_callback(done):
+            raise  # still running: it goes on, and nobody waits for it here any more
+        # It has finished and its outcome was handed to this join, which keeps it as a
+        # tinycoro join does: the caller takes the result or the failure, and the cancel comes
+        # at its next await. Dropped, a failure would be one nothing ever retrieves.
+        _recancel()
 
 
 def _resolve(fut: asyncio.Future) -> None:
