@@ -346,21 +346,24 @@ def test_join_tc_task_result_exception_and_cancel(arun, contexts):
     assert arun(main()) == "ok"
 
 
-def test_a_join_cancelled_after_the_task_failed_takes_the_failure(arun, contexts, caplog):
-    # The tinycoro task fails, its done callback hands that to the asyncio joiner, and the
+@pytest.mark.parametrize("fails", [True, False], ids=["failure", "value"])
+def test_a_join_cancelled_after_the_task_ended_takes_its_outcome(arun, contexts, caplog, fails):
+    # The tinycoro task ends, its done callback hands that to the asyncio joiner, and the
     # joiner is cancelled before it runs again. As in a tinycoro join, the outcome handed over
-    # is the join's (the failure is raised at the await, the cancel comes at the next one):
-    # dropped, it would be a failure that nothing ever retrieves, logged when it is collected.
-    async def fail(gate: tc.Event):
+    # is the join's (returned, or raised at the await; the cancel comes at the next await):
+    # dropped, a failure would be one that nothing ever retrieves, logged when collected.
+    async def end(gate: tc.Event):
         await gate.wait()
-        raise ValueError("handed over")
+        if fails:
+            raise ValueError("handed over")
+        return "handed over"
 
     async def main():
         got = []
 
         async def joiner(t):
             try:
-                await t
+                got.append(await t)
             except ValueError as e:
                 got.append(str(e))
             await asyncio.sleep(0)
@@ -368,7 +371,7 @@ def test_a_join_cancelled_after_the_task_failed_takes_the_failure(arun, contexts
 
         with tc.Scheduler(contexts) as s:
             gate = tc.Event()
-            t = s.submit(fail(gate))
+            t = s.submit(end(gate))
             j = asyncio.create_task(joiner(t))
             await asyncio.sleep(0)  # j waits on t's done callback now
             finished = threading.Event()
