@@ -346,6 +346,49 @@ def test_join_tc_task_result_exception_and_cancel(arun, contexts):
     assert arun(main()) == "ok"
 
 
+@pytest.mark.parametrize("fails", [True, False], ids=["failure", "value"])
+def test_a_join_cancelled_after_the_task_ended_takes_its_outcome(arun, contexts, caplog, fails):
+    # The tinycoro task ends, its done callback hands that to the asyncio joiner, and the
+    # joiner is cancelled before it runs again. As in a tinycoro join, the outcome handed over
+    # is the join's (returned, or raised at the await; the cancel comes at the next await):
+    # dropped, a failure would be one that nothing ever retrieves, logged when collected.
+    async def end(gate: tc.Event):
+        await gate.wait()
+        if fails:
+            raise ValueError("handed over")
+        return "handed over"
+
+    async def main():
+        got = []
+
+        async def joiner(t):
+            try:
+                got.append(await t)
+            except ValueError as e:
+                got.append(str(e))
+            await asyncio.sleep(0)
+            got.append("not reached")
+
+        with tc.Scheduler(contexts) as s:
+            gate = tc.Event()
+            t = s.submit(end(gate))
+            j = asyncio.create_task(joiner(t))
+            await asyncio.sleep(0)  # j waits on t's done callback now
+            finished = threading.Event()
+            t.add_done_callback(lambda _t: finished.set())  # runs after j's
+            gate.set()
+            assert finished.wait(10)  # the loop is blocked: j's wake-up is queued, not run
+            j.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await j
+            del t
+        gc.collect()
+        return got
+
+    assert arun(main()) == ["handed over"]
+    assert "never retrieved" not in caplog.text
+
+
 async def _await(aw):
     return await aw
 

@@ -310,3 +310,30 @@ def test_ctrl_c_at_start_up_under_load_unwinds_every_task(contexts, monkeypatch,
             finished = {e.split()[1] for e in log if e.startswith("finally ") and e != "finally main"}
             assert started == finished
     assert not tinycoro_threads()
+
+
+@pytest.mark.timeout(30)
+def test_a_main_task_refused_by_the_interrupts_shutdown_is_reported_with_the_interrupt(caplog):
+    """Ctrl-C stops the scheduler accepting work while the main task still runs: its spawn is
+    refused (the RuntimeError at its call), and that ending is reported with the
+    KeyboardInterrupt tc.run raises. Left unretrieved, it was logged as "never retrieved"
+    whenever the garbage collector met it, under whatever test or cell ran then."""
+    import gc
+
+    from tinycoro.core.local import _local
+
+    async def main():
+        sched = _local.engine.scheduler
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: the run stops accepting, then cancels
+        # This context's thread waits for the refusal (bounded): the spawn below is refused
+        # for certain, as a spawn that comes just after the interrupt is.
+        wait_until(lambda: not sched.stats().accepting, what="the shutdown to stop accepting")
+        tc.spawn(tc.sleep(0))
+
+    with pytest.raises(KeyboardInterrupt) as raised:
+        tc.run(main(), contexts=1)
+    refused = repr(raised.value.__context__)
+    del raised  # its traceback holds tc.run's frame, and with it the main task
+    gc.collect()
+    assert "never retrieved" not in caplog.text
+    assert "RuntimeError" in refused and "no longer accepts work" in refused

@@ -19,9 +19,8 @@ kernel submits an io_uring cancel and waits for the operation's completion befor
 ``CancelledError`` is raised, so no buffer is freed while the kernel may still write into it
 (rule 8). A parked waiter cancelled after a primitive handed it something (a lock, a
 permit) gives it back through the ticket's ``undo``. When the kernel operation or the wake had
-already produced a result that nothing can give back (bytes received, an Event's value), the
-result is returned and the cancellation is requested again, to be raised at the task's next
-await: the way a tinycoro task sees it, and nothing is lost.
+produced what nothing can give back (bytes, an Event's value, a joined task's outcome), that
+is returned and the cancel asked for again, for the task's next await, as in tinycoro.
 
 Lifetime: the hosted ring closes with the loop: ``asyncio.run`` and ``uvloop.run`` call
 ``loop.shutdown_asyncgens()`` first, and a one-step async generator the host registers closes
@@ -440,8 +439,9 @@ def _join(task: Task, loop: asyncio.AbstractEventLoop) -> Generator[Any, Any, No
     try:
         yield from fut
     except _CancelledError:
-        task.remove_done_callback(done)
-        raise
+        if task.remove_done_callback(done) or task.cancelled():
+            raise  # still running (it goes on, unwaited for here), or nothing to hand over
+        _recancel()  # its outcome was handed over: kept (a failure dropped is never retrieved)
 
 
 def _resolve(fut: asyncio.Future) -> None:

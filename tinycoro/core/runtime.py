@@ -9,7 +9,7 @@ from typing import Any, Callable, Coroutine
 
 from . import ki
 from .checks import check_seconds
-from .errors import DeadlockError
+from .errors import Cancelled, DeadlockError
 from .local import _local
 from .scheduler import Scheduler, _check_coro
 from .task import Task
@@ -72,7 +72,21 @@ def run(
             if task.done() and task.exception() is not None:
                 raise deadlock from task.exception()
             raise
+        except BaseException as stopped:  # Ctrl-C, or a crashed context
+            _report_with(stopped, task)
+            raise
         return task.result()
+
+
+def _report_with(stopped: BaseException, task: Task) -> None:
+    """The run ends with *stopped*: the main *task*'s own failure, if it has one (a spawn the
+    interrupt's shutdown refused, say), is reported with it as its context, not left for the
+    garbage collector to log as "never retrieved" wherever it happens to run."""
+    if not task.done() or stopped.__context__ is not None:
+        return  # (a context already there is kept; the failure is then the collector's to log)
+    failure = task.exception()  # retrieved here: it goes out with *stopped*
+    if failure is not None and not isinstance(failure, Cancelled):
+        stopped.__context__ = failure
 
 
 def _observed(task: Task) -> None:
