@@ -11,6 +11,7 @@ cdef bint _LOCKED_REAP
 cimport cython
 
 from . cimport cqwatch
+from .traps cimport Op
 
 cdef class RingOwner:
     cdef public object ring
@@ -40,5 +41,6 @@ cdef class RingOwner:
     # C integers: with an object index, `range(0, len(shots), 4)` was a range object, its
     # iterator and a boxed index per CQE, and each `shots[i + k]` a generic subscript: ~1,300
     # instructions per multishot CQE (callgrind, 3.11), two per echo round trip
-    @cython.locals(i=Py_ssize_t, n=Py_ssize_t, more=bint)
+    # mop: an Op's completion is its C method (traps.pxd)
+    @cython.locals(i=Py_ssize_t, n=Py_ssize_t, more=bint, mop=Op)
     cdef _complete_multi(self, list shots)

@@ -49,6 +49,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from .. import _ringdefs, compiled, uring
 from . import cqwatch, fence
+from .traps import Op
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
 
@@ -405,7 +406,13 @@ class RingOwner:
                 try:
                     if hook is not None:
                         res, data = hook(op, res, data, more)
-                    op.completion(res, data, more)
+                    if isinstance(op, Op):
+                        # compiled: a typed local (ring.pxd), so Op's C method; by name
+                        # each call was a type lookup and an argument parse
+                        mop = op
+                        mop.completion(res, data, more)
+                    else:
+                        op.completion(res, data, more)
                 except Exception as e:  # noqa: BLE001 - reported; the ring carries on (rule 17)
                     self._completion_failed(op, e)
                 if not more:

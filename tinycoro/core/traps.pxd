@@ -23,6 +23,9 @@ cdef class Op(_CoroutineProtocol):
     cdef public object _res
 
     cpdef _fill(self, object prep, tuple args, bint returns_fd=*)
+    # a MultiOp's CQE (traps.py): the ring's owner calls it as a C method, the override's
+    # through the vtable (net/multishot's), a Python subclass's by name (io/_parallel's)
+    cpdef completion(self, int res, object data, bint more)
     cdef object _by_hand(self)
     cdef object _drive(self, object gen, object value)
 

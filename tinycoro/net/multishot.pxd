@@ -29,6 +29,8 @@ cdef class MultishotRecv(InlineOp):
     cdef public object broken
     cdef public object lock
 
+    # Op's C method (traps.pxd), which the ring's owner calls for each CQE
+    cpdef completion(self, int res, object data, bint more)
     # C integers: as objects, each read of offset and queued and each length was an int
     # boxed and freed (5 per recv, ~300 instructions on 3.12, callgrind)
     @cython.locals(start=Py_ssize_t, left=Py_ssize_t, got=Py_ssize_t, n=Py_ssize_t)
@@ -69,3 +71,6 @@ cdef object _recv_send(object call, object value)
 # The step codes as C integers: as module objects, each compare with a C int boxed it
 cdef int _TAKE, _SPEND, _SINGLE, _PARK
 cdef int _IDLE, _HANDED, _SPENDING, _PARKED, _DELEGATED
+# The queue's limit and the CQE errnos a completion compares with, likewise
+cdef Py_ssize_t _QUEUE_LIMIT
+cdef int _ENOBUFS, _ECANCELED, _EINVAL

@@ -49,6 +49,9 @@ AVAILABLE: bool = uring.COMPILED and compiled.is_compiled(sys.modules[__name__])
 #: past it, the data waits in the socket's own buffer and TCP's window holds the sender back,
 #: as with a single recv that nobody issues. The recv that empties the queue arms it again.
 QUEUE_LIMIT = 256 * 1024
+# Its C twin, and the errnos as C ints (multishot.pxd): compared with a C integer (a count, a
+# want, a CQE's res), the module objects boxed that integer on every compare
+_QUEUE_LIMIT = QUEUE_LIMIT
 _ENOBUFS = -errno.ENOBUFS
 _ECANCELED = -errno.ECANCELED
 _EINVAL = -errno.EINVAL
@@ -167,7 +170,7 @@ class MultishotRecv(InlineOp):
             if data is not None:
                 self._push(data)
                 self.queued += len(data)
-                if more and self.queued > QUEUE_LIMIT and not self.stopping:
+                if more and self.queued > _QUEUE_LIMIT and not self.stopping:
                     self.stopping = stop = True
             elif res == 0:
                 self._push(b"")  # EOF
@@ -352,7 +355,7 @@ class MultishotRecv(InlineOp):
                 if self.head is not None:
                     again = True  # queued meanwhile: loop to take it
                 elif self.armed:
-                    if (engine is not self.engine or want >= QUEUE_LIMIT) and not self.stopping:
+                    if (engine is not self.engine or want >= _QUEUE_LIMIT) and not self.stopping:
                         # armed on another context's ring: stopped there (its chunks so far
                         # come first), then armed on this one. A bulk read stops it too, and
                         # then takes the single recv (its chunks so far first): parked on the
@@ -360,7 +363,7 @@ class MultishotRecv(InlineOp):
                         # chunk per recv, copied twice.
                         self.stopping = True
                         stop = self.engine
-                elif engine is None or want >= QUEUE_LIMIT or not engine.multishot_ready():
+                elif engine is None or want >= _QUEUE_LIMIT or not engine.multishot_ready():
                     # A recv that asks for at least what the queue may hold (bulk reads:
                     # recv(1 MiB)) takes the single recv while nothing is armed: the kernel
                     # copies all the socket holds in one operation, where the multishot would
@@ -444,7 +447,7 @@ class MultishotRecv(InlineOp):
         """The stream's :class:`~tinycoro.net.ops.BulkRecvOp` for a single recv of *want*
         bytes, or None where the single recv is RecvOp's (a smaller *want*, or the pure
         runtime): what a :class:`RecvCall` tries inline without a generator."""
-        if want < QUEUE_LIMIT:
+        if want < _QUEUE_LIMIT:
             return None
         stream = self.owner()
         if stream is None:  # pragma: no cover - the awaiting task holds the stream

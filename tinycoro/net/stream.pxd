@@ -10,6 +10,9 @@ from ..core cimport tokens
 from . cimport _untrack
 from .ops cimport SendallOp
 
+# buffers.MAX_RW as a C integer: sendall compares a length with it
+cdef Py_ssize_t _MAX_RW
+
 cdef class _StreamCore:
     cdef public object _sock
     cdef public int _fd

@@ -35,6 +35,8 @@ _PIPE_SIZE = 1 << 20  # sendfile's pipe; the default 64 KiB costs 16x more splic
 _UNIX_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1: the path and its NUL
 _NONE = Ready(None)  # what sendall returns for nothing to send
 _ZERO = Ready(0)
+# MAX_RW as a C integer (stream.pxd): compared with a length, the module object boxed it
+_MAX_RW = MAX_RW
 
 
 class _StreamCore:
@@ -76,7 +78,7 @@ class _StreamCore:
 
     def sendall(self, data: Any) -> Awaitable[None]:
         """Send all of *data*, however many operations that takes."""
-        if type(data) is bytes and len(data) <= MAX_RW:
+        if type(data) is bytes and len(data) <= _MAX_RW:
             # Fast path for what recv() returns: the bytes object itself goes to the kernel
             # (no memoryview); a loopback send almost always takes everything at once.
             if not data:
