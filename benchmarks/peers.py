@@ -184,9 +184,8 @@ def version_python(version: str, create: bool = True) -> tuple[str | None, str |
     """(python, None) for a virtual environment of Python *version* with this checkout of
     tinycoro installed in it (editable, compiled for that version: the extension modules of
     each version sit side by side in the source tree) and the peers (``.[bench,cluster]``; on
-    3.10 ``.[bench]`` alone: the cluster's ipykernel >= 7.4 needs 3.11, and no 3.10 run has a
-    cluster row),
-    made on first use in ``build/benchmarks/py<version>-venv`` (only an existing one with
+    3.10 ``.[bench]`` alone: the cluster's ipykernel >= 7.4 needs 3.11, so 3.10's cluster rows
+    are skipped), made on first use in ``build/benchmarks/py<version>-venv`` (only an existing one with
     ``create=False``); or (None, why it cannot be had). ``"3.13t"`` is the free-threaded build
     (:func:`freethreaded_base`), with tinycoro alone.
     A build that fell back to the interpreted source still runs: the report's machine table

@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
+from pathlib import Path
 
 import tinycoro as tc
 
@@ -181,7 +182,7 @@ def direct_instructions(path: str, n: int = 2000) -> tuple[float | None, str]:
             cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
                    sys.executable, "-m", "benchmarks.w_direct", "--reads", str(reads), path]
             subprocess.run(cmd, check=True, capture_output=True, timeout=900, env=checkout_env())
-            m = _TOTALS.search(open(out).read())
+            m = _TOTALS.search(Path(out).read_text())
             if m is None:
                 return None, "callgrind wrote no counts"
             totals.append(int(m[1]))

@@ -425,9 +425,8 @@ def test_a_finished_read_hands_its_value_back_and_holds_no_reference():
 
 
 def test_the_read_paths_literal_range_is_max_offset():
-    """readinto_at compares with MAX_OFFSET's literal (compiled, a C comparison); read_at asks
-    pagecache.offset_ok, whose Python twin compares with it too (compiled, C reads of the
-    int up to 2**63 - 1, which is MAX_OFFSET)."""
+    """read_at and readinto_at ask pagecache.offset_ok, whose Python twin compares with
+    MAX_OFFSET's literal (compiled, C reads of the int up to 2**63 - 1, which is MAX_OFFSET)."""
     import pathlib
 
     from tinycoro.buffers import MAX_OFFSET
@@ -435,7 +434,7 @@ def test_the_read_paths_literal_range_is_max_offset():
 
     assert MAX_OFFSET == 0x7FFF_FFFF_FFFF_FFFF
     folder = pathlib.Path(tc.__file__).parent / "io"  # (compiled: no getsource)
-    assert (folder / "file.py").read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 1
+    assert (folder / "file.py").read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 0
     assert (folder / "pagecache.py").read_text().count("<= 0x7FFF_FFFF_FFFF_FFFF") == 1
     for good in (0, 1, 4096, MAX_OFFSET):
         assert offset_ok(good)

@@ -337,3 +337,40 @@ def test_a_main_task_refused_by_the_interrupts_shutdown_is_reported_with_the_int
     gc.collect()
     assert "never retrieved" not in caplog.text
     assert "RuntimeError" in refused and "no longer accepts work" in refused
+
+
+@pytest.mark.timeout(60)
+def test_a_main_task_finished_by_a_crashed_context_is_retrieved_without_a_cycle(monkeypatch, caplog):
+    """A runtime bug kills the main task's context: tc.run raises the crash, and the main task's
+    failure (the crash, passed on to it) is taken care of there, not logged later as "never
+    retrieved", and not linked back into the crash's own chain."""
+    import gc
+    import types
+
+    from tinycoro.core import engine
+
+    def broken(name, what):
+        raise SystemError("simulated engine bug")
+
+    # The compiled engine's class cannot be patched: its bad-yield path calls this helper.
+    monkeypatch.setattr(engine, "asyncio_in_task", broken)
+
+    @types.coroutine
+    def bad_trap():
+        yield  # a bare yield: the engine asks asyncio_in_task for the error it raises
+
+    async def main():
+        await bad_trap()
+
+    with pytest.raises(RuntimeError, match="crashed") as raised:
+        tc.run(main(), contexts=1)
+    crash = raised.value.__cause__
+    assert isinstance(crash, SystemError)
+    seen, link = set(), crash  # the chain ends: no cycle through the main task's failure
+    while link is not None:
+        assert id(link) not in seen
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    del raised, crash, link
+    gc.collect()
+    assert "never retrieved" not in caplog.text

@@ -18,9 +18,9 @@ Cancellation keeps the tinycoro rules. Cancelling the asyncio task while an oper
 kernel submits an io_uring cancel and waits for the operation's completion before
 ``CancelledError`` is raised, so no buffer is freed while the kernel may still write into it
 (rule 8). A parked waiter cancelled after a primitive handed it something (a lock, a
-permit) gives it back through the ticket's ``undo``. When the kernel operation or the wake had
-produced what nothing can give back (bytes, an Event's value, a joined task's outcome), that
-is returned and the cancel asked for again, for the task's next await, as in tinycoro.
+permit) gives it back through the ticket's ``undo``. What nothing can give back (bytes, an
+Event's value, a joined task's outcome) is returned (a joined failure raised) and the cancel
+asked for again, for the task's next await, as in tinycoro.
 
 Lifetime: the hosted ring closes with the loop: ``asyncio.run`` and ``uvloop.run`` call
 ``loop.shutdown_asyncgens()`` first, and a one-step async generator the host registers closes

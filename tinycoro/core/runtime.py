@@ -82,11 +82,28 @@ def _report_with(stopped: BaseException, task: Task) -> None:
     """The run ends with *stopped*: the main *task*'s own failure, if it has one (a spawn the
     interrupt's shutdown refused, say), is reported with it as its context, not left for the
     garbage collector to log as "never retrieved" wherever it happens to run."""
-    if not task.done() or stopped.__context__ is not None:
+    if stopped.__suppress_context__:
+        # ``raise ... from cause`` (a crashed context): a traceback shows the cause and hides
+        # the context, so the failure goes on the cause, where it is shown.
+        stopped = stopped.__cause__ if stopped.__cause__ is not None else stopped
+    if not task.done() or stopped.__context__ is not None or stopped.__suppress_context__:
         return  # (a context already there is kept; the failure is then the collector's to log)
     failure = task.exception()  # retrieved here: it goes out with *stopped*
-    if failure is not None and not isinstance(failure, Cancelled):
+    if failure is not None and not isinstance(failure, Cancelled) and not _chained(failure, stopped):
         stopped.__context__ = failure
+
+
+def _chained(exc: BaseException, target: BaseException) -> bool:
+    """Whether *target* is *exc* or in its chain of causes and contexts (a task that the crash
+    finished carries the crash already: linking it back would make a cycle)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if link is target:
+            return True
+        seen.add(id(link))
+        link = link.__cause__ if link.__cause__ is not None else link.__context__
+    return False
 
 
 def _observed(task: Task) -> None:

@@ -77,7 +77,6 @@ def _closed_file_error(name: str) -> Any:
     return lambda: ValueError(f"I/O operation on closed file {name!r}")
 
 
-# read_at's checks compare with MAX_OFFSET's literal: compiled, C arithmetic (a test checks it)
 _ZERO = Ready(0)
 _EMPTY = Ready(b"")
 
@@ -263,7 +262,7 @@ class AsyncFile:
 
         A file read through the ring only (O_DIRECT, not a regular file) returns the ring
         read itself to await (rule 14); others may read the page cache inline first."""
-        in_range = type(offset) is int and 0 <= offset <= 0x7FFF_FFFF_FFFF_FFFF  # (read_at's)
+        in_range = offset_ok(offset)  # (read_at's check: compiled, a C read of the int)
         if self.direct and in_range and self._fd >= 0 and self._readable:
             # The O_DIRECT read's hot path: a new view of *buf* (the ring read holds it, an
             # export the caller cannot release, until the completion) with every check in

@@ -48,6 +48,7 @@ AVAILABLE: bool = uring.COMPILED and compiled.is_compiled(sys.modules[__name__])
 #: Bytes a stream may hold received and not yet read before its multishot recv is stopped:
 #: past it, the data waits in the socket's own buffer and TCP's window holds the sender back,
 #: as with a single recv that nobody issues. The recv that empties the queue arms it again.
+#: Read once, at import (its C twin below): a constant, not a setting.
 QUEUE_LIMIT = 256 * 1024
 # Its C twin, and the errnos as C ints (multishot.pxd): compared with a C integer (a count, a
 # want, a CQE's res), the module objects boxed that integer on every compare
