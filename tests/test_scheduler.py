@@ -11,7 +11,7 @@ import time
 import pytest
 
 import tinycoro as tc
-from helpers.runtime import open_fds, opened_since, tinycoro_threads, wait_until
+from helpers.runtime import engine_bug_trap, open_fds, opened_since, tinycoro_threads, wait_until
 
 
 def test_relay_of_10000_tasks_across_contexts(contexts):
@@ -368,30 +368,13 @@ def test_io_uring_unavailable_says_how_to_enable_it(monkeypatch):
 def test_a_crashed_context_releases_every_waiter(monkeypatch):
     # A runtime bug that kills a context must not leave run_sync callers or joiners hanging:
     # the dying context finishes its own leftover tasks with the crash as their error.
-    import types
-
-    from tinycoro.core import engine
-
-    def broken(name, what):
-        raise SystemError("simulated engine bug")
-
-    # The engine may be compiled (rule 14): its class cannot be patched, so the bug is
-    # injected through the module-level helper that its bad-yield path calls.
-    monkeypatch.setattr(engine, "asyncio_in_task", broken)
-
-    @types.coroutine
-    def bad_trap():
-        yield  # a bare yield: the engine asks asyncio_in_task for the error it raises
-
+    crasher = engine_bug_trap(monkeypatch)
     sched = tc.Scheduler(1).start()
     try:
         victim = sched.submit(tc.sleep(60))
         wait_until(lambda: sched.stats().contexts[0].io_inflight == 1, what="victim's timer")
         released = threading.Event()
         victim.add_done_callback(lambda _t: released.set())
-
-        async def crasher():
-            await bad_trap()
 
         sched.submit(crasher())
         assert released.wait(10)

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 import tinycoro as tc
-from helpers.runtime import in_eventfd_read, open_fds, opened_since, tinycoro_threads, wait_until
+from helpers.runtime import engine_bug_trap, in_eventfd_read, open_fds, opened_since, tinycoro_threads, wait_until
 from tinycoro.core.engine import Engine
 from tinycoro.core.task import Task
 
@@ -345,25 +345,10 @@ def test_a_main_task_finished_by_a_crashed_context_is_retrieved_without_a_cycle(
     failure (the crash, passed on to it) is taken care of there, not logged later as "never
     retrieved", and not linked back into the crash's own chain."""
     import gc
-    import types
 
-    from tinycoro.core import engine
-
-    def broken(name, what):
-        raise SystemError("simulated engine bug")
-
-    # The compiled engine's class cannot be patched: its bad-yield path calls this helper.
-    monkeypatch.setattr(engine, "asyncio_in_task", broken)
-
-    @types.coroutine
-    def bad_trap():
-        yield  # a bare yield: the engine asks asyncio_in_task for the error it raises
-
-    async def main():
-        await bad_trap()
-
+    crasher = engine_bug_trap(monkeypatch)
     with pytest.raises(RuntimeError, match="crashed") as raised:
-        tc.run(main(), contexts=1)
+        tc.run(crasher(), contexts=1)
     crash = raised.value.__cause__
     assert isinstance(crash, SystemError)
     seen, link = set(), crash  # the chain ends: no cycle through the main task's failure

@@ -149,3 +149,26 @@ async def cancel_and_wait(task: Any) -> BaseException:
     except tc.Cancelled as e:
         return e
     raise AssertionError(f"{task!r} was cancelled but returned {value!r}")
+
+
+def engine_bug_trap(monkeypatch) -> Any:
+    """A coroutine function whose await crashes the context that runs it, as a runtime bug
+    would: the engine's bad-yield path asks ``asyncio_in_task`` for its error, patched here to
+    raise (a compiled engine's class cannot be patched; its module-level helper can)."""
+    import types
+
+    from tinycoro.core import engine
+
+    def broken(name, what):
+        raise SystemError("simulated engine bug")
+
+    monkeypatch.setattr(engine, "asyncio_in_task", broken)
+
+    @types.coroutine
+    def bad_trap():
+        yield  # a bare yield: the engine asks asyncio_in_task for the error it raises
+
+    async def crasher():
+        await bad_trap()
+
+    return crasher
