@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .echo_procs import EchoLoadMissing, EchoServer, build_echo_load
 from .http_server import RESPONSE
+from .instructions import dumps_in
 from .w_conns import REQUEST, SIZE, descriptors_for
 
 _SUMMARY = re.compile(r"^(?:totals|summary):\s+(.*)$", re.M)
@@ -80,7 +81,7 @@ def per_request(
             raise RuntimeError(f"echo_load: {line.strip()!r}")
         requests = int(m[1])
         # the dump made on request is the first; the one at exit holds the shutdown too
-        dump = min((p for p in Path(d).iterdir() if p.name.startswith("cg.out")), key=lambda p: p.stat().st_mtime)
+        dump = dumps_in(Path(d), "cg.out")[0]
         text = dump.read_text()
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)

@@ -130,6 +130,14 @@ class CallgrindFailed(RuntimeError):
     pass
 
 
+def dumps_in(folder: Path, name: str) -> list[Path]:
+    """The dumps callgrind wrote to ``--callgrind-out-file=folder/name``, in the order written:
+    several (one per ``--dump-before=`` or ``callgrind_control --dump``, then one at exit) are
+    *name*.1, *name*.2, ...; a run that made none wrote *name* alone, at exit."""
+    numbered = sorted(folder.glob(f"{name}.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+    return numbered or [p for p in [folder / name] if p.exists()]
+
+
 def callgrind_totals(child: list[str], *options: str, timeout: float = 900) -> list[int]:
     """Run ``python -m *child*`` from this checkout under callgrind (with *options*, e.g.
     ``--dump-before=``): the instruction totals of the dumps it wrote, in order (one, at exit,
@@ -140,10 +148,7 @@ def callgrind_totals(child: list[str], *options: str, timeout: float = 900) -> l
                f"--callgrind-out-file={out}", "--quiet", *options, sys.executable, "-m", *child]
         res = subprocess.run(cmd, cwd=str(REPO), env=checkout_env(), capture_output=True, text=True,
                              timeout=timeout)
-        # several dumps are cg.out.1, cg.out.2, ...; a run without any writes cg.out at exit
-        dumps = sorted(Path(d).glob("cg.out.*"), key=lambda p: int(p.name.rsplit(".", 1)[1]))
-        totals = [int(m[1]) for p in dumps or Path(d).glob("cg.out")
-                  for m in [_TOTALS.search(p.read_text())] if m]
+        totals = [int(m[1]) for p in dumps_in(Path(d), "cg.out") for m in [_TOTALS.search(p.read_text())] if m]
     if res.returncode != 0 or not totals:
         raise CallgrindFailed(f"callgrind run failed: {res.stderr.strip()[-400:]}")
     return totals

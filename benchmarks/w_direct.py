@@ -22,19 +22,18 @@ import inspect
 import json
 import mmap
 import os
-import re
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
-from pathlib import Path
 
 import tinycoro as tc
 
-from .config import QUICK, Config, checkout_env
+from .config import QUICK, Config
 from .harness import Case, Ratio, Sample, Series
+from .instructions import CallgrindFailed, callgrind_totals
 from .peers import run_tc
 from .w_file import offsets, shares, tc_timed_workers
 
@@ -152,9 +151,6 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
 # the reads' rate and the user and system CPU time per read, without valgrind (noisy on a shared
 # machine; the kernel's part of a read shows only there).
 
-_TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.M)
-
-
 def _reads(path: str, n: int, k: int = 64) -> None:
     """*n* random 4 KiB O_DIRECT reads of *path*, *k* tasks on one context; prints the rate
     and the user and system CPU time per read."""
@@ -172,20 +168,14 @@ def _reads(path: str, n: int, k: int = 64) -> None:
 def direct_instructions(path: str, n: int = 2000) -> tuple[float | None, str]:
     """User-space instructions per tinycoro O_DIRECT read of *path* under callgrind, and how:
     ``(value, note)``, or ``(None, why not)``."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
+    if shutil.which("valgrind") is None:
         return None, "valgrind (callgrind) not installed"
-    totals = []
-    with tempfile.TemporaryDirectory() as d:
-        for reads in (n, 3 * n):
-            out = os.path.join(d, f"cg.{reads}")
-            cmd = [valgrind, "--tool=callgrind", f"--callgrind-out-file={out}", "--quiet",
-                   sys.executable, "-m", "benchmarks.w_direct", "--reads", str(reads), path]
-            subprocess.run(cmd, check=True, capture_output=True, timeout=900, env=checkout_env())
-            m = _TOTALS.search(Path(out).read_text())
-            if m is None:
-                return None, "callgrind wrote no counts"
-            totals.append(int(m[1]))
+    path = os.path.abspath(path)  # (the runs start in the checkout's root)
+    try:
+        totals = [callgrind_totals(["benchmarks.w_direct", "--reads", str(reads), path])[-1]
+                  for reads in (n, 3 * n)]
+    except CallgrindFailed as e:
+        return None, str(e)
     return (totals[1] - totals[0]) / (2 * n), f"({totals[1]:,} - {totals[0]:,}) / {2 * n:,} reads"
 
 

@@ -532,3 +532,18 @@ def test_a_submit_reaps_before_the_completion_queue_fills():
         assert len(delivered) == n and not owner.inflight
     finally:
         owner.ring.close()
+
+
+def test_every_multiop_is_an_op_that_overrides_completion():
+    """The ring's owner calls a MultiOp's completion as Op's C method (a typed local): each op
+    it arms must be an Op with its own completion, or its CQEs would end in Op's
+    NotImplementedError (reported, the op failed) instead of reaching it."""
+    from tinycoro.core.traps import Op
+    from tinycoro.io._parallel import BackHalf
+    from tinycoro.net.multishot import MultishotRecv
+
+    for cls in (MultishotRecv, BackHalf):  # every class that RingOwner.arm is given
+        assert issubclass(cls, Op), cls
+        assert cls.completion is not Op.completion, cls
+    with pytest.raises(NotImplementedError, match="not a MultiOp"):
+        Op.completion(Op.__new__(Op), 0, None, False)

@@ -49,7 +49,6 @@ from typing import Any, Callable, Optional, Protocol
 
 from .. import _ringdefs, compiled, uring
 from . import cqwatch, fence
-from .traps import Op
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
 
@@ -68,7 +67,9 @@ _RingBusy = uring.RingBusy
 
 class MultiOp(Protocol):
     """An operation that completes many times (one SQE, a CQE per event until the last): the
-    seam through which a layer above runs one without the core knowing what it is.
+    seam through which a layer above runs one without the core knowing what it is. It is a
+    :class:`~tinycoro.core.traps.Op` that overrides ``completion`` (which the owner calls as
+    Op's C method where compiled), ``failed`` and ``finished``.
 
     Started with :meth:`RingOwner.arm`; in flight (in the owner's ``inflight`` table) until
     its last CQE. Everything below runs on the owner's thread (rule 2)."""
@@ -406,13 +407,11 @@ class RingOwner:
                 try:
                     if hook is not None:
                         res, data = hook(op, res, data, more)
-                    if isinstance(op, Op):
-                        # compiled: a typed local (ring.pxd), so Op's C method; by name
-                        # each call was a type lookup and an argument parse
-                        mop = op
-                        mop.completion(res, data, more)
-                    else:
-                        op.completion(res, data, more)
+                    # A MultiOp is an Op (its contract): compiled, the typed local makes its
+                    # completion Op's C method (ring.pxd), where by name each call was a type
+                    # lookup and an argument parse.
+                    mop = op
+                    mop.completion(res, data, more)
                 except Exception as e:  # noqa: BLE001 - reported; the ring carries on (rule 17)
                     self._completion_failed(op, e)
                 if not more:
