@@ -14,6 +14,8 @@ from .task cimport Task
 from .traps cimport Op, Park
 
 
+cdef Py_ssize_t _SLOT_SHIFT
+
 cdef class Engine(RingOwner):
     cdef public object id
     cdef public object scheduler
@@ -66,9 +68,12 @@ cdef class Engine(RingOwner):
     @cython.locals(e=Engine, word=char)
     cdef _hand_over(self, tuple peers)
     cpdef _step(self, Task task)
+    # slot: a C integer from the free list's pop to the shift that makes the user_data
+    @cython.locals(slot=Py_ssize_t, free=list)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)
-    @cython.locals(op=Op, task=Task)
+    # C integers: op, res pairs read by index (ring.py's _complete_multi says why)
+    @cython.locals(op=Op, task=Task, i=Py_ssize_t, n=Py_ssize_t)
     cpdef _deliver(self, list done)
 
 # The budget check of a caller that holds the running task (tinycoro.sync's acquisitions).

@@ -5,6 +5,8 @@
 cdef object _prep_cancel
 cdef object _prep_close
 cdef object _SKIP_UD
+cdef object _MULTI_UD_TAG
+cdef Py_ssize_t _SLOT_SHIFT
 cdef object _RingBusy
 cdef bint _LOCKED_REAP
 
@@ -15,11 +17,11 @@ from .traps cimport Op
 
 cdef class RingOwner:
     cdef public object ring
-    cdef public dict inflight
+    cdef public list _slots  # the in-flight table: an op, or None, per slot (ring.py)
+    cdef public list _free  # the free slots' indices
     cdef public Py_ssize_t unsubmitted
     cdef public Py_ssize_t own_inflight
     cdef public Py_ssize_t ops
-    cdef public object _ids
     cdef public list _done
     cdef public dict standing
     cdef public list _shots
@@ -35,6 +37,10 @@ cdef class RingOwner:
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
+    # C arithmetic on the slot index: its length and the free list's, no Python int between
+    cpdef Py_ssize_t inflight_count(self) except -1
+    @cython.locals(slot=Py_ssize_t, slots=list)
+    cpdef bint holds(self, op) except -1
     @cython.locals(reaped=bint)
     cpdef _reap(self)
     cpdef _submit(self)
