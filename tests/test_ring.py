@@ -317,19 +317,22 @@ class _Opaque:
 
 
 def test_complete_hands_back_op_and_result_and_never_looks_inside_the_op(ring):
-    # The completion contract (tinycoro/uring.py): an op sits in the owner's slot its
-    # user_data names; it comes back as two entries, op and res (no tuple per completion), in
-    # completion order, and its slot is freed (None, its index on the free list). The
-    # owner's own SQEs, and a user_data whose slot holds no op, are only counted.
-    shift = uring.SLOT_SHIFT
+    # The completion contract (tinycoro/uring.py): the owner's table holds two entries per
+    # slot, the op (None: free) and the slot's user_data, the index of that op entry. An op
+    # comes back as two entries, op and res (no tuple per completion), in completion order;
+    # its entry is emptied and the slot's own user_data int (not a new one) goes on the free
+    # list. The owner's own SQEs, and a user_data whose slot holds no op, are only counted.
     plain, failed, other = _Opaque(), _Opaque(), _Opaque()
-    slots = [None, plain, failed, other, None]
-    free: list = [4]
-    ring.queue(uring.prep_nop, (), 1 << shift)
-    ring.queue(uring.prep_read, (-1, bytearray(4), 4, 0), 2 << shift)  # -EBADF
+    slots: list = [None, 0]
+    for ud in range(2, 310, 2):
+        slots += [None, int(str(ud))]  # past 256, each an int of its own (none is cached)
+    slots[300], slots[302], slots[304] = plain, failed, other
+    free: list = [slots[307]]
+    ring.queue(uring.prep_nop, (), 300)
+    ring.queue(uring.prep_read, (-1, bytearray(4), 4, 0), 302)  # -EBADF
     ring.queue(uring.prep_nop, (), uring.SKIP_UD)
-    ring.queue(uring.prep_nop, (), 4 << shift)  # a free slot: none of the owner's ops
-    ring.queue(uring.prep_nop, (), 99 << shift)  # beyond the table: none either
+    ring.queue(uring.prep_nop, (), 306)  # a free slot: none of the owner's ops
+    ring.queue(uring.prep_nop, (), 998)  # beyond the table: none either
     ring.submit()
     done: list = []
     shots: list = []  # multishot completions: none queued here
@@ -337,8 +340,10 @@ def test_complete_hands_back_op_and_result_and_never_looks_inside_the_op(ring):
     while n < 5:
         n += ring.complete(slots, free, {}, done, shots)
     assert n == 5  # the own SQEs' CQEs count, and are not in done
-    assert slots == [None, None, None, other, None]
-    assert free[0] == 4 and sorted(free[1:]) == [1, 2]
+    assert slots[300] is None and slots[302] is None and slots[304] is other
+    assert len(free) == 3 and free[0] is slots[307]
+    assert sorted(free[1:]) == [300, 302]
+    assert {id(f) for f in free[1:]} == {id(slots[301]), id(slots[303])}  # the table's own ints
     pairs = sorted(zip(done[::2], done[1::2]), key=lambda d: d[1])
     assert len(done) == 4 and pairs == [(failed, -errno.EBADF), (plain, 0)]
     assert ring.complete(slots, free, {}, done, shots) == 0 and len(done) == 4  # untouched
@@ -352,16 +357,15 @@ def test_complete_tells_the_owners_standing_ops_apart():
     # that bit: one goes to shots, uncounted, and its last CQE (no IORING_CQE_F_MORE: here a
     # NOP's) frees its slot and takes it out of standing. A plain op's CQE goes to done as
     # ever.
-    shift = uring.SLOT_SHIFT
     multi, plain = _Opaque(), _Opaque()
-    ud = (1 << shift) | uring.MULTI_UD_TAG
+    ud = 2 | uring.MULTI_UD_TAG
     ring = uring.CRing(8)
     try:
-        slots = [None, multi, plain]
+        slots = [None, 0, multi, 2, plain, 4]
         free: list = []
         standing = {ud: multi}
         ring.queue(uring.prep_nop, (), ud)
-        ring.queue(uring.prep_nop, (), 2 << shift)
+        ring.queue(uring.prep_nop, (), 4)
         ring.submit()
         done: list = []
         shots: list = []
@@ -373,7 +377,8 @@ def test_complete_tells_the_owners_standing_ops_apart():
         # the whole reap, filled the collector's young generation at many connections)
         assert shots == [multi, 0, None, False]
         assert done == [plain, 0]
-        assert slots == [None, None, None] and sorted(free) == [1, 2] and standing == {}
+        assert slots == [None, 0, None, 2, None, 4] and sorted(free) == [2, 4]
+        assert standing == {}
     finally:
         ring.close()
 
@@ -605,7 +610,8 @@ def test_an_owners_table_is_a_slot_per_op_in_flight_named_by_its_user_data(ring_
         a, b, c = _op(), _op(), _op()
         for op in (a, b, c):
             assert owner._enter(op, object()) is None
-        assert [op.ud >> uring.SLOT_SHIFT for op in (a, b, c)] == [1, 2, 3]
+        assert [op.ud for op in (a, b, c)] == [2, 4, 6]  # the index of each op's entry
+        assert owner._slots[1::2] == [0, 2, 4, 6]  # each slot's user_data, made once
         assert not any(op.ud & uring.MULTI_UD_TAG for op in (a, b, c))
         assert owner.inflight == {a.ud: a, b.ud: b, c.ud: c} and owner.inflight_count() == 3
         assert all(owner.holds(op) for op in (a, b, c))
@@ -616,16 +622,16 @@ def test_an_owners_table_is_a_slot_per_op_in_flight_named_by_its_user_data(ring_
         last = owner._free[-1]
         d = _op()
         assert owner._enter(d, object()) is None
-        assert d.ud >> uring.SLOT_SHIFT == last  # the slot freed last: likely in the cache
+        assert d.ud is last  # the slot freed last (likely in the cache), its own int
         stale = next(op for op in (a, b, c) if op.ud == d.ud)
         assert owner.holds(d) and not owner.holds(stale)
         owner.cancel_op(stale)  # completed: nothing to cancel, whoever has its slot now
         assert owner.own_inflight == 0 and not d.cancelling
         assert owner.describe_inflight(stale.ud, stale) is None
         assert owner.describe_inflight(d.ud, d) is not None
-        assert owner.describe_inflight(99 << uring.SLOT_SHIFT, d) is None  # beyond the table
+        assert owner.describe_inflight(98, d) is None  # beyond the table
         _reap_until(owner, 4)
-        assert owner.inflight_count() == 0 and len(owner._slots) == 4  # slot 0 and three
+        assert owner.inflight_count() == 0 and len(owner._slots) == 8  # slot 0 and three
     finally:
         owner.ring.close()
 
@@ -637,9 +643,9 @@ def test_a_prep_that_raises_gives_its_slot_back(ring_cls):
     try:
         bad = _op("not", "a", "nop")
         assert isinstance(owner._enter(bad, object()), Exception)
-        assert owner.inflight_count() == 0 and owner._free == [1] and owner.own_inflight == 1
+        assert owner.inflight_count() == 0 and owner._free == [2] and owner.own_inflight == 1
         good = _op()
-        assert owner._enter(good, object()) is None and good.ud >> uring.SLOT_SHIFT == 1
+        assert owner._enter(good, object()) is None and good.ud == 2
         _reap_until(owner, 1)
         assert owner.got == [(good, 0)] and owner.own_inflight == 0
     finally:

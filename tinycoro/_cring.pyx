@@ -397,11 +397,10 @@ cdef enum:
 
 # Shared with the pure-Python ring; from their own module, so that importing this one never
 # imports tinycoro.uring (which loads this one): no import cycle.
-from tinycoro._ringdefs import MULTI_UD_TAG, RingBusy, SKIP_UD, SLOT_SHIFT
+from tinycoro._ringdefs import MULTI_UD_TAG, RingBusy, SKIP_UD
 
 cdef unsigned long long _SKIP_UD = SKIP_UD
 cdef unsigned long long _MULTI_UD_TAG = MULTI_UD_TAG
-cdef unsigned int _SLOT_SHIFT = SLOT_SHIFT
 
 
 # -- the objects some operations point the kernel at ---------------------------------------------
@@ -959,8 +958,9 @@ cdef class RingCore:
         """Reap every ready CQE and find its op in *slots*; return how many CQEs were reaped,
         multishots' left out (the completion contract in ``tinycoro/uring.py``).
 
-        For each CQE whose slot (``user_data >> SLOT_SHIFT``) holds an op, the slot is set
-        to None, its index appended to *free*, and ``op, res`` appended to *done*. Any other
+        For each CQE whose slot holds an op (``slots[user_data & ~MULTI_UD_TAG]``), that entry
+        is set to None, the slot's user_data (the next entry, an int made with the slot)
+        appended to *free*, and ``op, res`` appended to *done*. Any other
         CQE is one of the owner's own SQEs and is only counted. Nothing of the op is read or
         written here. A CQE whose user_data has ``MULTI_UD_TAG`` and whose slot holds an op
         (one of *standing*, the owner's multishots) is appended to *shots* as four entries,
@@ -992,11 +992,12 @@ cdef class RingCore:
             # an index into the owner's list, where a dict keyed by user_data was looked up
             # and emptied per op (at 10,000 connections it rehashed and missed the cache);
             # slot 0 (SKIP_UD's) never holds an op, and a user_data beyond the table (none of
-            # the owner's) reads as slot 0. The size is read per CQE: the list is the owner's.
-            slot = ud >> _SLOT_SHIFT
-            if slot >= <unsigned long long>PyList_GET_SIZE(slots):
-                slot = 0
-            op = <object>PyList_GET_ITEM(slots, <Py_ssize_t>slot)
+            # the owner's) holds none either. The size is read per CQE: the list is the owner's.
+            slot = ud & ~_MULTI_UD_TAG
+            if slot + 1 < <unsigned long long>PyList_GET_SIZE(slots):
+                op = <object>PyList_GET_ITEM(slots, <Py_ssize_t>slot)
+            else:
+                op = None
             if op is None:  # one of the owner's own SQEs
                 io_uring_cqe_seen(ring, cqe)
                 n += 1
@@ -1033,13 +1034,15 @@ cdef class RingCore:
                 shots.append(more)
                 if not more:
                     slots[<Py_ssize_t>slot] = None
-                    free.append(<Py_ssize_t>slot)
+                    free.append(<object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
                     standing.pop(ud, None)
                 continue
             io_uring_cqe_seen(ring, cqe)
             n += 1
             slots[<Py_ssize_t>slot] = None
-            free.append(<Py_ssize_t>slot)
+            # the slot's own int: a new one per completion was an allocation (and, at
+            # 10,000 connections, often a cache miss) where ops number past 256
+            free.append(<object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
             # two entries, not a tuple: as the shots above
             done.append(op)
             done.append(res)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
-    "RingBusy", "SKIP_UD", "MULTI_UD_TAG", "SLOT_SHIFT", "CQ_ENTRIES", "MULTISHOT_ENV", "MULTISHOT_BUFFERS", "MULTISHOT_BUFFER_SIZE",
+    "RingBusy", "SKIP_UD", "MULTI_UD_TAG", "CQ_ENTRIES", "MULTISHOT_ENV", "MULTISHOT_BUFFERS", "MULTISHOT_BUFFER_SIZE",
     "MULTISHOT_BUFFERS_ENV", "multishot_buffers", "multishot_wanted",
 ]
 
@@ -22,17 +22,13 @@ SKIP_UD = 1
 #: A bit set in the user_data of every operation that completes many times (``RingOwner.arm``)
 #: and of no other op: the ring tells a CQE of such an op (one of the owner's *standing*
 #: table) by this bit and the op in its slot, with no look-up in that table. The lowest bit:
-#: slots are shifted past it (``SLOT_SHIFT``), so user_data stay small ints. SKIP_UD has it
-#: too, and its slot (0) never holds an op.
+#: without it, an op's user_data is the index of its entry in its owner's in-flight table,
+#: a list of two entries per slot (the op, or None, and the slot's user_data: even), where a
+#: dict keyed by user_data was looked up, filled and emptied once per operation (at 10,000
+#: connections it rehashed every few thousand operations and missed the cache; the
+#: completion contract in ``tinycoro.uring``). SKIP_UD has the bit too, and its slot (0)
+#: never holds an op.
 MULTI_UD_TAG = 1
-
-#: An op's user_data is its slot in its owner's in-flight table shifted left by this much,
-#: with ``MULTI_UD_TAG`` maybe set: ``(slot << SLOT_SHIFT) | tag``. The ring finds a CQE's op
-#: at ``slots[user_data >> SLOT_SHIFT]``, a list index, where a dict keyed by user_data was
-#: looked up, and filled and emptied, once per operation: at 10,000 connections that dict
-#: rehashed every few thousand operations and missed the cache (the completion contract in
-#: ``tinycoro.uring``). Slot 0 is never an op's, so ``SKIP_UD`` (slot 0) is always our own.
-SLOT_SHIFT = 1
 
 
 class RingBusy(OSError):

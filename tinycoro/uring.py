@@ -20,10 +20,12 @@ forces ``PyRing`` (:mod:`tinycoro.compiled` makes that choice for every compiled
 and close the ring through the same Python code (``_Lifecycle``).
 
 The completion contract, the same for both rings: ``complete(slots, free, standing, done,
-shots)`` reaps every ready CQE. The owner's in-flight table is *slots*, a list: the op whose
-SQE carried user_data ``ud`` sits at ``slots[ud >> SLOT_SHIFT]`` (``tinycoro._ringdefs``), a
-free slot holds None, and slot 0 is never an op's. For each CQE whose slot holds an op, the
-slot is set to None, its index appended to *free*, and ``op, res`` appended to *done* (two
+shots)`` reaps every ready CQE. The owner's in-flight table is *slots*, a list of two entries
+per slot, the op in flight there (None: free) and the slot's user_data, which is the index of
+that op entry: the op whose SQE carried user_data ``ud`` is ``slots[ud & ~MULTI_UD_TAG]``
+(``tinycoro._ringdefs``), and slot 0 is never an op's. For each CQE whose slot holds an op,
+the op entry is set to None, the slot's user_data (the int in the table: none is made)
+appended to *free*, and ``op, res`` appended to *done* (two
 entries, no tuple per completion: the collector's young generation filled with them at many
 connections); a CQE whose slot holds none is one of the owner's own SQEs (``SKIP_UD``) and is
 only counted. A CQE whose user_data has ``MULTI_UD_TAG`` set and whose slot holds an op is one
@@ -99,7 +101,6 @@ from ._ringdefs import (
     MULTISHOT_ENV,
     MULTI_UD_TAG,
     SKIP_UD,
-    SLOT_SHIFT,
     RingBusy,
     multishot_buffers,
     multishot_wanted,
@@ -122,7 +123,6 @@ __all__ = [
     "RingBusy",
     "SKIP_UD",
     "MULTI_UD_TAG",
-    "SLOT_SHIFT",
     "MULTISHOT_BUFFERS",
     "MULTISHOT_BUFFER_SIZE",
     "MULTISHOT_BUFFERS_ENV",
@@ -619,8 +619,8 @@ class PyRing(_Lifecycle):
         of *standing* completes once (an op armed with no waiting task: a split read's back
         half), and its one CQE is its last.
 
-        For each CQE whose slot holds an op, the slot is freed (None, its index appended to
-        *free*) and ``op, res`` appended to *done*, or, for an armed op (``MULTI_UD_TAG``),
+        For each CQE whose slot holds an op, the slot is freed (None, its user_data appended
+        to *free*) and ``op, res`` appended to *done*, or, for an armed op (``MULTI_UD_TAG``),
         the op taken out of *standing* too and ``op, res, None, False`` appended to *shots*,
         uncounted. Any other CQE is one of the owner's own SQEs and is only counted. Nothing
         of the op is read or written here.
@@ -634,11 +634,11 @@ class PyRing(_Lifecycle):
         n = 0
         while peek(ring, cqe) == 0:
             ud = cqe.user_data
-            slot = ud >> SLOT_SHIFT
-            op = slots[slot] if slot < top else None
+            slot = ud & ~MULTI_UD_TAG
+            op = slots[slot] if slot + 1 < top else None
             if op is not None:
                 slots[slot] = None
-                free.append(slot)
+                free.append(slots[slot + 1])
                 if ud & MULTI_UD_TAG:
                     standing.pop(ud, None)
                     shots.extend((op, cqe.res, None, False))

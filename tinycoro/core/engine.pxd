@@ -14,8 +14,6 @@ from .task cimport Task
 from .traps cimport Op, Park
 
 
-cdef Py_ssize_t _SLOT_SHIFT
-
 cdef class Engine(RingOwner):
     cdef public object id
     cdef public object scheduler
@@ -68,7 +66,7 @@ cdef class Engine(RingOwner):
     @cython.locals(e=Engine, word=char)
     cdef _hand_over(self, tuple peers)
     cpdef _step(self, Task task)
-    # slot: a C integer from the free list's pop to the shift that makes the user_data
+    # slot: the user_data's C value, the index where the op goes (no Python int made)
     @cython.locals(slot=Py_ssize_t, free=list)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)

@@ -93,7 +93,7 @@ import traceback
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import _ringdefs, uring
+from .. import uring
 from . import fence, resume, wakeword
 from .errors import Cancelled, asyncio_in_task
 from .deadlines import Deadlines
@@ -125,7 +125,6 @@ INLINE_BUDGET = 16
 # time. With 16 it sleeps 5-8%. The price is one io_uring_enter per 16 SQEs instead of one per
 # turn: about 0.1 us per operation next to the 1-2 us an SQE costs in Python.
 SUBMIT_EARLY = submit_early()  # TINYCORO_SUBMIT_EARLY (core.submitpolicy) sets it
-_SLOT_SHIFT = _ringdefs.SLOT_SHIFT  # an op's user_data is its slot shifted by this (core/ring.py)
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
 REFUSALS_KEPT = 100
@@ -325,7 +324,7 @@ class Engine(RingOwner):
                         self._check_watchers()
                 if self.unsubmitted:
                     self._submit()
-                if len(self._slots) - len(self._free) > 1 or self.own_inflight:  # inflight_count()
+                if (len(self._slots) >> 1) - len(self._free) > 1 or self.own_inflight:  # inflight_count()
                     self._reap()
                 if deadlines.heap:
                     deadlines.fire()
@@ -605,17 +604,19 @@ class Engine(RingOwner):
         # (_queue_failed). Keep the two in step.
         free = self._free
         if free:
-            slot = free.pop()
-        else:
-            slot = len(self._slots)
+            ud = free.pop()
+        else:  # a new slot: its op's entry and its user_data, that entry's index
+            ud = len(self._slots)
             self._slots.append(None)
-        op.ud = ud = slot << _SLOT_SHIFT
+            self._slots.append(ud)
+        slot = ud
+        op.ud = ud
         try:
             self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
-                free.append(slot)
+                free.append(ud)
                 task._resume_exc = error
                 self.ready.append(task)
                 return

@@ -5,8 +5,7 @@
 cdef object _prep_cancel
 cdef object _prep_close
 cdef object _SKIP_UD
-cdef object _MULTI_UD_TAG
-cdef Py_ssize_t _SLOT_SHIFT
+cdef Py_ssize_t _MULTI_UD_TAG
 cdef object _RingBusy
 cdef bint _LOCKED_REAP
 
@@ -17,8 +16,8 @@ from .traps cimport Op
 
 cdef class RingOwner:
     cdef public object ring
-    cdef public list _slots  # the in-flight table: an op, or None, per slot (ring.py)
-    cdef public list _free  # the free slots' indices
+    cdef public list _slots  # the in-flight table: op (or None) and user_data per slot (ring.py)
+    cdef public list _free  # the free slots' user_data
     cdef public Py_ssize_t unsubmitted
     cdef public Py_ssize_t own_inflight
     cdef public Py_ssize_t ops
@@ -37,9 +36,9 @@ cdef class RingOwner:
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
-    # C arithmetic on the slot index: its length and the free list's, no Python int between
+    # C arithmetic on the table's index: no Python int made between
     cpdef Py_ssize_t inflight_count(self) except -1
-    @cython.locals(slot=Py_ssize_t, slots=list)
+    @cython.locals(ud=Py_ssize_t, slot=Py_ssize_t, slots=list)
     cpdef bint holds(self, op) except -1
     @cython.locals(reaped=bint)
     cpdef _reap(self)

@@ -59,7 +59,6 @@ _prep_cancel = uring.prep_cancel
 _prep_close = uring.prep_close
 _SKIP_UD = uring.SKIP_UD
 _MULTI_UD_TAG = _ringdefs.MULTI_UD_TAG
-_SLOT_SHIFT = _ringdefs.SLOT_SHIFT
 # Whether the owner holds ``RingOwner._flight_lock`` while ops leave the table: without the GIL
 # (a field read is not one step), and interpreted (a refill is several bytecodes, between which
 # the GIL may switch); not compiled under the GIL (RingOwner.describe_inflight says why).
@@ -78,12 +77,13 @@ def _close_quietly(fd: int) -> None:
 class RingOwner:
     """One ring, the ops in flight on it and our own SQEs.
 
-    The in-flight table is ``_slots``, a list: an op in flight sits at the index its user_data
-    names (``ud >> SLOT_SHIFT``, see ``tinycoro._ringdefs``), a free slot holds None and its
-    index is on ``_free``, which :meth:`_enter` takes from (the last freed first: its line is
-    likely still in the cache). No dict is filled and emptied per operation: at 10,000
-    connections one keyed by user_data rehashed every few thousand operations and missed the
-    cache at each look-up. ``inflight`` (user_data -> op) is a copy of it for readers (tests,
+    The in-flight table is ``_slots``, a list of two entries per slot: the op in flight there
+    (None: free) and the slot's user_data, an even int made once with the slot, which is the
+    index of the op's entry (``tinycoro._ringdefs``). A free slot's user_data is on ``_free``,
+    which :meth:`_enter` takes from (the last freed first: its line is likely still in the
+    cache); the ring's reap puts it back. No dict is filled and emptied per operation (at
+    10,000 connections one keyed by user_data rehashed every few thousand operations and
+    missed the cache at each look-up), and no int is made per operation either. ``inflight`` (user_data -> op) is a copy of it for readers (tests,
     statistics, shutdown); :meth:`inflight_count` and :meth:`holds` are the owner's questions.
 
     ``unsubmitted``: SQEs queued since the last submit. ``own_inflight``: our own SQEs in the
@@ -117,7 +117,7 @@ class RingOwner:
         watch = getattr(ring, "cq_watch", None) if _COMPILED else None
         self._cq_watch = watch() if watch is not None else 0
         # slot 0 is SKIP_UD's (our own SQEs), never an op's
-        self._slots: list[Any] = [None]
+        self._slots: list[Any] = [None, 0]
         self._free: list[int] = []
         self.unsubmitted = 0
         self.own_inflight = 0
@@ -154,11 +154,15 @@ class RingOwner:
         not in flight), else None."""
         free = self._free
         if free:
-            slot = free.pop()
-        else:
-            slot = len(self._slots)
+            ud = free.pop()
+        else:  # a new slot: its op's entry and its user_data, that entry's index
+            ud = len(self._slots)
             self._slots.append(None)
-        op.ud = ud = (slot << _SLOT_SHIFT) | tag
+            self._slots.append(ud)
+        slot = ud
+        if tag:  # not `ud | 0`: that makes a new int of every user_data past 256
+            ud |= tag
+        op.ud = ud
         try:
             self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
@@ -314,7 +318,7 @@ class RingOwner:
         look, and the words are of its next use, whole."""
         with self._flight_lock:
             slots = self._slots
-            slot = ud >> _SLOT_SHIFT
+            slot = ud - (ud & _MULTI_UD_TAG)
             if not 0 < slot < len(slots) or slots[slot] is not op:
                 return None
             return getattr(op.prep, "__name__", ""), op.describe()
@@ -328,9 +332,10 @@ class RingOwner:
         The owner's own questions are :meth:`inflight_count` and :meth:`holds`."""
         standing = self.standing
         table = {}
-        for slot, op in enumerate(list(self._slots)):
+        slots = list(self._slots)
+        for ud in range(2, len(slots), 2):
+            op = slots[ud]
             if op is not None:
-                ud = slot << _SLOT_SHIFT
                 if standing.get(ud | _MULTI_UD_TAG) is op:
                     ud |= _MULTI_UD_TAG
                 table[ud] = op
@@ -339,7 +344,7 @@ class RingOwner:
     def inflight_count(self) -> int:
         """How many ops are in flight (standing ones included): every slot but the free ones
         and slot 0. Any thread: a snapshot."""
-        return len(self._slots) - len(self._free) - 1
+        return (len(self._slots) >> 1) - len(self._free) - 1
 
     def holds(self, op: Any) -> bool:
         """Whether *op* is in flight here: in the slot its user_data names (an op reused
@@ -348,7 +353,7 @@ class RingOwner:
         if not ud:
             return False
         slots = self._slots
-        slot = ud >> _SLOT_SHIFT
+        slot = ud - (ud & _MULTI_UD_TAG)
         return 0 < slot < len(slots) and slots[slot] is op
 
     def _complete_multi(self, shots: list) -> None:
@@ -434,7 +439,7 @@ class RingOwner:
         """Cancel every op still in the kernel and wait for all their CQEs, ours included
         (rule 8: no buffer is let go while the kernel may use it). Their waiters are
         abandoned: each op completes as an orphan."""
-        for op in list(self._slots):
+        for op in list(self._slots)[::2]:
             if op is not None:
                 op.task = None
                 self._cancel_op(op)
