@@ -324,7 +324,8 @@ class Engine(RingOwner):
                         self._check_watchers()
                 if self.unsubmitted:
                     self._submit()
-                if (len(self._slots) >> 1) - len(self._free) > 1 or self.own_inflight:  # inflight_count()
+                # inflight_count() > 0, written out: two list lengths, no call
+                if (len(self._slots) >> 1) - len(self._free) > 1 or self.own_inflight:
                     self._reap()
                 if deadlines.heap:
                     deadlines.fire()

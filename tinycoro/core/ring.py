@@ -83,8 +83,9 @@ class RingOwner:
     which :meth:`_enter` takes from (the last freed first: its line is likely still in the
     cache); the ring's reap puts it back. No dict is filled and emptied per operation (at
     10,000 connections one keyed by user_data rehashed every few thousand operations and
-    missed the cache at each look-up), and no int is made per operation either. ``inflight`` (user_data -> op) is a copy of it for readers (tests,
-    statistics, shutdown); :meth:`inflight_count` and :meth:`holds` are the owner's questions.
+    missed the cache at each look-up), and no int is made per operation either. ``inflight``
+    (user_data -> op) is a copy of it for readers (tests, statistics, shutdown);
+    :meth:`inflight_count` and :meth:`holds` are the owner's questions.
 
     ``unsubmitted``: SQEs queued since the last submit. ``own_inflight``: our own SQEs in the
     kernel (cancel requests, placeholder NOPs of failed preps), whose CQEs match no op.
