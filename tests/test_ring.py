@@ -203,7 +203,7 @@ def test_scheduler_runs_on_the_selected_ring():
     assert seen == [uring.Ring]
 
 
-# -- queue(prep, args, ud) and complete(inflight, done): the ring owner's two hot calls -------
+# -- queue(prep, args, ud) and complete(slots, free, standing, done, shots): the ring owner's two hot calls -------
 
 
 def _wait_all(ring, n: int) -> list:
@@ -317,53 +317,68 @@ class _Opaque:
 
 
 def test_complete_hands_back_op_and_result_and_never_looks_inside_the_op(ring):
-    # The completion contract (tinycoro/uring.py): ops of the table come back as (op, res), in
-    # completion order, and leave the table; the owner's own SQEs are only counted.
+    # The completion contract (tinycoro/uring.py): the owner's table holds two entries per
+    # slot, the op (None: free) and the slot's user_data, the index of that op entry. An op
+    # comes back as two entries, op and res (no tuple per completion), in completion order;
+    # its entry is emptied and the slot's own user_data int (not a new one) goes on the free
+    # list. The owner's own SQEs, and a user_data whose slot holds no op, are only counted.
     plain, failed, other = _Opaque(), _Opaque(), _Opaque()
-    inflight = {50: plain, 53: failed, 99: other}
-    ring.queue(uring.prep_nop, (), 50)
-    ring.queue(uring.prep_read, (-1, bytearray(4), 4, 0), 53)  # -EBADF
+    slots: list = [None, 0]
+    for ud in range(2, 310, 2):
+        slots += [None, int(str(ud))]  # past 256, each an int of its own (none is cached)
+    slots[300], slots[302], slots[304] = plain, failed, other
+    free: list = [slots[307]]
+    ring.queue(uring.prep_nop, (), 300)
+    ring.queue(uring.prep_read, (-1, bytearray(4), 4, 0), 302)  # -EBADF
     ring.queue(uring.prep_nop, (), uring.SKIP_UD)
+    ring.queue(uring.prep_nop, (), 306)  # a free slot: none of the owner's ops
+    ring.queue(uring.prep_nop, (), 998)  # beyond the table: none either
     ring.submit()
     done: list = []
     shots: list = []  # multishot completions: none queued here
     n = 0
-    while n < 3:
-        n += ring.complete(inflight, {}, done, shots)
-    assert n == 3  # the own SQE's CQE counts, and is not in done
-    assert inflight == {99: other}
-    assert sorted(done, key=lambda d: d[1]) == [(failed, -errno.EBADF), (plain, 0)]
-    assert ring.complete(inflight, {}, done, shots) == 0 and len(done) == 2  # nothing more: done untouched
+    while n < 5:
+        n += ring.complete(slots, free, {}, done, shots)
+    assert n == 5  # the own SQEs' CQEs count, and are not in done
+    assert slots[300] is None and slots[302] is None and slots[304] is other
+    assert len(free) == 3 and free[0] is slots[307]
+    assert sorted(free[1:]) == [300, 302]
+    assert {id(f) for f in free[1:]} == {id(slots[301]), id(slots[303])}  # the table's own ints
+    pairs = sorted(zip(done[::2], done[1::2]), key=lambda d: d[1])
+    assert len(done) == 4 and pairs == [(failed, -errno.EBADF), (plain, 0)]
+    assert ring.complete(slots, free, {}, done, shots) == 0 and len(done) == 4  # untouched
     assert shots == []
 
 
 @pytest.mark.skipif(not uring.COMPILED, reason="only the compiled ring queues multishots")
 def test_complete_tells_the_owners_standing_ops_apart():
-    # The owner's standing table (its multishots, also in inflight) is the one record of
-    # which ops complete many times: a CQE of one goes to shots, uncounted, and its last CQE
-    # (no IORING_CQE_F_MORE: here a NOP's) takes the op out of both tables. A plain op's CQE
-    # goes to done as ever. A multishot's user_data has MULTI_UD_TAG (RingOwner.arm gives
-    # it), and the ring looks only such CQEs up in the standing table.
+    # An op armed by the owner (its standing table: its multishots, also in a slot) has
+    # MULTI_UD_TAG in its user_data (RingOwner.arm gives it), and the ring tells its CQEs by
+    # that bit: one goes to shots, uncounted, and its last CQE (no IORING_CQE_F_MORE: here a
+    # NOP's) frees its slot and takes it out of standing. A plain op's CQE goes to done as
+    # ever.
     multi, plain = _Opaque(), _Opaque()
-    ud = uring.MULTI_UD_TAG | 70
+    ud = 2 | uring.MULTI_UD_TAG
     ring = uring.CRing(8)
     try:
-        inflight = {ud: multi, 72: plain}
+        slots = [None, 0, multi, 2, plain, 4]
+        free: list = []
         standing = {ud: multi}
         ring.queue(uring.prep_nop, (), ud)
-        ring.queue(uring.prep_nop, (), 72)
+        ring.queue(uring.prep_nop, (), 4)
         ring.submit()
         done: list = []
         shots: list = []
         n = 0
-        while len(done) + len(shots) // 4 < 2:
-            n += ring.complete(inflight, standing, done, shots)
+        while len(done) // 2 + len(shots) // 4 < 2:
+            n += ring.complete(slots, free, standing, done, shots)
         assert n == 1  # the multishot's CQE is not counted as one of the owner's own
         # four entries, op, res, data, more: no tuple per CQE (one per request, alive for
         # the whole reap, filled the collector's young generation at many connections)
         assert shots == [multi, 0, None, False]
-        assert done == [(plain, 0)]
-        assert inflight == {} and standing == {}
+        assert done == [plain, 0]
+        assert slots == [None, 0, None, 2, None, 4] and sorted(free) == [2, 4]
+        assert standing == {}
     finally:
         ring.close()
 
@@ -511,8 +526,8 @@ def test_a_submit_reaps_before_the_completion_queue_fills():
 
     class Owner(RingOwner):
         def _deliver(self, done):
-            delivered.extend(res for _, res in done)
-            for op, _ in done:
+            delivered.extend(done[1::2])
+            for op in done[::2]:
                 op.task = None
 
         def _wait_for_cqe(self):
@@ -547,3 +562,91 @@ def test_every_multiop_is_an_op_that_overrides_completion():
         assert cls.completion is not Op.completion, cls
     with pytest.raises(NotImplementedError, match="not a MultiOp"):
         Op.completion(Op.__new__(Op), 0, None, False)
+
+
+class _Owner:
+    """A RingOwner that records what it delivers (op, res pairs) and waits on the eventfd."""
+
+    @staticmethod
+    def make(ring):
+        from tinycoro.core.ring import RingOwner
+
+        class Owner(RingOwner):
+            def _deliver(self, done):
+                for op, res in zip(done[::2], done[1::2]):
+                    op.task = None
+                    self.got.append((op, res))
+
+            def _wait_for_cqe(self):
+                select.select([self.ring.efd], [], [], 1.0)
+
+        owner = Owner(ring)
+        owner.got = []
+        return owner
+
+
+def _op(*args):
+    from tinycoro.core.traps import Op
+
+    return Op(uring.prep_nop, *args)
+
+
+def _reap_until(owner, n: int) -> None:
+    """Submit and reap until *n* deliveries arrived (NOPs complete inside the submit)."""
+    owner._submit()
+    while len(owner.got) < n:
+        owner._reap()
+        if len(owner.got) < n:
+            owner._wait_for_cqe()
+
+
+def test_an_owners_table_is_a_slot_per_op_in_flight_named_by_its_user_data(ring_cls):
+    # The in-flight table is a list of slots (core/ring.py): an op's user_data names its slot,
+    # a completion frees the slot and the next op takes the slot freed last; the readers'
+    # view (inflight: user_data -> op, inflight_count, holds) follows it, and an op that
+    # completed is not held, even when another op has taken its slot since.
+    owner = _Owner.make(ring_cls(8))
+    try:
+        a, b, c = _op(), _op(), _op()
+        for op in (a, b, c):
+            assert owner._enter(op, object()) is None
+        assert [op.ud for op in (a, b, c)] == [2, 4, 6]  # the index of each op's entry
+        assert owner._slots[1::2] == [0, 2, 4, 6]  # each slot's user_data, made once
+        assert not any(op.ud & uring.MULTI_UD_TAG for op in (a, b, c))
+        assert owner.inflight == {a.ud: a, b.ud: b, c.ud: c} and owner.inflight_count() == 3
+        assert all(owner.holds(op) for op in (a, b, c))
+        _reap_until(owner, 3)
+        assert sorted(id(op) for op, _ in owner.got) == sorted(map(id, (a, b, c)))
+        assert owner.inflight == {} and owner.inflight_count() == 0
+        assert not any(owner.holds(op) for op in (a, b, c))
+        last = owner._free[-1]
+        d = _op()
+        assert owner._enter(d, object()) is None
+        assert d.ud is last  # the slot freed last (likely in the cache), its own int
+        stale = next(op for op in (a, b, c) if op.ud == d.ud)
+        assert owner.holds(d) and not owner.holds(stale)
+        owner.cancel_op(stale)  # completed: nothing to cancel, whoever has its slot now
+        assert owner.own_inflight == 0 and not d.cancelling
+        assert owner.describe_inflight(stale.ud, stale) is None
+        assert owner.describe_inflight(d.ud, d) is not None
+        assert owner.describe_inflight(98, d) is None  # beyond the table
+        _reap_until(owner, 4)
+        assert owner.inflight_count() == 0 and len(owner._slots) == 8  # slot 0 and three
+    finally:
+        owner.ring.close()
+
+
+def test_a_prep_that_raises_gives_its_slot_back(ring_cls):
+    # The op whose prep raised is not in flight: its slot is free again, and the NOP the ring
+    # queued in its place (SKIP_UD) is counted as the owner's own.
+    owner = _Owner.make(ring_cls(8))
+    try:
+        bad = _op("not", "a", "nop")
+        assert isinstance(owner._enter(bad, object()), Exception)
+        assert owner.inflight_count() == 0 and owner._free == [2] and owner.own_inflight == 1
+        good = _op()
+        assert owner._enter(good, object()) is None and good.ud == 2
+        _reap_until(owner, 1)
+        assert owner.got == [(good, 0)] and owner.own_inflight == 0
+    finally:
+        owner.ring.close()

@@ -55,9 +55,10 @@ class RingCore:
     def reap(self, out: list[tuple[int, int]]) -> int: ...
     def complete(
         self,
-        inflight: dict[int, Any],
+        slots: list[Any],
+        free: list[int],
         standing: dict[int, Any],
-        done: list[tuple[Any, int]],
+        done: list[Any],
         shots: list[Any],
     ) -> int: ...
     def cq_ready(self) -> int: ...

@@ -27,7 +27,7 @@ with the same results (``PyRing``): keep the two in step.
 """
 
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
-from cpython.dict cimport PyDict_GetItemWithError, PyDict_DelItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.object cimport PyObject
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.bytes cimport PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE
@@ -953,30 +953,31 @@ cdef class RingCore:
             io_uring_cqe_seen(ring, cqe)
             n += 1
 
-    def complete(self, dict inflight not None, dict standing not None, list done not None,
-                 list shots not None):
-        """Reap every ready CQE and resolve its user_data against *inflight*; return how many
-        CQEs were reaped, multishots' left out (the completion contract in ``tinycoro/uring.py``).
+    def complete(self, list slots not None, list free not None, dict standing not None,
+                 list done not None, list shots not None):
+        """Reap every ready CQE and find its op in *slots*; return how many CQEs were reaped,
+        multishots' left out (the completion contract in ``tinycoro/uring.py``).
 
-        For each CQE whose user_data is a key of *inflight*, the entry is removed and
-        ``(op, res)`` appended to *done*. Any other CQE is one of the owner's own SQEs and is
-        only counted. Nothing of the op is read or written here. A CQE whose user_data is a
-        key of *standing* (the owner's multishots, also in *inflight*) is appended to *shots*
-        as four entries, ``op, res, data, more``, instead, uncounted (its op is handed to nobody, so the
-        owner must not take it for one of its own SQEs): its data copied out, its buffer given
-        back and the CQE marked seen before the owner runs any handler, so a handler that
-        raises can neither replay it nor lose or double a buffer (rule 17). Its last CQE (no
-        ``IORING_CQE_F_MORE``) takes the op out of both tables. The owner's table is the one
-        record of which ops complete many times: the ring keeps no copy of it.
+        For each CQE whose slot holds an op (``slots[user_data & ~MULTI_UD_TAG]``), that entry
+        is set to None, the slot's user_data (the next entry, an int made with the slot)
+        appended to *free*, and ``op, res`` appended to *done*. Any other
+        CQE is one of the owner's own SQEs and is only counted. Nothing of the op is read or
+        written here. A CQE whose user_data has ``MULTI_UD_TAG`` and whose slot holds an op
+        (one of *standing*, the owner's multishots) is appended to *shots* as four entries,
+        ``op, res, data, more``, instead, uncounted (its op is handed to nobody, so the owner
+        must not take it for one of its own SQEs): its data copied out, its buffer given back
+        and the CQE marked seen before the owner runs any handler, so a handler that raises
+        can neither replay it nor lose or double a buffer (rule 17). Its last CQE (no
+        ``IORING_CQE_F_MORE``) frees the slot and takes the op out of *standing*. The owner's
+        tables are the one record of what is in flight: the ring keeps no copy of them.
         """
         cdef io_uring* ring = &self._ring
         cdef io_uring_cqe* cqe
         cdef Py_ssize_t n = 0
         cdef unsigned long long ud
+        cdef unsigned long long slot
         cdef int res
         cdef unsigned int flags
-        cdef PyObject* found
-        cdef object key
         cdef object data
         cdef object op
         cdef uint16_t bid
@@ -988,54 +989,63 @@ cdef class RingCore:
             ud = cqe.user_data
             res = cqe.res
             flags = cqe.flags
-            key = ud
-            # a multishot recv is in the kernel and this CQE has the tag of one (RingOwner.arm):
-            # is it one of its CQEs? A send's CQE, untagged, is not looked up there at all
-            if ud & _MULTI_UD_TAG and standing:
-                # WithError: PyDict_GetItem saves and restores the thread's exception state
-                # around every look-up (~60 instructions); an int key's hash and compare
-                # cannot fail, so there is nothing for it to preserve
-                found = PyDict_GetItemWithError(standing, key)
-                if found is not NULL:
-                    data = None
-                    if flags & _CQE_F_BUFFER:
-                        bid = <uint16_t>(flags >> _CQE_BUFFER_SHIFT)
-                        if not self.incremental:
-                            if res > 0:
-                                data = PyBytes_FromStringAndSize(
-                                    self._pb_mem + <size_t>bid * self._pb_size, res)
-                            self._pb_give(bid)
-                        elif res > 0:
-                            # A CQE of no bytes (EOF) or an error consumed nothing: the
-                            # kernel keeps that buffer at its head, so it is not given back.
+            # an index into the owner's list, where a dict keyed by user_data was looked up
+            # and emptied per op (at 10,000 connections it rehashed and missed the cache);
+            # slot 0 (SKIP_UD's) never holds an op, and a user_data beyond the table (none of
+            # the owner's) holds none either. The size is read per CQE: the list is the owner's.
+            slot = ud & ~_MULTI_UD_TAG
+            if slot + 1 < <unsigned long long>PyList_GET_SIZE(slots):
+                op = <object>PyList_GET_ITEM(slots, <Py_ssize_t>slot)
+            else:
+                op = None
+            if op is None:  # one of the owner's own SQEs
+                io_uring_cqe_seen(ring, cqe)
+                n += 1
+                continue
+            # an armed op (RingOwner.arm tags its user_data): a multishot recv's CQE, one of
+            # many; a send's CQE, untagged, is never taken for one
+            if ud & _MULTI_UD_TAG:
+                data = None
+                if flags & _CQE_F_BUFFER:
+                    bid = <uint16_t>(flags >> _CQE_BUFFER_SHIFT)
+                    if not self.incremental:
+                        if res > 0:
                             data = PyBytes_FromStringAndSize(
-                                self._pb_mem + <size_t>bid * self._pb_size + self._pb_used[bid],
-                                res)
-                            if flags & _CQE_F_BUF_MORE:
-                                self._pb_used[bid] += res
-                            else:
-                                self._pb_used[bid] = 0
-                                self._pb_give(bid)
-                    io_uring_cqe_seen(ring, cqe)
-                    more = (flags & _CQE_F_MORE) != 0
-                    # four entries, not a tuple: a tuple per CQE, alive for the whole reap,
-                    # filled the collector's young generation at many connections
-                    shots.append(<object>found)
-                    shots.append(res)
-                    shots.append(data)
-                    shots.append(more)
-                    if not more:
-                        PyDict_DelItem(standing, key)
-                        inflight.pop(key, None)
-                    continue
+                                self._pb_mem + <size_t>bid * self._pb_size, res)
+                        self._pb_give(bid)
+                    elif res > 0:
+                        # A CQE of no bytes (EOF) or an error consumed nothing: the
+                        # kernel keeps that buffer at its head, so it is not given back.
+                        data = PyBytes_FromStringAndSize(
+                            self._pb_mem + <size_t>bid * self._pb_size + self._pb_used[bid],
+                            res)
+                        if flags & _CQE_F_BUF_MORE:
+                            self._pb_used[bid] += res
+                        else:
+                            self._pb_used[bid] = 0
+                            self._pb_give(bid)
+                io_uring_cqe_seen(ring, cqe)
+                more = (flags & _CQE_F_MORE) != 0
+                # four entries, not a tuple: a tuple per CQE, alive for the whole reap,
+                # filled the collector's young generation at many connections
+                shots.append(op)
+                shots.append(res)
+                shots.append(data)
+                shots.append(more)
+                if not more:
+                    slots[<Py_ssize_t>slot] = None
+                    free.append(<object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
+                    standing.pop(ud, None)
+                continue
             io_uring_cqe_seen(ring, cqe)
             n += 1
-            # one look-up that finds and removes (dict.pop), where a get and a delete took
-            # two: each hashes and compares a fresh int key (~250 instructions a look-up)
-            op = inflight.pop(key, None)
-            if op is None:
-                continue
-            done.append((op, res))
+            slots[<Py_ssize_t>slot] = None
+            # the slot's own int: a new one per completion was an allocation (and, at
+            # 10,000 connections, often a cache miss) where ops number past 256
+            free.append(<object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
+            # two entries, not a tuple: as the shots above
+            done.append(op)
+            done.append(res)
 
     # -- the provided-buffer ring ---------------------------------------------------------------
     cdef void _pb_give(self, uint16_t bid) noexcept nogil:

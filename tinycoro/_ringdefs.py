@@ -20,11 +20,14 @@ __all__ = [
 SKIP_UD = 1
 
 #: A bit set in the user_data of every operation that completes many times (``RingOwner.arm``)
-#: and of no other op: the compiled ring's reap looks a CQE up in the table of such operations
-#: only when its user_data has it, where it looked every CQE up there (a send's CQE too, a
-#: dict look-up of ~180 instructions that found nothing). The lowest bit: an owner numbers its
-#: ops with even numbers, so the ints stay small (a high bit made every multishot's key a
-#: three-digit int, slower to hash and compare). SKIP_UD has it too, and is never armed.
+#: and of no other op: the ring tells a CQE of such an op (one of the owner's *standing*
+#: table) by this bit and the op in its slot, with no look-up in that table. The lowest bit:
+#: without it, an op's user_data is the index of its entry in its owner's in-flight table,
+#: a list of two entries per slot (the op, or None, and the slot's user_data: even), where a
+#: dict keyed by user_data was looked up, filled and emptied once per operation (at 10,000
+#: connections it rehashed every few thousand operations and missed the cache; the
+#: completion contract in ``tinycoro.uring``). SKIP_UD has the bit too, and its slot (0)
+#: never holds an op.
 MULTI_UD_TAG = 1
 
 

@@ -19,17 +19,22 @@ forces ``PyRing`` (:mod:`tinycoro.compiled` makes that choice for every compiled
 ``COMPILED`` says which is in use and ``WHY_PURE`` why, when it is the pure one. Both create
 and close the ring through the same Python code (``_Lifecycle``).
 
-The completion contract, the same for both rings: ``complete(inflight, standing, done, shots)``
-reaps every ready CQE; for each whose user_data is a key of *inflight* (user_data -> op) it
-removes that entry and appends ``(op, res)`` to *done*; a CQE whose user_data is not there is one
-of the owner's own SQEs (``SKIP_UD``) and is only counted. A CQE whose user_data is a key of
-*standing* (a subset of *inflight*: the owner's ops armed with no task waiting, its multishot
+The completion contract, the same for both rings: ``complete(slots, free, standing, done,
+shots)`` reaps every ready CQE. The owner's in-flight table is *slots*, a list of two entries
+per slot, the op in flight there (None: free) and the slot's user_data, which is the index of
+that op entry: the op whose SQE carried user_data ``ud`` is ``slots[ud & ~MULTI_UD_TAG]``
+(``tinycoro._ringdefs``), and slot 0 is never an op's. For each CQE whose slot holds an op,
+the op entry is set to None, the slot's user_data (the int in the table: none is made)
+appended to *free*, and ``op, res`` appended to *done* (two
+entries, no tuple per completion: the collector's young generation filled with them at many
+connections); a CQE whose slot holds none is one of the owner's own SQEs (``SKIP_UD``) and is
+only counted. A CQE whose user_data has ``MULTI_UD_TAG`` set and whose slot holds an op is one
+of *standing* (user_data -> op: the owner's ops armed with no task waiting, its multishot
 recvs, which only the compiled ring queues, and single ones such as a split read's back half;
-their user_data, and no other, has ``MULTI_UD_TAG`` set, so a ring may look only those up there)
-goes to *shots* as four entries, ``op, res, data, more`` (no tuple per CQE: alive for
-the whole reap, they filled the collector's young generation at many connections), uncounted, already marked seen with its
-provided buffer given back; its last one (``more`` False) removes the op from *standing* and
-*inflight*. It returns how many CQEs it reaped, multishots' left out. The op
+their user_data, and no other op's, has that bit): it goes to *shots* as four entries, ``op,
+res, data, more``, uncounted, already marked seen with its provided buffer given back; its
+last one (``more`` False) frees the op's slot as above and removes it from *standing*. It
+returns how many CQEs it reaped, multishots' left out. The op
 is opaque here: the ring reads and writes none of its attributes, so what a completion means
 (a task's result, an interrupt, a descriptor to close) is decided by the layer above, the ring's
 owner (:class:`tinycoro.core.ring.RingOwner`), for any kind of op.
@@ -608,33 +613,39 @@ class PyRing(_Lifecycle):
             n += 1
         return n
 
-    def complete(self, inflight: dict, standing: dict, done: list, shots: list) -> int:
-        """Reap every ready CQE and resolve its user_data against *inflight*; return how many
-        CQEs were reaped (the completion contract in the module doc). This ring queues no
-        multishot, so what *standing* holds completes once (an op armed with no waiting task:
-        a split read's back half), and its one CQE is its last.
+    def complete(self, slots: list, free: list, standing: dict, done: list, shots: list) -> int:
+        """Reap every ready CQE and find its op in *slots*; return how many CQEs were reaped
+        (the completion contract in the module doc). This ring queues no multishot, so an op
+        of *standing* completes once (an op armed with no waiting task: a split read's back
+        half), and its one CQE is its last.
 
-        For each CQE whose user_data is a key of *inflight*, the entry is removed and
-        ``(op, res)`` appended to *done*, or, for a key of *standing*, that entry too and
-        ``op, res, None, False`` to *shots*, uncounted. Any other CQE is one of the owner's
-        own SQEs and is only counted. Nothing of the op is read or written here.
+        For each CQE whose slot holds an op, the slot is freed (None, its user_data appended
+        to *free*) and ``op, res`` appended to *done*, or, for an armed op (``MULTI_UD_TAG``),
+        the op taken out of *standing* too and ``op, res, None, False`` appended to *shots*,
+        uncounted. Any other CQE is one of the owner's own SQEs and is only counted. Nothing
+        of the op is read or written here.
         """
         ring = self._ring
         cqe = self._cqe
         peek = _peek_cqe
         seen = _cqe_seen
-        pop = inflight.pop
         append = done.append
+        top = len(slots)
         n = 0
         while peek(ring, cqe) == 0:
             ud = cqe.user_data
-            op = pop(ud, None)
-            if op is not None and standing and standing.pop(ud, None) is not None:
-                shots.extend((op, cqe.res, None, False))
-                seen(ring, cqe)
-                continue
+            slot = ud & ~MULTI_UD_TAG
+            op = slots[slot] if slot + 1 < top else None
             if op is not None:
-                append((op, cqe.res))
+                slots[slot] = None
+                free.append(slots[slot + 1])
+                if ud & MULTI_UD_TAG:
+                    standing.pop(ud, None)
+                    shots.extend((op, cqe.res, None, False))
+                    seen(ring, cqe)
+                    continue
+                append(op)
+                append(cqe.res)
             seen(ring, cqe)
             n += 1
         return n

@@ -128,10 +128,11 @@ class LoopHost(RingOwner):
         return p
 
     # -- what RingOwner leaves to its owner ---------------------------------------------------
-    def _deliver(self, done: list[tuple[Any, int]]) -> None:
-        """A completion is the result of the op's future, whatever it is: ``_perform``, on
-        the awaiting task, decides what a cancelled task sees."""
-        for op, res in done:
+    def _deliver(self, done: list) -> None:
+        """A completion (``op, res``: two entries of *done*) is the result of the op's future,
+        whatever it is: ``_perform``, on the awaiting task, decides what a cancelled task sees."""
+        for i in range(0, len(done), 2):
+            op, res = done[i], done[i + 1]
             p = op.task
             op.task = None
             if p is None:  # abandoned by close(): nobody takes what it returns
@@ -139,9 +140,8 @@ class LoopHost(RingOwner):
                 continue
             p.res = res
             p.done = True
-            fut = p.fut
-            if not fut.done():
-                fut.set_result(res)
+            if not p.fut.done():
+                p.fut.set_result(res)
 
     def _wait_for_cqe(self) -> None:
         if not self.ring.cq_ready():

@@ -66,9 +66,12 @@ cdef class Engine(RingOwner):
     @cython.locals(e=Engine, word=char)
     cdef _hand_over(self, tuple peers)
     cpdef _step(self, Task task)
+    # slot: the user_data's C value, the index where the op goes (no Python int made)
+    @cython.locals(slot=Py_ssize_t, free=list)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)
-    @cython.locals(op=Op, task=Task)
+    # C integers: op, res pairs read by index (ring.py's _complete_multi says why)
+    @cython.locals(op=Op, task=Task, i=Py_ssize_t, n=Py_ssize_t)
     cpdef _deliver(self, list done)
 
 # The budget check of a caller that holds the running task (tinycoro.sync's acquisitions).

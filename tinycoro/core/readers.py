@@ -153,7 +153,7 @@ def context_stats(engine: "Engine", id: int, busy: float = 0.0, cpu: float = 0.0
     n = sleeps(engine)
     return ContextStats(
         id=id, queued=len(engine.ready), io_pending=engine.unsubmitted,
-        io_inflight=len(engine.inflight) + n, parked=max(0, len(engine.parked) - n),
+        io_inflight=engine.inflight_count() + n, parked=max(0, len(engine.parked) - n),
         tasks_run=engine.tasks_run, busy=busy, stop_flag=engine.stop_flag,
         sleeping=engine.sleeping, ops=engine.ops + engine.timers, sleeps=n,
         timers=engine.timers, multishot_enobufs=engine.nobufs_endings,

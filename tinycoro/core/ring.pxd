@@ -5,6 +5,7 @@
 cdef object _prep_cancel
 cdef object _prep_close
 cdef object _SKIP_UD
+cdef Py_ssize_t _MULTI_UD_TAG
 cdef object _RingBusy
 cdef bint _LOCKED_REAP
 
@@ -15,11 +16,11 @@ from .traps cimport Op
 
 cdef class RingOwner:
     cdef public object ring
-    cdef public dict inflight
+    cdef public list _slots  # the in-flight table: op (or None) and user_data per slot (ring.py)
+    cdef public list _free  # the free slots' user_data
     cdef public Py_ssize_t unsubmitted
     cdef public Py_ssize_t own_inflight
     cdef public Py_ssize_t ops
-    cdef public object _ids
     cdef public list _done
     cdef public dict standing
     cdef public list _shots
@@ -35,6 +36,10 @@ cdef class RingOwner:
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
+    # C arithmetic on the table's index: no Python int made between
+    cpdef Py_ssize_t inflight_count(self) except -1
+    @cython.locals(ud=Py_ssize_t, slot=Py_ssize_t, slots=list)
+    cpdef bint holds(self, op) except -1
     @cython.locals(reaped=bint)
     cpdef _reap(self)
     cpdef _submit(self)

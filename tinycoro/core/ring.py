@@ -2,17 +2,19 @@
 
 Two things own a ring: a context's :class:`~tinycoro.core.engine.Engine` and the asyncio host
 (:class:`tinycoro.aio.host.LoopHost`). Both are a :class:`RingOwner`, which holds the in-flight
-table (user_data -> op) and does, once for both:
+table (a list of slots, each an op or None; an op's user_data names its slot) and does, once
+for both:
 
-* start an op: a fresh user_data, its SQE queued, the op in the table with its *waiter*
-  (``op.task``: the task, or whatever the owner resumes);
+* start an op: a free slot of the table, its user_data from that slot, its SQE queued, the op
+  in the slot with its *waiter* (``op.task``: the task, or whatever the owner resumes);
 * queue while the ring is busy (``RingBusy``: the kernel's CQ overflowed): reap, queue again
   (rule 5); a prep that raises leaves a NOP with ``SKIP_UD`` behind, counted as our own;
 * submit, reaping first when the kernel answers EBUSY/EAGAIN;
 * cancel an op in the kernel with an async-cancel SQE of our own (``SKIP_UD``), counted in
   ``own_inflight`` until its CQE is reaped;
-* reap: the ring hands back ``(op, res)`` for each op of the table that completed (the
-  completion contract in :mod:`tinycoro.uring`) and the count of our own CQEs; the ops go to
+* reap: the ring hands back ``op, res`` (two entries of one flat list) for each op of the
+  table that completed, its slot free again (the completion contract in
+  :mod:`tinycoro.uring`), and the count of our own CQEs; the ops go to
   the owner's :meth:`RingOwner._deliver`, which decides what the waiter sees (the engine: a
   task's result or interrupt; the host: an asyncio future's result); an op whose waiter was
   abandoned at shutdown goes to :meth:`RingOwner._orphaned`, which closes the descriptor it
@@ -40,15 +42,15 @@ reap) stay cheap, and they are compiled from this source with ``ring.pxd`` besid
 from __future__ import annotations
 
 import errno
-import itertools
 import logging
 import os
 import sys
 import threading
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional
 
 from .. import _ringdefs, compiled, uring
 from . import cqwatch, fence
+from .ringseams import IoRing, MultiOp
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
 
@@ -65,96 +67,6 @@ _LOCKED_REAP: bool = fence.FREE_THREADED or not _COMPILED
 _RingBusy = uring.RingBusy
 
 
-class MultiOp(Protocol):
-    """An operation that completes many times (one SQE, a CQE per event until the last): the
-    seam through which a layer above runs one without the core knowing what it is. It is a
-    :class:`~tinycoro.core.traps.Op` that overrides ``completion`` (which the owner calls as
-    Op's C method where compiled), ``failed`` and ``finished``.
-
-    Started with :meth:`RingOwner.arm`; in flight (in the owner's ``inflight`` table) until
-    its last CQE. Everything below runs on the owner's thread (rule 2)."""
-
-    ud: int
-
-    def completion(self, res: int, data: Any, more: bool) -> None:
-        """One CQE: *res* and, for a CQE that used one of the ring's provided buffers, a
-        bytes copy of it (the buffer is back with the kernel already); *more* is False on
-        the last. Should not raise; if it does, the owner reports it, tells the op
-        (:meth:`failed`) and carries on."""
-
-    def failed(self, exc: BaseException) -> None:
-        """Its :meth:`completion` (or :meth:`finished`) raised *exc*, already reported: what
-        that CQE carried is lost, and the op decides what that means (a byte stream fails,
-        since going on would hand out its data with a hole in it)."""
-
-    def finished(self) -> None:
-        """After the last completion (also when that one raised): the op is out of flight."""
-
-    def awaited(self) -> bool:
-        """Whether a task waits on this op now: only then is it work (stop protocol, deadlock
-        watchdog). Any thread may ask."""
-
-    def describe(self) -> str:
-        """What the op is, in a user's words (for the report of a completion that raised)."""
-
-
-class IoRing(Protocol):
-    """What a ring's owner needs of a ring: ``uring.PyRing`` and ``uring.CRing`` both are one."""
-
-    efd: int
-    # Whether submit() enters the kernel without the GIL (the compiled ring; the pure ring's
-    # binding keeps it whatever this says): the engine sets it per submit (Engine._submit).
-    release_gil: bool
-
-    @property
-    def closed(self) -> bool: ...
-
-    def queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> None:
-        """Queue one SQE filled by ``prep(sqe, *args)`` with user_data *ud*; on a raising
-        prep, leave a NOP with ``SKIP_UD`` and re-raise; RingBusy, queueing nothing, when the
-        kernel takes no more SQEs."""
-
-    def set_return_word(self, word: bytearray | None) -> None:
-        """Have a submit that releases the GIL set ``word[0]`` to 2 from the system call's
-        return until it has the GIL back (core/wakeword.py); None: no word."""
-
-    def submit(self) -> int:
-        """Hand the queued SQEs to the kernel; OSError(EBUSY/EAGAIN) when it wants reaping."""
-
-    def sq_ready(self) -> int:
-        """SQEs queued and not yet handed to the kernel."""
-
-    def cq_ready(self) -> int:
-        """CQEs posted and not yet reaped; not 0 either when the kernel holds completions
-        back for the owner to have posted (the compiled ring: DEFER_TASKRUN's task work)."""
-
-    def enable(self) -> None:
-        """Owner thread, before anything is queued: make the calling thread the ring's one
-        issuer, if it was set up for one (``Ring(entries, single_issuer=True)``)."""
-
-    def complete(self, inflight: dict, standing: dict, done: list, shots: list) -> int:
-        """The completion contract (:mod:`tinycoro.uring`): reap every CQE, move each op of
-        *inflight* that completed to *done* as ``(op, res)``, and append each CQE of an op of
-        *standing* (a multishot) to *shots* as ``(op, res, data, more)`` (its last one takes
-        the op out of *standing* and *inflight*); return the CQEs reaped that are not
-        multishots'."""
-
-    def notify_on(self, enabled: bool) -> None:
-        """Let completions write the eventfd, or not."""
-
-    def multishot_ready(self) -> bool:
-        """Whether a multishot receive can be armed on this ring now."""
-
-    def multishot_possible(self) -> bool:
-        """Whether one may still be, without setting anything up (not forced off, not
-        refused by the kernel)."""
-
-    def multishot_refused(self) -> None:
-        """The kernel refused a multishot receive: use single receives from now on."""
-
-    def close(self) -> None: ...
-
-
 def _close_quietly(fd: int) -> None:
     try:
         os.close(fd)
@@ -163,12 +75,22 @@ def _close_quietly(fd: int) -> None:
 
 
 class RingOwner:
-    """One ring, the ops in flight on it (``inflight``: user_data -> op) and our own SQEs.
+    """One ring, the ops in flight on it and our own SQEs.
+
+    The in-flight table is ``_slots``, a list of two entries per slot: the op in flight there
+    (None: free) and the slot's user_data, an even int made once with the slot, which is the
+    index of the op's entry (``tinycoro._ringdefs``). A free slot's user_data is on ``_free``,
+    which :meth:`_enter` takes from (the last freed first: its line is likely still in the
+    cache); the ring's reap puts it back. No dict is filled and emptied per operation (at
+    10,000 connections one keyed by user_data rehashed every few thousand operations and
+    missed the cache at each look-up), and no int is made per operation either. ``inflight``
+    (user_data -> op) is a copy of it for readers (tests, statistics, shutdown);
+    :meth:`inflight_count` and :meth:`holds` are the owner's questions.
 
     ``unsubmitted``: SQEs queued since the last submit. ``own_inflight``: our own SQEs in the
     kernel (cancel requests, placeholder NOPs of failed preps), whose CQEs match no op.
     ``ops``: CQEs reaped, cumulative (for statistics). ``standing``: the :class:`MultiOp`
-    ops in flight (user_data -> op), a subset of ``inflight``: entered by :meth:`arm`, left
+    ops in flight (user_data -> op), also in the slots: entered by :meth:`arm`, left
     at the op's last CQE by the ring's ``complete``. ``rearms``: MultiOps started again after
     an earlier one of theirs ended; ``nobufs_endings``: MultiOps the kernel ended because the
     ring's provided buffers ran out, counted by the op that knows buffers (a stream's
@@ -176,7 +98,7 @@ class RingOwner:
     in use (see :meth:`_complete_multi`).
     """
 
-    __slots__ = ("ring", "inflight", "unsubmitted", "own_inflight", "ops", "_ids", "_done",
+    __slots__ = ("ring", "_slots", "_free", "unsubmitted", "own_inflight", "ops", "_done",
                  "standing", "_shots", "rearms", "nobufs_endings", "completion_hook",
                  "_flight_lock", "_ring_queue", "_ring_complete", "_ring_cq_ready", "cq_high",
                  "_cq_watch")
@@ -195,27 +117,28 @@ class RingOwner:
         # calling complete() (core/cqwatch.py says why); 0 (always call it) otherwise
         watch = getattr(ring, "cq_watch", None) if _COMPILED else None
         self._cq_watch = watch() if watch is not None else 0
-        self.inflight: dict[int, Any] = {}
+        # slot 0 is SKIP_UD's (our own SQEs), never an op's
+        self._slots: list[Any] = [None, 0]
+        self._free: list[int] = []
         self.unsubmitted = 0
         self.own_inflight = 0
         self.ops = 0
-        # op ids: even, so that an armed op's is the next one with MULTI_UD_TAG (bit 0) set;
-        # SKIP_UD (1) marks our own SQEs
-        self._ids = itertools.count(2 * _MULTI_UD_TAG, 2 * _MULTI_UD_TAG)
-        self._done: list[tuple[Any, int]] = []  # what the ring's complete() hands back
+        self._done: list[Any] = []  # what the ring's complete() hands back: op, res, op, res...
         self.standing: dict[int, Any] = {}
         self._shots: list[Any] = []  # the multishot CQEs complete() hands back, 4 entries each
         self.rearms = 0
         self.nobufs_endings = 0
         self.completion_hook: Optional[Callable[[Any, int, Any, bool], tuple]] = None
-        # Held while ops leave ``inflight`` (:meth:`_reap`) on a free-threaded build, and by a
+        # Held while ops leave the table (:meth:`_reap`) on a free-threaded build, and by a
         # reader that describes an op in flight (:meth:`describe_inflight`): an op may be
         # refilled for its next use only after it left, so under this lock its fields stay.
         self._flight_lock = threading.Lock()
 
     # -- what the owner provides ---------------------------------------------------------------
-    def _deliver(self, done: list[tuple[Any, int]]) -> None:
-        """For each ``(op, res)`` (the op has left the table): take the op's waiter
+    def _deliver(self, done: list) -> None:
+        """For each ``op, res`` of *done* (two entries each: no tuple per completion, which
+        fed the collector's young generation at many connections; the op has left the
+        table): take the op's waiter
         (``op.task``) and set ``op.task = None`` (an op kept for reuse keeps nobody alive),
         then decide what the waiter sees of *res*; an op whose waiter is None was abandoned
         and goes to :meth:`_orphaned`."""
@@ -230,18 +153,29 @@ class RingOwner:
         """Queue *op*'s SQE under a fresh user_data (with the bits of *tag* set) and put it in
         the table with *waiter* as ``op.task``. Returns what its prep raised (the op is then
         not in flight), else None."""
-        op.ud = ud = next(self._ids) | tag
+        free = self._free
+        if free:
+            ud = free.pop()
+        else:  # a new slot: its op's entry and its user_data, that entry's index
+            ud = len(self._slots)
+            self._slots.append(None)
+            self._slots.append(ud)
+        slot = ud
+        if tag:  # not `ud | 0`: that makes a new int of every user_data past 256
+            ud |= tag
+        op.ud = ud
         try:
             self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
+                free.append(slot)
                 return error
         else:
             self.unsubmitted += 1
         op.task = waiter
         op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
-        self.inflight[ud] = op
+        self._slots[slot] = op
         return None
 
     def _queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> BaseException | None:
@@ -320,7 +254,7 @@ class RingOwner:
         whether there is one, so it stops at the first: the watchdog's question every 50 ms
         asked each of 10,000 armed receives in turn (~2% of a server's samples while its
         connections were set up), where the first one asked is awaited."""
-        n = len(self.inflight)
+        n = self.inflight_count()
         standing = self.standing
         if not standing or n > len(standing):  # standing ops are in the table too
             return n
@@ -344,9 +278,9 @@ class RingOwner:
         try:
             if _LOCKED_REAP:  # describe_inflight says why
                 with self._flight_lock:
-                    n = self._ring_complete(self.inflight, self.standing, done, shots)
+                    n = self._ring_complete(self._slots, self._free, self.standing, done, shots)
             else:
-                n = self._ring_complete(self.inflight, self.standing, done, shots)
+                n = self._ring_complete(self._slots, self._free, self.standing, done, shots)
             reaped = True
         finally:
             if not reaped:  # pragma: no cover - the ring raises only on memory exhaustion
@@ -357,7 +291,7 @@ class RingOwner:
         if not n:
             return
         self.ops += n
-        own = n - len(done)
+        own = n - (len(done) >> 1)  # two entries per op
         if own:
             self.own_inflight -= own
         if done:
@@ -368,7 +302,7 @@ class RingOwner:
 
     def describe_inflight(self, ud: int, op: Any) -> tuple[str, str] | None:
         """Any thread: the prep's name and ``op.describe()`` of *op* while it is still in
-        flight here under *ud* (a key of ``inflight`` the caller copied), else None (it
+        flight here under *ud* (a key of ``inflight``, the copy the caller took), else None (it
         completed meanwhile: its task is ready or running).
 
         Why here: an op is reused once its CQE is in (a stream's recv and sendall), and its
@@ -384,9 +318,44 @@ class RingOwner:
         subclass's describe reads ``args`` once; the op may then have completed after the
         look, and the words are of its next use, whole."""
         with self._flight_lock:
-            if ud not in self.inflight or self.inflight[ud] is not op:
+            slots = self._slots
+            slot = ud - (ud & _MULTI_UD_TAG)
+            if not 0 < slot < len(slots) or slots[slot] is not op:
                 return None
             return getattr(op.prep, "__name__", ""), op.describe()
+
+    @property
+    def inflight(self) -> dict[int, Any]:
+        """The ops in flight, user_data -> op: a copy of the table, for readers (statistics,
+        shutdown, tests). Any thread: the list is copied in one step (under its lock where
+        there is no GIL), and each key is made from the op's slot and ``standing`` (whether
+        it was armed), never read from the op, whose ``ud`` the owner rewrites at each use.
+        The owner's own questions are :meth:`inflight_count` and :meth:`holds`."""
+        standing = self.standing
+        table = {}
+        slots = list(self._slots)
+        for ud in range(2, len(slots), 2):
+            op = slots[ud]
+            if op is not None:
+                if standing.get(ud | _MULTI_UD_TAG) is op:
+                    ud |= _MULTI_UD_TAG
+                table[ud] = op
+        return table
+
+    def inflight_count(self) -> int:
+        """How many ops are in flight (standing ones included): every slot but the free ones
+        and slot 0. Any thread: a snapshot."""
+        return (len(self._slots) >> 1) - len(self._free) - 1
+
+    def holds(self, op: Any) -> bool:
+        """Whether *op* is in flight here: in the slot its user_data names (an op reused
+        since it completed is there only under its new user_data)."""
+        ud = op.ud
+        if not ud:
+            return False
+        slots = self._slots
+        slot = ud - (ud & _MULTI_UD_TAG)
+        return 0 < slot < len(slots) and slots[slot] is op
 
     def _complete_multi(self, shots: list) -> None:
         """Hand each CQE of a :class:`MultiOp` (already marked seen by the ring, and at the
@@ -449,7 +418,7 @@ class RingOwner:
         the op's real result if it completed first); no interrupt is delivered to it.
         A close is never cancelled (see :meth:`_cancel_op`).
         """
-        if op.ud and self.inflight.get(op.ud) is op:
+        if self.holds(op):
             self._cancel_op(op)
 
     def _cancel_op(self, op: Any) -> None:
@@ -471,12 +440,13 @@ class RingOwner:
         """Cancel every op still in the kernel and wait for all their CQEs, ours included
         (rule 8: no buffer is let go while the kernel may use it). Their waiters are
         abandoned: each op completes as an orphan."""
-        for op in list(self.inflight.values()):
-            op.task = None
-            self._cancel_op(op)
-        while self.inflight or self.own_inflight:
+        for op in list(self._slots)[::2]:
+            if op is not None:
+                op.task = None
+                self._cancel_op(op)
+        while self.inflight_count() or self.own_inflight:
             if self.unsubmitted:
                 self._submit()
             self._reap()
-            if self.inflight or self.own_inflight:
+            if self.inflight_count() or self.own_inflight:
                 self._wait_for_cqe()
