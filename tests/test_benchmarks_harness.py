@@ -190,3 +190,31 @@ def test_the_free_threaded_cpu_ratios_are_per_round_too() -> None:
     case = Case(ft.WORKLOAD, "CPU-bound x", "chunks/s", [])
     line = ft._cpu_line([CaseResult(case, row, [], 0.0)], "CPU-bound", "chunk", gil, free)
     assert line == f"200 us per chunk on {free} against 150 on {gil} (2.00x), 1.00x that on 2 contexts of {free}"
+
+
+def test_the_nowait_limit_row_reads_a_page_the_cache_refuses(tmp_path) -> None:
+    """RWF_NOWAIT now and then refuses a page of a cached file; the limit loop reads it waiting
+    (as a runtime must) instead of ending the row. Here the pages are evicted, so every read is
+    refused at first."""
+    import os
+
+    from benchmarks.w_file import BLOCK, _sync_preadv_nowait
+
+    path = tmp_path / "evicted.bin"
+    with open(path, "wb") as f:
+        f.write(os.urandom(BLOCK * 16))
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            os.preadv(fd, (bytearray(BLOCK),), 0, os.RWF_NOWAIT)
+        except BlockingIOError:
+            pass
+        else:
+            pytest.skip("this file system keeps the pages: RWF_NOWAIT never refuses here")
+    finally:
+        os.close(fd)
+    sample = _sync_preadv_nowait(str(path), [i * BLOCK for i in range(16)])
+    assert sample.value > 0
