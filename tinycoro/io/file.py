@@ -241,7 +241,7 @@ class AsyncFile:
         every guarantee of the ring's): the bytes, short when a later page is not cached or at
         EOF, or None when the first page is not (or the read failed: the ring reports it)."""
         data = pread_nowait(self._fd, size, offset)
-        if type(data) is int:  # an errno: the ring reads it and reports the failure
+        if isinstance(data, int):  # an errno: the ring reads it and reports the failure
             self._refused(data)
             data = None
         if self._ops.closed:
