@@ -440,6 +440,14 @@ def test_the_read_paths_literal_range_is_max_offset():
         assert offset_ok(good)
     for bad in (-1, MAX_OFFSET + 1, 2**64, True, 1.0, "1", None):
         assert not offset_ok(bad)
+    # about the one-digit ints the compiled check reads off the header (30-bit digits), and
+    # the two-digit ones it reads as a C long long; the Python twin says the same of each
+    from tinycoro.io.pagecache import offset_ok_py
+
+    for base in (2**15, 2**30, 2**60, 2**63):
+        for x in (base - 1, base, base + 1):
+            for value in (x, -x):
+                assert offset_ok(value) == offset_ok_py(value) == (0 <= value <= MAX_OFFSET), value
 
 
 @pytest.mark.parametrize("value", [(1, 2), KeyError("k"), None, b"x"], ids=repr)
@@ -521,6 +529,34 @@ def test_the_inline_read_into_a_buffer_agrees_with_its_python_twin(tmp_path):
             assert buf[PAGE:PAGE + 10] == data[2 * PAGE:]
             assert into(fd, buf, 0, 3 * PAGE) == 0  # past EOF
     finally:
+        os.close(fd)
+
+
+def test_the_inline_read_returns_a_failures_errno_as_its_python_twin_does(tmp_path):
+    """pagecache.pread_nowait (compiled: _cfile's C read; pure: os.preadv) returns the bytes,
+    and the errno of a failure other than "not cached" as a number, not an exception: the
+    read path tells the three apart without a try around every read."""
+    import errno
+
+    from tinycoro import compiled
+    from tinycoro.io import pagecache
+
+    data = os.urandom(PAGE + 10)
+    path = tmp_path / "errno"
+    _cached_file(path, data)
+    twins = [pagecache.pread_nowait_py]
+    cfile = compiled.load("_cfile")
+    if cfile is not None:
+        twins.append(cfile.pread_nowait)
+    fd = os.open(path, os.O_RDONLY)
+    wfd = os.open(path, os.O_WRONLY)
+    try:
+        for pread in twins:
+            assert pread(fd, PAGE, 0) == data[:PAGE], pread
+            assert pread(fd, PAGE, PAGE) == data[PAGE:], pread  # short at EOF
+            assert pread(wfd, PAGE, 0) == errno.EBADF, pread  # not open for reading
+    finally:
+        os.close(wfd)
         os.close(fd)
 
 

@@ -291,6 +291,36 @@ def test_direct_round_trip_with_aligned_buffers(tmp_path, contexts):
     assert b"".join(blocks[i] for i in range(16)) == payload
 
 
+def test_direct_reads_of_changing_sizes_each_return_their_own_count(tmp_path):
+    """A read's size and count are one int object per number, reused from read to read of
+    the same size (compiled): reads of two sizes in turn, and a short one at EOF, each
+    return their own count and bytes."""
+    d = _direct_dir(tmp_path)
+    path = d / f"direct-sizes-{os.getpid()}"
+    payload = os.urandom(3 * DIRECT_ALIGN)
+    path.write_bytes(payload)
+
+    async def main():
+        one, two = tc.io.aligned_buffer(DIRECT_ALIGN), tc.io.aligned_buffer(2 * DIRECT_ALIGN)
+        got = []
+        async with await tc.io.open(path, "rb", direct=True) as f:
+            for buf, off in [(one, 0), (two, 0), (one, DIRECT_ALIGN), (two, DIRECT_ALIGN),
+                             (two, 2 * DIRECT_ALIGN), (one, 2 * DIRECT_ALIGN), (one, 3 * DIRECT_ALIGN)]:
+                n = await f.readinto_at(buf, off)
+                got.append((n, bytes(buf[:n])))
+        return got
+
+    try:
+        got = tc.run(main(), contexts=1)
+    finally:
+        path.unlink(missing_ok=True)
+    a = DIRECT_ALIGN
+    assert got == [
+        (a, payload[:a]), (2 * a, payload[:2 * a]), (a, payload[a:2 * a]),
+        (2 * a, payload[a:3 * a]), (a, payload[2 * a:]), (a, payload[2 * a:]), (0, b""),
+    ]
+
+
 def test_direct_refuses_unaligned_buffer_size_and_offset(tmp_path):
     d = _direct_dir(tmp_path)
     path = d / f"direct-bad-{os.getpid()}"

@@ -10,4 +10,6 @@ cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset)
 cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long long offset) except -2
 cpdef object done(object value)
 
-cpdef bint offset_ok(object x)
+# noexcept: neither can raise, and undeclared, every caller read the thread state after each
+# call (PyErr_Occurred(): a call into libpython's thread-local storage on 3.12 and later)
+cpdef bint offset_ok(object x) noexcept

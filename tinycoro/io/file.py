@@ -240,10 +240,9 @@ class AsyncFile:
         """What the page cache holds of the range (see _cached for why an inline read keeps
         every guarantee of the ring's): the bytes, short when a later page is not cached or at
         EOF, or None when the first page is not (or the read failed: the ring reports it)."""
-        try:
-            data = pread_nowait(self._fd, size, offset)
-        except OSError as e:
-            self._refused(e)
+        data = pread_nowait(self._fd, size, offset)
+        if isinstance(data, int):  # an errno: the ring reads it and reports the failure
+            self._refused(data)
             data = None
         if self._ops.closed:
             raise ClosedResourceError("the file was closed while this read ran")
@@ -358,7 +357,7 @@ class AsyncFile:
             try:
                 n = pread_nowait_into(fd, buf, got, offset + got)  # -1: not cached
             except OSError as e:
-                self._refused(e)
+                self._refused(e.errno)
                 return ~got
             if n < 0:
                 return ~got
@@ -368,10 +367,10 @@ class AsyncFile:
             if n == 0 or got == size:
                 return got
 
-    def _refused(self, e: OSError) -> None:
-        """An inline read failed with *e*: the ring will do it and report its errno. A file
-        system without RWF_NOWAIT (EOPNOTSUPP) gets ring-only reads from now on."""
-        if e.errno == errno.EOPNOTSUPP:
+    def _refused(self, err: int | None) -> None:
+        """An inline read failed with the errno *err*: the ring will do it and report the
+        failure. A file system without RWF_NOWAIT (EOPNOTSUPP) gets ring-only reads from now on."""
+        if err == errno.EOPNOTSUPP:
             self._inline = False
 
     async def _read_rest(self, size: int, offset: int, head: bytes | None) -> bytes:

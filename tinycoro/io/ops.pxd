@@ -40,6 +40,11 @@ cdef object END
 @cython.locals(r=RingRead, state=int, got=Py_ssize_t, pending=PendingOps)
 cdef object _read_step(object read, object value)
 
+cdef bint _REUSE_INTS
+cdef Py_ssize_t _last_n
+cdef object _last_int
+cdef object _int_of(Py_ssize_t n)
+
 cdef list _spares
 cdef Py_ssize_t SPARE_READS, _nspares
 @cython.locals(n=Py_ssize_t)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sysconfig
 from typing import Any, Generator
 
 from ..buffers import MAX_RW
@@ -64,9 +65,9 @@ class RingRead(ResourceOp):
         if want > _MAX_RW:
             want = _MAX_RW
         if got:
-            self._fill_for(pending, prep_read, (fd, view[got:], want, offset + got))
+            self._fill_for(pending, prep_read, (fd, view[got:], _int_of(want), offset + got))
         else:
-            self._fill_for(pending, prep_read, (fd, view, want, offset))
+            self._fill_for(pending, prep_read, (fd, view, _int_of(want), offset))
         self.view = view
         self.offset = offset
         self.got = got
@@ -190,7 +191,7 @@ class RingRead(ResourceOp):
         """The await's result, *got* bytes read: the count, or with ``out`` the bytes."""
         out = self.out
         if out is None:
-            return got
+            return _int_of(got)
         if got == len(self.view) and not self.direct:
             return bytes(out)
         return bytes(out[:got])
@@ -215,9 +216,10 @@ def _read_step(read: Any, value: Any) -> Any:
             return END
         r._res = got
     elif state == _HANDED:
-        if r._res >= len(r.view) and not r.pending.closed:  # nothing to read
+        got = r._res  # (compiled, a C int: the compare below is C's, not a rich compare)
+        if got >= len(r.view) and not r.pending.closed:  # nothing to read
             r._leave()
-            r._res = r._result_of(r._res)
+            r._res = r._result_of(got)
             _spare(r)
             return END
         r._state = _WAITING
@@ -232,6 +234,26 @@ def _read_step(read: Any, value: Any) -> Any:
 
 # its result taken as an Op's: the count, or the bytes, that its last step kept in _res
 iterslots.install(RingRead, _read_step, traps.op_result, _read_step, END)
+
+
+# The int object of the last read's size or count, handed to the next read of the same
+# number: a read of 4 KiB (past the small ints CPython keeps) made a new int for the size it
+# asks and another for the count it returns, each allocated and freed, on every O_DIRECT
+# read. Not on a free-threaded build, where a C global that one thread replaces while another
+# reads it could lose its object.
+_REUSE_INTS = not sysconfig.get_config_var("Py_GIL_DISABLED")
+_last_n = -1
+_last_int: Any = -1
+
+
+def _int_of(n: int) -> Any:
+    """*n* as an int object: the last one made here when it has the same value."""
+    global _last_n, _last_int
+    if n == _last_n and _REUSE_INTS:
+        return _last_int
+    _last_int = n
+    _last_n = n
+    return _last_int
 
 
 def _keep_taken(fd: int, interrupt: BaseException) -> bool:

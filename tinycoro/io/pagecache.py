@@ -48,15 +48,17 @@ def offset_ok_py(x: Any) -> bool:
     return type(x) is int and 0 <= x <= 0x7FFF_FFFF_FFFF_FFFF
 
 
-def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | None:
+def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | int | None:
     """What ``tinycoro._cfile.pread_nowait`` does, in Python: up to *size* bytes at *offset*
     from the page cache (short at EOF or before a page that is not cached), None when the
-    first page is not cached; OSError otherwise."""
+    first page is not cached; the errno (an int) of any other failure."""
     buf = bytearray(size)
     try:
         n = preadv(fd, (buf,), offset, RWF_NOWAIT)  # type: ignore[misc]  # None: never called
     except BlockingIOError:
         return None
+    except OSError as e:
+        return e.errno
     return bytes(buf) if n == size else bytes(memoryview(buf)[:n])
 
 
@@ -81,7 +83,7 @@ def filling_py(size: int) -> tuple[Any, memoryview]:
 
 # The compiled read saves a zero-filled buffer and a copy per read (~0.5 us of ~3).
 _cfile = compiled.load("_cfile")
-pread_nowait: Callable[[int, int, int], bytes | None] = (
+pread_nowait: Callable[[int, int, int], bytes | int | None] = (
     _cfile.pread_nowait if _cfile is not None else pread_nowait_py
 )
 
