@@ -511,3 +511,52 @@ def test_direct_read_holds_its_own_export_of_the_buffer(tmp_path):
         tc.run(main(), contexts=1)
     finally:
         path.unlink(missing_ok=True)
+
+
+@pytest.mark.timeout(30)
+def test_a_reused_read_count_is_never_another_threads_number() -> None:
+    """Reads reuse the int object of the last read's count. Interpreted, a thread may switch
+    between the statements that record a new number: another context's read of the old number
+    must still get its own number back, never the other thread's half-recorded one. The writer
+    here pauses wherever its record is half made (if it ever is) while the reader reads."""
+    import sys
+    import threading
+
+    from tinycoro import compiled
+    from tinycoro.io import ops
+
+    if compiled.is_compiled(ops):
+        pytest.skip("compiled, the record is made with no switch possible in between")
+    assert ops._int_of(8192) == 8192  # the last number recorded, if any is
+    paused, go_on = threading.Event(), threading.Event()
+    code = ops._int_of.__code__
+
+    def half_made() -> bool:
+        return getattr(ops, "_last_n", None) != getattr(ops, "_last_int", None)
+
+    def line(frame, event, arg):
+        if event == "line" and half_made():
+            paused.set()
+            go_on.wait(10)
+        return line
+
+    def calls(frame, event, arg):
+        return line if frame.f_code is code else None
+
+    def writer() -> None:
+        sys.settrace(calls)
+        try:
+            ops._int_of(4096)
+        finally:
+            sys.settrace(None)
+            paused.set()  # done without pausing: nothing was ever half made
+
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        assert paused.wait(10)
+        got = ops._int_of(8192)
+    finally:
+        go_on.set()
+        t.join(10)
+    assert got == 8192

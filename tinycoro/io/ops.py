@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import stat
-import sysconfig
+import sys
 from typing import Any, Generator
 
+from .. import compiled
 from ..buffers import MAX_RW
 from ..closing import PendingOps, ResourceOp
 from ..core import iterslots
@@ -239,9 +240,11 @@ iterslots.install(RingRead, _read_step, traps.op_result, _read_step, END)
 # The int object of the last read's size or count, handed to the next read of the same
 # number: a read of 4 KiB (past the small ints CPython keeps) made a new int for the size it
 # asks and another for the count it returns, each allocated and freed, on every O_DIRECT
-# read. Not on a free-threaded build, where a C global that one thread replaces while another
-# reads it could lose its object.
-_REUSE_INTS = not sysconfig.get_config_var("Py_GIL_DISABLED")
+# read. Compiled only, where the two records below are made with no thread switch in between
+# (interpreted, another context could switch in between them and be handed this number for
+# its own), and not on a free-threaded build, where a C global that one thread replaces while
+# another reads it could lose its object.
+_REUSE_INTS = compiled.is_compiled(sys.modules[__name__]) and not compiled.FREE_THREADED
 _last_n = -1
 _last_int: Any = -1
 
@@ -249,7 +252,9 @@ _last_int: Any = -1
 def _int_of(n: int) -> Any:
     """*n* as an int object: the last one made here when it has the same value."""
     global _last_n, _last_int
-    if n == _last_n and _REUSE_INTS:
+    if not _REUSE_INTS:
+        return n
+    if n == _last_n:
         return _last_int
     _last_int = n
     _last_n = n
