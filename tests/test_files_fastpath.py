@@ -505,19 +505,24 @@ def test_a_cached_reads_bytes_never_change_and_hash_as_new(contexts, tmp_path):
     assert viewed == page[0]
 
 
+def _twins(python_twin, name: str) -> list:
+    """A page-cache read in its Python spelling, and its compiled one (``_cfile.<name>``)
+    where the compiled runtime is built: the two a test holds to the same answers."""
+    from tinycoro import compiled
+
+    cfile = compiled.load("_cfile")
+    return [python_twin] + ([getattr(cfile, name)] if cfile is not None else [])
+
+
 def test_the_inline_read_into_a_buffer_agrees_with_its_python_twin(tmp_path):
     """pagecache.pread_nowait_into (compiled: _cfile's C read; pure: os.preadv) fills a
     buffer from a byte on, whole, short at EOF, 0 past it, and both spellings agree."""
-    from tinycoro import compiled
     from tinycoro.io import pagecache
 
     data = os.urandom(2 * PAGE + 10)
     path = tmp_path / "into"
     _cached_file(path, data)
-    twins = [pagecache.pread_nowait_into_py]
-    cfile = compiled.load("_cfile")
-    if cfile is not None:
-        twins.append(cfile.pread_nowait_into)
+    twins = _twins(pagecache.pread_nowait_into_py, "pread_nowait_into")
     fd = os.open(path, os.O_RDONLY)
     try:
         for into in twins:
@@ -538,16 +543,12 @@ def test_the_inline_read_returns_a_failures_errno_as_its_python_twin_does(tmp_pa
     read path tells the three apart without a try around every read."""
     import errno
 
-    from tinycoro import compiled
     from tinycoro.io import pagecache
 
     data = os.urandom(PAGE + 10)
     path = tmp_path / "errno"
     _cached_file(path, data)
-    twins = [pagecache.pread_nowait_py]
-    cfile = compiled.load("_cfile")
-    if cfile is not None:
-        twins.append(cfile.pread_nowait)
+    twins = _twins(pagecache.pread_nowait_py, "pread_nowait")
     fd = os.open(path, os.O_RDONLY)
     wfd = os.open(path, os.O_WRONLY)
     try:
