@@ -601,23 +601,16 @@ class Engine(RingOwner):
                 return
         # RingOwner._enter, written out: calling it costs ~470 instructions per operation
         # interpreted (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on
-        # echo), and the pure runtime runs this same source. The slow paths stay RingOwner's
-        # (_queue_failed). Keep the two in step.
-        free = self._free
-        if free:
-            ud = free.pop()
-        else:  # a new slot: its op's entry and its user_data, that entry's index
-            ud = len(self._slots)
-            self._slots.append(None)
-            self._slots.append(ud)
-        slot = ud
+        # echo), and the pure runtime runs this same source. The slot and the slow paths stay
+        # RingOwner's (_take_slot, a C call compiled; _queue_failed). Keep the two in step.
+        slot = ud = self._take_slot()
         op.ud = ud
         try:
             self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
-                free.append(ud)
+                self._free.append(ud)
                 task._resume_exc = error
                 self.ready.append(task)
                 return

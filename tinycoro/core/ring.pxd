@@ -36,6 +36,8 @@ cdef class RingOwner:
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
+    # a C call from the engine's written-out _enter (engine.py, _start)
+    cdef object _take_slot(self)
     # C arithmetic on the table's index: no Python int made between
     cpdef Py_ssize_t inflight_count(self) except -1
     @cython.locals(ud=Py_ssize_t, slot=Py_ssize_t, slots=list)

@@ -153,14 +153,7 @@ class RingOwner:
         """Queue *op*'s SQE under a fresh user_data (with the bits of *tag* set) and put it in
         the table with *waiter* as ``op.task``. Returns what its prep raised (the op is then
         not in flight), else None."""
-        free = self._free
-        if free:
-            ud = free.pop()
-        else:  # a new slot: its op's entry and its user_data, that entry's index
-            ud = len(self._slots)
-            self._slots.append(None)
-            self._slots.append(ud)
-        slot = ud
+        slot = ud = self._take_slot()
         if tag:  # not `ud | 0`: that makes a new int of every user_data past 256
             ud |= tag
         op.ud = ud
@@ -169,7 +162,7 @@ class RingOwner:
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
-                free.append(slot)
+                self._free.append(slot)
                 return error
         else:
             self.unsubmitted += 1
@@ -177,6 +170,18 @@ class RingOwner:
         op.cancelling = False  # an op may be reused once its CQE is in (net.Stream does)
         self._slots[slot] = op
         return None
+
+    def _take_slot(self) -> Any:
+        """A slot of the in-flight table for an op about to start: its user_data, the slot's
+        own int (the last freed first: its line is likely still in the cache), or a new
+        slot's when none is free. The op goes in ``_slots[ud]`` once its SQE is queued."""
+        free = self._free
+        if free:
+            return free.pop()
+        ud = len(self._slots)  # a new slot: its op's entry and its user_data, that entry's index
+        self._slots.append(None)
+        self._slots.append(ud)
+        return ud
 
     def _queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> BaseException | None:
         """Queue one SQE on the ring; return what ``prep`` raised, if it did."""
