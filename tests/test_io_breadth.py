@@ -513,50 +513,35 @@ def test_direct_read_holds_its_own_export_of_the_buffer(tmp_path):
         path.unlink(missing_ok=True)
 
 
-@pytest.mark.timeout(30)
-def test_a_reused_read_count_is_never_another_threads_number() -> None:
-    """Reads reuse the int object of the last read's count. Interpreted, a thread may switch
-    between the statements that record a new number: another context's read of the old number
-    must still get its own number back, never the other thread's half-recorded one. The writer
-    here pauses wherever its record is half made (if it ever is) while the reader reads."""
-    import sys
-    import threading
+@pytest.mark.timeout(60)
+def test_a_reused_read_count_is_never_another_reads_number(tmp_path, contexts):
+    """Reads reuse the int object of their size and count from one read to the next of the
+    same size. Tasks on every context, each reading one of two sizes in turn, every read
+    through the ring (O_DIRECT), must each get the count of their own read back, never the
+    number another read of another size recorded meanwhile."""
+    d = _direct_dir(tmp_path)
+    path = d / f"direct-counts-{os.getpid()}"
+    a = DIRECT_ALIGN
+    payload = os.urandom(4 * a)
+    path.write_bytes(payload)
 
-    from tinycoro import compiled
-    from tinycoro.io import ops
+    async def reader(f, k):
+        small, big = tc.io.aligned_buffer(a), tc.io.aligned_buffer(2 * a)
+        seen = []
+        for i in range(50):
+            buf = small if (i + k) % 2 else big
+            n = await f.readinto_at(buf, a)
+            seen.append((len(buf), n, bytes(buf[:n]) == payload[a:a + n]))
+        return seen
 
-    if compiled.is_compiled(ops):
-        pytest.skip("compiled, the record is made with no switch possible in between")
-    assert ops._int_of(8192) == 8192  # the last number recorded, if any is
-    paused, go_on = threading.Event(), threading.Event()
-    code = ops._int_of.__code__
+    async def main():
+        async with await tc.io.open(path, "rb", direct=True) as f:
+            tasks = [tc.spawn(reader(f, k)) for k in range(8)]
+            return [await t for t in tasks]
 
-    def half_made() -> bool:
-        return getattr(ops, "_last_n", None) != getattr(ops, "_last_int", None)
-
-    def line(frame, event, arg):
-        if event == "line" and half_made():
-            paused.set()
-            go_on.wait(10)
-        return line
-
-    def calls(frame, event, arg):
-        return line if frame.f_code is code else None
-
-    def writer() -> None:
-        sys.settrace(calls)
-        try:
-            ops._int_of(4096)
-        finally:
-            sys.settrace(None)
-            paused.set()  # done without pausing: nothing was ever half made
-
-    t = threading.Thread(target=writer)
-    t.start()
     try:
-        assert paused.wait(10)
-        got = ops._int_of(8192)
+        results = tc.run(main(), contexts=contexts)
     finally:
-        go_on.set()
-        t.join(10)
-    assert got == 8192
+        path.unlink(missing_ok=True)
+    for seen in results:
+        assert seen and all(n == size and same for size, n, same in seen), seen

@@ -67,7 +67,7 @@ cdef class Engine(RingOwner):
     cdef _hand_over(self, tuple peers)
     cpdef _step(self, Task task)
     # slot: the user_data's C value, the index where the op goes (no Python int made)
-    @cython.locals(slot=Py_ssize_t, free=list)
+    @cython.locals(slot=Py_ssize_t)
     cdef _start(self, Task task, Op op)
     cdef _park(self, Task task, Park ticket)
     # C integers: op, res pairs read by index (ring.py's _complete_multi says why)

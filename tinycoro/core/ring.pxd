@@ -40,8 +40,9 @@ cdef class RingOwner:
     cdef object _take_slot(self)
     # C arithmetic on the table's index: no Python int made between
     cpdef Py_ssize_t inflight_count(self) except -1
-    @cython.locals(ud=Py_ssize_t, slot=Py_ssize_t, slots=list)
     cpdef bint holds(self, op) except -1
+    @cython.locals(slot=Py_ssize_t, slots=list)
+    cdef bint _holds_at(self, Py_ssize_t ud, op) except -1
     @cython.locals(reaped=bint)
     cpdef _reap(self)
     cpdef _submit(self)

@@ -323,9 +323,7 @@ class RingOwner:
         subclass's describe reads ``args`` once; the op may then have completed after the
         look, and the words are of its next use, whole."""
         with self._flight_lock:
-            slots = self._slots
-            slot = ud - (ud & _MULTI_UD_TAG)
-            if not 0 < slot < len(slots) or slots[slot] is not op:
+            if not self._holds_at(ud, op):
                 return None
             return getattr(op.prep, "__name__", ""), op.describe()
 
@@ -355,9 +353,10 @@ class RingOwner:
     def holds(self, op: Any) -> bool:
         """Whether *op* is in flight here: in the slot its user_data names (an op reused
         since it completed is there only under its new user_data)."""
-        ud = op.ud
-        if not ud:
-            return False
+        return self._holds_at(op.ud, op)
+
+    def _holds_at(self, ud: int, op: Any) -> bool:
+        """Whether *op* is in the slot *ud* names (0, no op's user_data, names none)."""
         slots = self._slots
         slot = ud - (ud & _MULTI_UD_TAG)
         return 0 < slot < len(slots) and slots[slot] is op

@@ -18,14 +18,16 @@ cdef class RingRead(ResourceOp):
     cdef public bint direct
     cdef public object out
     cdef public object name
+    cdef object _size  # the int object of the size its read asks for (ops.py, _setup)
 
-    @cython.locals(want=Py_ssize_t)
+    @cython.locals(want=Py_ssize_t, have=Py_ssize_t)
     cdef _setup(self, PendingOps pending, object fd, object name, bint direct, object view,
                 object offset, Py_ssize_t got, object out)
     cdef _leave(self)
     cdef object _step_by_hand(self, object value)
     @cython.locals(args=tuple, want=Py_ssize_t, size=Py_ssize_t)
     cdef Py_ssize_t _took(self, Py_ssize_t got, Py_ssize_t res) except? -1
+    @cython.locals(have=Py_ssize_t)
     cdef object _result_of(self, Py_ssize_t got)
 
 cdef Py_ssize_t _MAX_RW
@@ -39,11 +41,6 @@ cdef object END
 # The C step behind RingRead's slots (iterslots.install; its result is traps' op_result)
 @cython.locals(r=RingRead, state=int, got=Py_ssize_t, pending=PendingOps)
 cdef object _read_step(object read, object value)
-
-cdef bint _REUSE_INTS
-cdef Py_ssize_t _last_n
-cdef object _last_int
-cdef object _int_of(Py_ssize_t n)
 
 cdef list _spares
 cdef Py_ssize_t SPARE_READS, _nspares

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from typing import Any, Generator
 
-from .. import compiled
 from ..buffers import MAX_RW
 from ..closing import PendingOps, ResourceOp
 from ..core import iterslots
@@ -50,12 +48,13 @@ class RingRead(ResourceOp):
     O_DIRECT read. Outside any task, or awaited again while an await runs, the generator
     :meth:`_awaiting`."""
 
-    __slots__ = ("view", "offset", "got", "direct", "out", "name")
+    __slots__ = ("view", "offset", "got", "direct", "out", "name", "_size")
 
     def __init__(
         self, pending: PendingOps, fd: int, name: str, direct: bool, view: memoryview,
         offset: int, got: int = 0, out: Any = None,
     ) -> None:
+        self._size = 0  # the int object of the size its first read asks for (_setup)
         self._setup(pending, fd, name, direct, view, offset, got, out)
 
     def _setup(
@@ -65,10 +64,18 @@ class RingRead(ResourceOp):
         want = len(view) - got
         if want > _MAX_RW:
             want = _MAX_RW
+        # The size's int object is this op's from its last use when the number is the same (a
+        # spare read is reused, read after read of one size): a 4 KiB int is past the small
+        # ints CPython keeps, and one made for the size and one for the count were each
+        # allocated and freed on every O_DIRECT read. The op is one task's at a time, so the
+        # object is never another read's (whatever thread, whatever build).
+        have = self._size  # (compiled, a C int read off the object)
+        if have != want:
+            self._size = want
         if got:
-            self._fill_for(pending, prep_read, (fd, view[got:], _int_of(want), offset + got))
+            self._fill_for(pending, prep_read, (fd, view[got:], self._size, offset + got))
         else:
-            self._fill_for(pending, prep_read, (fd, view, _int_of(want), offset))
+            self._fill_for(pending, prep_read, (fd, view, self._size, offset))
         self.view = view
         self.offset = offset
         self.got = got
@@ -192,7 +199,8 @@ class RingRead(ResourceOp):
         """The await's result, *got* bytes read: the count, or with ``out`` the bytes."""
         out = self.out
         if out is None:
-            return _int_of(got)
+            have = self._size  # a whole read's count is its size: that same object
+            return self._size if got == have else got
         if got == len(self.view) and not self.direct:
             return bytes(out)
         return bytes(out[:got])
@@ -235,30 +243,6 @@ def _read_step(read: Any, value: Any) -> Any:
 
 # its result taken as an Op's: the count, or the bytes, that its last step kept in _res
 iterslots.install(RingRead, _read_step, traps.op_result, _read_step, END)
-
-
-# The int object of the last read's size or count, handed to the next read of the same
-# number: a read of 4 KiB (past the small ints CPython keeps) made a new int for the size it
-# asks and another for the count it returns, each allocated and freed, on every O_DIRECT
-# read. Compiled only, where the two records below are made with no thread switch in between
-# (interpreted, another context could switch in between them and be handed this number for
-# its own), and not on a free-threaded build, where a C global that one thread replaces while
-# another reads it could lose its object.
-_REUSE_INTS = compiled.is_compiled(sys.modules[__name__]) and not compiled.FREE_THREADED
-_last_n = -1
-_last_int: Any = -1
-
-
-def _int_of(n: int) -> Any:
-    """*n* as an int object: the last one made here when it has the same value."""
-    global _last_n, _last_int
-    if not _REUSE_INTS:
-        return n
-    if n == _last_n:
-        return _last_int
-    _last_int = n
-    _last_n = n
-    return _last_int
 
 
 def _keep_taken(fd: int, interrupt: BaseException) -> bool:
@@ -349,6 +333,7 @@ def ring_read(
             op = None
     if op is None:
         op = RingRead.__new__(RingRead)
+        op._size = 0
     op._setup(pending, fd, name, direct, view, offset, got, out)
     return op
 
