@@ -37,7 +37,7 @@ from typing import Any, Callable, Coroutine
 from . import ki, readers, traps
 from .checks import DISPATCH, check_contexts, check_dispatch, check_int, check_seconds
 from .engine import Engine
-from .errors import DeadlockError
+from .errors import Cancelled, DeadlockError
 from .local import _local
 from .stats import ContextStats, FailureInfo, SchedulerStats, TaskInfo
 from .task import DONE, Task, describe
@@ -123,6 +123,9 @@ class Scheduler:
         self._lock = threading.Lock()
         self._token = 0
         self._accepting = True
+        # True while a stop (or Ctrl-C's shutdown) cancels the tasks left, before the contexts
+        # are told to stop: a spawn by one of those tasks then starts cancelled (_submit).
+        self._unwinding = False
         self._mode: str | None = None  # None, "loop" or "long"
         self._done = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -210,14 +213,24 @@ class Scheduler:
             engine.ready.append(task)
             return task
         spawner = _local.engine
+        ours = spawner is not None and spawner.scheduler is self
         with self._lock:
-            if not self._accepting:
+            unwound = not self._accepting
+            if unwound and not (self._unwinding and ours):
                 coro.close()
                 raise RuntimeError(
                     "this Scheduler no longer accepts work: its loop() has finished or it was "
                     "stopped; create a new Scheduler"
                 )
-            if not defer or spawner is None or spawner.scheduler is not self:
+            if unwound:
+                # One of our tasks spawns while a stop cancels them all. As a task spawned into
+                # a trio nursery being cancelled is, the child is cancelled (before its first
+                # step, like any task cancelled before it starts): a RuntimeError at the call
+                # would be one more failure in code the stop is unwinding, reported to whoever
+                # pressed Ctrl-C. (The task is new,
+                # its lock nobody else's yet: taken under ours, it cannot invert an order.)
+                task.interrupt(Cancelled(f"task {task.name!r} was spawned as its scheduler stopped"))
+            if not defer or not ours:
                 engine.live.add(task)  # from here a stop() finishes it, wherever it is
                 self._push_locked(engine, task)
                 return task
@@ -279,7 +292,7 @@ class Scheduler:
         return tuple(e for e in self._engines if e is not engine)
 
     def _finish_locked(self) -> None:
-        self._accepting = False
+        self._accepting = self._unwinding = False
         for e in self._engines:
             e.request_stop()
         self._done.set()
@@ -340,7 +353,7 @@ class Scheduler:
             deadlock: DeadlockError | None = None
             try:
                 if not interrupt.pending:
-                    deadlock = self._watch(deadlock_timeout)
+                    deadlock = self._watch(deadlock_timeout, interrupt)
             except BaseException:  # KeyboardInterrupt where no handler could be installed
                 self._shutdown(cancel_timeout=INTERRUPT_UNWIND)
                 raise
@@ -359,17 +372,20 @@ class Scheduler:
         """From the SIGINT handler (main thread, any bytecode): wake ``_watch`` at once.
 
         Only lock-free steps are allowed here, so the wake-up is a call queued on context 0
-        (deque append + eventfd write); that context sets ``_done`` from its own thread.
+        (deque append + eventfd write); that context sets ``_done`` from its own thread. A
+        context held by its task runs no call: ``_watch``'s poll sees the interrupt then.
         """
         self._engines[0].call_soon(self._done.set)
 
-    def _watch(self, deadlock_timeout: float | None) -> DeadlockError | None:
-        """Wait for the token to reach 0, watching for the all-parked state meanwhile."""
+    def _watch(
+        self, deadlock_timeout: float | None, interrupt: ki.SigintDeferred
+    ) -> DeadlockError | None:
+        """Wait for the token to reach 0 or an interrupt, watching for the all-parked state."""
         poll = 0.05 if deadlock_timeout is None else min(0.05, max(deadlock_timeout / 10, 0.005))
         since = None
         marker = None
         warned_at = 0.0
-        while not self._done.wait(poll):
+        while not self._done.wait(poll) and not interrupt.pending:
             state = self._stalled()
             now = time.monotonic()
             if state is None:
@@ -454,6 +470,7 @@ class Scheduler:
         if self._closed:
             return
         with self._lock:
+            self._unwinding = self._accepting  # not when the run had already finished
             self._accepting = False
         if self._threads and cancel_timeout > 0:
             deadline = time.monotonic() + cancel_timeout
