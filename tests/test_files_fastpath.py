@@ -537,6 +537,25 @@ def test_the_inline_read_into_a_buffer_agrees_with_its_python_twin(tmp_path):
         os.close(fd)
 
 
+def test_the_inline_read_into_a_buffer_returns_minus_the_errno_of_a_failure(tmp_path):
+    """pagecache.pread_nowait_into, both spellings, answers a failure with minus its errno,
+    as pread_nowait answers with the errno: no exception to catch around every read; a page
+    not cached is minus EAGAIN (NOT_CACHED)."""
+    import errno
+
+    from tinycoro.io import pagecache
+
+    path = tmp_path / "into-errno"
+    _cached_file(path, os.urandom(PAGE))
+    wfd = os.open(path, os.O_WRONLY)
+    try:
+        for into in _twins(pagecache.pread_nowait_into_py, "pread_nowait_into"):
+            assert into(wfd, bytearray(PAGE), 0, 0) == -errno.EBADF, into  # not open for reading
+        assert pagecache.NOT_CACHED == -errno.EAGAIN
+    finally:
+        os.close(wfd)
+
+
 def test_the_inline_read_returns_a_failures_errno_as_its_python_twin_does(tmp_path):
     """pagecache.pread_nowait (compiled: _cfile's C read; pure: os.preadv) returns the bytes,
     and the errno of a failure other than "not cached" as a number, not an exception: the

@@ -7,7 +7,7 @@ cdef class Done:
     cdef readonly object value
 
 cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset)
-cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long long offset) except -2
+cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long long offset) except? -2
 cpdef object done(object value)
 
 # noexcept: neither can raise, and undeclared, every caller read the thread state after each

@@ -218,16 +218,16 @@ cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset):
     return data[:n]
 
 
-cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long long offset) except -2:
+cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long long offset) except? -2:
     """Read from the page cache into *buf* (a writable, contiguous buffer) from its byte *start*
     on, at file *offset*, never waiting for the disk: the byte count (short at EOF or before a
-    page that is not cached; 0 at EOF), or -1 when the first page is not cached (EAGAIN);
-    OSError with the errno for anything else. What ``os.preadv(fd, (view[start:],), offset,
-    RWF_NOWAIT)`` does, without the iovec sequence, the slice and the exception on a miss."""
+    page that is not cached; 0 at EOF), or minus the errno of a failure (``-EAGAIN``: the first
+    page is not cached). What ``os.preadv(fd, (view[start:],), offset, RWF_NOWAIT)`` does,
+    without the iovec sequence, the slice and an exception per failure: a number, as
+    :func:`pread_nowait` returns one, for the same reason."""
     cdef Py_buffer view
     cdef iovec iov
     cdef ssize_t n
-    cdef int err
     PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
     try:
         if start < 0 or start > view.len:
@@ -240,10 +240,7 @@ cpdef Py_ssize_t pread_nowait_into(int fd, object buf, Py_ssize_t start, long lo
             with nogil:  # the buffer stays exported meanwhile: nobody can resize or free it
                 n = preadv2(fd, &iov, 1, offset, RWF_NOWAIT)
         if n < 0:
-            err = errno
-            if err == EAGAIN:
-                return -1
-            raise OSError(err, _os.strerror(err))
+            return -errno
         return n
     finally:
         PyBuffer_Release(&view)

@@ -31,7 +31,9 @@ from .direct import aligned_buffer, check_direct
 from . import directview
 from ._parallel import whole_fill
 from .ops import CURRENT_POSITION, RingWrite, _keep_taken, ring_read
-from .pagecache import done, filling, inline_reads, offset_ok, pread_nowait, pread_nowait_into
+from .pagecache import (
+    NOT_CACHED, done, filling, inline_reads, offset_ok, pread_nowait, pread_nowait_into,
+)
 from .paths import AT_FDCWD, PathLike
 
 __all__ = ["AsyncFile", "open"]
@@ -354,12 +356,10 @@ class AsyncFile:
         """
         fd = self._fd
         while True:
-            try:
-                n = pread_nowait_into(fd, buf, got, offset + got)  # -1: not cached
-            except OSError as e:
-                self._refused(e.errno)
-                return ~got
-            if n < 0:
+            n = pread_nowait_into(fd, buf, got, offset + got)
+            if n < 0:  # minus an errno: -EAGAIN, not cached; any other, the ring reports it
+                if n != NOT_CACHED:
+                    self._refused(-n)
                 return ~got
             if self._ops.closed:
                 raise ClosedResourceError("the file was closed while this read ran")

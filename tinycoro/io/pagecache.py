@@ -12,6 +12,7 @@ cached file in one call (compiled only).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as _stat
 from typing import Any, Awaitable, Callable
@@ -20,8 +21,8 @@ from .. import compiled
 from ..core.traps import Ready
 
 __all__ = [
-    "FILE_READS_ENV", "RWF_NOWAIT", "done", "filling", "inline_reads", "offset_ok", "pread_nowait",
-    "pread_nowait_into", "preadv", "read_cached_file",
+    "FILE_READS_ENV", "NOT_CACHED", "RWF_NOWAIT", "done", "filling", "inline_reads", "offset_ok",
+    "pread_nowait", "pread_nowait_into", "preadv", "read_cached_file",
 ]
 
 # preadv2(RWF_NOWAIT): Linux >= 4.14. Where os lacks it, every read goes through the ring.
@@ -48,6 +49,10 @@ def offset_ok_py(x: Any) -> bool:
     return type(x) is int and 0 <= x <= 0x7FFF_FFFF_FFFF_FFFF
 
 
+#: What :func:`pread_nowait_into` returns when the first page is not cached: minus EAGAIN.
+NOT_CACHED = -errno.EAGAIN
+
+
 def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | int | None:
     """What ``tinycoro._cfile.pread_nowait`` does, in Python: up to *size* bytes at *offset*
     from the page cache (short at EOF or before a page that is not cached), None when the
@@ -65,12 +70,12 @@ def pread_nowait_py(fd: int, size: int, offset: int) -> bytes | int | None:
 def pread_nowait_into_py(fd: int, buf: Any, start: int, offset: int) -> int:
     """What ``tinycoro._cfile.pread_nowait_into`` does, in Python: read from the page cache
     into *buf* from its byte *start* on, at *offset*; the count (short at EOF or before a page
-    that is not cached), or -1 when the first page is not cached; OSError otherwise."""
+    that is not cached), or minus the errno of a failure (``-EAGAIN``: not cached)."""
+    view = memoryview(buf)[start:] if start else buf
     try:
-        view = memoryview(buf)[start:] if start else buf
         return preadv(fd, (view,), offset, RWF_NOWAIT)  # type: ignore[misc]  # None: never called
-    except BlockingIOError:
-        return -1
+    except OSError as e:
+        return -e.errno
 
 
 def filling_py(size: int) -> tuple[Any, memoryview]:
