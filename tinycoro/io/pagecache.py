@@ -75,7 +75,7 @@ def pread_nowait_into_py(fd: int, buf: Any, start: int, offset: int) -> int:
     try:
         return preadv(fd, (view,), offset, RWF_NOWAIT)  # type: ignore[misc]  # None: never called
     except OSError as e:
-        return -e.errno
+        return -(e.errno or errno.EIO)  # (one from a system call always has its errno)
 
 
 def filling_py(size: int) -> tuple[Any, memoryview]:
