@@ -542,3 +542,43 @@ def test_tinycoro_contexts_in_the_environment_is_what_none_means(monkeypatch):
             tc.Scheduler()
         with pytest.raises(ValueError, match="TINYCORO_CONTEXTS"):
             tc.run(where())
+
+
+@pytest.mark.timeout(60)
+def test_a_spawn_from_a_guest_engine_while_a_stop_unwinds_is_refused():
+    """While a stop cancels the scheduler's own tasks, a spawn by one of them is cancelled (its
+    spawner is being unwound). A notebook cell's task runs on a guest engine, which the stop
+    does not unwind: its spawn is refused with the error that says why, as after the stop."""
+    from tinycoro import lowlevel as ll
+
+    sched = tc.Scheduler(1).start()
+    release = threading.Event()
+
+    async def stubborn():
+        try:
+            await tc.sleep(3600)
+        except tc.Cancelled:
+            release.wait(30)  # holds its context: the stop stays in its cancelling phase
+            raise
+
+    sched.submit(stubborn())
+    wait_until(lambda: sched.stats().contexts[0].io_inflight == 1, what="the sleep in flight")
+    stopper = threading.Thread(target=sched.stop, kwargs={"timeout": 30})
+    stopper.start()
+    guest = ll.guest_engine(sched, 16)
+    try:
+        wait_until(lambda: not sched.stats().accepting, what="the stop to begin")
+
+        async def cell():
+            with pytest.raises(RuntimeError, match="no longer accepts work"):
+                tc.spawn(tc.sleep(0))
+
+        task = ll.Task(cell(), guest)
+        ll.start_guest(guest, task)
+        ll.run_guest(guest, task)
+        task.result()
+    finally:
+        release.set()
+        stopper.join(30)
+        guest.close()
+    assert not stopper.is_alive() and not tinycoro_threads()

@@ -216,7 +216,9 @@ class Scheduler:
         ours = spawner is not None and spawner.scheduler is self
         with self._lock:
             unwound = not self._accepting
-            if unwound and not (self._unwinding and ours):
+            # Only a task of our contexts is being unwound by a stop: a guest engine's (a
+            # notebook cell's) is not, and is told why its spawn fails.
+            if unwound and not (self._unwinding and ours and not spawner.guest):
                 coro.close()
                 raise RuntimeError(
                     "this Scheduler no longer accepts work: its loop() has finished or it was "
