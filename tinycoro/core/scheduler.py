@@ -229,8 +229,8 @@ class Scheduler:
                 # a trio nursery being cancelled is, the child is cancelled (before its first
                 # step, like any task cancelled before it starts): a RuntimeError at the call
                 # would be one more failure in code the stop is unwinding, reported to whoever
-                # pressed Ctrl-C. (The task is new,
-                # its lock nobody else's yet: taken under ours, it cannot invert an order.)
+                # pressed Ctrl-C. (The task is new, its lock nobody else's yet: taken under
+                # ours, it cannot invert an order.)
                 task.interrupt(Cancelled(f"task {task.name!r} was spawned as its scheduler stopped"))
             if not defer or not ours:
                 engine.live.add(task)  # from here a stop() finishes it, wherever it is
