@@ -217,6 +217,43 @@ def test_o_direct_reads_stay_on_the_ring(tmp_path):
     assert used == 1
 
 
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
+def test_o_direct_io_reaches_the_kernel_at_its_step(tmp_path, write):
+    """The device idles until an O_DIRECT read or write arrives: its SQE is handed over as
+    the step that started it ends, not with the rest of the turn's batch. The task that runs
+    next in the same turn finds nothing left unsubmitted."""
+    path = tmp_path / "direct"
+    _cached_file(path, os.urandom(4 * PAGE))
+
+    with tc.Scheduler(1) as s:
+        async def main():
+            try:
+                f = await tc.io.open(path, "r+b", direct=True)
+            except OSError as e:  # a file system without O_DIRECT
+                pytest.skip(f"O_DIRECT refused here: {e}")
+            async with f:
+                buf = tc.io.aligned_buffer(PAGE)
+                unsubmitted = []
+
+                async def device():
+                    if write:
+                        await f.write_at(buf, PAGE)
+                    else:
+                        await f.readinto_at(buf, PAGE)
+
+                async def next_in_the_turn():
+                    unsubmitted.append(s.stats().contexts[tc.current_context()].io_pending)
+
+                # spawned in this order, both run in the next turn: the read's step, then the look
+                first = tc.spawn(device())
+                second = tc.spawn(next_in_the_turn())
+                await first
+                await second
+                return unsubmitted
+
+        assert s.run_sync(main(), timeout=30) == [0]
+
+
 def test_a_file_system_without_nowait_falls_back_to_the_ring():
     """procfs files are regular files that refuse RWF_NOWAIT (EOPNOTSUPP): read through the
     ring, with the same bytes as a plain read."""

@@ -19,6 +19,7 @@ cdef class Op(_CoroutineProtocol):
     cdef public bint cancelling
     cdef public object what
     cdef public bint returns_fd
+    cdef public bint eager
     cdef public int _state
     cdef public object _res
 

@@ -84,6 +84,10 @@ class Op(_CoroutineProtocol):
     arrived, even when the task that started it was cancelled meanwhile (rule 8); the
     engine holds the op in its in-flight table until then.
 
+    ``eager``: the engine hands its SQE to the kernel as the step that started it ends, not
+    with the rest of the turn's batch (an O_DIRECT read or write: the device idles until it
+    arrives).
+
     ``returns_fd``: a successful result is a new descriptor (accept, openat). If the op
     completes after its task was abandoned (shutdown), the engine closes that descriptor
     instead of leaking it.
@@ -97,8 +101,8 @@ class Op(_CoroutineProtocol):
     coroutine protocol did (:meth:`_by_hand`).
     """
 
-    __slots__ = ("prep", "args", "task", "ud", "cancelling", "what", "returns_fd", "_gen",
-                 "_state", "_res")
+    __slots__ = ("prep", "args", "task", "ud", "cancelling", "what", "returns_fd", "eager",
+                 "_gen", "_state", "_res")
 
     def __init__(self, prep: Callable[..., None], *args: Any, returns_fd: bool = False) -> None:
         self._fill(prep, args, returns_fd)
@@ -114,6 +118,7 @@ class Op(_CoroutineProtocol):
         self.cancelling = False
         self.what: Any = None  # what it names: a path or peer (errors, waits_on), a sleep's deadline
         self.returns_fd = returns_fd
+        self.eager = False
         self._gen = None  # only for the coroutine protocol (see _by_hand)
         self._state = _IDLE
         self._res: Any = None

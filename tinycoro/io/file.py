@@ -473,7 +473,10 @@ class AsyncFile:
             check_direct(view, total, 0 if offset == CURRENT_POSITION else offset)
         if not total:
             return _ZERO
-        return RingWrite(self._ops, self._fd, self.name, view, offset)
+        write = RingWrite(self._ops, self._fd, self.name, view, offset)
+        if self.direct:
+            write.eager = True  # the device's write: to the kernel at once (Op.eager)
+        return write
 
     async def fsync(self) -> None:
         self._check_open()

@@ -80,6 +80,7 @@ class RingRead(ResourceOp):
         self.offset = offset
         self.got = got
         self.direct = direct
+        self.eager = direct  # the device's read: to the kernel at once (Op.eager)
         self.out = out
         self.name = name
 
