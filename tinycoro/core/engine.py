@@ -120,11 +120,12 @@ FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro task
 # the same ~4 us per read (64 tasks reading a cached file on one context).
 INLINE_BUDGET = 16
 # SQEs a turn queues before it submits them without waiting for its end. O_DIRECT reads at
-# depth 64 otherwise run as a convoy: all 64 complete together, the turn that resumes their
-# tasks queues 64 new reads, and the device idles for that whole turn (~1 ms here) before it
-# gets any of them; the context then sleeps ~1 ms for the device, and slept 33-47% of the
-# time. With 16 it sleeps 5-8%. The price is one io_uring_enter per 16 SQEs instead of one per
-# turn: about 0.1 us per operation next to the 1-2 us an SQE costs in Python.
+# depth 64 otherwise ran as a convoy: all 64 complete together, the turn that resumes their
+# tasks queues 64 new reads, and the device idled for that whole turn (~1 ms here) before it
+# got any of them; the context then slept ~1 ms for the device, 33-47% of the time (5-8% with
+# 16). Device I/O now goes at once (Op.eager: another ~8% of fio's rate); this bound stays for
+# the rest, at one io_uring_enter per 16 SQEs instead of one per turn: about 0.1 us per
+# operation next to the 1-2 us an SQE costs in Python.
 SUBMIT_EARLY = submit_early()  # TINYCORO_SUBMIT_EARLY (core.submitpolicy) sets it
 # Awaits an abandoned coroutine may make (each refused) before its close is given up: a finally
 # block that catches GeneratorExit and awaits again, in a loop, must not hang the shutdown.
