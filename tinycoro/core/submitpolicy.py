@@ -10,8 +10,10 @@ the ring, and the client gets none of them until the turn's end, so client and s
 turns instead of overlapping. With N = 2 the client's CPU per request fell from 5.8-6.1 us to
 4.8-4.9 us (uvloop's protocol server: 4.9-5.0) and the server served 3-4x more requests in
 alternating runs on a heavily loaded machine (docs/benchmarks-profiles.md, "The end-of-turn
-submit"); a quiet machine has not measured it yet, nor the file rows, where each extra submit
-costs one system call per N reads.
+submit"); a quiet machine has not measured it yet. O_DIRECT reads and writes do not wait for
+it: they go at once (``Op.eager``), which is what N = 1 gave them (64 in flight: 81.7-92.7k
+reads/s against 83.7-86.5k with 16, at ~2 us more system time per read), without a system
+call per SQE for everything else (docs/benchmarks-log.md, 2026-11-30 14:09).
 """
 
 from __future__ import annotations
