@@ -57,6 +57,7 @@ cdef class Engine(RingOwner):
     # (PyErr_Occurred(), a call into libpython's thread-local storage on 3.12 and later)
     cpdef bint inline_ok(self) except -1
     cpdef _submit(self)
+    cdef _submit_eager(self)
     # a C call from a task's wake (task.pxd types its engine): by name it was a method lookup
     # on the engine's type and instance dict per completion that wakes a task
     cpdef push(self, task)

@@ -474,6 +474,15 @@ class Engine(RingOwner):
         self.ring.release_gil = self._peer_awake()
         RingOwner._submit(self)
 
+    def _submit_eager(self) -> None:
+        """Hand an eager op's SQE (``Op.eager``: device I/O) and any queued before it to the
+        kernel now, keeping the GIL: such a submit queues the I/O and returns within a few
+        microseconds, too soon for another context to use the GIL, and a release per read
+        would have the contexts hand it back and forth once per read instead of once per turn
+        (beside a busy context: 40-44k O_DIRECT reads/s released, 62-71k kept)."""
+        self.ring.release_gil = False
+        RingOwner._submit(self)
+
     def arm_now(self, op: Any) -> BaseException | None:
         """:meth:`arm` *op* (a :class:`~tinycoro.core.ring.MultiOp`: its completion goes to
         the op, no task suspends on it), and hand its SQE to the kernel now, not at the
@@ -625,9 +634,11 @@ class Engine(RingOwner):
         # Only now, with the op in the in-flight table: its CQE may be reaped (by _submit's
         # EBUSY path, or the turn's end) as soon as the kernel has it. An eager op (device
         # I/O) goes now: with 64 O_DIRECT reads in flight, a read that waited for the turn's
-        # end kept the device below its depth for the rest of the turn (~5% of fio's rate).
-        if self.unsubmitted >= SUBMIT_EARLY or op.eager:
+        # end kept the device below its depth for the rest of the turn (~8% of fio's rate).
+        if self.unsubmitted >= SUBMIT_EARLY:
             self._submit()
+        elif op.eager:
+            self._submit_eager()
 
     def _park(self, task: Task, ticket: Park) -> None:
         if task._interrupts is not None and self._abort(task, ticket):
