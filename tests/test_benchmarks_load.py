@@ -128,6 +128,21 @@ def test_gated_echo_load_counts_exactly_what_the_server_served_between_its_gates
 
 
 @needs_cc
+@pytest.mark.timeout(120)
+def test_connscost_cpu_reports_each_servers_cpu_per_request_between_the_gates(capsys) -> None:
+    """``python -m benchmarks.connscost KIND --cpu``: full-rate servers, gated, alternating;
+    one line per kind with a CPU figure per request for every round."""
+    from benchmarks import connscost
+
+    assert connscost.main(["tinycoro", "tinycoro:TINYCORO_MULTISHOT=0", "--cpu", "--http", "--conns",
+                           "8", "--seconds", "0.2", "--warm", "0.1", "--rounds", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(" at ")[0] for line in lines] == ["tinycoro", "tinycoro:TINYCORO_MULTISHOT=0"]
+    for line in lines:
+        assert re.search(r"median \d+\.\d+: ", line) and line.count("util ") == 2, line
+
+
+@needs_cc
 @pytest.mark.timeout(60)
 def test_echo_load_reports_an_echo_that_differs() -> None:
     exe = echo_procs.build_echo_load()
