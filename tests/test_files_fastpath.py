@@ -717,6 +717,30 @@ def test_a_loop_that_drops_each_cached_read_gets_the_same_bytes_object_back(tmp_
     assert len(tc.run(main(), contexts=1)) == 1
 
 
+def test_the_read_after_a_budget_yield_gets_the_same_bytes_object_back(tmp_path):
+    """As above, across the cooperative budget: every INLINE_BUDGET-th read yields first and
+    ends its await in io/file's own C slots, not _cfile's. On 3.12+ each compiled module kept
+    its own spare StopIteration, and io/file's kept that read's bytes, which _cfile could not
+    let go of: the read after every budget yield allocated 4 KiB anew."""
+    from tinycoro import _cfile, compiled
+    from tinycoro.io import pagecache
+
+    if not compiled.gil_enabled() or pagecache.pread_nowait is not _cfile.pread_nowait:
+        pytest.skip("the pure runtime and free-threaded builds allocate each result")
+
+    path = tmp_path / "again-yields"
+    _cached_file(path, os.urandom(4 * PAGE))
+
+    async def main():
+        f = await tc.io.open(path)
+        try:
+            return {id(await f.read_at(PAGE, (i % 4) * PAGE)) for i in range(4 * INLINE_BUDGET)}
+        finally:
+            await f.close()
+
+    assert len(tc.run(main(), contexts=1)) == 1
+
+
 def test_a_cached_read_held_unawaited_keeps_its_own_result(contexts, tmp_path):
     """A read's finished awaitable that the caller keeps (not awaited yet, or awaited and kept)
     keeps its bytes while other reads run and drop theirs: compiled, the awaitable and the

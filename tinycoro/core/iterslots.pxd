@@ -3,8 +3,9 @@
 # (net) use it, and core cannot import net (net imports core). A module cimports it under the name its .py imports it by (``from . cimport
 # iterslots`` beside ``from . import iterslots``), as with core/fence.pxd. Not a compiled
 # module itself: there is nothing here to compile. The C below is copied into each module
-# that cimports this one, so its statics (the steps, the spare StopIteration) are that
-# module's own: up to TC_ITER_MAX classes per module, each with slot functions of its own.
+# that cimports this one, so its statics (the steps) are that module's own: up to
+# TC_ITER_MAX classes per module, each with slot functions of its own. The spare
+# StopIteration is the process's one, shared through tinycoro.core.iterslots (see below).
 
 cdef extern from *:
     """
@@ -40,10 +41,55 @@ cdef extern from *:
        its value (a traceback, a context, notes) is left to its holder, and a new spare made. The error indicator
        takes it as raised (PyErr_SetRaisedException), with no implicit __context__: the
        awaits that take it fetch it at once. Free-threaded builds make one per set: a
-       reference count read by one thread says nothing about another's. */
+       reference count read by one thread says nothing about another's.
+
+       One spare for the process, not one per module: the spare keeps the value of the await
+       it ended last, and a module that reuses that value (_cfile's bytes) can let go of it
+       only through the spare that holds it (tc_iter_forget). With one per module, io/file's
+       kept the bytes of each read that ended after a budget yield, and the next read
+       allocated 4 KiB anew. The first module to install a class publishes its slot in
+       tinycoro.core.iterslots (a capsule); the others use that one (tc_iter_link_spare). */
     #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_GIL_DISABLED)
     #define TC_ITER_SPARE_MAX 65536
-    static PyObject *tc_iter_spare_stop = NULL;
+    #define TC_ITER_SPARE_CAPSULE "tinycoro.core.iterslots._spare_stop_slot"
+    static PyObject *tc_iter_spare_own = NULL;  /* the process's slot, if this module was first */
+    static PyObject **tc_iter_spare_slot = &tc_iter_spare_own;
+    #define tc_iter_spare_stop (*tc_iter_spare_slot)
+
+    /* Point this module's spare at the process's slot; once per module, at its first install
+       (module import: under the import lock, so two modules never both publish). */
+    static int tc_iter_link_spare(void) {
+        static int linked = 0;
+        PyObject *mod, *cap;
+        void *slot;
+        if (linked)
+            return 0;
+        mod = PyImport_ImportModule("tinycoro.core.iterslots");
+        if (mod == NULL)
+            return -1;
+        cap = PyObject_GetAttrString(mod, "_spare_stop_slot");
+        if (cap == NULL) {
+            Py_DECREF(mod);
+            return -1;
+        }
+        if (!PyCapsule_IsValid(cap, TC_ITER_SPARE_CAPSULE)) {
+            Py_DECREF(cap);
+            cap = PyCapsule_New((void *)&tc_iter_spare_own, TC_ITER_SPARE_CAPSULE, NULL);
+            if (cap == NULL || PyObject_SetAttrString(mod, "_spare_stop_slot", cap) < 0) {
+                Py_XDECREF(cap);
+                Py_DECREF(mod);
+                return -1;
+            }
+        }
+        Py_DECREF(mod);
+        slot = PyCapsule_GetPointer(cap, TC_ITER_SPARE_CAPSULE);
+        Py_DECREF(cap);  /* the module keeps the capsule; the slot is a static of a module never unloaded */
+        if (slot == NULL)
+            return -1;
+        tc_iter_spare_slot = (PyObject **)slot;
+        linked = 1;
+        return 0;
+    }
 
     static int tc_iter_stop(PyObject *value) {
         PyObject *exc = tc_iter_spare_stop;
@@ -98,6 +144,9 @@ cdef extern from *:
         }
     }
     #else
+    static int tc_iter_link_spare(void) {
+        return 0;  /* no spare: nothing to share */
+    }
     static inline void tc_iter_forget(PyObject *value) {
         (void)value;  /* no spare: a StopIteration is made per set, and gone with its await */
     }
@@ -210,6 +259,8 @@ cdef extern from *:
                             "iterslots.install: more classes in one module than TC_ITER_MAX");
             return -1;
         }
+        if (tc_iter_link_spare() < 0)
+            return -1;
         /* the slots written below belong to this type alone: a base's async struct (which a
            static subtype may point at) would hand these steps to its other subtypes */
         if (t->tp_base != NULL && t->tp_base->tp_as_async == t->tp_as_async) {

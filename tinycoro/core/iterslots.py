@@ -22,8 +22,8 @@ call); :data:`END` for one that does (an op yields itself as its trap, so "it re
 object" would not tell its yield from its end).
 
 3.12 keeps an exception only as an instance, so each ``StopIteration`` set was one allocated
-and torn down; under the GIL the module keeps one spare and reuses it while nobody else holds
-it (iterslots.pxd says when).
+and torn down; under the GIL the compiled modules share one spare and reuse it while nobody
+else holds it (iterslots.pxd says when).
 
 It lives in core, beside the traps, whose own awaitables (``Ready``, ``consume_budget``'s
 yield) use it as the stream's (net) do: core cannot import net.
@@ -49,6 +49,12 @@ class _End:
 
 END: Any = _End()
 """The end marker of an awaitable that yields itself (``install(..., end=END)``): never a trap."""
+
+_spare_stop_slot: Any = None
+"""Compiled on 3.12+ with the GIL: a capsule of the one slot where the compiled modules keep
+their spare ``StopIteration`` (iterslots.pxd), set by the first module that installs a class.
+One for all, so that the module that reuses an await's value can take it back from the spare
+whichever module's await ended with it."""
 
 
 def install(
