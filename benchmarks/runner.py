@@ -153,13 +153,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def chart_path(out: Path, version: str) -> Path:
+    """Where a run on Python *version* that writes the page *out* draws its chart: beside the
+    page under the page's name on the reference Python (the README shows it), with the version
+    in the name on any other."""
+    return out.with_suffix(".png") if version == config.REFERENCE_PYTHON else out.with_name(f"{out.stem}-py{version}.png")
+
+
 def _write_version_part(
     results: list[CaseResult], out: Path, version: str, cfg: config.Config, command: str, date: str,
     wall: float, load: str, profiles: dict[str, tuple[str, str]],
 ) -> list[Path]:
     """Publish Python *version*'s run to *out* (the page, the full page and the stored runs
     beside it), with its chart and its profiles; return what was written."""
-    image = out.with_suffix(".png") if version == config.REFERENCE_PYTHON else out.with_name(f"{out.stem}-py{version}.png")
+    image = chart_path(out, version)
     image_skip = report.plot(results, image, f"tinycoro benchmarks, {date}, {cfg.mode} mode, Python {version}")
     profiles_page = out.with_name(f"{out.stem}-profiles.md")
     notes = [
