@@ -693,11 +693,17 @@ def test_a_file_closed_while_a_read_waits_out_the_budget(contexts, tmp_path):
 
 
 
-def test_a_loop_that_drops_each_cached_read_gets_the_same_bytes_object_back(tmp_path):
+@pytest.mark.parametrize("reads", [INLINE_BUDGET // 2, 4 * INLINE_BUDGET],
+                         ids=["within-one-budget", "across-budget-yields"])
+def test_a_loop_that_drops_each_cached_read_gets_the_same_bytes_object_back(tmp_path, reads):
     """Compiled, on a GIL build: a read loop that drops each result is handed the one bytes
-    object again, refilled (_cfile._fresh_bytes), on every Python version. On 3.12+ the spare
-    StopIteration that ended each read's await kept the last result, so no read could reuse
-    it and each allocated 4 KiB anew."""
+    object again, refilled (_cfile._fresh_bytes), on every Python version.
+
+    Within one budget: on 3.12+ the spare StopIteration that ended each read's await kept the
+    last result, so no read could reuse it. Across the budget: every INLINE_BUDGET-th read
+    yields first and ends its await in io/file's own C slots, not _cfile's; when each compiled
+    module kept its own spare, io/file's held that read's bytes and the next read allocated
+    4 KiB anew."""
     from tinycoro import _cfile, compiled
     from tinycoro.io import pagecache
 
@@ -710,31 +716,7 @@ def test_a_loop_that_drops_each_cached_read_gets_the_same_bytes_object_back(tmp_
     async def main():
         f = await tc.io.open(path)
         try:
-            return {id(await f.read_at(PAGE, (i % 4) * PAGE)) for i in range(INLINE_BUDGET // 2)}
-        finally:
-            await f.close()
-
-    assert len(tc.run(main(), contexts=1)) == 1
-
-
-def test_the_read_after_a_budget_yield_gets_the_same_bytes_object_back(tmp_path):
-    """As above, across the cooperative budget: every INLINE_BUDGET-th read yields first and
-    ends its await in io/file's own C slots, not _cfile's. On 3.12+ each compiled module kept
-    its own spare StopIteration, and io/file's kept that read's bytes, which _cfile could not
-    let go of: the read after every budget yield allocated 4 KiB anew."""
-    from tinycoro import _cfile, compiled
-    from tinycoro.io import pagecache
-
-    if not compiled.gil_enabled() or pagecache.pread_nowait is not _cfile.pread_nowait:
-        pytest.skip("the pure runtime and free-threaded builds allocate each result")
-
-    path = tmp_path / "again-yields"
-    _cached_file(path, os.urandom(4 * PAGE))
-
-    async def main():
-        f = await tc.io.open(path)
-        try:
-            return {id(await f.read_at(PAGE, (i % 4) * PAGE)) for i in range(4 * INLINE_BUDGET)}
+            return {id(await f.read_at(PAGE, (i % 4) * PAGE)) for i in range(reads)}
         finally:
             await f.close()
 
