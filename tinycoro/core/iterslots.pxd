@@ -57,7 +57,10 @@ cdef extern from *:
     #define tc_iter_spare_stop (*tc_iter_spare_slot)
 
     /* Point this module's spare at the process's slot; once per module, at its first install
-       (module import: under the import lock, so two modules never both publish). */
+       (module import). This code runs only with the GIL, and from the attribute's look-up
+       to the publish nothing releases it, so two modules never both publish. The import
+       before it may (when it is the first import of tinycoro.core.iterslots), but the
+       look-up comes after. Import locks are per module and would not ensure this. */
     static int tc_iter_link_spare(void) {
         static int linked = 0;
         PyObject *mod, *cap;
