@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable, Coroutine
 
 KINDS = ("tinycoro", "asyncio-streams", "asyncio-protocol", "uvloop-streams", "uvloop-protocol")
 HOST = "127.0.0.1"
@@ -55,7 +55,7 @@ async def tinycoro_echo(conn: Any) -> None:
         await conn.close()
 
 
-def serve_tinycoro(contexts: int, handle: Callable[[Any], Awaitable[None]] = tinycoro_echo) -> None:
+def serve_tinycoro(contexts: int, handle: Callable[[Any], Coroutine[Any, Any, None]] = tinycoro_echo) -> None:
     """Listen, print ``READY <port>``, and serve each connection accepted with a task running
     ``handle(conn)`` on *contexts* contexts (the echo by default; the request/response servers
     pass theirs)."""

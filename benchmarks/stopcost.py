@@ -37,7 +37,7 @@ def child(n: int) -> None:
 
     lst = sched.run_sync(tc.net.listen("127.0.0.1", 0, backlog=1024))
     server = sched.submit(serve(lst))
-    address = lst.getsockname()  # type: ignore[attr-defined]
+    address = lst.getsockname()
     clients = [socket.create_connection(address) for _ in range(n)]
     while not server.done() or sum(c.parked for c in sched.stats().contexts) < n:
         time.sleep(0.05)

@@ -83,9 +83,10 @@ async def _file(path: str, offsets_path: str, inflight: int) -> float:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["echo"]:
-        asyncio.run(_echo(), loop_factory=uringio.UringioLoop)
+        asyncio.run(_echo(), loop_factory=uringio.UringioLoop)  # type: ignore[call-arg]  # 3.12+
     elif argv[:1] == ["file"] and len(argv) == 4:
-        rate = asyncio.run(_file(argv[1], argv[2], int(argv[3])), loop_factory=uringio.UringioLoop)
+        rate = asyncio.run(_file(argv[1], argv[2], int(argv[3])),  # type: ignore[call-arg]  # 3.12+
+                           loop_factory=uringio.UringioLoop)
         print(f"rate={rate:.1f}")
     else:
         raise SystemExit("usage: python -m benchmarks.uringio_peer {echo | file PATH OFFSETS INFLIGHT}")

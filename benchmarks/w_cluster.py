@@ -716,12 +716,12 @@ def echo_split_main(rounds: int, seconds: float = 2.0, conns: int = 50) -> None:
         med = {name: {k: statistics.median(r[k] for r in got) for k in got[0]}
                for name, got in rows.items()}
         s1 = med["1 process"]["servers user+sys"]
-        for name, m in med.items():
+        for name, row_med in med.items():
             if name != "1 process":
-                bound = 2 * s1 / (m["servers user+sys"] + m["load gen user+sys"])
-                ideal = 2 * s1 / (s1 + m["load gen user+sys"])
+                bound = 2 * s1 / (row_med["servers user+sys"] + row_med["load gen user+sys"])
+                ideal = 2 * s1 / (s1 + row_med["load gen user+sys"])
                 print(f"{name}: ceiling on 2 cores {bound:.2f}x the 1 process; {ideal:.2f}x at the "
-                      f"1 process's CPU per request; measured {m['req/s'] / med['1 process']['req/s']:.2f}x")
+                      f"1 process's CPU per request; measured {row_med['req/s'] / med['1 process']['req/s']:.2f}x")
         for name, counts in spread.items():
             print(f"connections per process, {name}: {counts}")
 

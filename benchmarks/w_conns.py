@@ -14,6 +14,7 @@ reported as skipped with the reason.
 
 from __future__ import annotations
 
+import functools
 import resource
 from contextlib import ExitStack
 
@@ -86,8 +87,8 @@ def build(cfg: Config, stack: ExitStack) -> list[Case]:
                 elif isinstance(srv, str):
                     series.append(Series(label, skip=srv))
                 else:
-                    series.append(Series(label, lambda port=srv.port, pid=srv.proc.pid, n=conns, size=size, r=response:
-                                         run_load(exe, port, n, size, seconds, pid, r)))
+                    series.append(Series(label, functools.partial(
+                        run_load, exe, srv.port, conns, size, seconds, srv.proc.pid, response)))
             ratios = [Ratio("tinycoro", UVLOOP_PROTOCOL, TARGET), Ratio("tinycoro", SINGLE)]
             what = f"{REQUEST} B request, {len(RESPONSE)} B response" if http else f"{SIZE} B echo"
             cases.append(Case(HTTP if http else WORKLOAD, f"{what}, {conns:,} conns", "req/s", series,

@@ -69,8 +69,8 @@ def test_file(cfg: Config, stack: ExitStack) -> str:
     with open(path, "wb") as f:
         for _ in range(cfg.file_mib):
             f.write(chunk)
-    with open(path, "rb") as f:  # warm the page cache
-        while f.read(1 << 22):
+    with open(path, "rb") as warm:  # warm the page cache
+        while warm.read(1 << 22):
             pass
     _cache[size] = path
 

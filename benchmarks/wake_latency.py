@@ -50,7 +50,7 @@ async def _busy_while(thread: threading.Thread) -> None:
 
 async def _main(samples: int) -> list[float]:
     me = lowlevel.current_engine()
-    assert me is not None
+    assert me is not None and me.scheduler is not None
     out: list[float] = []
     thread = threading.Thread(target=_measure, args=(me.scheduler.peers(me), samples, out))
     thread.start()

@@ -1,6 +1,6 @@
 """The type checker as a test, so the README's one test command (and CI) runs it: mypy over
-``tinycoro`` and ``kernel_ext`` with the settings in pyproject.toml ([tool.mypy]). An error
-fails the test and is listed in full."""
+``tinycoro``, ``kernel_ext`` and ``benchmarks`` with the settings in pyproject.toml
+([tool.mypy]). An error fails the test and is listed in full."""
 
 from __future__ import annotations
 
