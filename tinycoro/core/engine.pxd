@@ -6,7 +6,7 @@
 
 cimport cython
 
-from . cimport fence, resume, wakeword
+from . cimport deques, fence, resume, wakeword
 from .._clocal cimport running_task, set_running_task
 from .deadlines cimport Deadlines
 from .ring cimport RingOwner
@@ -19,7 +19,6 @@ cdef class Engine(RingOwner):
     cdef public object scheduler
     cdef public bint guest
     cdef public object ready
-    cdef readonly object _ready_append  # ready.append, bound once (__init__ says why)
     cdef public object calls
     cdef public list deferred
     cdef public dict parked

@@ -95,7 +95,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
-from . import fence, resume, wakeword
+from . import deques, fence, resume, wakeword
 from .errors import Cancelled, asyncio_in_task
 from .deadlines import Deadlines
 from .timeshare import STEP as BUSY_STEP
@@ -111,6 +111,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .scheduler import Scheduler
 
 _perf = time.perf_counter
+deques.init()  # compiled, deque's C functions for the ready queue's push and pop (deques.pxd)
 log = logging.getLogger("tinycoro")
 FAILURES_KEPT = 20  # recent failures remembered per context, for %tinycoro tasks
 # Operations one step may complete inline (see ``inline_ok``): 16 page-cache reads of 4 KiB
@@ -157,10 +158,11 @@ class Engine(RingOwner):
         # gets SINGLE_ISSUER/DEFER_TASKRUN where they are in use (tinycoro.uring). A guest's
         # thread is borrowed and may change from one run to the next.
         RingOwner.__init__(self, uring.Ring(ring_entries, single_issuer=not guest))
+        # appended to with deques.append: compiled, a C call of deque's own append, where
+        # `self.ready.append(task)` looked the method up by name on every push (a type lookup,
+        # a thread-state read on 3.12+: ~260 instructions) and a bound method, bound once, was
+        # still a generic call (~126); a C field, not typed: Cython has no deque type
         self.ready: deque[Task] = deque()
-        # its append, bound once: compiled, `self.ready.append(task)` looked the method up by
-        # name on every push (a type lookup, a thread-state read on 3.12+: ~260 instructions)
-        self._ready_append = self.ready.append
         self.calls: deque[tuple[Callable[..., Any], tuple]] = deque()
         # What this thread's task steps asked to happen once their turn is over (defer), e.g.
         # a task spawned on another context: owner thread only, so a plain list.
@@ -242,7 +244,7 @@ class Engine(RingOwner):
     # -- any thread ----------------------------------------------------------------------------
     def push(self, task: Task) -> None:
         """Make *task* ready on this engine; wake the engine only if it sleeps (rule 4)."""
-        self._ready_append(task)
+        deques.append(self.ready, task)
         if fence.FREE_THREADED:  # rule 4 without the GIL: the append before the read
             fence.full()
         if self.sleeping:
@@ -297,8 +299,6 @@ class Engine(RingOwner):
         _local.engine = self
         self.thread_ident = threading.get_ident()
         ready = self.ready
-        # bound once: compiled, ready.popleft() per step looked the method up by name
-        popleft = ready.popleft
         calls = self.calls
         deadlines = self.deadlines
         # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
@@ -309,18 +309,19 @@ class Engine(RingOwner):
             self.ring.set_return_word(self.wake_word)
         try:
             while True:
-                if calls:
+                # deques.size, not a truth test: compiled, a read of the deque's length (deques.pxd)
+                if deques.size(calls):
                     self._run_calls()
                 # n is counted by _step, not added here: compiled, that keeps n a C integer
                 # (Cython's inference gives up on it where an addition could overflow), so
                 # the turn's loop is a C loop, not a range object and a Python int per turn
-                n = len(ready)
+                n = deques.size(ready)
                 if n:
                     for _ in range(n):
                         # self._step, not a local bound to it: compiled, this is a C call
                         # (engine.pxd), where a bound method was a Python call with its
                         # arguments parsed (~140 instructions per step, callgrind)
-                        self._step(popleft())
+                        self._step(deques.popleft(ready))
                     set_running_task(None)  # once per turn: no task code runs between two steps
                     if self.watchers:
                         self._check_watchers()
@@ -349,7 +350,7 @@ class Engine(RingOwner):
                 # abandon() below closes it instead (rule 13).
                 if self.stop_requested:
                     break
-                if ready or calls:
+                if deques.size(ready) or deques.size(calls):
                     continue
                 # An operation that completes many times (RingOwner.arm) stays in flight while
                 # nobody waits on it: that is no work, so it does not keep the context busy.
@@ -594,7 +595,7 @@ class Engine(RingOwner):
         elif y is YIELD:
             if task._interrupts is not None:
                 task._resume_exc = task._take_interrupt()
-            self._ready_append(task)
+            deques.append(self.ready, task)
         elif type(y) is Park:
             self._park(task, y)
         elif resume.returned(y):  # compiled, a return: by value, no StopIteration (resume.pxd)

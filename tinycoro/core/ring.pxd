@@ -31,6 +31,8 @@ cdef class RingOwner:
     cdef readonly object _ring_queue  # ring.queue and ring.complete, bound once (ring.py)
     cdef readonly object _ring_complete
     cdef readonly object _ring_cq_ready  # ring.cq_ready, bound once, and the CQEs that make a submit reap
+    cdef readonly object _ring_submit  # ring.submit and ring.sq_ready, bound once (ring.py)
+    cdef readonly object _ring_sq_ready
     cdef readonly Py_ssize_t cq_high
     cdef size_t _cq_watch  # the compiled ring's CQ watch, 0 for none (ring.py, _reap)
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own

@@ -45,7 +45,8 @@ cdef class MultishotRecv(InlineOp):
 cdef class RecvCall(Op):
     cdef public MultishotRecv ms
     cdef public Py_ssize_t want
-    cdef public object spare
+    # a list (the stream's spare list) or None: typed, `not spare` reads its length
+    cdef public list spare
     # RecvCall's own steps (it is its own iterator: no generator per recv)
     cdef public int state
     cdef public Py_ssize_t limit
@@ -57,6 +58,7 @@ cdef class RecvCall(Op):
     @cython.locals(over=bint)
     cdef object _step(self, object value)
     cdef object _forward(self, object value, object exc)
+    @cython.locals(spare=list)
     cdef int _end(self) except -1  # not void: no PyErr_Occurred() after each call (ops.pxd)
 
 

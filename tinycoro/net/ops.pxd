@@ -6,7 +6,7 @@ cimport cython
 
 from ..closing cimport ResourceOp
 from ..core.engine cimport Engine
-from ..core cimport iterslots, tokens
+from ..core cimport deques, iterslots, tokens
 from .._clocal cimport running_engine
 from . cimport _nbsend
 
@@ -29,15 +29,23 @@ cdef class BulkRecvOp(InlineOp):
 
     cdef Py_ssize_t _recv_inline(self, object buf) except? -1
 
+cdef class RingSend
+
 cdef class SendallOp(InlineOp):
-    cdef public object spare
+    # a list (the stream's spare list) or None: typed, `not spare` reads its length
+    cdef public list spare
     cdef public object owner
     cdef public object sock
     cdef public bint once
 
     cdef bint _sent(self, Py_ssize_t res) except -1
+    @cython.locals(args=tuple)
+    cdef bint _has_data(self) except -1
+    @cython.locals(waiting=RingSend, entered=bint)
+    cdef object _join_batch(self, object engine)
     @cython.locals(flags=int, res=Py_ssize_t)
     cdef Py_ssize_t _send_inline(self) except -1
+    @cython.locals(spare=list)
     cdef int _release(self) except -1  # not void: the same check as _spend's
 
 cdef class RingSend:

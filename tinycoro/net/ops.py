@@ -20,7 +20,7 @@ from .. import compiled, uring
 from ..uring import prep_accept, prep_recv, prep_send
 from ..buffers import MAX_RW
 from ..closing import CLOSED_WHILE_WAITING, ResourceOp
-from ..core import iterslots, tokens
+from ..core import deques, iterslots, tokens
 from ..core.errors import ClosedResourceError, oserror
 from ..core.local import running_engine
 from ..core.local import thread_state as _local
@@ -38,6 +38,7 @@ MSG_NOSIGNAL = int(getattr(socket, "MSG_NOSIGNAL", 0))
 MSG_DONTWAIT = int(socket.MSG_DONTWAIT)
 _DONTWAIT = MSG_DONTWAIT  # compiled, a C int (ops.pxd): the inline send's flags boxed no int
 _EAGAIN = -errno.EAGAIN  # an inline accept's "nobody in the backlog"
+deques.init()  # compiled, the deque type for InlineOp._alone's length read (deques.pxd)
 
 #: A recv of at least this many bytes is a bulk read: where :func:`bulk_recv_available`, the
 #: kernel copies into the very bytes object it returns (:class:`BulkRecvOp`). Below it, a copy
@@ -97,8 +98,9 @@ class InlineOp(ResourceOp):
         no SQE waiting for the turn's submit (then an inline completion delays nobody; see
         SendallOp and BulkRecvOp). Compiled, two reads of the engine's fields (ops.pxd
         types *engine*); the attribute lookups cost ~400 instructions per request on the
-        echo."""
-        return not engine.ready and not engine.unsubmitted
+        echo. The ready queue's length, not its truth: compiled, a read of the deque's size
+        (deques.pxd), where a truth test went through its type's slots."""
+        return not deques.size(engine.ready) and not engine.unsubmitted
 
 
 class RecvOp(ResourceOp):
@@ -302,46 +304,49 @@ class SendallOp(InlineOp):
         # a batch to join, a partial send, no engine) runs the generator, which starts where
         # this left off.
         engine = running_engine()  # compiled, a C read (ops.pxd): no descriptor lookup
-        if (
-            engine is not None and not self.once and self.args
-            and self._alone(engine) and self._spend(engine)
-        ):
-            # try/finally, not except: compiled, an except clause saves the thread's handled
-            # exception as its try begins (a thread-state read: a call into libpython's
-            # thread-local storage on 3.12 and later), on every send; a finally pays only
-            # when it raised
-            res = -1
-            try:
-                res = self._send_inline()
-            finally:
-                if res < 0:  # it raised (a send returns >= 0): let go of the data
+        if engine is not None and not self.once and self._has_data():
+            if self._alone(engine) and self._spend(engine):
+                # try/finally, not except: compiled, an except clause saves the thread's
+                # handled exception as its try begins (a thread-state read: a call into
+                # libpython's thread-local storage on 3.12 and later), on every send; a
+                # finally pays only when it raised
+                res = -1
+                try:
+                    res = self._send_inline()
+                finally:
+                    if res < 0:  # it raised (a send returns >= 0): let go of the data
+                        self._release()
+                if res > 0 and self._sent(res):
                     self._release()
-            if res > 0 and self._sent(res):
-                self._release()
-                return DONE
-            return self._awaiting(engine, True)  # the ring sends the rest
-        if engine is not None and not self.once and self.args:
-            # Not alone: the send joins the turn's batch. Its await is the op's reused
-            # RingSend, not a generator: with many connections a generator per request lived
-            # until the batch's CQE, was promoted by the young collections of the turn, and
-            # filled the oldest generation (docs/benchmarks-profiles.md, "The
-            # connection-count axis"). Taken from the free list the module keeps, not kept
-            # by the op: one per stream was one more object per open connection for every
-            # full collection to walk, where only the sends of a turn's batch need one.
-            waiting = tokens.spare(_ring_sends)  # one step: atomic under the GIL, or the list's lock
-            if waiting is None:
-                waiting = RingSend()
-            entered = False  # a finally, not an except clause: _send_inline's comment says why
-            try:
-                self._enter_on(engine)
-                entered = True
-            finally:
-                if not entered:  # closed already: let go of the data
-                    self._release()
-            waiting.op = self
-            waiting.state = _HANDED
-            return waiting
+                    return DONE
+                return self._awaiting(engine, True)  # the ring sends the rest
+            return self._join_batch(engine)  # not alone: the send joins the turn's batch
         return self._awaiting(engine, False)
+
+    def _join_batch(self, engine: Any) -> Any:
+        """The await of a send that joins the turn's batch: a :class:`RingSend` handed the
+        op, entered on *engine*. Compiled, a C method whose RingSend is typed (ops.pxd): its
+        two fields are C stores, where on the untyped object each was a set by name (a type
+        lookup, ~185 instructions on 3.12, callgrind)."""
+        # Its await is a reused RingSend, not a generator: with many connections a generator
+        # per request lived until the batch's CQE, was promoted by the young collections of
+        # the turn, and filled the oldest generation (docs/benchmarks-profiles.md, "The
+        # connection-count axis"). Taken from the free list the module keeps, not kept by the
+        # op: one per stream was one more object per open connection for every full
+        # collection to walk, where only the sends of a turn's batch need one.
+        waiting = tokens.spare(_ring_sends)  # one step: atomic under the GIL, or the list's lock
+        if waiting is None:
+            waiting = RingSend()
+        entered = False  # a finally, not an except clause: _send_inline's comment says why
+        try:
+            self._enter_on(engine)
+            entered = True
+        finally:
+            if not entered:  # closed already: let go of the data
+                self._release()
+        waiting.op = self
+        waiting.state = _HANDED
+        return waiting
 
     def _awaiting(self, engine: Any, tried: bool) -> Generator[Any, Any, Any]:
         """The send as a generator: the inline attempt unless *tried* already (the class doc),
@@ -377,6 +382,13 @@ class SendallOp(InlineOp):
                 del pending._ops[self]
         finally:
             self._release()
+
+    def _has_data(self) -> bool:
+        """Whether the op holds data to send: its args, let go of once the send is over (a
+        second await is refused). Compiled, a C read of the tuple's size (ops.pxd), where a
+        truth test of the untyped field went through its type's slots."""
+        args = self.args
+        return bool(args)
 
     def _send_inline(self) -> int:
         """The inline attempt (class doc): one non-blocking send(2) of the args' data (on the

@@ -28,5 +28,5 @@ cdef class _StreamCore:
     # typed locals: the spare sendall's args are written as a C field
     @cython.locals(spare=list)
     cpdef recv(self, max_bytes=*)
-    @cython.locals(op=SendallOp, spare=list)
+    @cython.locals(op=SendallOp, spare=list, n=Py_ssize_t)
     cpdef sendall(self, data)

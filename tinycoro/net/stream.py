@@ -78,19 +78,23 @@ class _StreamCore:
 
     def sendall(self, data: Any) -> Awaitable[None]:
         """Send all of *data*, however many operations that takes."""
-        if type(data) is bytes and len(data) <= _MAX_RW:
-            # Fast path for what recv() returns: the bytes object itself goes to the kernel
-            # (no memoryview); a loopback send almost always takes everything at once.
-            if not data:
-                return _NONE
-            spare = self._send_spare
-            op = tokens.spare(spare)  # one step: atomic under the GIL, as recv's token is
-            if op is None:  # another sendall holds it, or one was made and never awaited
-                op = SendallOp(self, None, spare, self._ref)
-            else:
-                op.spare = spare  # while it is out: where it goes back (SendallOp._release)
-            op.args = (self._fd, data, len(data), MSG_NOSIGNAL)
-            return op
+        # Fast path for what recv() returns: the bytes object itself goes to the kernel
+        # (no memoryview); a loopback send almost always takes everything at once. Its length
+        # taken once, a C integer (stream.pxd): a truth test of the untyped object went
+        # through its type's slots, and a second len() was a second call.
+        if type(data) is bytes:
+            n = len(data)
+            if n <= _MAX_RW:
+                if n == 0:
+                    return _NONE
+                spare = self._send_spare
+                op = tokens.spare(spare)  # one step: atomic under the GIL, as recv's token is
+                if op is None:  # another sendall holds it, or one was made and never awaited
+                    op = SendallOp(self, None, spare, self._ref)
+                else:
+                    op.spare = spare  # while it is out: where it goes back (SendallOp._release)
+                op.args = (self._fd, data, n, MSG_NOSIGNAL)
+                return op
         view = as_bytes_view(data, "sendall")
         self._ops.check()
         if not view:
