@@ -17,7 +17,6 @@ from cpython.buffer cimport (
     PyObject_GetBuffer, PyBuffer_FillInfo, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE,
 )
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.ref cimport PyObject, Py_INCREF
 
 from .core cimport iterslots
@@ -110,23 +109,6 @@ cdef extern from *:
     Py_ssize_t Py_SIZE(object o)
 
 
-cdef extern from *:
-    """
-    /* Whether an exact int has at most one digit (|x| < 2**30), and then whether it is not
-       negative, read off its header: what PyLong_AsLongLongAndOverflow finds out with a
-       call and a loop over the digits (~20 instructions of each of read_at's two checks). */
-    #if PY_VERSION_HEX >= 0x030C0000
-    #define tc_small_int(x) PyUnstable_Long_IsCompact((PyLongObject *)(x))
-    #define tc_small_nonneg(x) (PyUnstable_Long_CompactValue((PyLongObject *)(x)) >= 0)
-    #else
-    #define tc_small_int(x) (Py_SIZE(x) >= -1 && Py_SIZE(x) <= 1)
-    #define tc_small_nonneg(x) (Py_SIZE(x) >= 0)
-    #endif
-    """
-    bint tc_small_int(object x)
-    bint tc_small_nonneg(object x)
-
-
 # Up to this size a read's bytes object is kept for reuse: a 4 KiB bytes is past pymalloc's
 # small objects, and its malloc and free cost ~530 instructions per cached read, a third of
 # what the read costs besides the kernel's copy. At most HOLD_GIL_MAX: the refill runs holding
@@ -140,15 +122,15 @@ cdef object _spare = None  # the bytes the last cached read of at most REUSE_MAX
 cdef object _spare_done = None
 
 
-cdef inline void _forget_done(object value) noexcept:
-    """Let go of *value* where the spare Done still holds it from the read it ended last:
-    held by this module alone, that Done is dead to everyone (it is handed out again only
-    with a new value), and while it keeps the bytes, _fresh_bytes sees one reference more
-    than there is and cannot reuse them."""
-    cdef object d = _spare_done
-    # (d, the local, is a reference too: two means the module's slot alone holds it)
-    if d is not None and Py_REFCNT(<PyObject *>d) == 2 and (<Done>d).value is value:
-        (<Done>d).value = None
+cdef inline Py_ssize_t _done_holds(object value) noexcept:
+    """1 when the spare Done holds *value* from the read it ended last and only this module
+    holds that Done: a reference dead to everyone (the Done is handed out again only with a
+    new value), which _fresh_bytes counts as its own. Letting go of it instead (setting the
+    value to None) cost a reference swap per cached read, and done() another to set it."""
+    cdef PyObject *d = <PyObject *>_spare_done  # (borrowed: a local object would count too)
+    if d != <PyObject *>None and Py_REFCNT(d) == 1 and (<Done>d).value is value:
+        return 1
+    return 0
 
 
 cdef inline bytes _fresh_bytes(Py_ssize_t size):
@@ -157,34 +139,22 @@ cdef inline bytes _fresh_bytes(Py_ssize_t size):
     it go, as a read loop that drops each result does, else a new one (kept as the spare).
 
     Refilling it is safe as an allocator's reuse is: its reference count says that only this
-    slot holds it (the caller's own reference here makes two), so no code can see it change;
-    its cached hash is reset, as a new object's is. A 4 KiB read otherwise allocates and frees
+    slot holds it (the caller's own reference here makes two), besides the dead references of
+    the spare Done and the spare StopIteration (3.12+) that ended the last read's await, which
+    only this process's compiled modules hold; so no code can see it change. Its cached hash
+    is reset, as a new object's is. A 4 KiB read otherwise allocates and frees
     4 KiB through malloc on every call."""
     global _spare
     cdef object spare = _spare
     if TC_REUSE_BYTES and spare is not None and Py_SIZE(spare) == size:
-        # 3.12+: the spare StopIteration that ended the last read's await may still hold it
-        iterslots.forget(spare)
-        _forget_done(spare)
-        if Py_REFCNT(<PyObject *>spare) == 2:
+        # (iterslots.holds: 3.12+, the spare StopIteration's value and its argument)
+        if Py_REFCNT(<PyObject *>spare) == 2 + iterslots.holds(spare) + _done_holds(spare):
             tc_bytes_forget_hash(spare)
             return <bytes>spare
     cdef bytes data = PyBytes_FromStringAndSize(NULL, size)
     if TC_REUSE_BYTES and 0 < size <= REUSE_MAX:
         _spare = data
     return data
-
-
-cpdef bint offset_ok(object x) noexcept:
-    """Whether *x* is an exact int in 0..MAX_OFFSET (2**63 - 1): read_at's fast-path check of
-    its size and offset, as C reads of the int (a C call from io/file). Python's four chained
-    comparisons were ~100 instructions per read on 3.12 (~60 on 3.11)."""
-    cdef int over = 0
-    if type(x) is not int:
-        return False
-    if tc_small_int(x):  # one digit: the sign is the answer (a read's size, most offsets)
-        return tc_small_nonneg(x)
-    return PyLong_AsLongLongAndOverflow(x, &over) >= 0 and not over
 
 
 cpdef object pread_nowait(int fd, Py_ssize_t size, long long offset):

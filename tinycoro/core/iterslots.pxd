@@ -44,9 +44,8 @@ cdef extern from *:
        reference count read by one thread says nothing about another's.
 
        One spare for the process, not one per module: the spare keeps the value of the await
-       it ended last, and a module that reuses that value (_cfile's bytes) can let go of it
-       only through the spare that holds it (tc_iter_forget). With one per module, io/file's
-       kept the bytes of each read that ended after a budget yield, and the next read
+       it ended last, and a module that reuses that value (_cfile's bytes) must know all of
+       its dead references (tc_iter_holds). With one per module, io/file's kept the bytes of each read that ended after a budget yield, and the next read
        allocated 4 KiB anew. The first module to install a class publishes its slot in
        tinycoro.core.iterslots (a capsule); the others use that one (tc_iter_link_spare). */
     #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_GIL_DISABLED)
@@ -128,30 +127,27 @@ cdef extern from *:
         PyErr_SetRaisedException(exc);
         return 0;
     }
-    /* Let go of *value* where the spare still holds it from the await it ended last: held
-       by this module alone (a reference count of 1), the spare's value is dead to everyone,
-       and while it keeps it, the holder of a reused object (_cfile's spare bytes) sees one
-       reference more than there is and cannot reuse it (on 3.12+ every cached read then
-       allocated and freed its 4 KiB). */
-    static inline void tc_iter_forget(PyObject *value) {
+    /* The references the spare holds to *value* from the await it ended last, when only
+       this module holds the spare (a reference count of 1, its args tuple's too): dead to
+       everyone then, they are references the holder of a reused object (_cfile's spare
+       bytes) may count as its own. Counting them costs a read of the spare; letting go of
+       them (as this did) cost four reference count updates per cached read, and setting
+       them again at the next await's end as many. 0 when anyone else holds the spare. */
+    static inline Py_ssize_t tc_iter_holds(PyObject *value) {
         PyObject *exc = tc_iter_spare_stop;
         PyStopIterationObject *e = (PyStopIterationObject *)exc;
-        if (exc != NULL && Py_REFCNT(exc) == 1 && e->value == value && e->args != NULL
-                && Py_REFCNT(e->args) == 1 && PyTuple_GET_ITEM(e->args, 0) == value) {
-            Py_INCREF(Py_None);
-            PyTuple_SET_ITEM(e->args, 0, Py_None);
-            Py_INCREF(Py_None);
-            e->value = Py_None;
-            Py_DECREF(value);
-            Py_DECREF(value);
-        }
+        if (exc == NULL || Py_REFCNT(exc) != 1 || e->args == NULL || Py_REFCNT(e->args) != 1
+                || PyTuple_GET_SIZE(e->args) != 1)
+            return 0;
+        return (e->value == value) + (PyTuple_GET_ITEM(e->args, 0) == value);
     }
     #else
     static int tc_iter_link_spare(void) {
         return 0;  /* no spare: nothing to share */
     }
-    static inline void tc_iter_forget(PyObject *value) {
+    static inline Py_ssize_t tc_iter_holds(PyObject *value) {
         (void)value;  /* no spare: a StopIteration is made per set, and gone with its await */
+        return 0;
     }
     static int tc_iter_stop(PyObject *value) {
         PyObject *exc = PyObject_CallOneArg(PyExc_StopIteration, value);
@@ -306,8 +302,8 @@ cdef extern from *:
     ctypedef object (*tc_iter_step_fn)(object, object)
     int _install "tc_iter_install"(object cls, tc_iter_step_fn step, tc_iter_fn result,
                                    tc_iter_step_fn send, object end) except -1
-    # (compiled modules only: _cfile's reused bytes; see tc_iter_forget)
-    void forget "tc_iter_forget"(object value)
+    # (compiled modules only: _cfile's reused bytes; see tc_iter_holds)
+    Py_ssize_t holds "tc_iter_holds"(object value)
     bint held_only "tc_iter_held_only"(object obj, Py_ssize_t n)
 
 
