@@ -208,7 +208,9 @@ class Stream(_StreamCore, SocketBase):
         (docs/benchmarks-log.md). An op in flight now ends on the close and may put itself
         back on its list: that rare cycle is left to the collector."""
         if self._recv_spare is not None:
-            for call in self._recv_spare:
+            # A copy: a recv ending on another context may put its call back meanwhile, and
+            # without a GIL a loop over the list itself then reads past its end (IndexError).
+            for call in list(self._recv_spare):
                 call.spare = None
         if self._ms is not None:
             self._ms.let_go()
