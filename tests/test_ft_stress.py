@@ -23,6 +23,7 @@ import pytest
 
 import tinycoro as tc
 import tinycoro.lowlevel as ll
+from tinycoro.core import tokens
 from tinycoro.net import multishot
 from helpers.runtime import wait_until
 from helpers.streams import tcp_pair
@@ -354,3 +355,50 @@ def test_multishot_recv_moving_between_contexts_against_its_completions(contexts
             break
     if multishot.AVAILABLE:
         assert moved > 0, f"the multishot never moved between the contexts' rings in {MOVE_RUNS} runs"
+
+
+def test_a_close_letting_go_of_the_spare_recv_calls_while_a_recv_takes_one(contexts):
+    # A stream's close breaks the cycles of its spare recv calls by walking their list
+    # (Stream._let_go), while a recv on another context may take the spare from that list or
+    # put it back (net/stream: the token-like pop and append). Without the GIL a walk of the
+    # list itself read past its end when the pop landed between its length check and its
+    # read (IndexError, seen in the 3.13t suite). Here one thread walks it over and over
+    # while another takes and returns the spare as recvs do, for a count of rounds.
+    rounds = 20_000 * SCALE
+
+    async def main():
+        client, server = await tcp_pair()
+        spares = server._recv_spare
+        if spares is None:  # no multishot (the pure ring): no spare list to race on
+            await client.close()
+            await server.close()
+            return 0
+        errors: list[BaseException] = []
+        start = threading.Barrier(2)
+
+        def recvs():
+            start.wait()
+            for _ in range(rounds):
+                call = tokens.spare(spares)
+                if call is not None:
+                    spares.append(call)
+
+        def closes():
+            start.wait()
+            try:
+                for _ in range(rounds):
+                    server._let_go()
+            except BaseException as e:  # what a close would have raised
+                errors.append(e)
+
+        threads = [threading.Thread(target=recvs), threading.Thread(target=closes)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        await client.close()
+        await server.close()
+        return rounds
+
+    run(main(), contexts, deadlock_timeout=DEADLOCK)
