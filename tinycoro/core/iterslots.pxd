@@ -45,8 +45,8 @@ cdef extern from *:
 
        One spare for the process, not one per module: the spare keeps the value of the await
        it ended last, and a module that reuses that value (_cfile's bytes) must know all of
-       its dead references (tc_iter_holds). With one per module, io/file's kept the bytes of each read that ended after a budget yield, and the next read
-       allocated 4 KiB anew. The first module to install a class publishes its slot in
+       its dead references (tc_iter_holds). With one per module, io/file's kept the bytes of
+       each read that ended after a budget yield, and the next read allocated 4 KiB anew. The first module to install a class publishes its slot in
        tinycoro.core.iterslots (a capsule); the others use that one (tc_iter_link_spare). */
     #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_GIL_DISABLED)
     #define TC_ITER_SPARE_MAX 65536

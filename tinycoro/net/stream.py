@@ -208,8 +208,9 @@ class Stream(_StreamCore, SocketBase):
         (docs/benchmarks-log.md). An op in flight now ends on the close and may put itself
         back on its list: that rare cycle is left to the collector."""
         if self._recv_spare is not None:
-            # A copy: a recv ending on another context may put its call back meanwhile, and
-            # without a GIL a loop over the list itself then reads past its end (IndexError).
+            # A copy: a recv on another context may take the spare call from the list (or put
+            # it back) meanwhile, and without a GIL a compiled loop over the list itself read
+            # past its end when it shrank between the loop's length check and its read.
             for call in list(self._recv_spare):
                 call.spare = None
         if self._ms is not None:
