@@ -16,7 +16,11 @@ per run:
   (``SO_REUSEPORT``: the kernel spreads the connections). Server CPU per request sums both
   engine processes. The control: two plain tinycoro server processes sharing one port the
   same way, without the cluster (:func:`two_processes`), i.e. what splitting the
-  connections over two processes gives on this machine by itself.
+  connections over two processes gives on this machine by itself; and, for information, the
+  same pair with each process in a session of its own, as ipyparallel's launcher starts the
+  engines: with the kernel's autogroup scheduling a session is a CPU group, so the engines'
+  share of the cores beside the load generator (and other sessions' work) follows that, not
+  the cluster. The engines match this second pair per request and per round.
 * **Round trip of a trivial submit**: ``cluster.submit(noop).result()`` one after another,
   beside ipyparallel's own ``apply_sync`` of a plain function on the same engine: what one
   remote task costs above the transport.
@@ -38,8 +42,8 @@ last ended, when the first and the last result were in hand, and the CPU each en
 context, each engine, the controller and the client spent (:func:`split_main`).
 
 ``python -m benchmarks.w_cluster echo [rounds]`` splits the echo case per process, in CPU and
-counts rather than wall time (:func:`echo_split_main`): 1 process, the two plain processes and
-2 engines alternating; each server's, the controller's, the client's and the load generator's
+counts rather than wall time (:func:`echo_split_main`): 1 process, the two plain processes (in
+this session, and each in a session of its own, as the engines are) and 2 engines alternating; each server's, the controller's, the client's and the load generator's
 CPU per request, system calls and context switches per request (``perf stat``), how the
 connections were spread, and the ceiling both cores allow.
 """
@@ -52,6 +56,7 @@ import subprocess
 import sys
 import time
 from contextlib import ExitStack
+from functools import partial
 from typing import Any, Callable
 
 import tinycoro as tc
@@ -84,6 +89,7 @@ ONE = "tinycoro 1 engine"
 TWO = "tinycoro 2 engines"
 TWO_FAN = "tinycoro 2 engines, 1 submit each"
 PAIR = "tinycoro 2 processes, one port"
+PAIR_APART = "tinycoro 2 processes, one port, own sessions"
 PLAIN1 = "plain Python 1 process"
 PLAIN2 = "plain Python 2 processes"
 SUBMIT = "tinycoro submit"
@@ -355,20 +361,25 @@ def _cpu_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> C
 
 def _echo_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> Case:
     case = f"echo 64 B, {cfg.echo_conns} conns"
-    ratios = [Ratio(TWO, LOCAL), Ratio(PAIR, LOCAL), Ratio(TWO, PAIR, TARGET_ECHO)]
+    # The second control: the same pair, each process in a session of its own as ipyparallel
+    # starts the engines; with autogroup scheduling, what the engines get of the cores beside
+    # the load generator moves with that, not with the cluster (two_processes says how).
+    ratios = [Ratio(TWO, LOCAL), Ratio(PAIR, LOCAL), Ratio(TWO, PAIR, TARGET_ECHO),
+              Ratio(TWO, PAIR_APART)]
     try:
         exe = echo_procs.build_echo_load()
     except echo_procs.EchoLoadMissing as e:
-        return Case(WORKLOAD, case, "req/s", [Series(LOCAL), Series(PAIR), Series(TWO)], ratios,
-                    skip=str(e))
+        return Case(WORKLOAD, case, "req/s", [Series(LOCAL), Series(PAIR), Series(PAIR_APART),
+                                              Series(TWO)], ratios, skip=str(e))
     local = w_echo.servers(stack, {LOCAL: ("tinycoro", 1)})[LOCAL]
     series = [w_echo.series_for(exe, local, cfg, 64, LOCAL)]
-    try:
-        pair = two_processes(stack)
-        port, pids = pair[0].port, [srv.proc.pid for srv in pair]
-        series.append(Series(PAIR, lambda: run_on(exe, cfg, port, pids)))
-    except RuntimeError as e:
-        series.append(Series(PAIR, skip=str(e)))
+    for name, apart in ((PAIR, False), (PAIR_APART, True)):
+        try:
+            pair = two_processes(stack, own_sessions=apart)
+            port, pids = pair[0].port, [srv.proc.pid for srv in pair]
+            series.append(Series(name, partial(run_on, exe, cfg, port, pids)))
+        except (RuntimeError, OSError) as e:  # OSError: no setsid(1) here
+            series.append(Series(name, skip=str(e)))
     if why is None:
         try:
             serve = ClusterEcho(cluster)
@@ -573,13 +584,23 @@ def _established(pids: list[int], port: int) -> dict[int, int]:
     return got
 
 
-def two_processes(stack: ExitStack) -> list[Any]:
+def two_processes(stack: ExitStack, own_sessions: bool = False) -> list[Any]:
     """Two plain tinycoro echo server processes (1 context each) listening on one port with
     ``SO_REUSEPORT``, as ``cluster.serve`` puts the engines, without the cluster: what
-    splitting the connections over two processes costs by itself. Closed with *stack*."""
-    first = echo_procs.EchoServer("tinycoro", 1, env={"TINYCORO_BENCH_REUSE_PORT": "0"})
+    splitting the connections over two processes costs by itself. Closed with *stack*.
+
+    *own_sessions*: each in a session of its own (``setsid``), as ipyparallel's launcher
+    starts the engines. With the kernel's autogroup scheduling on (Linux's default), a new
+    session is a CPU group of its own, given a share equal to this benchmark's whole session
+    (the load generator and the servers started plainly); so on a machine that others load,
+    the engines get more of the cores than the plain pair, and less or more on a quiet one:
+    a difference that is neither the cluster's nor per request (:func:`echo_split_main`)."""
+    wrap = ["setsid"] if own_sessions else None  # not a group leader: setsid execs, same pid
+    first = echo_procs.EchoServer("tinycoro", 1, env={"TINYCORO_BENCH_REUSE_PORT": "0"},
+                                  wrap=wrap)
     stack.callback(first.close)
-    second = echo_procs.EchoServer("tinycoro", 1, env={"TINYCORO_BENCH_REUSE_PORT": str(first.port)})
+    second = echo_procs.EchoServer("tinycoro", 1, wrap=wrap,
+                                   env={"TINYCORO_BENCH_REUSE_PORT": str(first.port)})
     stack.callback(second.close)
     return [first, second]
 
@@ -618,8 +639,8 @@ def _count_syscalls(pids: list[int]) -> Callable[[], dict[int, dict[str, float]]
 
 def echo_split_main(rounds: int, seconds: float = 2.0, conns: int = 50) -> None:
     """The echo case split per process, alternating round by round the 1-process server, two
-    plain server processes on one port (:func:`two_processes`) and ``cluster.serve`` on 2
-    engines: per request, the CPU (us, user + system from ``stat``
+    plain server processes on one port (:func:`two_processes`), the same two each in a session
+    of its own, as the engines are, and ``cluster.serve`` on 2 engines: per request, the CPU (us, user + system from ``stat``
     ticks, total from ``schedstat``) of each engine's context thread and its other threads,
     the client process (the scheduler awaiting ``serve``, the cluster client's threads), the
     controller's processes and the load generator (``RUSAGE_CHILDREN``); each context's
@@ -641,12 +662,15 @@ def echo_split_main(rounds: int, seconds: float = 2.0, conns: int = 50) -> None:
         local = echo_procs.EchoServer("tinycoro", 1)
         stack.callback(local.close)
         pair = two_processes(stack)
+        apart = two_processes(stack, own_sessions=True)
         engine_pids = [e.pid for e in cluster.engines]
         controller = [p.pid for p in psutil.Process().children(recursive=True)
-                      if p.pid not in engine_pids and p.pid not in [s.proc.pid for s in pair]
+                      if p.pid not in engine_pids
+                      and p.pid not in [s.proc.pid for s in pair + apart]
                       and "controller" in " ".join(p.cmdline())]
         targets = {"1 process": (local.port, [local.proc.pid]),
                    "2 processes": (pair[0].port, [s.proc.pid for s in pair]),
+                   "2 processes, own sessions": (apart[0].port, [s.proc.pid for s in apart]),
                    "2 engines": (serve.port, engine_pids)}
         rows: dict[str, list[dict[str, float]]] = {k: [] for k in targets}
         spread: dict[str, list[list[int]]] = {}
@@ -724,6 +748,10 @@ def echo_split_main(rounds: int, seconds: float = 2.0, conns: int = 50) -> None:
                       f"1 process's CPU per request; measured {row_med['req/s'] / med['1 process']['req/s']:.2f}x")
         for name, counts in spread.items():
             print(f"connections per process, {name}: {counts}")
+        for name in ("2 processes", "2 processes, own sessions"):
+            per = sorted(a["req/s"] / b["req/s"] for a, b in zip(rows["2 engines"], rows[name]))
+            print(f"2 engines / {name}, req/s per round: median {statistics.median(per):.2f}x, "
+                  f"{' '.join(f'{r:.2f}' for r in per)}")
 
 
 if __name__ == "__main__":
