@@ -181,3 +181,24 @@ def test_serve_here_a_handler_that_cannot_be_called_fails_each_connection_not_th
         return out
 
     assert _serve_here_round(contexts, handler, clients) == [b"", b""]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("contexts", [1, 2, 4])
+def test_serve_here_a_handler_that_returns_no_coroutine_fails_each_connection_not_the_server(
+        contexts):
+    # a plain function (not ``async def``) returns None: nothing to run as the connection's
+    # task. Each connection is closed and the listener goes on accepting, as when awaiting
+    # the handler's result failed inside a connection's own task.
+    calls = []
+
+    def handler(conn):
+        calls.append(conn)
+
+    async def clients(port, first):
+        out = [await _read_to_eof(first)]
+        out.append(await _read_to_eof(await tc.net.connect("127.0.0.1", port)))
+        return out
+
+    assert _serve_here_round(contexts, handler, clients) == [b"", b""]
+    assert len(calls) == 2

@@ -403,10 +403,11 @@ async def serve_here(handler: Callable[[Any], Any], host: str, port: int,
             # every resume of every request passes through (callgrind: 70-500 instructions per
             # echo round trip, by how the turns batch), which a plain server does not pay.
             try:
-                coro = handler(conn)
-            except Exception as e:  # noqa: BLE001 - the call itself (its arguments) failed:
-                coro = _failed(conn, e)  # this connection's failure, as one in its body is
-            t = spawn(coro, name=name)
+                t = spawn(handler(conn), name=name)
+            except Exception as e:  # noqa: BLE001 - the call failed (its arguments) or gave
+                # nothing to run (a plain function): this connection's failure, as one in the
+                # handler's body is, never the accept loop's
+                t = spawn(_failed(conn, e), name=name)
             live.add(t)
             t.add_done_callback(partial(_handler_ended, live, conn))
 
@@ -424,8 +425,8 @@ async def serve_here(handler: Callable[[Any], Any], host: str, port: int,
 
 
 async def _failed(conn: Any, exc: Exception) -> None:
-    """A connection whose handler could not even be called: closed, and the task fails with
-    why, reported as a failing handler is."""
+    """A connection whose handler could not be called or returned no coroutine: closed, and
+    the task fails with why, reported as a failing handler is."""
     await conn.close()
     raise exc
 
