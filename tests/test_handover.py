@@ -352,9 +352,9 @@ TURNS = 64  # one-step turns of the busy context, twice the bound's 32 (WAIT_STE
 
 @pytest.mark.skipif(not GIL, reason="no GIL, nothing to hand over")
 def test_a_peer_back_from_a_release_waits_some_turns_before_a_hand_over(contexts):
-    """A peer whose word says 2 (back from a release of the GIL while awake, waiting for it)
-    is handed the GIL only once it has waited through wakeword.WAIT_STEPS of the busy
-    context's steps, a turn counting as TURN_STEPS at least: 32 one-step turns here. Handed it
+    """With two contexts, a peer whose word says 2 (back from a release of the GIL while
+    awake, waiting for it) is handed the GIL only once it has waited through
+    wakeword.WAIT_STEPS of the busy context's steps, a turn counting as TURN_STEPS at least: 32 one-step turns here. Handed it
     at every turn's end, two busy contexts handed it back and forth at every turn (each
     hand-over leaves the giver's word at 2), idle each time until the other thread ran: on the
     50-connection echo, 0.69-0.74x of one context's rate at twice its CPU per request. The
@@ -391,6 +391,9 @@ def test_a_peer_back_from_a_release_waits_some_turns_before_a_hand_over(contexts
         return [b - a for a, b in zip(counts, counts[1:])]
 
     per_turn = tc.run(main(), contexts=contexts)
+    if contexts > 2:  # more peers: answered at once, as before (wakeword.WAIT_STEPS says why)
+        assert all(per_turn[1:]), per_turn
+        return
     first = per_turn.index(1) if 1 in per_turn else None
     # none for the first 16 turns (the wait began a turn or two before the count), one at
     # every turn's end once the bound is reached (the held peer never takes the GIL)

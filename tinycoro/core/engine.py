@@ -431,9 +431,10 @@ class Engine(RingOwner):
         """At a turn's end (of *steps* steps): let go of the GIL until a peer that waits for
         it has taken it, instead of keeping it until this context sleeps or the switch interval
         forces a switch (core/wakeword.py): one woken from its sleep point (its wake word set
-        there) at once, one back from a release while awake (2: a submit's system call) once it
-        has waited through :data:`wakeword.WAIT_STEPS` of this context's steps. One peer per
-        turn; its word clears as it runs again, or the bound ends the wait."""
+        there) at once, one back from a release while awake (2: a submit's system call) at
+        once too where there are more peers, and with one peer once it has waited through
+        :data:`wakeword.WAIT_STEPS` of this context's steps. One peer per turn; its word clears
+        as it runs again, or the bound ends the wait."""
         self.waited_steps = 0  # this context has the GIL: its own wait is over
         if steps < wakeword.TURN_STEPS:
             steps = wakeword.TURN_STEPS
@@ -441,8 +442,8 @@ class Engine(RingOwner):
             word = e.wake_word[0]
             if not word or (word != 2 and not e.sleeping):
                 continue
-            if not e.sleeping:  # back from a release while awake: this context's next
-                e.waited_steps += steps  # release may give it the GIL, at no idle GIL
+            if not e.sleeping and len(peers) == 1:  # back from a release while awake: this
+                e.waited_steps += steps  # context's next release may give it the GIL first
                 if e.waited_steps < wakeword.WAIT_STEPS:
                     continue
             self.handovers += 1

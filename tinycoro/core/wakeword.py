@@ -21,7 +21,7 @@ A context that was awake waits for the GIL too, after a call that released it: a
 ring sets 2 from C as ``io_uring_enter`` returns and clears it once the GIL is back:
 ``CRing.set_return_word``), the sleep point's one yield (the engine sets 2 around it), and the
 end of its own hand-over (:func:`hand_over` sets 2 once the peer has the GIL). A busy peer
-answers 2 at a turn's end too, but only once that context has waited through
+answers 2 at a turn's end too; with two contexts only once that context has waited through
 :data:`WAIT_STEPS` of its steps (a turn counting as :data:`TURN_STEPS` at least): a context
 back from its submit otherwise waited for the switch interval (1,000-27,000 of the busy
 context's steps in tests/test_handover.py on older code). Not at every turn's end: each
@@ -60,7 +60,10 @@ HAND_OVER_YIELDS = 1000
 #: requests per context, 0.69-0.74x of one context; the servers' threads at real-time
 #: priority to keep the machine's other load out): a bound of 4, 8, 16, 32 and 64 of the
 #: busy context's turns (~10 steps each there; this bound is ~25) gave 0.72-1.2x (mixed),
-#: 0.88-0.92x, 0.92-0.96x, 0.94-1.01x and 0.94-0.99x.
+#: 0.88-0.92x, 0.92-0.96x, 0.94-1.01x and 0.94-0.99x. Two contexts only: with four, this
+#: bound made more hand-overs, not fewer (5-16 per 1,000 requests per context against 1-2)
+#: and served 0.82-0.90x of one context against 0.92-0.98x answering at once, so more
+#: contexts answer at once as before (why they differ was not found).
 WAIT_STEPS = 256
 #: What a turn counts for at least: a turn of one step (a task that only yields) waits
 #: WAIT_STEPS / TURN_STEPS = 32 turns.
