@@ -21,15 +21,16 @@ A context that was awake waits for the GIL too, after a call that released it: a
 ring sets 2 from C as ``io_uring_enter`` returns and clears it once the GIL is back:
 ``CRing.set_return_word``), the sleep point's one yield (the engine sets 2 around it), and the
 end of its own hand-over (:func:`hand_over` sets 2 once the peer has the GIL). A busy peer
-answers 2 at a turn's end too; with two contexts only once that context has waited through
-:data:`WAIT_STEPS` of its steps (a turn counting as :data:`TURN_STEPS` at least): a context
-back from its submit otherwise waited for the switch interval (1,000-27,000 of the busy
-context's steps in tests/test_handover.py on older code). Not at every turn's end: each
-hand-over leaves the giver's own word at 2, so two busy contexts answering at once handed the
-GIL back and forth at every turn, each time idle until the other thread ran, and locked into
-that. On the 50-connection echo with 2 contexts that mode served 0.69-0.74x of one context's
-requests at twice its CPU per request (~20 hand-overs per 1,000 requests per context, against
-~1 without); before the bound the GIL mostly moves at the busy context's own releases (its
+answers 2 at a turn's end too (unanswered, a context back from its submit waited for the
+switch interval: 1,000-27,000 of the busy context's steps in tests/test_handover.py on older
+code): at once for the sleep point's yield and where it has more than one peer; with two
+contexts, once the waiting one has waited through :data:`WAIT_STEPS` of its steps (a turn
+counting as :data:`TURN_STEPS` at least). Not at every turn's end there: each hand-over
+leaves the giver's own word at 2, so two busy contexts answering at once handed the GIL back
+and forth at every turn, each time idle until the other thread ran, and locked into that. On
+the 50-connection echo with 2 contexts that mode served 0.48-0.74x of one context's requests
+at twice its CPU per request (~20 hand-overs per 1,000 requests per context, against ~1
+without); before the bound the GIL mostly moves at the busy context's own releases (its
 submits), which hand it over with no idle GIL when the waiting thread is on a CPU.
 
 Nothing is handed over on a free-threaded build running without the GIL (:func:`needed`): a
