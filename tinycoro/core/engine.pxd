@@ -43,6 +43,7 @@ cdef class Engine(RingOwner):
     cdef public Deadlines deadlines
     cdef public bytearray wake_word
     cdef public Py_ssize_t handovers
+    cdef public Py_ssize_t waited_steps
     cdef public list watchers
     cdef public object thread_ident
     cdef public tuple _peers
@@ -64,7 +65,7 @@ cdef class Engine(RingOwner):
     cdef bint _peer_awake(self)
     # word: a C char, read from the bytearray without a Python int per peer per turn
     @cython.locals(e=Engine, word=char)
-    cdef _hand_over(self, tuple peers)
+    cdef _hand_over(self, tuple peers, Py_ssize_t steps)
     cpdef _step(self, Task task)
     # slot: the user_data's C value, the index where the op goes (no Python int made)
     @cython.locals(slot=Py_ssize_t)

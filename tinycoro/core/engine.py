@@ -203,6 +203,9 @@ class Engine(RingOwner):
         # its turn's end and hands the GIL over. A bytearray: C holds its address without the GIL.
         self.wake_word = bytearray(1)
         self.handovers = 0  # times this context let go of the GIL for a woken peer
+        # Steps of its peers' turns this context waited through for the GIL, back from a
+        # release while awake (its word 2): a peer's _hand_over adds them, its own clears them.
+        self.waited_steps = 0
         self.watchers: list = []  # tinycoro.testing.wait_blocked watches of tasks on this engine
         self.thread_ident: int | None = None
         # The other contexts of this engine's scheduler (Scheduler.peers), set as it starts
@@ -335,7 +338,7 @@ class Engine(RingOwner):
                 if self.deferred:
                     self._run_deferred()
                 if hand_to:  # the turn's end: a woken peer waiting for the GIL gets it now
-                    self._hand_over(hand_to)
+                    self._hand_over(hand_to, n)
                 if until is not None and until._state is DONE:
                     # What other threads queued behind the task's last step runs now, not at
                     # the next run (a notebook's next cell, maybe never): RemoteTask's
@@ -424,19 +427,28 @@ class Engine(RingOwner):
             self.wake_word[0] = 0  # running again: a peer's hand-over (see _hand_over) ends
             self.sleeping = False
 
-    def _hand_over(self, peers: tuple) -> None:
-        """At a turn's end: let go of the GIL until a peer that waits for it has taken it,
-        instead of keeping it until this context sleeps or the switch interval forces a switch
-        (core/wakeword.py): one woken from its sleep (its wake word 1, still in its sleep
-        point), or one back from a submit's system call (2, which its ring clears as it has
-        the GIL). One peer per turn; its word clears as it runs again, or the bound ends the
-        wait."""
+    def _hand_over(self, peers: tuple, steps: int) -> None:
+        """At a turn's end (of *steps* steps): let go of the GIL until a peer that waits for
+        it has taken it, instead of keeping it until this context sleeps or the switch interval
+        forces a switch (core/wakeword.py): one woken from its sleep point (its wake word set
+        there) at once, one back from a release while awake (2: a submit's system call) at
+        once too where there are more peers, and with one peer once it has waited through
+        :data:`wakeword.WAIT_STEPS` of this context's steps. One peer per turn; its word clears
+        as it runs again, or the bound ends the wait."""
+        self.waited_steps = 0  # this context has the GIL: its own wait is over
+        if steps < wakeword.TURN_STEPS:
+            steps = wakeword.TURN_STEPS
         for e in peers:
             word = e.wake_word[0]
-            if word == 2 or (word and e.sleeping):
-                self.handovers += 1
-                wakeword.hand_over(e.wake_word, self.wake_word, wakeword.HAND_OVER_YIELDS)
-                return
+            if not word or (word != 2 and not e.sleeping):
+                continue
+            if not e.sleeping and len(peers) == 1:  # back from a release while awake: this
+                e.waited_steps += steps  # context's next release may give it the GIL first
+                if e.waited_steps < wakeword.WAIT_STEPS:
+                    continue
+            self.handovers += 1
+            wakeword.hand_over(e.wake_word, self.wake_word, wakeword.HAND_OVER_YIELDS)
+            return
 
     def _peer_awake(self) -> bool:
         """Whether another context of this scheduler is awake (not blocked in its sleep

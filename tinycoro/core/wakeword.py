@@ -21,9 +21,17 @@ A context that was awake waits for the GIL too, after a call that released it: a
 ring sets 2 from C as ``io_uring_enter`` returns and clears it once the GIL is back:
 ``CRing.set_return_word``), the sleep point's one yield (the engine sets 2 around it), and the
 end of its own hand-over (:func:`hand_over` sets 2 once the peer has the GIL). A busy peer
-answers 2 as it answers 1, at its turn's end: two busy contexts then take turns, each waiting
-at most one turn of the other, where a context back from its submit waited for the switch
-interval (1,000-27,000 of the busy context's steps in tests/test_handover.py on the old code).
+answers 2 at a turn's end too (unanswered, a context back from its submit waited for the
+switch interval: 1,000-27,000 of the busy context's steps in tests/test_handover.py on older
+code): at once for the sleep point's yield and where it has more than one peer; with two
+contexts, once the waiting one has waited through :data:`WAIT_STEPS` of its steps (a turn
+counting as :data:`TURN_STEPS` at least). Not at every turn's end there: each hand-over
+leaves the giver's own word at 2, so two busy contexts answering at once handed the GIL back
+and forth at every turn, each time idle until the other thread ran, and locked into that. On
+the 50-connection echo with 2 contexts that mode served 0.48-0.74x of one context's requests
+at twice its CPU per request (~20 hand-overs per 1,000 requests per context, against ~1
+without); before the bound the GIL mostly moves at the busy context's own releases (its
+submits), which hand it over with no idle GIL when the waiting thread is on a CPU.
 
 Nothing is handed over on a free-threaded build running without the GIL (:func:`needed`): a
 woken context runs at once there.
@@ -38,12 +46,29 @@ import os
 import select
 import sys
 
-__all__ = ["HAND_OVER_YIELDS", "hand_over", "needed", "wait"]
+__all__ = ["HAND_OVER_YIELDS", "TURN_STEPS", "WAIT_STEPS", "hand_over", "needed", "wait"]
 
 #: How many times a busy context yields the CPU at most, its GIL released, for a woken peer to
 #: take the GIL: a bound, so that a peer that never clears its word (its thread descheduled on a
 #: loaded machine) costs one bounded pause, not a stall. The prototype measured with 1,000.
 HAND_OVER_YIELDS = 1000
+
+#: How many of a busy context's steps a peer back from a release while awake (wake word 2)
+#: waits through before the busy one hands it the GIL at a turn's end; a peer woken from its
+#: sleep point is handed it at once. A bound far below a switch interval of steps, high
+#: enough that two busy contexts do not hand over at every turn (the module doc says why).
+#: Echo, 2 contexts, rounds where the hand-overs came at every turn end (~20 per 1,000
+#: requests per context, 0.69-0.74x of one context; the servers' threads at real-time
+#: priority to keep the machine's other load out): a bound of 4, 8, 16, 32 and 64 of the
+#: busy context's turns (~10 steps each there; this bound is ~25) gave 0.72-1.2x (mixed),
+#: 0.88-0.92x, 0.92-0.96x, 0.94-1.01x and 0.94-0.99x. Two contexts only: with four, this
+#: bound made more hand-overs, not fewer (5-16 per 1,000 requests per context against 1-2)
+#: and served 0.82-0.90x of one context against 0.92-0.98x answering at once, so more
+#: contexts answer at once as before (why they differ was not found).
+WAIT_STEPS = 256
+#: What a turn counts for at least: a turn of one step (a task that only yields) waits
+#: WAIT_STEPS / TURN_STEPS = 32 turns.
+TURN_STEPS = 8
 
 # Bound once, as the compiled twin calls the C function: a hand-over's yields are not the sleep
 # point's one yield before it sleeps (Engine._peer_awake), which tests watch through os.
