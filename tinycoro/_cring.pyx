@@ -1287,11 +1287,12 @@ cdef class RingCore:
 
     def c_calls(self):
         """The address of this module's table of the per-operation calls (``queue``,
-        ``complete``, ``submit``, ``sq_ready``, ``cq_ready``) as C functions that take the ring
-        as their first argument (``core/ringcalls.pxd``): compiled, the owner calls through it
-        where, bound once, each was a Python-level call with its arguments parsed (~200
-        instructions per operation). 0 when this ring's class redefines any of the five in
-        Python: the owner then calls them by name, so the redefinition is what runs."""
+        ``complete``, ``submit``, ``sq_ready``, ``cq_ready``, and the store of ``release_gil``
+        before a submit) as C functions that take the ring as their first argument
+        (``core/ringcalls.pxd``): compiled, the owner calls through it where, bound once,
+        each was a Python-level call with its arguments parsed (~200 instructions per
+        operation). 0 when this ring's class redefines any of them in Python: the owner then
+        calls them by name, so the redefinition is what runs."""
         cdef type cls = type(self)
         for name in _CALL_NAMES:
             if getattr(cls, name) is not getattr(RingCore, name):
@@ -1302,7 +1303,7 @@ cdef class RingCore:
 # -- the owner's calls, as C (core/ringcalls.pxd) ------------------------------------------------
 # The owner passes the ring that handed it the table out (RingOwner keeps it for good); the
 # arguments get the checks the methods' signatures make.
-_CALL_NAMES = ("queue", "complete", "submit", "sq_ready", "cq_ready")
+_CALL_NAMES = ("queue", "complete", "submit", "sq_ready", "cq_ready", "release_gil")
 
 
 cdef int _c_queue(object ring, object prep, object args, unsigned long long ud) except -1:
@@ -1332,9 +1333,14 @@ cdef unsigned _c_cq_ready(object ring) noexcept:
     return (<RingCore>ring)._cq_ready()
 
 
+cdef void _c_set_release_gil(object ring, bint on) noexcept:
+    (<RingCore>ring).release_gil = on
+
+
 cdef RingCalls _CALLS
 _CALLS.queue = _c_queue
 _CALLS.complete = _c_complete
 _CALLS.submit = _c_submit
 _CALLS.sq_ready = _c_sq_ready
 _CALLS.cq_ready = _c_cq_ready
+_CALLS.set_release_gil = _c_set_release_gil

@@ -472,7 +472,10 @@ class Engine(RingOwner):
         submit only starved the process's other threads of the GIL: a busy context took it
         back before a waiter woke, every time (``CRing.submit`` says why). Held, a waiter
         gets it after one switch interval, as it would from any busy Python thread."""
-        self.ring.release_gil = self._peer_awake()
+        if self._calls:  # a C store, where by name it was a setattr per submit (ringcalls.py)
+            ringcalls.set_release_gil(self._calls, self.ring, self._peer_awake())
+        else:
+            self.ring.release_gil = self._peer_awake()
         RingOwner._submit(self)
 
     def _submit_eager(self) -> None:
@@ -481,7 +484,10 @@ class Engine(RingOwner):
         microseconds, too soon for another context to use the GIL, and a release per read
         would have the contexts hand it back and forth once per read instead of once per turn
         (beside a busy context: 40-44k O_DIRECT reads/s released, 62-71k kept)."""
-        self.ring.release_gil = False
+        if self._calls:
+            ringcalls.set_release_gil(self._calls, self.ring, False)
+        else:
+            self.ring.release_gil = False
         RingOwner._submit(self)
 
     def arm_now(self, op: Any) -> BaseException | None:

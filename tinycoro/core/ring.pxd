@@ -11,7 +11,7 @@ cdef bint _LOCKED_REAP
 
 cimport cython
 
-from . cimport cqwatch, ringcalls
+from . cimport cqwatch, fence, ringcalls
 from .traps cimport Op
 
 cdef class RingOwner:

@@ -189,7 +189,9 @@ class RingOwner:
         slot's when none is free. The op goes in ``_slots[ud]`` once its SQE is queued."""
         free = self._free
         if free:
-            return free.pop()
+            if fence.FREE_THREADED:  # pop_keep would call list.pop by name there
+                return free.pop()
+            return ringcalls.pop_keep(free)  # compiled, its storage stays (ringcalls.pxd)
         ud = len(self._slots)  # a new slot: its op's entry and its user_data, that entry's index
         self._slots.append(None)
         self._slots.append(ud)
