@@ -650,3 +650,52 @@ def test_a_prep_that_raises_gives_its_slot_back(ring_cls):
         assert owner.got == [(good, 0)] and owner.own_inflight == 0
     finally:
         owner.ring.close()
+
+
+# -- the compiled ring's calls as C (core/ringcalls.py) ------------------------------------------
+@pytest.mark.skipif(uring.CRing is None, reason=f"compiled ring: {uring.WHY_PURE}")
+def test_a_ring_class_that_redefines_a_call_is_called_by_name():
+    """The owner calls the compiled ring's queue/complete/submit/sq_ready/cq_ready through its
+    C table only when the ring's class keeps all five: a subclass that redefines one in Python
+    hands out no table, so what it redefined runs (as it ran when the owner bound them)."""
+    from tinycoro import compiled
+    from tinycoro.core import ring as ring_module
+
+    submits: list[int] = []
+
+    class CountingRing(uring.CRing):
+        def submit(self):
+            submits.append(1)
+            return super().submit()
+
+    plain = uring.CRing(8)
+    counting = CountingRing(8)
+    try:
+        assert counting.c_calls() == 0
+        assert plain.c_calls() != 0
+        for r in (plain, counting):
+            owner = _Owner.make(r)
+            assert owner._enter(_op(), object()) is None
+            _reap_until(owner, 1)
+            assert owner.got[0][1] == 0
+        assert submits  # the redefinition ran
+        if compiled.is_compiled(ring_module):  # interpreted, the owner never takes the table
+            assert _Owner.make(plain)._calls != 0
+    finally:
+        plain.close()
+        counting.close()
+
+
+def test_a_reap_of_many_completions_delivers_each_once(ring):
+    """More CQEs in one reap than the owner's lists have ever held (the compiled ring makes
+    room for them at once): every op is delivered once with its result, every slot is free
+    again, and the lists are empty after the reap."""
+    owner = _Owner.make(ring)
+    ops = [_op() for _ in range(200)]
+    for op in ops:
+        assert owner._enter(op, object()) is None
+    owner._submit()
+    _reap_until(owner, len(ops))
+    assert sorted(id(op) for op, _ in owner.got) == sorted(id(op) for op in ops)
+    assert {res for _, res in owner.got} == {0}
+    assert owner.inflight_count() == 0 and not owner._done and not owner._shots

@@ -37,6 +37,7 @@ from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int32_t, int64_t
 from libc.string cimport memset
 
 from .core.cqwatch cimport Watch
+from .core.ringcalls cimport RingCalls
 
 import errno as _errno
 import os as _os
@@ -360,6 +361,58 @@ cdef extern from *:
     #define tc_store_release_u16(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
     """
     void tc_store_release_u16(uint16_t* p, uint16_t v) nogil
+
+cdef extern from *:
+    """
+    /* Room for *n* entries in *list* before a run of appends: one allocation where each
+       append past the list's room grew it by an eighth (a realloc and a copy). The owner
+       empties the lists complete() appends to after every reap, which lets their storage go,
+       so each reap grew them again from nothing: ~30 reallocs per reap of 50 echo requests,
+       ~200 instructions per request (callgrind, CPython 3.11). Only the list's own fields
+       change, as list.append's growth changes them (tc_list_push appends into the room), on
+       a list of the owner's that nothing else writes meanwhile (the GIL is held). Not on a
+       free-threaded build, where a list's storage is allocated and freed differently
+       (readers without a lock), nor past 3.13, whose list internals this does not vouch
+       for: there the appends grow it as before. */
+    static int tc_list_reserve(PyObject *list, Py_ssize_t n) {
+    #if defined(Py_GIL_DISABLED) || PY_VERSION_HEX >= 0x030E0000
+        (void)list; (void)n;
+        return 0;
+    #else
+        PyListObject *l = (PyListObject *)list;
+        PyObject **items;
+        if (l->allocated >= n || n > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(PyObject *))
+            return 0;
+        items = (PyObject **)PyMem_Realloc(l->ob_item, (size_t)n * sizeof(PyObject *));
+        if (items == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        l->ob_item = items;
+        l->allocated = n;
+        return 0;
+    #endif
+    }
+
+    /* list.append into that room: CPython's own append (and Cython's inline one) shrinks a
+       list whose length is below half its room before it appends, which would undo the
+       reservation at the first append. */
+    static CYTHON_INLINE int tc_list_push(PyObject *list, PyObject *item) {
+    #if !defined(Py_GIL_DISABLED) && PY_VERSION_HEX < 0x030E0000
+        PyListObject *l = (PyListObject *)list;
+        Py_ssize_t n = Py_SIZE(l);
+        if (n < l->allocated) {
+            Py_INCREF(item);
+            l->ob_item[n] = item;
+            Py_SET_SIZE(l, n + 1);
+            return 0;
+        }
+    #endif
+        return PyList_Append(list, item);
+    }
+    """
+    int tc_list_reserve(list l, Py_ssize_t n) except -1
+    int tc_list_push(list l, object item) except -1
 
 cdef extern from *:
     """
@@ -708,6 +761,14 @@ cdef inline void* _buffer(object obj, size_t nbytes, bint writable) except NULL:
     """
     cdef Py_buffer view
     cdef void* addr
+    # bytes, the common send (a stream's sendall passes recv's bytes as they are): its own
+    # storage and size, what its buffer export returns, without the export and release
+    # (~70 instructions per send, callgrind)
+    if not writable and type(obj) is bytes:
+        if <size_t>PyBytes_GET_SIZE(obj) < nbytes:
+            raise ValueError(f"nbytes ({nbytes}) is larger than the buffer "
+                             f"({PyBytes_GET_SIZE(obj)} bytes)")
+        return PyBytes_AS_STRING(obj)
     PyObject_GetBuffer(obj, &view, PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
     addr = view.buf
     if <size_t>view.len < nbytes:
@@ -849,6 +910,10 @@ cdef class RingCore:
         propagates: the kernel never sees a half-prepared operation (rule 11).
         Raises :class:`RingBusy`, having queued nothing, when the kernel takes no more SQEs.
         """
+        self._queue(prep, args, ud)
+
+    cdef int _queue(self, prep, tuple args, unsigned long long ud) except -1:
+        """:meth:`queue`, a C call (its owner's, through :meth:`c_calls`)."""
         cdef io_uring_sqe* sqe = self._take()
         cdef SQE view
         try:
@@ -870,6 +935,7 @@ cdef class RingCore:
             io_uring_sqe_set_data64(sqe, _SKIP_UD)
             raise
         io_uring_sqe_set_data64(sqe, ud)
+        return 0
 
     def get_sqe(self):
         """A free SQE, for callers that prepare it by hand (``prep(sqe, *args)``).
@@ -907,6 +973,10 @@ cdef class RingCore:
         asks for a switch. A context busy enough to submit more often than every switch
         interval then starved the process's other threads (the main thread unwinding a
         Ctrl-C waited up to seconds); only a peer context gains from the release."""
+        return self._submit()
+
+    cdef int _submit(self) except -1:
+        """:meth:`submit`, a C call (its owner's, through :meth:`c_calls`)."""
         cdef io_uring* ring = &self._ring
         cdef char* word = self._word
         cdef int n
@@ -927,6 +997,9 @@ cdef class RingCore:
             PyErr_CheckSignals()  # raises what a signal handler raised (KeyboardInterrupt)
 
     def sq_ready(self):
+        return io_uring_sq_ready(&self._ring)
+
+    cdef unsigned _sq_ready(self) noexcept:
         return io_uring_sq_ready(&self._ring)
 
     @property
@@ -971,6 +1044,11 @@ cdef class RingCore:
         ``IORING_CQE_F_MORE``) frees the slot and takes the op out of *standing*. The owner's
         tables are the one record of what is in flight: the ring keeps no copy of them.
         """
+        return self._complete(slots, free, standing, done, shots)
+
+    cdef Py_ssize_t _complete(self, list slots, list free, dict standing, list done,
+                              list shots) except -1:
+        """:meth:`complete`, a C call (its owner's, through :meth:`c_calls`)."""
         cdef io_uring* ring = &self._ring
         cdef io_uring_cqe* cqe
         cdef Py_ssize_t n = 0
@@ -982,6 +1060,11 @@ cdef class RingCore:
         cdef object op
         cdef uint16_t bid
         cdef bint more
+        cdef Py_ssize_t ready = io_uring_cq_ready(ring)
+        if ready > 1:  # each CQE appends 2 entries to done, or 4 to shots (tc_list_reserve)
+            tc_list_reserve(done, PyList_GET_SIZE(done) + 2 * ready)
+            tc_list_reserve(shots, PyList_GET_SIZE(shots) + 4 * ready)
+            tc_list_reserve(free, PyList_GET_SIZE(free) + ready)
         while True:
             cqe = _peek(ring)
             if cqe == NULL:
@@ -1028,13 +1111,13 @@ cdef class RingCore:
                 more = (flags & _CQE_F_MORE) != 0
                 # four entries, not a tuple: a tuple per CQE, alive for the whole reap,
                 # filled the collector's young generation at many connections
-                shots.append(op)
-                shots.append(res)
-                shots.append(data)
-                shots.append(more)
+                tc_list_push(shots, op)
+                tc_list_push(shots, res)
+                tc_list_push(shots, data)
+                tc_list_push(shots, more)
                 if not more:
                     slots[<Py_ssize_t>slot] = None
-                    free.append(<object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
+                    tc_list_push(free, <object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
                     standing.pop(ud, None)
                 continue
             io_uring_cqe_seen(ring, cqe)
@@ -1042,10 +1125,10 @@ cdef class RingCore:
             slots[<Py_ssize_t>slot] = None
             # the slot's own int: a new one per completion was an allocation (and, at
             # 10,000 connections, often a cache miss) where ops number past 256
-            free.append(<object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
+            tc_list_push(free, <object>PyList_GET_ITEM(slots, <Py_ssize_t>slot + 1))
             # two entries, not a tuple: as the shots above
-            done.append(op)
-            done.append(res)
+            tc_list_push(done, op)
+            tc_list_push(done, res)
 
     # -- the provided-buffer ring ---------------------------------------------------------------
     cdef void _pb_give(self, uint16_t bid) noexcept nogil:
@@ -1183,6 +1266,9 @@ cdef class RingCore:
         kernel writes the eventfd only for the first completion it holds back, so one held
         while notifications were off would otherwise be slept on, and no later one would
         write it either (a lost wake-up)."""
+        return self._cq_ready()
+
+    cdef unsigned _cq_ready(self) noexcept:
         cdef unsigned n = io_uring_cq_ready(&self._ring)
         if n == 0 and _kernel_holds_cqes(&self._ring):
             return 1
@@ -1198,3 +1284,63 @@ cdef class RingCore:
         and :meth:`cq_ready` read, without calling it. Valid while this object lives; after
         :meth:`ring_exit` it says "look"."""
         return <size_t>&self._watch
+
+    def c_calls(self):
+        """The address of this module's table of the per-operation calls (``queue``,
+        ``complete``, ``submit``, ``sq_ready``, ``cq_ready``, and the store of ``release_gil``
+        before a submit) as C functions that take the ring as their first argument
+        (``core/ringcalls.pxd``): compiled, the owner calls through it where, bound once,
+        each was a Python-level call with its arguments parsed (~200 instructions per
+        operation). 0 when this ring's class redefines any of them in Python: the owner then
+        calls them by name, so the redefinition is what runs."""
+        cdef type cls = type(self)
+        for name in _CALL_NAMES:
+            if getattr(cls, name) is not getattr(RingCore, name):
+                return 0
+        return <size_t>&_CALLS
+
+
+# -- the owner's calls, as C (core/ringcalls.pxd) ------------------------------------------------
+# The owner passes the ring that handed it the table out (RingOwner keeps it for good); the
+# arguments get the checks the methods' signatures make.
+_CALL_NAMES = ("queue", "complete", "submit", "sq_ready", "cq_ready", "release_gil")
+
+
+cdef int _c_queue(object ring, object prep, object args, unsigned long long ud) except -1:
+    if not isinstance(args, tuple):
+        raise TypeError(f"queue() args must be a tuple, not {type(args).__name__}")
+    return (<RingCore>ring)._queue(prep, <tuple>args, ud)
+
+
+cdef Py_ssize_t _c_complete(object ring, object slots, object free, object standing,
+                            object done, object shots) except -1:
+    if not (isinstance(slots, list) and isinstance(free, list) and isinstance(standing, dict)
+            and isinstance(done, list) and isinstance(shots, list)):
+        raise TypeError("complete() takes four lists and a dict")
+    return (<RingCore>ring)._complete(<list>slots, <list>free, <dict>standing, <list>done,
+                                      <list>shots)
+
+
+cdef int _c_submit(object ring) except -1:
+    return (<RingCore>ring)._submit()
+
+
+cdef unsigned _c_sq_ready(object ring) noexcept:
+    return (<RingCore>ring)._sq_ready()
+
+
+cdef unsigned _c_cq_ready(object ring) noexcept:
+    return (<RingCore>ring)._cq_ready()
+
+
+cdef void _c_set_release_gil(object ring, bint on) noexcept:
+    (<RingCore>ring).release_gil = on
+
+
+cdef RingCalls _CALLS
+_CALLS.queue = _c_queue
+_CALLS.complete = _c_complete
+_CALLS.submit = _c_submit
+_CALLS.sq_ready = _c_sq_ready
+_CALLS.cq_ready = _c_cq_ready
+_CALLS.set_release_gil = _c_set_release_gil

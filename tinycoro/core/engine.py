@@ -95,7 +95,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
-from . import deques, fence, resume, wakeword
+from . import deques, fence, resume, ringcalls, wakeword
 from .errors import Cancelled, asyncio_in_task
 from .deadlines import Deadlines
 from .timeshare import STEP as BUSY_STEP
@@ -484,7 +484,10 @@ class Engine(RingOwner):
         submit only starved the process's other threads of the GIL: a busy context took it
         back before a waiter woke, every time (``CRing.submit`` says why). Held, a waiter
         gets it after one switch interval, as it would from any busy Python thread."""
-        self.ring.release_gil = self._peer_awake()
+        if self._calls:  # a C store, where by name it was a setattr per submit (ringcalls.py)
+            ringcalls.set_release_gil(self._calls, self.ring, self._peer_awake())
+        else:
+            self.ring.release_gil = self._peer_awake()
         RingOwner._submit(self)
 
     def _submit_eager(self) -> None:
@@ -493,7 +496,10 @@ class Engine(RingOwner):
         microseconds, too soon for another context to use the GIL, and a release per read
         would have the contexts hand it back and forth once per read instead of once per turn
         (beside a busy context: 40-44k O_DIRECT reads/s released, 62-71k kept)."""
-        self.ring.release_gil = False
+        if self._calls:
+            ringcalls.set_release_gil(self._calls, self.ring, False)
+        else:
+            self.ring.release_gil = False
         RingOwner._submit(self)
 
     def arm_now(self, op: Any) -> BaseException | None:
@@ -630,7 +636,10 @@ class Engine(RingOwner):
         slot = ud = self._take_slot()
         op.ud = ud
         try:
-            self._ring_queue(op.prep, op.args, ud)
+            if self._calls:  # compiled over the compiled ring: a C call (core/ringcalls.py)
+                ringcalls.queue(self._calls, self.ring, op.prep, op.args, ud)
+            else:
+                self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
@@ -756,7 +765,9 @@ class Engine(RingOwner):
         """What the task of each completed op sees (``RingOwner._reap`` calls this): the
         result, or, when the op failed while we were cancelling it, the interrupt. *done*
         holds ``op, res`` pairs as two entries each."""
-        append = self.ready.append
+        # deques.append: compiled, a C call of deque's own append, where the bound
+        # `self.ready.append` went through Python's generic call per completion (deques.pxd)
+        ready = self.ready
         n = len(done)
         for i in range(0, n, 2):
             op = done[i]
@@ -775,10 +786,10 @@ class Engine(RingOwner):
                     task._resume_exc = exc
                 else:
                     task._resume_value = res
-                append(task)
+                deques.append(ready, task)
             else:
                 task._resume_value = res
-                append(task)
+                deques.append(ready, task)
 
     def _wait_for_cqe(self) -> None:
         self._sleep(draining=True)

@@ -11,11 +11,11 @@ cdef bint _LOCKED_REAP
 
 cimport cython
 
-from . cimport cqwatch
+from . cimport cqwatch, fence, ringcalls
 from .traps cimport Op
 
 cdef class RingOwner:
-    cdef public object ring
+    cdef readonly object ring  # readonly: the call table (_calls) is this ring's
     cdef public list _slots  # the in-flight table: op (or None) and user_data per slot (ring.py)
     cdef public list _free  # the free slots' user_data
     cdef public Py_ssize_t unsubmitted
@@ -35,6 +35,7 @@ cdef class RingOwner:
     cdef readonly object _ring_sq_ready
     cdef readonly Py_ssize_t cq_high
     cdef size_t _cq_watch  # the compiled ring's CQ watch, 0 for none (ring.py, _reap)
+    cdef readonly size_t _calls  # the compiled ring's call table, 0 for none (core/ringcalls.py)
     cdef dict __dict__  # subclasses (Engine, LoopHost) keep attributes of their own
 
     cpdef _deliver(self, list done)
@@ -45,9 +46,11 @@ cdef class RingOwner:
     cpdef bint holds(self, op) except -1
     @cython.locals(slot=Py_ssize_t, slots=list)
     cdef bint _holds_at(self, Py_ssize_t ud, op) except -1
-    @cython.locals(reaped=bint)
+    @cython.locals(reaped=bint, n=Py_ssize_t)
     cpdef _reap(self)
     cpdef _submit(self)
+    cdef Py_ssize_t _cq_ready(self) except -1
+    cdef Py_ssize_t _complete(self, list done, list shots) except -1
     # C integers: with an object index, `range(0, len(shots), 4)` was a range object, its
     # iterator and a boxed index per CQE, and each `shots[i + k]` a generic subscript: ~1,300
     # instructions per multishot CQE (callgrind, 3.11), two per echo round trip

@@ -49,7 +49,7 @@ import threading
 from typing import Any, Callable, Optional
 
 from .. import _ringdefs, compiled, uring
-from . import cqwatch, fence
+from . import cqwatch, fence, ringcalls
 from .ringseams import IoRing, MultiOp
 
 __all__ = ["IoRing", "MultiOp", "RingOwner"]
@@ -102,12 +102,16 @@ class RingOwner:
                  "standing", "_shots", "rearms", "nobufs_endings", "completion_hook",
                  "_flight_lock", "_ring_queue", "_ring_complete", "_ring_cq_ready", "_ring_submit",
                  "_ring_sq_ready", "cq_high",
-                 "_cq_watch")
+                 "_cq_watch", "_calls")
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
-        # The ring's two calls of every operation, bound once: compiled, ``self.ring.queue(...)``
-        # looked the method up on the ring's type at each call (~100 instructions an op)
+        # Compiled over the compiled ring: the table through which its five calls below are C
+        # calls (core/ringcalls.py says why); 0 (call the ring's methods) otherwise
+        calls = getattr(ring, "c_calls", None) if _COMPILED else None
+        self._calls = calls() if calls is not None else 0
+        # Without the table, the ring's two calls of every operation, bound once: by name,
+        # ``self.ring.queue(...)`` looked the method up on the ring's type at each call
         self._ring_queue = ring.queue
         self._ring_complete = ring.complete
         self._ring_cq_ready = ring.cq_ready
@@ -163,7 +167,10 @@ class RingOwner:
             ud |= tag
         op.ud = ud
         try:
-            self._ring_queue(op.prep, op.args, ud)
+            if self._calls:
+                ringcalls.queue(self._calls, self.ring, op.prep, op.args, ud)
+            else:
+                self._ring_queue(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
@@ -182,7 +189,9 @@ class RingOwner:
         slot's when none is free. The op goes in ``_slots[ud]`` once its SQE is queued."""
         free = self._free
         if free:
-            return free.pop()
+            if fence.FREE_THREADED:  # pop_keep would call list.pop by name there
+                return free.pop()
+            return ringcalls.pop_keep(free)  # compiled, its storage stays (ringcalls.pxd)
         ud = len(self._slots)  # a new slot: its op's entry and its user_data, that entry's index
         self._slots.append(None)
         self._slots.append(ud)
@@ -215,21 +224,33 @@ class RingOwner:
         """Hand the queued SQEs to the kernel. EBUSY/EAGAIN: it wants completions reaped first
         (CQ overflow); never drop work (rule 5): reap, and the SQEs stay for the next submit."""
         try:
-            self._ring_submit()
+            if self._calls:
+                ringcalls.submit(self._calls, self.ring)
+            else:
+                self._ring_submit()
         except OSError as e:
             if e.errno not in (errno.EBUSY, errno.EAGAIN):
                 raise
             self._reap()
             return
-        self.unsubmitted = self._ring_sq_ready()
+        if self._calls:
+            self.unsubmitted = ringcalls.sq_ready(self._calls, self.ring)
+        else:
+            self.unsubmitted = self._ring_sq_ready()
         # The kernel posts completions while it runs a submit (the task work of earlier ones),
         # and the owner reaps at its turn's end; a turn that resumes thousands of tasks submits
         # hundreds of times first. When the CQ is full, the kernel ends every multishot recv
         # that has a CQE to post (no IORING_CQE_F_MORE), and each is armed again by its next
         # recv: at 10,000 echo connections on one context, 7 re-arms per 100 requests. Reaping
         # here once the CQ is half full keeps it from filling, whatever the connection count.
-        if self.cq_high and self._ring_cq_ready() >= self.cq_high:
+        if self.cq_high and self._cq_ready() >= self.cq_high:
             self._reap()
+
+    def _cq_ready(self) -> int:
+        """The ring's ``cq_ready()``: a C call through the table where there is one."""
+        if self._calls:
+            return ringcalls.cq_ready(self._calls, self.ring)
+        return self._ring_cq_ready()
 
     def arm(self, op: Any, rearm: bool = False) -> BaseException | None:
         """Start *op*, a :class:`MultiOp`, with no task as its waiter: its CQEs go to its
@@ -288,9 +309,9 @@ class RingOwner:
         try:
             if _LOCKED_REAP:  # describe_inflight says why
                 with self._flight_lock:
-                    n = self._ring_complete(self._slots, self._free, self.standing, done, shots)
+                    n = self._complete(done, shots)
             else:
-                n = self._ring_complete(self._slots, self._free, self.standing, done, shots)
+                n = self._complete(done, shots)
             reaped = True
         finally:
             if not reaped:  # pragma: no cover - the ring raises only on memory exhaustion
@@ -309,6 +330,14 @@ class RingOwner:
                 self._deliver(done)
             finally:
                 done.clear()
+
+    def _complete(self, done: list, shots: list) -> int:
+        """The ring's ``complete()`` over this owner's tables: a C call through the table
+        where there is one."""
+        if self._calls:
+            return ringcalls.complete(self._calls, self.ring, self._slots, self._free,
+                                      self.standing, done, shots)
+        return self._ring_complete(self._slots, self._free, self.standing, done, shots)
 
     def describe_inflight(self, ud: int, op: Any) -> tuple[str, str] | None:
         """Any thread: the prep's name and ``op.describe()`` of *op* while it is still in

@@ -9,8 +9,7 @@ cimport cython
 from .._clocal cimport running_engine, running_task
 from ..core cimport fence, iterslots, tokens
 from ..core.task cimport wake_waiter
-from ..core.traps cimport Op
-from .ops cimport InlineOp
+from .ops cimport InlineOp, RecvLimit
 
 cdef class MultishotRecv(InlineOp):
     cdef public object head
@@ -42,9 +41,8 @@ cdef class MultishotRecv(InlineOp):
     cdef int _look(self, object engine, Py_ssize_t want) except -1
 
 
-cdef class RecvCall(Op):
+cdef class RecvCall(RecvLimit):  # its want: RecvLimit's (ops.pxd)
     cdef public MultishotRecv ms
-    cdef public Py_ssize_t want
     # a list (the stream's spare list) or None: typed, `not spare` reads its length
     cdef public list spare
     # RecvCall's own steps (it is its own iterator: no generator per recv)

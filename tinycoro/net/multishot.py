@@ -36,8 +36,8 @@ from ..core.errors import ClosedResourceError
 from ..core.local import running_engine, running_task
 from ..core.local import thread_state as _local
 from ..core.task import wake_waiter
-from ..core.traps import YIELD, Op, Park, foreign_waiter, run_outside, thrown
-from .ops import BulkRecvOp, InlineOp, already_receiving, peer_of
+from ..core.traps import YIELD, Park, foreign_waiter, run_outside, thrown
+from .ops import BulkRecvOp, InlineOp, RecvLimit, already_receiving, peer_of
 
 __all__ = ["AVAILABLE", "MultishotRecv", "QUEUE_LIMIT", "RecvCall"]
 
@@ -483,7 +483,7 @@ def _broken(exc: BaseException) -> OSError:
     return error
 
 
-class RecvCall(Op):
+class RecvCall(RecvLimit):
     """One ``Stream.recv(max_bytes)`` call on the multishot path: the awaitable, holding this
     call's own limit. The stream's :class:`MultishotRecv` is shared by every call, so a limit
     kept there was overwritten by any later call (one refused with "another task is already
@@ -508,7 +508,8 @@ class RecvCall(Op):
     hand (``send``: ``tc.spawn(stream.recv())``, ``asyncio.create_task``) leaves the spare
     for good, since its driver may still hold it."""
 
-    __slots__ = ("ms", "want", "spare", "state", "limit", "engine", "held", "sub", "result")
+    # and "want", its limit: RecvLimit's
+    __slots__ = ("ms", "spare", "state", "limit", "engine", "held", "sub", "result")
 
     def __init__(self, ms: MultishotRecv, want: int, spare: Any = None) -> None:
         self._fill(_never_queued, ())  # no SQE of its own

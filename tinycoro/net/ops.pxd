@@ -5,10 +5,15 @@
 cimport cython
 
 from ..closing cimport ResourceOp
+from ..core.traps cimport Op
 from ..core.engine cimport Engine
 from ..core cimport deques, iterslots, tokens
 from .._clocal cimport running_engine
 from . cimport _nbsend
+
+# what a stream's recv writes of its spare multishot call (ops.py says why it is here)
+cdef class RecvLimit(Op):
+    cdef public Py_ssize_t want
 
 cdef class InlineOp(ResourceOp):
     # `except -1`: a call is checked by its return value; undeclared, each call was followed

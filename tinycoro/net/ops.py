@@ -24,11 +24,12 @@ from ..core import deques, iterslots, tokens
 from ..core.errors import ClosedResourceError, oserror
 from ..core.local import running_engine
 from ..core.local import thread_state as _local
-from ..core.traps import DONE, YIELD, run_outside, thrown
+from ..core.traps import DONE, YIELD, Op, run_outside, thrown
 from . import _nbsend
 
 __all__ = [
-    "AcceptOp", "BULK_RECV", "BulkRecvOp", "InlineOp", "MSG_NOSIGNAL", "RecvOp", "SendallOp",
+    "AcceptOp", "BULK_RECV", "BulkRecvOp", "InlineOp", "MSG_NOSIGNAL", "RecvLimit", "RecvOp",
+    "SendallOp",
     "already_receiving", "bulk_recv_available", "peer_of",
 ]
 
@@ -78,6 +79,18 @@ def already_receiving(pending: Any, owner: Any) -> Exception:
     stream = owner()
     kind = type(stream).__name__ if stream is not None else "stream"
     return RuntimeError(f"another task is already receiving on this {kind}")
+
+
+class RecvLimit(Op):
+    """The base of a stream's multishot recv call (:class:`tinycoro.net.multishot.RecvCall`):
+    its limit, ``want``, which ``Stream.recv`` writes each time it hands its spare call out.
+    Here, not beside the call's other fields, because the stream is compiled against this
+    module's layout, which is compiled wherever the stream is; the multishot module may run
+    interpreted beside a compiled stream (a partial build), and a stream compiled against its
+    layout would fail to import there. Compiled, the write is a C store (ops.pxd), where by
+    name it was a Python setattr (~150 instructions per recv, callgrind, CPython 3.11)."""
+
+    __slots__ = ("want",)
 
 
 class InlineOp(ResourceOp):

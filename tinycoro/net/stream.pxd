@@ -8,7 +8,7 @@ cimport cython
 
 from ..core cimport tokens
 from . cimport _untrack
-from .ops cimport SendallOp
+from .ops cimport RecvLimit, SendallOp
 
 # buffers.MAX_RW as a C integer: sendall compares a length with it
 cdef Py_ssize_t _MAX_RW
@@ -25,8 +25,9 @@ cdef class _StreamCore:
     cdef public object _ref
     cdef public list _recv_token
 
-    # typed locals: the spare sendall's args are written as a C field
-    @cython.locals(spare=list)
+    # typed locals: the spare sendall's args are written as a C field, and so is the spare
+    # recv call's limit (its C base, ops.pxd: the multishot's own layout may be interpreted)
+    @cython.locals(spare=list, call=RecvLimit)
     cpdef recv(self, max_bytes=*)
     @cython.locals(op=SendallOp, spare=list, n=Py_ssize_t)
     cpdef sendall(self, data)
