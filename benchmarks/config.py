@@ -54,6 +54,9 @@ class Config:
     cluster_engines: int = 2
     cluster_yields: int = 400_000  # yield_now rounds with arithmetic, all parts together
     cluster_parts: int = 8  # tasks they are split in
+    # batches of cluster_yields, one after another, timed as one repetition: a batch takes
+    # 40-80 ms, too short to measure alone on a shared machine (benchmarks/w_cluster.py)
+    cluster_batches: int = 10
     cluster_roundtrips: int = 200  # trivial submits (and ipyparallel applies) in a row
     contexts: int = 1  # contexts for workloads 1-5 (asyncio is one thread too)
     profile: bool = False
@@ -99,6 +102,7 @@ QUICK = FULL.with_(
     direct_ops=30_000,
     echo_seconds=1.0,
     cluster_yields=200_000,
+    cluster_batches=3,
     cluster_roundtrips=100,
     profile=False,
 )
@@ -122,6 +126,7 @@ TINY = FULL.with_(
     direct_ops=256,
     echo_seconds=0.2,
     cluster_yields=4_000,
+    cluster_batches=1,
     cluster_roundtrips=5,
     profile=False,
 )

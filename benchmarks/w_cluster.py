@@ -7,7 +7,11 @@ per run:
 * **CPU-bound coroutines**: ``yields`` rounds of a little arithmetic, each followed by
   ``await tc.yield_now()``, split in ``parts`` tasks: all in this process (``tc.run``, 1
   context), all on one engine, and spread over both engines (``cluster.submit`` per part,
-  wall time from the first submit to the last result). The reference for what the machine can
+  wall time from the first submit to the last result). A repetition times ``batches`` such
+  rounds one after another (each starts once the one before has its results): one round takes
+  40-80 ms, and on a shared machine a repetition that short measured the machine's next tenth
+  of a second (one full run's median was 0.90x where a run of this workload alone right after
+  gave 1.84x; plain Python's own pair ranged 1.24-1.97x in that run's rounds). The reference for what the machine can
   give is the same arithmetic in plain Python, without tinycoro: one worker process doing it
   all against two doing half each (plain subprocesses fed over a pipe, started once).
 * **TCP echo**: 64 B, ``echo_conns`` connections from the project's C load generator
@@ -174,12 +178,13 @@ def _split(total: int, parts: int) -> list[int]:
 
 
 # -- 1 process ---------------------------------------------------------------------------------
-async def _local(total: int, parts: int) -> Sample:
+async def _local(total: int, parts: int, batches: int = 1) -> Sample:
     t0 = time.perf_counter()
-    tasks = [tc.spawn(crunch(n)) for n in _split(total, parts)]
-    for t in tasks:
-        await t
-    return Sample(total / (time.perf_counter() - t0))
+    for _ in range(batches):
+        tasks = [tc.spawn(crunch(n)) for n in _split(total, parts)]
+        for t in tasks:
+            await t
+    return Sample(total * batches / (time.perf_counter() - t0))
 
 
 # -- plain-Python workers ----------------------------------------------------------------------
@@ -221,13 +226,14 @@ class PlainWorker:
             self.proc.stdout.close()
 
 
-def _plain(workers: list[PlainWorker], total: int) -> Sample:
+def _plain(workers: list[PlainWorker], total: int, batches: int = 1) -> Sample:
     t0 = time.perf_counter()
-    for w, n in zip(workers, _split(total, len(workers))):
-        w.send(n)
-    for w in workers:
-        w.wait()
-    return Sample(total / (time.perf_counter() - t0))
+    for _ in range(batches):
+        for w, n in zip(workers, _split(total, len(workers))):
+            w.send(n)
+        for w in workers:
+            w.wait()
+    return Sample(total * batches / (time.perf_counter() - t0))
 
 
 def worker_main() -> None:
@@ -252,25 +258,30 @@ def start_cluster(cfg: Config, stack: ExitStack) -> tuple[Any, str | None]:
     return cluster, None
 
 
-def _remote(cluster: Any, engines: list[int], total: int, parts: int) -> Sample:
-    """Part i on engine ``engines[i % len(engines)]``; wall time to the last result."""
+def _remote(cluster: Any, engines: list[int], total: int, parts: int,
+            batches: int = 1) -> Sample:
+    """Part i on engine ``engines[i % len(engines)]``; wall time to the last result of the
+    last batch (a batch starts once the one before has all its results)."""
     t0 = time.perf_counter()
-    tasks = [cluster.submit(crunch, n, engine=engines[i % len(engines)])
-             for i, n in enumerate(_split(total, parts))]
-    for t in tasks:
-        t.result(timeout=600)
-    return Sample(total / (time.perf_counter() - t0))
+    for _ in range(batches):
+        tasks = [cluster.submit(crunch, n, engine=engines[i % len(engines)])
+                 for i, n in enumerate(_split(total, parts))]
+        for t in tasks:
+            t.result(timeout=600)
+    return Sample(total * batches / (time.perf_counter() - t0))
 
 
-def _remote_fan_out(cluster: Any, engines: list[int], total: int, parts: int) -> Sample:
+def _remote_fan_out(cluster: Any, engines: list[int], total: int, parts: int,
+                    batches: int = 1) -> Sample:
     """The same parts, one submit per engine that spawns its share there (:func:`fan_out`)."""
     t0 = time.perf_counter()
     sizes = _split(total, parts)
-    tasks = [cluster.submit(fan_out, crunch, sizes[i::len(engines)], engine=e)
-             for i, e in enumerate(engines)]
-    for t in tasks:
-        t.result(timeout=600)
-    return Sample(total / (time.perf_counter() - t0))
+    for _ in range(batches):
+        tasks = [cluster.submit(fan_out, crunch, sizes[i::len(engines)], engine=e)
+                 for i, e in enumerate(engines)]
+        for t in tasks:
+            t.result(timeout=600)
+    return Sample(total * batches / (time.perf_counter() - t0))
 
 
 def _rate(rounds: int, one: Callable[[], Any]) -> Sample:
@@ -334,7 +345,7 @@ class ClusterEcho:
 
 # -- cases -------------------------------------------------------------------------------------
 def _cpu_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> Case:
-    total, parts = cfg.cluster_yields, cfg.cluster_parts
+    total, parts, batches = cfg.cluster_yields, cfg.cluster_parts, cfg.cluster_batches
     workers: list[PlainWorker] = []
     try:
         for _ in range(2):
@@ -346,16 +357,18 @@ def _cpu_case(cfg: Config, stack: ExitStack, cluster: Any, why: str | None) -> C
         plain_skip = f"plain worker did not start: {e}"
     ids = [e.id for e in cluster.engines] if cluster is not None else []
     series = [
-        Series(LOCAL, lambda: run_tc(_local(total, parts), 1)),
-        Series(ONE, lambda: _remote(cluster, ids[:1], total, parts), skip=why),
-        Series(TWO, lambda: _remote(cluster, ids[:2], total, parts), skip=why),
-        Series(TWO_FAN, lambda: _remote_fan_out(cluster, ids[:2], total, parts), skip=why),
-        Series(PLAIN1, lambda: _plain(workers[:1], total), skip=plain_skip),
-        Series(PLAIN2, lambda: _plain(workers[:2], total), skip=plain_skip),
+        Series(LOCAL, lambda: run_tc(_local(total, parts, batches), 1)),
+        Series(ONE, lambda: _remote(cluster, ids[:1], total, parts, batches), skip=why),
+        Series(TWO, lambda: _remote(cluster, ids[:2], total, parts, batches), skip=why),
+        Series(TWO_FAN, lambda: _remote_fan_out(cluster, ids[:2], total, parts, batches),
+               skip=why),
+        Series(PLAIN1, lambda: _plain(workers[:1], total, batches), skip=plain_skip),
+        Series(PLAIN2, lambda: _plain(workers[:2], total, batches), skip=plain_skip),
     ]
     ratios = [Ratio(TWO, LOCAL, TARGET_CPU), Ratio(TWO_FAN, LOCAL), Ratio(TWO, ONE),
               Ratio(PLAIN2, PLAIN1)]
-    return Case(WORKLOAD, f"CPU-bound coroutines, {total // 1000}k yields in {parts} tasks",
+    each = f", {batches} batches a rep" if batches > 1 else ""
+    return Case(WORKLOAD, f"CPU-bound coroutines, {total // 1000}k yields in {parts} tasks{each}",
                 "yields/s", series, ratios)
 
 
