@@ -582,3 +582,27 @@ def test_a_spawn_from_a_guest_engine_while_a_stop_unwinds_is_refused():
         stopper.join(30)
         guest.close()
     assert not stopper.is_alive() and not tinycoro_threads()
+
+
+def test_a_context_is_awake_to_its_peers_only_while_its_thread_runs_it(contexts):
+    """Peers read a context's ``sleep_since`` (0: awake) to decide whether a submit releases
+    the GIL for it (``Engine._peer_awake``). A context whose thread has not started yet, or
+    whose run has ended, cannot take the GIL: counted awake, a busy context released it at
+    every submit for nobody, and the thread starting the other contexts waited behind those
+    releases (a release resets the waiter's switch-interval clock) for tens of milliseconds."""
+    from tinycoro import lowlevel
+
+    sched = tc.Scheduler(contexts)
+    engines = sched.peers(None)  # the scheduler's seam to its contexts: every one of them
+    assert len(engines) == contexts
+    before = [e.sleep_since for e in engines]
+    seen = []
+
+    async def main():
+        seen.append(lowlevel.current_engine().sleep_since)
+
+    sched.submit(main())
+    sched.loop()  # run, so that a failure below leaves no thread or ring behind
+    assert all(t > 0.0 for t in before), "not started, yet awake to its peers"
+    assert seen == [0.0], "a context running a task must read as awake"
+    assert all(e.sleep_since > 0.0 for e in engines), "ended, yet awake to its peers"

@@ -63,6 +63,7 @@ cdef class Engine(RingOwner):
     cpdef push(self, task)
     cdef _run_calls(self)
     cdef bint _peer_awake(self)
+    cdef _end_sleep(self, double t0)  # a C call at each wake
     # word: a C char, read from the bytearray without a Python int per peer per turn
     @cython.locals(e=Engine, word=char)
     cdef _hand_over(self, tuple peers, Py_ssize_t steps)

@@ -186,7 +186,12 @@ class Engine(RingOwner):
         self.inline_left = 0  # inline completions the running step may still make: inline_ok
         self.wakeups = 0  # returns from the sleep point; the deadlock watchdog's progress clock
         self.sleep_total = 0.0  # seconds spent blocked in the sleep point
-        self.sleep_since = 0.0  # perf_counter() when the current sleep began, 0 when awake
+        # perf_counter() when the current sleep began, 0 while awake. Asleep until a thread runs
+        # this engine, and again once its run ends: peers release the GIL at each submit only
+        # while one of them is awake to take it (_peer_awake), and one counted awake before its
+        # thread started had the thread starting it wait behind those releases (each resets a
+        # waiter's switch-interval clock) for up to 68 ms at a scheduler's start.
+        self.sleep_since = _perf()
         # (perf_counter, sleep_total) samples taken by this engine as it wakes, at least
         # BUSY_STEP apart and covering the last second, replaced as one tuple so that a
         # reader on another thread sees them whole: busy() is a pure function of them.
@@ -307,6 +312,7 @@ class Engine(RingOwner):
         # The stop protocol's one call into the scheduler; a guest engine takes no part in it.
         scheduler = None if self.guest else self.scheduler
         self._peers = () if scheduler is None else scheduler.peers(self)
+        self._end_sleep(self.sleep_since)  # awake from here (__init__ says why)
         hand_to = self._hand_to = self._peers if wakeword.needed() else ()
         if hand_to:  # back from a submit without the GIL, this context waits for it too
             self.ring.set_return_word(self.wake_word)
@@ -371,7 +377,21 @@ class Engine(RingOwner):
                     self._run_deferred()
             finally:
                 _local.engine = None
+                self.sleep_since = _perf()  # no thread runs it now: not awake to its peers
         self.abandon(None)
+
+    def _end_sleep(self, t0: float) -> None:
+        """The sleep that began at *t0* (a perf_counter() reading) ends now: count it, read as
+        awake, and take a busy sample if one is due. The total before the flag: a reader
+        between the two counts this sleep twice for an instant (busy reads low), never not at
+        all (busy reads high)."""
+        t1 = _perf()
+        self.sleep_total += t1 - t0
+        self.sleep_since = 0.0
+        if t1 - self._samples[-1][0] >= BUSY_STEP:
+            samples = keep(self._samples, t1, self.sleep_total)
+            with self._samples_lock:
+                self._samples = samples
 
     def _sleep(self, draining: bool = False) -> None:
         """The sleep point: block on the eventfd unless something is already there to do.
@@ -412,16 +432,8 @@ class Engine(RingOwner):
                 else:
                     wakeword.wait(self.wake_word, ring.efd, -1.0)
             finally:
-                # The total before the flag: a reader between the two counts this sleep twice
-                # for an instant (busy reads low), never not at all (busy reads high).
-                t1 = _perf()
-                self.sleep_total += t1 - t0
-                self.sleep_since = 0.0
+                self._end_sleep(t0)
                 self.wakeups += 1
-                if t1 - self._samples[-1][0] >= BUSY_STEP:
-                    samples = keep(self._samples, t1, self.sleep_total)
-                    with self._samples_lock:
-                        self._samples = samples
         finally:
             ring.notify_on(False)
             self.wake_word[0] = 0  # running again: a peer's hand-over (see _hand_over) ends
