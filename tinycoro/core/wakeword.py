@@ -63,8 +63,21 @@ HAND_OVER_YIELDS = 1000
 #: busy context's turns (~10 steps each there; this bound is ~25) gave 0.72-1.2x (mixed),
 #: 0.88-0.92x, 0.92-0.96x, 0.94-1.01x and 0.94-0.99x. Two contexts only: with four, this
 #: bound made more hand-overs, not fewer (5-16 per 1,000 requests per context against 1-2)
-#: and served 0.82-0.90x of one context against 0.92-0.98x answering at once, so more
-#: contexts answer at once as before (why they differ was not found).
+#: and served 0.82-0.90x of one context against 0.92-0.98x answering at once, so more contexts
+#: answer at once as before. Why: with four, the extra hand-overs came from bounding the peers
+#: that had waited through the busy context's whole hold (bounded for the peers that ran just
+#: before it only, the count fell back: below). Rules for any number of contexts, measured
+#: against this one (alternating, real-time priority, 1.5 s rounds, 3.11): the hold counted by
+#: the busy context (its steps since the GIL last came to it) for every peer: 2 contexts the
+#: same (medians 0.95-1.01x against 0.97-1.02x, 26 rounds), 4 contexts 0.84-0.93x against
+#: 0.91-0.97x (rounds where one context ran at full speed: 3-8 hand-overs per 1,000 requests per
+#: context against 0.7-2.8); the same count for the peers that ran just before the hold only,
+#: the others answered at once: 4 contexts back to the at-once level (1.0-2.9 hand-overs against
+#: 0.6-2.2 in one run), but medians 0.90-0.94x against 0.90-0.96x and 2 contexts 0.97-1.00x
+#: against 0.96-1.02x (32 rounds, 1-5% below per round on average), so not taken. A word of its
+#: own (3) for a hand-over's end, bounded, with a submit's return (2) answered at once:
+#: 0.68-0.77x (2 contexts, 9-11 hand-overs) and 0.73-0.83x (4, 11-16), so answering a submit's
+#: return at once passes the GIL back and forth too, not only a hand-over's end.
 WAIT_STEPS = 256
 #: What a turn counts for at least: a turn of one step (a task that only yields) waits
 #: WAIT_STEPS / TURN_STEPS = 32 turns.
