@@ -106,20 +106,16 @@ class RingOwner:
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
-        # Compiled over the compiled ring: the table through which its calls are C calls
-        # (core/ringcalls.py says why); 0 otherwise, and then the ring's methods, bound once:
-        # by name, ``self.ring.queue(...)`` looked the method up on the ring's type at each
-        # call (~280 instructions a call on 3.12, callgrind). Which of the two is called is
-        # decided in one place per call: the helpers below (_queue_sqe, _submit_sqes,
-        # _cq_ready, _complete, _set_release_gil), which every call site goes through.
+        # Compiled over the compiled ring, its C call table (core/ringcalls.py); else 0, and its
+        # methods bound once (by name, ~280 instructions a call on 3.12): the helpers pick.
         calls = getattr(ring, "c_calls", None) if _COMPILED else None
         self._calls = calls() if calls is not None else 0
-        bound = not self._calls
-        self._ring_queue = ring.queue if bound else None
-        self._ring_complete = ring.complete if bound else None
-        self._ring_cq_ready = ring.cq_ready if bound else None
-        self._ring_submit = ring.submit if bound else None
-        self._ring_sq_ready = ring.sq_ready if bound else None
+        if not self._calls:  # with the table they stay None (compiled: never set otherwise)
+            self._ring_queue = ring.queue
+            self._ring_complete = ring.complete
+            self._ring_cq_ready = ring.cq_ready
+            self._ring_submit = ring.submit
+            self._ring_sq_ready = ring.sq_ready
         # A submit that leaves at least this many CQEs unreaped reaps them at once (0: never;
         # see _submit): half the completion queue of a ring that says how large it is.
         self.cq_high = getattr(ring, "cq_entries", 0) // 2
@@ -237,7 +233,6 @@ class RingOwner:
         if self.cq_high and self._cq_ready() >= self.cq_high:
             self._reap()
 
-    # -- the ring's calls: through its C table where there is one (core/ringcalls.py) --------
     def _queue_sqe(self, prep: Callable[..., Any], args: tuple, ud: int) -> int:
         """The ring's ``queue(prep, args, ud)``, raising what it raises: 0."""
         if self._calls:
@@ -247,8 +242,7 @@ class RingOwner:
 
     def _submit_sqes(self) -> int:
         """The ring's ``submit()``, then its ``sq_ready()``: the SQEs it left queued. One helper
-        for the two (nothing else reads sq_ready): interpreted, each helper is a Python call
-        of its own (~500 instructions, callgrind 3.11), and the owner submits once a turn."""
+        for both: interpreted, each is a Python call (~500 instructions, callgrind 3.11)."""
         if self._calls:
             ringcalls.submit(self._calls, self.ring)
             return ringcalls.sq_ready(self._calls, self.ring)
@@ -263,10 +257,10 @@ class RingOwner:
 
     def _set_release_gil(self, on: bool) -> int:
         """``ring.release_gil = on``: whether its next submit lets the GIL go. 0."""
-        if self._calls:
-            ringcalls.set_release_gil(self._calls, self.ring, on)
-        else:
+        if not self._calls:
             self.ring.release_gil = on
+            return 0
+        ringcalls.set_release_gil(self._calls, self.ring, on)
         return 0
 
     def arm(self, op: Any, rearm: bool = False) -> BaseException | None:
