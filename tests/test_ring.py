@@ -686,6 +686,50 @@ def test_a_ring_class_that_redefines_a_call_is_called_by_name():
         counting.close()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("contexts", [1, 2, 4])
+def test_the_engine_calls_the_ring_it_was_given_by_name_when_its_class_redefines_the_calls(
+    monkeypatch, contexts
+):
+    """An engine queues, submits and counts what is queued through its ring's own methods
+    when the ring's class redefines them (no C table: the owner's one helper per call
+    decides), and through the table otherwise: every op a task awaits reaches the kernel
+    either way."""
+    import tinycoro as tc
+    from tinycoro.core import engine as engine_module
+    from tinycoro.core.traps import Op
+
+    calls: dict[str, int] = {"queue": 0, "submit": 0, "sq_ready": 0}
+
+    class CountingRing(uring.Ring):
+        def queue(self, prep, args, ud):
+            calls["queue"] += 1
+            return super().queue(prep, args, ud)
+
+        def submit(self):
+            calls["submit"] += 1
+            return super().submit()
+
+        def sq_ready(self):
+            calls["sq_ready"] += 1
+            return super().sq_ready()
+
+    monkeypatch.setattr(engine_module.uring, "Ring", CountingRing)
+    n = 50
+
+    async def worker() -> int:
+        results = [await Op(uring.prep_nop) for _ in range(n)]
+        return sum(results)
+
+    async def main() -> list[int]:
+        tasks = [tc.spawn(worker()) for _ in range(contexts)]
+        return [await t for t in tasks]
+
+    assert tc.run(main(), contexts=contexts) == [0] * contexts
+    assert calls["queue"] >= n * contexts
+    assert calls["submit"] >= 1 and calls["sq_ready"] >= 1
+
+
 def test_a_reap_of_many_completions_delivers_each_once(ring):
     """More CQEs in one reap than the owner's lists have ever held (the compiled ring makes
     room for them at once): every op is delivered once with its result, every slot is free

@@ -6,7 +6,7 @@
 
 cimport cython
 
-from . cimport deques, fence, resume, ringcalls, wakeword
+from . cimport deques, fence, resume, wakeword
 from .._clocal cimport running_task, set_running_task
 from .deadlines cimport Deadlines
 from .ring cimport RingOwner

@@ -95,7 +95,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import uring
-from . import deques, fence, resume, ringcalls, wakeword
+from . import deques, fence, resume, wakeword
 from .errors import Cancelled, asyncio_in_task
 from .deadlines import Deadlines
 from .timeshare import STEP as BUSY_STEP
@@ -496,10 +496,7 @@ class Engine(RingOwner):
         submit only starved the process's other threads of the GIL: a busy context took it
         back before a waiter woke, every time (``CRing.submit`` says why). Held, a waiter
         gets it after one switch interval, as it would from any busy Python thread."""
-        if self._calls:  # a C store, where by name it was a setattr per submit (ringcalls.py)
-            ringcalls.set_release_gil(self._calls, self.ring, self._peer_awake())
-        else:
-            self.ring.release_gil = self._peer_awake()
+        self._set_release_gil(self._peer_awake())
         RingOwner._submit(self)
 
     def _submit_eager(self) -> None:
@@ -508,10 +505,7 @@ class Engine(RingOwner):
         microseconds, too soon for another context to use the GIL, and a release per read
         would have the contexts hand it back and forth once per read instead of once per turn
         (beside a busy context: 40-44k O_DIRECT reads/s released, 62-71k kept)."""
-        if self._calls:
-            ringcalls.set_release_gil(self._calls, self.ring, False)
-        else:
-            self.ring.release_gil = False
+        self._set_release_gil(False)
         RingOwner._submit(self)
 
     def arm_now(self, op: Any) -> BaseException | None:
@@ -643,15 +637,13 @@ class Engine(RingOwner):
                 return
         # RingOwner._enter, written out: calling it costs ~470 instructions per operation
         # interpreted (callgrind, CPython 3.11: 11.5k -> 12.0k per NOP round trip, +2.5% on
-        # echo), and the pure runtime runs this same source. The slot and the slow paths stay
-        # RingOwner's (_take_slot, a C call compiled; _queue_failed). Keep the two in step.
+        # echo), and the pure runtime runs this same source. The slot, the ring's queue and the
+        # slow paths stay RingOwner's (_take_slot and _queue_sqe, C calls compiled, the latter
+        # one Python call interpreted; _queue_failed). Keep the two in step.
         slot = ud = self._take_slot()
         op.ud = ud
         try:
-            if self._calls:  # compiled over the compiled ring: a C call (core/ringcalls.py)
-                ringcalls.queue(self._calls, self.ring, op.prep, op.args, ud)
-            else:
-                self._ring_queue(op.prep, op.args, ud)
+            self._queue_sqe(op.prep, op.args, ud)  # compiled, a C call (ring.pxd)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:

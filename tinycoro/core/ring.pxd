@@ -28,10 +28,11 @@ cdef class RingOwner:
     cdef public Py_ssize_t nobufs_endings
     cdef public object completion_hook
     cdef public object _flight_lock
-    cdef readonly object _ring_queue  # ring.queue and ring.complete, bound once (ring.py)
+    # the ring's calls, bound once where there is no call table, else None (ring.py)
+    cdef readonly object _ring_queue
     cdef readonly object _ring_complete
-    cdef readonly object _ring_cq_ready  # ring.cq_ready, bound once, and the CQEs that make a submit reap
-    cdef readonly object _ring_submit  # ring.submit and ring.sq_ready, bound once (ring.py)
+    cdef readonly object _ring_cq_ready
+    cdef readonly object _ring_submit
     cdef readonly object _ring_sq_ready
     cdef readonly Py_ssize_t cq_high
     cdef size_t _cq_watch  # the compiled ring's CQ watch, 0 for none (ring.py, _reap)
@@ -49,7 +50,13 @@ cdef class RingOwner:
     @cython.locals(reaped=bint, n=Py_ssize_t)
     cpdef _reap(self)
     cpdef _submit(self)
+    # The ring's calls, each deciding in one place between its C table and its bound method:
+    # C calls (through the vtable) from here and from the engine's _start and _submit
+    # ud: the object the caller holds, converted only for the table (the ring takes it as is)
+    cdef int _queue_sqe(self, prep, args, ud) except -1
+    cdef Py_ssize_t _submit_sqes(self) except -1
     cdef Py_ssize_t _cq_ready(self) except -1
+    cdef int _set_release_gil(self, bint on) except -1
     cdef Py_ssize_t _complete(self, list done, list shots) except -1
     # C integers: with an object index, `range(0, len(shots), 4)` was a range object, its
     # iterator and a boxed index per CQE, and each `shots[i + k]` a generic subscript: ~1,300

@@ -106,19 +106,16 @@ class RingOwner:
 
     def __init__(self, ring: IoRing) -> None:
         self.ring = ring
-        # Compiled over the compiled ring: the table through which its five calls below are C
-        # calls (core/ringcalls.py says why); 0 (call the ring's methods) otherwise
+        # Compiled over the compiled ring, its C call table (core/ringcalls.py); else 0, and its
+        # methods bound once (by name, ~280 instructions a call on 3.12): the helpers pick.
         calls = getattr(ring, "c_calls", None) if _COMPILED else None
         self._calls = calls() if calls is not None else 0
-        # Without the table, the ring's two calls of every operation, bound once: by name,
-        # ``self.ring.queue(...)`` looked the method up on the ring's type at each call
-        self._ring_queue = ring.queue
-        self._ring_complete = ring.complete
-        self._ring_cq_ready = ring.cq_ready
-        # and the two calls of every turn's submit: by name, each was a lookup on the ring's
-        # type (~280 instructions a call on 3.12, callgrind)
-        self._ring_submit = ring.submit
-        self._ring_sq_ready = ring.sq_ready
+        if not self._calls:  # with the table they stay None (compiled: never set otherwise)
+            self._ring_queue = ring.queue
+            self._ring_complete = ring.complete
+            self._ring_cq_ready = ring.cq_ready
+            self._ring_submit = ring.submit
+            self._ring_sq_ready = ring.sq_ready
         # A submit that leaves at least this many CQEs unreaped reaps them at once (0: never;
         # see _submit): half the completion queue of a ring that says how large it is.
         self.cq_high = getattr(ring, "cq_entries", 0) // 2
@@ -167,10 +164,7 @@ class RingOwner:
             ud |= tag
         op.ud = ud
         try:
-            if self._calls:
-                ringcalls.queue(self._calls, self.ring, op.prep, op.args, ud)
-            else:
-                self._ring_queue(op.prep, op.args, ud)
+            self._queue_sqe(op.prep, op.args, ud)
         except BaseException as e:  # noqa: BLE001 - sorted out off the hot path
             error = self._queue_failed(e, op.prep, op.args, ud)
             if error is not None:
@@ -200,7 +194,7 @@ class RingOwner:
     def _queue(self, prep: Callable[..., Any], args: tuple, ud: int) -> BaseException | None:
         """Queue one SQE on the ring; return what ``prep`` raised, if it did."""
         try:
-            self.ring.queue(prep, args, ud)
+            self._queue_sqe(prep, args, ud)
         except BaseException as e:  # noqa: BLE001 - see _queue_failed
             return self._queue_failed(e, prep, args, ud)
         self.unsubmitted += 1
@@ -224,19 +218,12 @@ class RingOwner:
         """Hand the queued SQEs to the kernel. EBUSY/EAGAIN: it wants completions reaped first
         (CQ overflow); never drop work (rule 5): reap, and the SQEs stay for the next submit."""
         try:
-            if self._calls:
-                ringcalls.submit(self._calls, self.ring)
-            else:
-                self._ring_submit()
+            self.unsubmitted = self._submit_sqes()
         except OSError as e:
             if e.errno not in (errno.EBUSY, errno.EAGAIN):
                 raise
             self._reap()
             return
-        if self._calls:
-            self.unsubmitted = ringcalls.sq_ready(self._calls, self.ring)
-        else:
-            self.unsubmitted = self._ring_sq_ready()
         # The kernel posts completions while it runs a submit (the task work of earlier ones),
         # and the owner reaps at its turn's end; a turn that resumes thousands of tasks submits
         # hundreds of times first. When the CQ is full, the kernel ends every multishot recv
@@ -246,11 +233,35 @@ class RingOwner:
         if self.cq_high and self._cq_ready() >= self.cq_high:
             self._reap()
 
+    def _queue_sqe(self, prep: Callable[..., Any], args: tuple, ud: int) -> int:
+        """The ring's ``queue(prep, args, ud)``, raising what it raises: 0."""
+        if self._calls:
+            return ringcalls.queue(self._calls, self.ring, prep, args, ud)
+        self._ring_queue(prep, args, ud)
+        return 0
+
+    def _submit_sqes(self) -> int:
+        """The ring's ``submit()``, then its ``sq_ready()``: the SQEs it left queued. One helper
+        for both: interpreted, each is a Python call (~500 instructions, callgrind 3.11)."""
+        if self._calls:
+            ringcalls.submit(self._calls, self.ring)
+            return ringcalls.sq_ready(self._calls, self.ring)
+        self._ring_submit()
+        return self._ring_sq_ready()
+
     def _cq_ready(self) -> int:
-        """The ring's ``cq_ready()``: a C call through the table where there is one."""
+        """The ring's ``cq_ready()``: CQEs posted and not yet reaped."""
         if self._calls:
             return ringcalls.cq_ready(self._calls, self.ring)
         return self._ring_cq_ready()
+
+    def _set_release_gil(self, on: bool) -> int:
+        """``ring.release_gil = on``: whether its next submit lets the GIL go. 0."""
+        if not self._calls:
+            self.ring.release_gil = on
+            return 0
+        ringcalls.set_release_gil(self._calls, self.ring, on)
+        return 0
 
     def arm(self, op: Any, rearm: bool = False) -> BaseException | None:
         """Start *op*, a :class:`MultiOp`, with no task as its waiter: its CQEs go to its
@@ -332,8 +343,7 @@ class RingOwner:
                 done.clear()
 
     def _complete(self, done: list, shots: list) -> int:
-        """The ring's ``complete()`` over this owner's tables: a C call through the table
-        where there is one."""
+        """The ring's ``complete()`` over this owner's tables: the CQEs it counted."""
         if self._calls:
             return ringcalls.complete(self._calls, self.ring, self._slots, self._free,
                                       self.standing, done, shots)

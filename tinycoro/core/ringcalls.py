@@ -8,8 +8,11 @@ out (``RingCore.c_calls``): ``ringcalls.queue(calls, ring, ...)`` is a C call
 Python's generic call, ``ring.queue(...)`` cost ~200 instructions per operation beyond its
 own work (the call, the argument parse; callgrind, CPython 3.11).
 
-Interpreted there is no table (the owner keeps 0 and calls the ring's bound methods): these
-twins, which call the ring by name, are not reached there. ``pop_keep`` is the owner's
+The owner decides between the table and the ring's bound methods in one helper per call
+(``RingOwner._queue_sqe``, ``_submit_sqes``, ``_cq_ready``, ``_complete``,
+``_set_release_gil``), which every call site goes through. Interpreted there is no table (the
+owner keeps 0 and calls the ring's bound methods): these twins, which call the ring by name,
+are not reached there. ``pop_keep`` is the owner's
 ``free.pop()``, which compiled keeps the list's storage (``ringcalls.pxd`` says why).
 """
 
