@@ -1,9 +1,9 @@
-# The compiled ring's per-operation calls (and its release_gil switch) as C function pointers,
-# for its owner: a module cimports it under the name its .py imports it by (``from . cimport ringcalls`` beside ``from . import
-# ringcalls``), as with cqwatch.pxd. The compiled ring (_cring.pyx) fills one table of these
-# with its own C functions and hands its address out (RingCore.c_calls); the owner (ring.py)
-# calls through it with the ring object as the first argument. Not a compiled module itself:
-# there is nothing here to compile.
+# The compiled ring's per-operation calls (and its release_gil switch) as C function pointers, for
+# its owner: a module cimports it under the name its .py imports it by (``from . cimport ringcalls``
+# beside ``from . import ringcalls``), as with cqwatch.pxd. The compiled ring (_cring.pyx) fills one
+# table of these with its own C functions and hands its address out (RingCore.c_calls); the owner
+# (ring.py) calls through it with the ring object as the first argument. Not a compiled module
+# itself: there is nothing here to compile.
 
 cdef extern from *:
     """
