@@ -378,6 +378,9 @@ def test_a_peer_back_from_a_release_waits_some_turns_before_a_hand_over(contexts
         # every peer asleep first: one on its way to sleep yields with its word at 2 and is
         # handed the GIL at once, which is not what is counted here
         await _until(lambda: all(p.sleeping and p.sleep_since != 0.0 for p in peers))
+        # What a long yield on the peer's way to its sleep leaves behind (its word at 2 there,
+        # counted by this context): the count is of the wait after its wake, not before it
+        peer.waited_steps = wakeword.WAIT_STEPS
         peer.call_soon(hold, peer)
         try:
             await _until(ready.is_set)

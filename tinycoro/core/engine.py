@@ -388,6 +388,9 @@ class Engine(RingOwner):
         t1 = _perf()
         self.sleep_total += t1 - t0
         self.sleep_since = 0.0
+        # A wait for the GIL its peers counted before this sleep (its word at 2 on the way in)
+        # is over: the next one is counted from nothing (_hand_over)
+        self.waited_steps = 0
         if t1 - self._samples[-1][0] >= BUSY_STEP:
             samples = keep(self._samples, t1, self.sleep_total)
             with self._samples_lock:
