@@ -227,13 +227,15 @@ class PlainWorker:
 
 
 def _plain(workers: list[PlainWorker], total: int, batches: int = 1) -> Sample:
-    t0 = time.perf_counter()
-    for _ in range(batches):
-        for w, n in zip(workers, _split(total, len(workers))):
+    sizes = _split(total, len(workers))
+
+    def batch() -> None:
+        for w, n in zip(workers, sizes):
             w.send(n)
         for w in workers:
             w.wait()
-    return Sample(total * batches / (time.perf_counter() - t0))
+
+    return _rate(batches, batch, per=total)
 
 
 def worker_main() -> None:
@@ -262,33 +264,37 @@ def _remote(cluster: Any, engines: list[int], total: int, parts: int,
             batches: int = 1) -> Sample:
     """Part i on engine ``engines[i % len(engines)]``; wall time to the last result of the
     last batch (a batch starts once the one before has all its results)."""
-    t0 = time.perf_counter()
-    for _ in range(batches):
+    sizes = _split(total, parts)
+
+    def batch() -> None:
         tasks = [cluster.submit(crunch, n, engine=engines[i % len(engines)])
-                 for i, n in enumerate(_split(total, parts))]
+                 for i, n in enumerate(sizes)]
         for t in tasks:
             t.result(timeout=600)
-    return Sample(total * batches / (time.perf_counter() - t0))
+
+    return _rate(batches, batch, per=total)
 
 
 def _remote_fan_out(cluster: Any, engines: list[int], total: int, parts: int,
                     batches: int = 1) -> Sample:
     """The same parts, one submit per engine that spawns its share there (:func:`fan_out`)."""
-    t0 = time.perf_counter()
     sizes = _split(total, parts)
-    for _ in range(batches):
+
+    def batch() -> None:
         tasks = [cluster.submit(fan_out, crunch, sizes[i::len(engines)], engine=e)
                  for i, e in enumerate(engines)]
         for t in tasks:
             t.result(timeout=600)
-    return Sample(total * batches / (time.perf_counter() - t0))
+
+    return _rate(batches, batch, per=total)
 
 
-def _rate(rounds: int, one: Callable[[], Any]) -> Sample:
+def _rate(rounds: int, one: Callable[[], Any], per: int = 1) -> Sample:
+    """*one* called *rounds* times back to back: *per* units of work a call, per second."""
     t0 = time.perf_counter()
     for _ in range(rounds):
         one()
-    return Sample(rounds / (time.perf_counter() - t0))
+    return Sample(rounds * per / (time.perf_counter() - t0))
 
 
 def _free_port() -> int:

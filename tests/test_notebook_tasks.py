@@ -32,6 +32,19 @@ def kernel(kernel_dirs):
     k.shutdown()
 
 
+def test_a_line_cut_across_stream_messages_is_read_whole(kernel):
+    """ipykernel sends a stream's text as it is flushed, so one printed line can reach the
+    client in two messages (``print`` writes its newline separately; a background thread's
+    flush may land between the two). Tests judge the joined text (``stream_until``), never
+    one message's end."""
+    a = kernel.cell(
+        "import sys\n"
+        "sys.stdout.write('tick 9'); sys.stdout.flush(); sys.stdout.write('\\n')"
+    )
+    assert [m["content"]["text"] for m in kernel.of(a, "stream")] == ["tick 9", "\n"]
+    assert kernel.stream_until(a, lambda text: text.endswith("tick 9\n")) == "tick 9\n"
+
+
 def test_load_ext_and_await_in_the_same_cell(kernel):
     cell = kernel.cell(
         "%load_ext tinycoro\n"
@@ -101,10 +114,7 @@ def test_tasks_output_failures_and_the_inspector(kernel):
     total = int(kernel.result_of(d) or 0)
     assert total >= 10
     last = f"tick {total - 1}\n"
-    kernel.until(
-        lambda m: m["msg_type"] == "stream" and m["content"]["text"].endswith(last),
-        what="the ticker's last line",
-    )
+    kernel.stream_until(a, lambda text: text.endswith(last), what="the ticker's last line")
     ticks = [m for m in kernel.log if m["msg_type"] == "stream" and "tick" in m["content"]["text"]]
     assert {m["parent_header"]["msg_id"] for m in ticks} == {a}  # every tick went to cell A
     assert kernel.stream(a) == "".join(f"tick {i}\n" for i in range(total))

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -606,3 +607,42 @@ def test_a_context_is_awake_to_its_peers_only_while_its_thread_runs_it(contexts)
     assert all(t > 0.0 for t in before), "not started, yet awake to its peers"
     assert seen == [0.0], "a context running a task must read as awake"
     assert all(e.sleep_since > 0.0 for e in engines), "ended, yet awake to its peers"
+
+
+def _threads_in(kernel_function: str) -> int:
+    """How many of this process's threads (io_uring's kernel workers among them) are blocked
+    in *kernel_function* (their wchan)."""
+    n = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            n += (task / "wchan").read_text() == kernel_function
+        except OSError:  # the thread ended
+            pass
+    return n
+
+
+def test_a_context_that_waited_out_io_at_its_stop_reads_asleep_to_its_peers(contexts, tmp_path):
+    """A stop with operations still in the kernel cancels them and waits for their completions
+    in the engine's sleep point (rule 8), and every wake there marks the context awake. That
+    wait comes after the run has ended, so the context must read as asleep once it is over,
+    as one that ended with nothing in flight does: else a peer on a later run of the same
+    scheduler releases the GIL at every submit for a thread that is not there."""
+    sched = tc.Scheduler(contexts)
+    engines = sched.peers(None)
+    sched.start()
+
+    async def opener(i):
+        # Opening a FIFO to write blocks in a kernel worker until a reader comes; cancelled,
+        # its completion comes later than the cancel's submit, so the stop has to wait for it
+        path = tmp_path / f"fifo{i}"
+        os.mkfifo(path)
+        await tc.io.open(path, "wb")
+
+    for i in range(contexts):
+        sched.submit(opener(i))
+    # Blocked in the worker, not queued for it: a cancel finds queued work and ends it at once
+    wait_until(lambda: _threads_in("wait_for_partner") == contexts, what="every open blocked")
+    sched.stop(timeout=0)
+    assert not tinycoro_threads()
+    awake = [i for i, e in enumerate(engines) if e.sleep_since == 0.0]
+    assert awake == [], f"contexts {awake} waited out their I/O at the stop, yet read as awake"

@@ -151,6 +151,22 @@ class Kernel:
             m["content"]["text"] for m in self.of(msg_id, "stream") if m["content"]["name"] == name
         )
 
+    def stream_until(
+        self, msg_id: str, stop: Callable[[str], bool], name: str = "stdout",
+        timeout: float = 20, what: str = "",
+    ) -> str:
+        """Read IOPub until the text request *msg_id* has written to stream *name* so far,
+        joined, satisfies *stop*; return that text.
+
+        Judged on the joined text because ipykernel cuts a stream into messages wherever its
+        flush lands: ``print`` writes its text and its newline in two calls, so a flush from
+        the IO thread between them makes ``"tick 9"`` one message and ``"\\n"`` the next."""
+        self.until(
+            lambda m: m["msg_type"] == "stream" and stop(self.stream(msg_id, name)),
+            timeout, what,
+        )
+        return self.stream(msg_id, name)
+
     def result_of(self, msg_id: str) -> str | None:
         for m in self.of(msg_id, "execute_result"):
             return m["content"]["data"]["text/plain"]

@@ -871,6 +871,9 @@ class Engine(RingOwner):
             self.ready.clear()  # a wake that was on its way for an abandoned task
             self.deadlines.clear()
             self.watchers.clear()
+            # Waiting out the kernel's completions (_drain) went through the sleep point, whose
+            # wake marks the context awake; no thread runs it once this returns
+            self.sleep_since = _perf()
 
     def _close_coro(self, task: Task) -> None:
         """Close an abandoned task's coroutine (``abandon``), so its ``finally`` blocks and
