@@ -152,7 +152,7 @@ class RecvOp(ResourceOp):
                 else:
                     res = yield from run_outside(self)
             finally:
-                del pending._ops[self]
+                self._leave_pending()
             if res < 0:
                 raise self._failure(res)
             # copied before the token goes back: the next recv reuses the buffer
@@ -392,7 +392,7 @@ class SendallOp(InlineOp):
                     if self._sent(res):  # else the kernel took part: send the rest
                         return res if self.once else None
             finally:
-                del pending._ops[self]
+                self._leave_pending()
         finally:
             self._release()
 
@@ -518,7 +518,7 @@ class RingSend:
         (back to the stream's spare), this RingSend back to the op."""
         op = self.op
         if op is not None:  # no bare return: compiled, this returns a C int (ops.pxd)
-            op.pending._ops.pop(op, None)  # entered by the op's __await__
+            op._leave_pending()  # entered by the op's __await__ (_join_batch)
             self.state = _IDLE
             self.op = None
             op._release()
@@ -597,7 +597,7 @@ class AcceptOp(InlineOp):
             else:
                 fd = yield from run_outside(self)
         finally:
-            del self.pending._ops[self]
+            self._leave_pending()
         if fd < 0:
             raise self._failure(fd)
         listener._more_queued = True  # one came: a crowd may be queued behind it

@@ -14,7 +14,7 @@ from typing import Any, Awaitable
 
 from .. import uring
 from ..buffers import MAX_OFFSET, MAX_RW, as_bytes_view, path_bytes
-from ..closing import PendingOps, ResourceOp
+from ..closing import RECV_SLOT, SEND_SLOT, PendingOps, ResourceOp
 from ..core import tokens
 from ..core.checks import check_int
 from ..core.local import thread_state as _local
@@ -115,10 +115,10 @@ class Stream(_StreamCore, SocketBase):
 
     def __init__(self, sock: socket.SocketType) -> None:
         super().__init__(sock)
-        # Its PendingOps can be in a cycle only through an op in its dict (the op's `pending`
-        # refers back), and an op is there only while a frame awaits it or a ring runs it, so
-        # that such a cycle is never garbage: the collector need not walk it (one object
-        # fewer per open connection for every full collection).
+        # Its PendingOps can be in a cycle only through an op in its dict or a slot (the op's
+        # `pending` refers back), and an op is there only while a frame awaits it or a ring
+        # runs it, so that such a cycle is never garbage: the collector need not walk it (one
+        # object fewer per open connection for every full collection).
         _untrack.untracked(self._ops)
         # Sends are first tried inline with MSG_DONTWAIT through this socket object (see
         # SendallOp). With a timeout (socket.setdefaulttimeout) Python's send would poll for
@@ -179,7 +179,14 @@ class Stream(_StreamCore, SocketBase):
         # takes them with it at once. At rest the list holds an op that refers to nothing
         # that could lead back to it (its args are let go of before it goes back), so the
         # list can be in no cycle either: the collector need not walk it.
-        self._send_spare = _untrack.untracked([SendallOp(self, None, None, self._ref)])
+        # This op, and no other, sends through the PendingOps' fixed send slot, not its dict
+        # (closing.py): the slot is one op's at a time, and this op is one sendall's at a
+        # time (in the list, or taken off it by one call). A sendall that finds the list
+        # empty makes an op of its own, which uses the dict (and may become the spare, when
+        # this one was lost to a sendall never awaited: still correct, only slower).
+        send = SendallOp(self, None, None, self._ref)
+        send.slot = SEND_SLOT
+        self._send_spare = _untrack.untracked([send])
         if self._ms is None:
             # Receiving with the single recv from the start: its two fields set now, with the
             # others. CPython shares a class's table of attribute names (the instances' inline
@@ -229,6 +236,10 @@ class Stream(_StreamCore, SocketBase):
                 # the ops made for the old buffer keep it alive while they are in flight
                 rbuf = self._rbuf = bytearray(max(max_bytes, _RECV_BUFFER))
             op = self._recv_op = RecvOp(self, rbuf, max_bytes)
+            # through the PendingOps' fixed recv slot (closing.py): the receive token makes
+            # the recv op one recv's at a time, and the old op (for another max_bytes) left
+            # the slot before its recv gave the token back
+            op.slot = RECV_SLOT
         return op
 
     def send(self, data: Any) -> Awaitable[int]:
